@@ -1,0 +1,78 @@
+"""Where jiyu keeps its state.
+
+One home folder (``JIYU_HOME``, default ``~/.jiyu``) holds the SQLite run store and one folder
+per run, so the kernel, background jobs, the CLI and the Jupyter server all find the same runs
+without talking to each other.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+HOME_ENV = "JIYU_HOME"
+
+
+def jiyu_home() -> Path:
+    """The home folder, created on first use; read from the environment each call so tests
+    and jobs can point a process at another home without re-importing."""
+    home = Path(os.environ.get(HOME_ENV) or Path.home() / ".jiyu").expanduser()
+    home.mkdir(parents=True, exist_ok=True)
+    return home
+
+
+def store_path(home: Path | None = None) -> Path:
+    return (home or jiyu_home()) / "jiyu.sqlite"
+
+
+def runs_root(home: Path | None = None) -> Path:
+    return (home or jiyu_home()) / "runs"
+
+
+def run_dir(run_id: str, home: Path | None = None) -> Path:
+    """The folder of one run: ``job.py``, ``params.json``, ``stdout.log``, ``events.jsonl``,
+    ``error.json`` and ``ckpt/``."""
+    return runs_root(home) / run_id
+
+
+class RunFiles:
+    """The well-known files of a run folder, named once so every layer agrees on them."""
+
+    def __init__(self, root: Path):
+        self.root = Path(root)
+
+    @classmethod
+    def of(cls, run_id: str, home: Path | None = None) -> "RunFiles":
+        return cls(run_dir(run_id, home))
+
+    def create(self) -> "RunFiles":
+        self.ckpt.mkdir(parents=True, exist_ok=True)
+        return self
+
+    @property
+    def script(self) -> Path:
+        return self.root / "job.py"
+
+    @property
+    def params(self) -> Path:
+        return self.root / "params.json"
+
+    @property
+    def log(self) -> Path:
+        return self.root / "stdout.log"
+
+    @property
+    def events(self) -> Path:
+        return self.root / "events.jsonl"
+
+    @property
+    def error(self) -> Path:
+        return self.root / "error.json"
+
+    @property
+    def ckpt(self) -> Path:
+        return self.root / "ckpt"
+
+    @property
+    def loss_plot(self) -> Path:
+        return self.root / "loss.png"

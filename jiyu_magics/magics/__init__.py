@@ -1,0 +1,34 @@
+"""The IPython adapter: thin ``@magics_class`` wrappers that parse, delegate and render.
+
+Each module holds the magics of one concern; ``register`` loads them all for ``%load_ext``.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+MODULES = ("gpu",)
+
+
+def magic_classes() -> list[type]:
+    classes = []
+    for name in MODULES:
+        module = importlib.import_module(f"{__name__}.{name}")
+        classes.extend(module.MAGICS)
+    return classes
+
+
+def register(ipython) -> None:
+    for cls in magic_classes():
+        ipython.register_magics(cls)
+
+
+def unregister(ipython) -> None:
+    """IPython has no ``unregister_magics``: drop our names from the manager's tables."""
+    tables = ipython.magics_manager.magics
+    for cls in magic_classes():
+        for kind, names in cls.magics.items():
+            for name in names:
+                tables[kind].pop(name, None)
+    ipython.magics_manager.registry = {k: v for k, v in ipython.magics_manager.registry.items()
+                                       if type(v) not in magic_classes()}

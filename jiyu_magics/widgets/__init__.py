@@ -1,0 +1,1 @@
+"""ipywidgets views: the live GPU table and the training dashboard."""

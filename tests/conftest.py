@@ -1,0 +1,80 @@
+"""Shared fixtures: an isolated JIYU_HOME per test, the NVML test double, quiet threads."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+NVML_DOUBLE_DIR = Path(__file__).resolve().parent / "nvml_double"
+ARTIFACTS = ROOT / "test-artifacts"
+
+
+def _gpu_present() -> bool:
+    if not shutil.which("nvidia-smi"):
+        return False
+    try:
+        return subprocess.run(["nvidia-smi", "-L"], capture_output=True, timeout=20).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def pytest_collection_modifyitems(config, items):
+    """``gpu`` tests need a real GPU; ``driverless`` tests check this machine's real no-driver
+    path and so cannot hold where a driver is present."""
+    present = _gpu_present()
+    skip_gpu = pytest.mark.skip(reason="needs an NVIDIA GPU (run on the GPU machine: benchmarks/gpu_checks.sh)")
+    skip_driverless = pytest.mark.skip(reason="checks the no-driver path; this machine has a GPU")
+    for item in items:
+        if "gpu" in item.keywords and not present:
+            item.add_marker(skip_gpu)
+        if "driverless" in item.keywords and present:
+            item.add_marker(skip_driverless)
+
+
+@pytest.fixture(autouse=True)
+def jiyu_home(tmp_path_factory, monkeypatch) -> Path:
+    """Every test gets its own run store and run folders, inherited by the kernels, torchrun
+    ranks and CLI processes it starts."""
+    home = tmp_path_factory.mktemp("jiyu_home")
+    monkeypatch.setenv("JIYU_HOME", str(home))
+    return home
+
+
+@pytest.fixture
+def nvml_double(monkeypatch):
+    """Routes ``import pynvml`` to tests/nvml_double (see that module's docstring for why) in
+    this process and in every process the test starts."""
+    monkeypatch.syspath_prepend(str(NVML_DOUBLE_DIR))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(NVML_DOUBLE_DIR), str(ROOT),
+                                                                    os.environ.get("PYTHONPATH")])))
+    monkeypatch.delitem(sys.modules, "pynvml", raising=False)
+    import pynvml
+
+    assert getattr(pynvml, "_DOUBLE", False), "the NVML test double was not picked up"
+    yield pynvml
+    sys.modules.pop("pynvml", None)
+
+
+@pytest.fixture
+def artifacts() -> Path:
+    """Where tests leave screenshots and plots for people to look at (test-artifacts/)."""
+    ARTIFACTS.mkdir(exist_ok=True)
+    return ARTIFACTS
+
+
+@pytest.fixture
+def ip():
+    """A real IPython shell with the extension loaded, as ``%load_ext jiyu_magics`` does."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    shell = InteractiveShell.instance()
+    shell.run_line_magic("load_ext", "jiyu_magics")
+    yield shell
+    shell.run_line_magic("unload_ext", "jiyu_magics")
+    shell.reset(new_session=False)

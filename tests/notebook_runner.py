@@ -1,0 +1,46 @@
+"""Run notebooks in a real ipykernel through nbclient, as Jupyter would."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import nbformat
+from nbclient import NotebookClient
+from nbformat.v4 import new_code_cell, new_notebook
+
+
+def notebook(*sources: str, tags: dict[int, list[str]] | None = None) -> nbformat.NotebookNode:
+    cells = [new_code_cell(src) for src in sources]
+    for index, cell_tags in (tags or {}).items():
+        cells[index].metadata["tags"] = cell_tags
+    return new_notebook(cells=cells, metadata={"kernelspec": {"name": "python3", "display_name": "Python 3",
+                                                              "language": "python"}})
+
+
+def execute(nb: nbformat.NotebookNode, cwd: Path, timeout: int = 120, allow_errors: bool = False,
+            **client_options) -> nbformat.NotebookNode:
+    client = NotebookClient(nb, timeout=timeout, kernel_name="python3", allow_errors=allow_errors,
+                            resources={"metadata": {"path": str(cwd)}}, **client_options)
+    client.execute()
+    return nb
+
+
+def text_of(cell) -> str:
+    """Everything a person would read in a cell's output: streams and text/plain."""
+    parts = []
+    for out in cell.get("outputs", []):
+        if out.output_type == "stream":
+            parts.append(out.text)
+        elif "data" in out and "text/plain" in out.data:
+            parts.append(out.data["text/plain"])
+        elif out.output_type == "error":
+            parts.append(f"{out.ename}: {out.evalue}")
+    return "".join(parts)
+
+
+def html_of(cell) -> str:
+    return "".join(out.data.get("text/html", "") for out in cell.get("outputs", []) if "data" in out)
+
+
+def mimetypes_of(cell) -> set[str]:
+    return {m for out in cell.get("outputs", []) if "data" in out for m in out.data}

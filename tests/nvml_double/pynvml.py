@@ -1,0 +1,140 @@
+"""TEST DOUBLE of nvidia-ml-py's ``pynvml`` module — the one place the tests fake anything.
+
+This machine has no NVIDIA driver, so the device tables cannot be exercised against real NVML
+here. Tests put this folder first on ``sys.path``/``PYTHONPATH`` so that ``import pynvml`` in
+the code under test (in-process, in a CLI subprocess, or in a Jupyter kernel) finds this module
+instead. It mimics the real API's names, return shapes, units (mW, bytes) and exceptions:
+
+* GPU 0 "NVIDIA H100 80GB HBM3": every field supported; processes: the calling process
+  (marked as ours), and pid 1 (someone else's, with no visible command line in some sandboxes).
+* GPU 1 "Tesla T4": utilisation, temperature, power, clocks, MIG and process queries raise
+  ``NVMLError_NotSupported`` (as on vGPU/some datacenter SKUs); memory is reported.
+
+``JIYU_NVML_DOUBLE_COUNT=0`` makes it report a loaded driver with no GPU; ``=missing`` makes
+``nvmlInit`` fail like a host without the library.
+"""
+
+import os
+from types import SimpleNamespace
+
+NVML_TEMPERATURE_GPU = 0
+NVML_CLOCK_SM = 1
+NVML_VALUE_NOT_AVAILABLE_ulonglong = 2**64 - 1
+_DOUBLE = True  # lets tests assert the double is the module in use
+
+
+class NVMLError(Exception):
+    pass
+
+
+class NVMLError_NotSupported(NVMLError):
+    def __str__(self):
+        return "Not Supported"
+
+
+class NVMLError_LibraryNotFound(NVMLError):
+    def __str__(self):
+        return "NVML Shared Library Not Found"
+
+
+class NVMLError_InvalidArgument(NVMLError):
+    def __str__(self):
+        return "Invalid Argument"
+
+
+GIB = 2**30
+_DEVICES = [
+    dict(name="NVIDIA H100 80GB HBM3", uuid="GPU-11111111-2222-3333-4444-555555555555",
+         total=80 * GIB, used=12 * GIB, util=(45, 30), temp=54, power=250_000, limit=700_000,
+         sm=1980, mig=(0, 0)),
+    dict(name="Tesla T4", uuid="GPU-99999999-8888-7777-6666-000000000000",
+         total=16 * GIB, used=1 * GIB, util=None, temp=None, power=None, limit=None, sm=None, mig=None),
+]
+calls = {"init": 0}
+
+
+def _count():
+    value = os.environ.get("JIYU_NVML_DOUBLE_COUNT", "2")
+    return None if value == "missing" else int(value)
+
+
+def nvmlInit():
+    if _count() is None:
+        raise NVMLError_LibraryNotFound()
+    calls["init"] += 1
+
+
+def nvmlShutdown():
+    pass
+
+
+def nvmlDeviceGetCount():
+    return _count()
+
+
+def nvmlDeviceGetHandleByIndex(index):
+    if not 0 <= index < _count():
+        raise NVMLError_InvalidArgument()
+    return _DEVICES[index]
+
+
+def _supported(value):
+    if value is None:
+        raise NVMLError_NotSupported()
+    return value
+
+
+def nvmlSystemGetDriverVersion():
+    return "550.54.15"
+
+
+def nvmlSystemGetCudaDriverVersion():
+    return 12040
+
+
+def nvmlDeviceGetName(h):
+    return h["name"]
+
+
+def nvmlDeviceGetUUID(h):
+    return h["uuid"]
+
+
+def nvmlDeviceGetUtilizationRates(h):
+    gpu, memory = _supported(h["util"])
+    return SimpleNamespace(gpu=gpu, memory=memory)
+
+
+def nvmlDeviceGetMemoryInfo(h):
+    return SimpleNamespace(total=h["total"], used=h["used"], free=h["total"] - h["used"])
+
+
+def nvmlDeviceGetTemperature(h, sensor):
+    return _supported(h["temp"])
+
+
+def nvmlDeviceGetPowerUsage(h):
+    return _supported(h["power"])
+
+
+def nvmlDeviceGetEnforcedPowerLimit(h):
+    return _supported(h["limit"])
+
+
+def nvmlDeviceGetClockInfo(h, clock):
+    return _supported(h["sm"])
+
+
+def nvmlDeviceGetMigMode(h):
+    return list(_supported(h["mig"]))
+
+
+def nvmlDeviceGetComputeRunningProcesses(h):
+    if h is not _DEVICES[0]:
+        raise NVMLError_NotSupported()
+    return [SimpleNamespace(pid=os.getpid(), usedGpuMemory=3 * GIB),
+            SimpleNamespace(pid=1, usedGpuMemory=None)]
+
+
+def nvmlDeviceGetGraphicsRunningProcesses(h):
+    return []

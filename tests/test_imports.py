@@ -1,0 +1,37 @@
+"""Importing the package, its core and the GPU/server-facing modules must not import torch:
+torch costs seconds and a careless import can create a CUDA context in the user's kernel."""
+
+import subprocess
+import sys
+
+import pytest
+
+from .conftest import ROOT
+
+LIGHT_MODULES = ["jiyu_magics", "jiyu_magics.core", "jiyu_magics.core.gpu", "jiyu_magics.core.doctor",
+                 "jiyu_magics.core.store", "jiyu_magics.core.events", "jiyu_magics.views.gpu",
+                 "jiyu_magics.cli", "jiyu_magics.commands.gpu", "jiyu_magics.magics.gpu"]
+
+
+@pytest.mark.parametrize("module", LIGHT_MODULES)
+def test_import_leaves_torch_and_nvml_unloaded(module):
+    code = (f"import sys, importlib; importlib.import_module({module!r}); "
+            "print(sorted(m for m in ('torch', 'pynvml') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", f"{module} imported {out.stdout.strip()}"
+
+
+def test_core_never_imports_view_or_framework_packages():
+    """core/ is the bottom layer: no torch, IPython, ipywidgets or tornado, even transitively."""
+    code = ("import sys, pkgutil, importlib, jiyu_magics.core as c\n"
+            "for m in pkgutil.iter_modules(c.__path__): importlib.import_module('jiyu_magics.core.' + m.name)\n"
+            "print(sorted(m for m in ('torch', 'IPython', 'ipywidgets', 'tornado') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_gpu_status_does_not_import_torch():
+    code = ("import sys, jiyu_magics.core.gpu as g; g.snapshot(); "
+            "print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

@@ -1,0 +1,84 @@
+"""The SQLite run store, on real SQLite files and real processes."""
+
+import subprocess
+import sys
+import time
+
+import pytest
+
+from jiyu_magics.core.store import RunStore, UnknownRun
+
+
+@pytest.fixture
+def store(jiyu_home):
+    return RunStore()
+
+
+def test_create_get_update_finish(store):
+    run = store.create("job", "nightly", nproc=2, notebook="nb.ipynb", params={"lr": 0.1})
+    assert run.status == "queued" and len(run.id) == 8
+    got = store.get(run.id)
+    assert (got.name, got.nproc, got.params) == ("nightly", 2, {"lr": 0.1})
+    store.mark_running(run.id, pid=subprocess.os.getpid())
+    assert store.get(run.id).status == "running" and store.get(run.id).started
+    done = store.finish(run.id, "succeeded", exit_code=0)
+    assert done.status == "succeeded" and done.ended >= done.started and done.duration >= 0
+
+
+def test_first_final_status_wins(store):
+    run = store.create("job", status="running", pid=subprocess.os.getpid(),
+                       pid_started=None)
+    store.finish(run.id, "failed", exit_code=1, error="boom")
+    assert store.finish(run.id, "succeeded").status == "failed"
+
+
+def test_stop_requested_turns_a_signal_exit_into_stopped(store):
+    run = store.create("job", status="running", pid=subprocess.os.getpid())
+    store.request_stop(run.id)
+    assert store.finish(run.id, "failed", exit_code=-15).status == "stopped"
+
+
+def test_resolve_by_unique_prefix(store):
+    a = store.create("kernel")
+    assert store.resolve(a.id[:4]).id == a.id
+    with pytest.raises(UnknownRun, match="no run with id 'zz'"):
+        store.resolve("zz")
+    with pytest.raises(UnknownRun):
+        store.resolve("")
+
+
+def test_a_dead_process_makes_its_run_lost(store):
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    run = store.create("job", status="running")
+    store.mark_running(run.id, pid=child.pid)
+    assert store.list(include_finished=False)[0].status == "running"
+    child.kill()
+    child.wait()
+    assert store.get(run.id).status == "running"  # nothing reconciled yet
+    listed = {r.id: r for r in store.list()}
+    assert listed[run.id].status == "lost" and "ended without reporting" in listed[run.id].error
+
+
+def test_recycled_pid_is_not_mistaken_for_the_run(store):
+    run = store.create("job", status="running", pid=subprocess.os.getpid(), pid_started=time.time() - 3600)
+    assert store.list()[0].status == "lost"
+    assert run.id == store.list()[0].id
+
+
+def test_list_orders_newest_first_and_filters_active(store):
+    old = store.create("kernel")
+    store.finish(old.id, "succeeded")
+    new = store.create("kernel", status="running", pid=subprocess.os.getpid())
+    store.update(new.id, pid_started=None)
+    assert [r.id for r in store.list()] == [new.id, old.id]
+    assert [r.id for r in store.list(include_finished=False)] == [new.id]
+
+
+def test_bad_fields_are_rejected(store):
+    with pytest.raises(ValueError, match="unknown run kind"):
+        store.create("cronjob")
+    run = store.create("job")
+    with pytest.raises(ValueError, match="unknown status"):
+        store.update(run.id, status="exploded")
+    with pytest.raises(UnknownRun):
+        store.update("deadbeef", status="failed")
