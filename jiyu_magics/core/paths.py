@@ -11,6 +11,9 @@ import os
 from pathlib import Path
 
 HOME_ENV = "JIYU_HOME"
+# Set by a launcher (``%%train --nproc``, ``%submit``) for the processes it starts: training in
+# those processes writes into that existing run instead of registering a new one.
+RUN_ID_ENV = "JIYU_RUN_ID"
 
 
 def jiyu_home() -> Path:
