@@ -78,7 +78,7 @@ session_setenv() {
     local name line="SetEnv JIYU_CONTAINER_PATH=\"$PATH\""
     while IFS= read -r name; do
         [[ $name =~ $SESSION_ENV && ! $name =~ $SECRET_NAME ]] || continue
-        [[ ${!name} == *[\"$'\n']* ]] && continue
+        [[ ${!name} == *[\"\\$'\n']* ]] && continue
         line+=" $name=\"${!name}\""
     done < <(compgen -e)
     printf '%s\n' "$line"
@@ -111,6 +111,16 @@ CONFIG
     session_setenv
 }
 
+# sshd writes its pid file once it listens; a taken port makes it exit instead.
+wait_until_listening() {
+    local pid=$1 pid_file=$2 tries=100
+    until [[ -s $pid_file ]]; do
+        kill -0 "$pid" 2>/dev/null || die "sshd stopped at start (its message is above)"
+        ((tries-- > 0)) || die "sshd did not start listening on port $SSH_PORT within 10 s"
+        sleep 0.1
+    done
+}
+
 start_sshd() {
     local keys run=$JIYU_STATE_DIR/sshd
     keys=$(authorized_keys)
@@ -125,7 +135,9 @@ start_sshd() {
     ensure_host_keys
     sshd_config "$run" >"$run/sshd_config"
     "$JIYU_SSHD" -t -f "$run/sshd_config" || die "sshd rejected $run/sshd_config"
+    rm -f "$run/sshd.pid"
     "$JIYU_SSHD" -D -e -f "$run/sshd_config" &
+    wait_until_listening $! "$run/sshd.pid"
     echo sshd >>"$JIYU_STATE_DIR/services"
     say "SSH on port $SSH_PORT: user $(id -un), public-key only, $(wc -l <<<"$keys") key(s); host keys" \
         "$(for key in "$JIYU_SSH_HOST_KEY_DIR"/ssh_host_*_key.pub; do fingerprint "$key"; done | paste -sd' ')"
@@ -149,6 +161,7 @@ refuse_unauthenticated() {
     done
     [[ -r $JIYU_JUPYTER_CONFIG ]] \
         || die "refusing to start JupyterLab without authentication: $JIYU_JUPYTER_CONFIG (which enforces the token) is missing"
+    [[ -d $JIYU_WORKSPACE ]] || die "workspace $JIYU_WORKSPACE does not exist"
 }
 
 # A bind mount keeps the host's owner: say so now rather than at the first failed save.
@@ -163,7 +176,6 @@ warn_unwritable() {
 new_token() { od -An -vtx1 -N24 /dev/urandom | tr -d ' \n'; }
 
 start_jupyterlab() {
-    [[ -d $JIYU_WORKSPACE ]] || die "workspace $JIYU_WORKSPACE does not exist"
     if [[ -n ${JUPYTER_TOKEN:-} ]]; then
         say "JupyterLab on port $JUPYTER_PORT; token from JUPYTER_TOKEN"
     else

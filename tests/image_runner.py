@@ -52,12 +52,29 @@ def unprivileged_user() -> str:
     return UNPRIVILEGED.pw_name if as_root() else pwd.getpwuid(os.getuid()).pw_name
 
 
+def _usable_by_sshd(folder: Path) -> bool:
+    """sshd's StrictModes test for the folders above a key file (all the way to /), and, for
+    ``daemon``, a way through them."""
+    for path in (folder, *folder.parents):
+        info = path.stat()
+        if info.st_uid not in (0, os.geteuid()) or info.st_mode & 0o022 or not info.st_mode & 0o001:
+            return False
+    return True
+
+
 def private_folder() -> Path:
-    """A fresh folder sshd's StrictModes accepts, owned by the unprivileged user."""
-    parent = ROOT / "build" if as_root() else Path.home()
-    parent.mkdir(mode=0o755, exist_ok=True)
+    """A fresh folder sshd's StrictModes accepts, owned by the unprivileged user, holding a copy
+    of the entrypoint: under the repository's build/ when the checkout allows it (a clone under
+    /tmp does not), else /run. Not as root: under the home folder, where sshd's check stops."""
+    parent = Path.home()
+    if as_root():
+        build = ROOT / "build"
+        parent = build if _usable_by_sshd(ROOT) else Path("/run")
+        parent.mkdir(mode=0o755, exist_ok=True)
+        assert _usable_by_sshd(parent), f"no folder for the sshd tests: {parent} is writable by others"
     folder = Path(tempfile.mkdtemp(prefix="jiyu-image-test-", dir=parent))
     folder.chmod(0o755)
+    shutil.copy2(ENTRYPOINT, folder / ENTRYPOINT.name)  # reachable for daemon wherever the checkout is
     return hand_over(folder)
 
 
@@ -123,17 +140,33 @@ def _pgid(pid: int) -> int | None:
         return None
 
 
+def _entrypoint(env: dict[str, str], drop_root: bool) -> list[str]:
+    """The command: the repository's entrypoint, or as ``daemon`` the copy in its private folder."""
+    if drop_root:
+        return [*unprivileged(), str(Path(env["HOME"]) / ENTRYPOINT.name)]
+    return [str(ENTRYPOINT)]
+
+
 def start(env: dict[str, str], *command: str, log: Path, drop_root: bool = False) -> Started:
     with open(log, "wb") as out:
-        proc = subprocess.Popen([*(unprivileged() if drop_root else []), str(ENTRYPOINT), *command],
+        proc = subprocess.Popen([*_entrypoint(env, drop_root), *command],
                                 env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     return Started(proc, log, env)
 
 
 def run(env: dict[str, str], *command: str, drop_root: bool = False,
         timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run([*(unprivileged() if drop_root else []), str(ENTRYPOINT), *command],
-                          env=env, capture_output=True, text=True, timeout=timeout)
+    """Runs the entrypoint to its end; on a timeout its whole session (sshd too) is killed."""
+    args = [*_entrypoint(env, drop_root), *command]
+    proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise
+    return subprocess.CompletedProcess(args, proc.returncode, out, err)
 
 
 def healthcheck(env: dict[str, str]) -> subprocess.CompletedProcess:

@@ -3,6 +3,8 @@ the real sshd, checked with ``sshd -t``/``sshd -T`` and real ``ssh`` logins; its
 
 from __future__ import annotations
 
+import contextlib
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -52,7 +54,8 @@ def started(box, tmp_path):
         entry = start({**env, **extra}, "sleep", "600", log=tmp_path / f"entrypoint{len(running)}.log",
                       drop_root=True)
         running.append(entry)
-        entry.wait_for(lambda: port_open(int(env["SSH_PORT"])), timeout=60)
+        entry.wait_for(lambda: "jiyu: SSH on port" in entry.output() and port_open(int(env["SSH_PORT"])),
+                       timeout=60)
         return entry
 
     yield _start
@@ -174,6 +177,31 @@ def test_a_mistyped_key_stops_the_start(box, key):
     assert result.returncode == 2
     assert result.stderr.splitlines() == [f"jiyu: SSH_PUBLIC_KEY line 2 is not an SSH public key: {key[:40]}"]
     assert not port_open(int(env["SSH_PORT"]))
+
+
+@contextlib.contextmanager
+def listening_on_every_address(port: int):
+    """Takes the port on IPv4 and IPv6 (sshd carries on while it can bind either)."""
+    try:
+        sock = socket.socket(socket.AF_INET6)
+        sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        sock.bind(("::", port))
+    except OSError:
+        sock = socket.socket(socket.AF_INET)
+        sock.bind(("0.0.0.0", port))
+    with sock:
+        sock.listen()
+        yield
+
+
+def test_sshd_that_cannot_listen_stops_the_start(box, tmp_path):
+    folder, env = box
+    _, public = keypair(tmp_path, "user")
+    with listening_on_every_address(int(env["SSH_PORT"])):
+        result = run({**env, "SSH_PUBLIC_KEY": public}, "sleep", "600", drop_root=True)
+    assert result.returncode == 2, result.stderr
+    assert "Bind to port" in result.stderr
+    assert result.stderr.splitlines()[-1] == "jiyu: sshd stopped at start (its message is above)"
 
 
 def test_an_authorized_keys_mount_that_docker_made_a_folder_stops_the_start(box):
