@@ -10,7 +10,7 @@ export MKL_NUM_THREADS ?= 1
 export OMP_WAIT_POLICY ?= PASSIVE
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: setup demo test bench gpu-checks clean
+.PHONY: setup demo test test-system-deps bench gpu-checks clean
 
 setup: $(STAMP)
 
@@ -26,8 +26,20 @@ demo: setup
 	-$(BIN)/jiyu doctor
 	$(BIN)/python scripts/run_notebook.py notebooks/01_quickstart.ipynb --out demo-output
 
-test: setup
+test: setup test-system-deps
 	$(BIN)/python -m pytest
+
+# The image tests check the entrypoint's sshd set-up with the real sshd (openssh-server). A
+# temporary policy-rc.d keeps apt from starting a system-wide sshd on port 22.
+SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
+test-system-deps:
+	@test -x /usr/sbin/sshd || { \
+	  added=; if [ ! -e /usr/sbin/policy-rc.d ]; then added=1; \
+	    printf '#!/bin/sh\nexit 101\n' | $(SUDO) tee /usr/sbin/policy-rc.d >/dev/null; \
+	    $(SUDO) chmod +x /usr/sbin/policy-rc.d; fi; \
+	  $(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive \
+	    apt-get install -y -qq --no-install-recommends openssh-server; rc=$$?; \
+	  if [ -n "$$added" ]; then $(SUDO) rm -f /usr/sbin/policy-rc.d; fi; exit $$rc; }
 
 bench: setup
 	$(BIN)/python benchmarks/gpu_status.py
