@@ -10,6 +10,9 @@ from pathlib import Path
 
 import pytest
 
+# jp_fetch, jp_serverapp, ...: a real jupyter_server per test for the server-extension tests.
+pytest_plugins = ["pytest_jupyter.jupyter_server"]
+
 ROOT = Path(__file__).resolve().parent.parent
 NVML_DOUBLE_DIR = Path(__file__).resolve().parent / "nvml_double"
 ARTIFACTS = ROOT / "test-artifacts"
