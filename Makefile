@@ -10,11 +10,15 @@ export MKL_NUM_THREADS ?= 1
 export OMP_WAIT_POLICY ?= PASSIVE
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: setup demo test bench gpu-checks clean
+.PHONY: setup demo test bench gpu-checks clean browser
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml
+# `pip install -e` also builds the JupyterLab front-end (labextension/, with the jlpm that comes
+# with jupyterlab) and installs it with the server-extension config: re-run when it changes.
+FRONTEND := $(shell find labextension/src labextension/style labextension/schema -type f 2>/dev/null) \
+	labextension/package.json labextension/yarn.lock
+$(STAMP): pyproject.toml $(FRONTEND)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q torch==2.13.0
@@ -26,8 +30,15 @@ demo: setup
 	-$(BIN)/jiyu doctor
 	$(BIN)/python scripts/run_notebook.py notebooks/01_quickstart.ipynb --out demo-output
 
-test: setup
+test: setup browser
 	$(BIN)/python -m pytest
+
+# The browser tests drive Chromium from apt (Playwright cannot download its own here).
+CHROMIUM ?= /usr/bin/chromium
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+browser: $(CHROMIUM)
+$(CHROMIUM):
+	$(SUDO) apt-get update && $(SUDO) apt-get install -y chromium
 
 bench: setup
 	$(BIN)/python benchmarks/gpu_status.py
@@ -37,4 +48,4 @@ gpu-checks:
 	bash benchmarks/gpu_checks.sh
 
 clean:
-	rm -rf $(VENV) demo-output test-artifacts build dist
+	rm -rf $(VENV) demo-output test-artifacts build dist jiyu_magics/labextension labextension/node_modules labextension/lib

@@ -200,14 +200,16 @@ export function RunRow(props: { run: IRun } & IRunActions): JSX.Element {
         <span className="jp-JiyuRun-kind">{v.kind}</span>
       </div>
       <RunProgress view={v} />
-      <div className="jp-JiyuRun-stats">
-        <Sparkline values={v.losses} />
-        <div className="jp-JiyuRun-numbers">
-          <span className="jp-JiyuRun-step">{v.stepText}</span>
-          <span className="jp-JiyuRun-loss">{v.lossText}</span>
-          <span className="jp-JiyuRun-rate">{v.rateText}</span>
-          <span className="jp-JiyuRun-duration">{v.durationText}</span>
-        </div>
+      <Sparkline values={v.losses} />
+      <div className="jp-JiyuRun-numbers">
+        <span className="jp-JiyuRun-step">{v.stepText}</span>
+        <span className="jp-JiyuRun-duration" title="wall time">
+          {v.durationText}
+        </span>
+        <span className="jp-JiyuRun-loss">{v.lossText}</span>
+        <span className="jp-JiyuRun-rate" title="samples per second">
+          {v.rateText}
+        </span>
       </div>
       {v.detail && <div className="jp-JiyuRun-detail">{v.detail}</div>}
       <div className="jp-JiyuRun-actions">
@@ -253,17 +255,19 @@ function RunProgress(props: { view: IRunView }): JSX.Element {
   );
 }
 
-export const SPARK_WIDTH = 96;
-export const SPARK_HEIGHT = 28;
+/** The sparkline's drawing box; the SVG stretches it to the card's width. */
+export const SPARK_WIDTH = 200;
+export const SPARK_HEIGHT = 24;
 
 export function Sparkline(props: { values: Array<number | null> }): JSX.Element {
   const line = sparkline(props.values, SPARK_WIDTH, SPARK_HEIGHT, 2);
   return (
     <svg
       className="jp-JiyuSparkline"
-      width={SPARK_WIDTH}
+      width="100%"
       height={SPARK_HEIGHT}
       viewBox={`0 0 ${SPARK_WIDTH} ${SPARK_HEIGHT}`}
+      preserveAspectRatio="none"
       role="img"
       aria-label={line.label}
     >

@@ -50,7 +50,8 @@ export class JiyuPanel extends ReactWidget {
     const answer = await showDialog({
       title: `Stop ${run.name}?`,
       body: `Run ${run.id} gets SIGTERM to checkpoint and exit, then SIGKILL after the grace period.`,
-      buttons: [Dialog.cancelButton(), Dialog.warnButton({ label: 'Stop run' })]
+      buttons: [Dialog.cancelButton(), Dialog.warnButton({ label: 'Stop run' })],
+      defaultButton: 0 // Enter cancels: stopping is the deliberate choice
     });
     if (!answer.button.accept) {
       return false;
