@@ -19,7 +19,9 @@ from jiyu_magics.server.handlers import ROUTES
 from .conftest import ROOT
 from .server_fixtures import body, concrete, live_run, run_routes, server_config, training_events
 
-jp_server_config = pytest.fixture(lambda: server_config())
+@pytest.fixture
+def jp_server_config():
+    return server_config()
 
 
 async def fails(fetch_call) -> tuple[int, dict]:
@@ -121,7 +123,7 @@ async def test_a_run_whose_process_died_is_listed_as_lost(jp_fetch):
 async def test_unknown_runs_are_404_with_a_message(jp_fetch):
     for parts in (("runs", "deadbeef"), ("runs", "deadbeef", "events"), ("runs", "deadbeef", "log")):
         code, reply = await fails(jp_fetch("jiyu", "api", *parts))
-        assert code == 404 and "deadbeef" in reply["message"]
+        assert (code, reply["message"]) == (404, "no run with id 'deadbeef'")
     code, reply = await fails(jp_fetch("jiyu", "api", "runs", "deadbeef", "stop", method="POST", body=b""))
     assert code == 404
 
@@ -140,7 +142,7 @@ async def test_events_are_read_by_byte_offset(jp_fetch):
     assert [e["kind"] for e in more["events"]] == ["end"]
 
 
-@pytest.mark.parametrize("offset", ["-1", "abc", "1.5", "0x10"])
+@pytest.mark.parametrize("offset", ["-1", "abc", "1.5", "0x10", "²"])
 async def test_bad_offsets_are_400(jp_fetch, offset):
     run = live_run()
     for what in ("events", "log"):
@@ -196,6 +198,7 @@ def _post(jp_fetch, payload, *parts):
 
 @pytest.mark.parametrize("payload, code, words", [
     (b"{not json", 400, "not valid JSON"),
+    (b'{"notebook": "train.ipynb", "params": {"lr": NaN}}', 400, "NaN is not JSON"),
     (b"", 400, "JSON object"),
     ([1, 2], 400, "JSON object"),
     ({}, 400, "'notebook' must be a path"),

@@ -13,7 +13,9 @@ from jiyu_magics.server import metrics
 
 from .server_fixtures import live_run, server_config, training_events
 
-jp_server_config = pytest.fixture(lambda: server_config())
+@pytest.fixture
+def jp_server_config():
+    return server_config()
 
 
 def samples(text: str) -> dict[str, list]:

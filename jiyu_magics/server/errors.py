@@ -57,6 +57,6 @@ def answers_errors(verb: Verb) -> Verb:
         except RequestError as error:
             raise web.HTTPError(error.status, str(error)) from None
         except UnknownRun as error:
-            raise web.HTTPError(404, str(error).strip("'\"")) from None
+            raise web.HTTPError(404, str(error)) from None
 
     return answer

@@ -30,9 +30,13 @@ class Submission:
     name: str | None = None
 
 
+def _no_constants(name: str):
+    raise ValueError(f"{name} is not JSON")
+
+
 def json_object(body: bytes) -> dict:
     try:
-        data = json.loads(body or b"null")
+        data = json.loads(body or b"null", parse_constant=_no_constants)
     except (ValueError, UnicodeDecodeError) as error:
         raise RequestError(f"the request body is not valid JSON ({error})") from None
     if not isinstance(data, dict):
@@ -44,7 +48,7 @@ def offset(text: str | None) -> int:
     """A byte offset from a query string: a non-negative integer, 0 when absent."""
     if text is None or text == "":
         return 0
-    if not text.isdigit():
+    if not (text.isascii() and text.isdigit()):
         raise RequestError(f"'offset' must be a non-negative integer byte offset, got {text!r}")
     return int(text)
 
