@@ -42,6 +42,7 @@ $(CHROMIUM):
 
 bench: setup
 	$(BIN)/python benchmarks/gpu_status.py
+	$(BIN)/python benchmarks/panel_server.py
 
 # On a GPU machine: every gpu-marked test and the benchmarks (see benchmarks/gpu_checks.sh).
 gpu-checks:

@@ -161,8 +161,14 @@ def test_submit_command_is_in_the_notebook_toolbar_and_the_palette(page, lab, ar
 
 # -- after the jobs branch lands: jobs.stop / jobs.submit behind the panel's buttons -------------
 
-def test_stop_from_the_panel_stops_the_run(page, lab, jobs):
-    pytest.importorskip("jiyu_magics.jobs", reason="Stop calls jobs.stop (jobs branch, enabled after merge)")
+@pytest.fixture
+def jobs_layer():
+    """Skips (before Lab is even opened) where jiyu_magics.jobs is missing: the jobs branch
+    provides jobs.submit/jobs.stop behind these buttons; the lead enables these after merging."""
+    return pytest.importorskip("jiyu_magics.jobs", reason="needs jobs.submit/jobs.stop (jobs branch)")
+
+
+def test_stop_from_the_panel_stops_the_run(jobs_layer, page, lab, jobs):
     job = jobs(lab, "to-stop", steps=2000, pace=0.1)
     row = page.locator(PANEL).locator(f'li.jp-JiyuRun[data-run-id="{job.run_id}"]')
     expect(row.locator(".jp-JiyuChip")).to_have_text("running", timeout=30_000)
@@ -173,8 +179,7 @@ def test_stop_from_the_panel_stops_the_run(page, lab, jobs):
     assert RunStore(store_path(lab.home)).get(job.run_id).status == "stopped"
 
 
-def test_submit_from_the_toolbar_starts_a_job_the_panel_can_stop(page, lab):
-    pytest.importorskip("jiyu_magics.jobs", reason="Submit calls jobs.submit (jobs branch, enabled after merge)")
+def test_submit_from_the_toolbar_starts_a_job_the_panel_can_stop(jobs_layer, page, lab):
     cells = [{"cell_type": "code", "metadata": {"tags": ["parameters"]}, "execution_count": None, "outputs": [],
               "source": "n = 3"},
              {"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [],

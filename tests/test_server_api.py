@@ -3,8 +3,10 @@ with authentication required on every route as in production."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+import threading
 import subprocess
 import sys
 
@@ -92,6 +94,28 @@ async def test_gpus_are_the_gpu_status_snapshot_records(nvml_double, jp_fetch):
     assert (h100["name"], h100["gpu_util"], h100["mem_total"], h100["power_draw"]) == (
         "NVIDIA H100 80GB HBM3", 45, 80 * 2**30, 250.0)
     assert t4["gpu_util"] is None and t4["mem_used"] == 2**30  # unsupported → null, never an error
+
+
+async def test_a_slow_nvml_read_blocks_neither_the_server_nor_a_second_read(jp_serverapp, jp_fetch):
+    """NVML is held mid-read (a GPU falling off the bus can take seconds): other requests are
+    still answered, and three concurrent GPU requests share that one read."""
+    from jiyu_magics.server.sampler import GpuSampler, read_gpus
+
+    release, reads = threading.Event(), []
+
+    def held_read() -> dict:
+        reads.append(threading.current_thread().name)
+        assert release.wait(60)
+        return read_gpus()
+
+    app = jp_serverapp.web_app.settings["jiyu_magics"]  # the JiyuApp the handlers use
+    app.sampler = GpuSampler(max_age=60, read=held_read)
+    pending = [asyncio.ensure_future(jp_fetch("jiyu", "api", "gpus")) for _ in range(3)]
+    runs = await jp_fetch("jiyu", "api", "runs")
+    assert runs.code == 200 and not any(p.done() for p in pending)
+    release.set()
+    replies = [body(r) for r in await asyncio.gather(*pending)]
+    assert reads == ["jiyu-nvml_0"] and replies[0] == replies[1] == replies[2]
 
 
 # -- runs -----------------------------------------------------------------------------------
