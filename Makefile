@@ -10,11 +10,15 @@ export MKL_NUM_THREADS ?= 1
 export OMP_WAIT_POLICY ?= PASSIVE
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: setup demo test test-system-deps bench gpu-checks clean
+.PHONY: setup demo test test-system-deps browser bench gpu-checks clean
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml
+# `pip install -e` also builds the JupyterLab front-end (labextension/, with the jlpm that comes
+# with jupyterlab) and installs it with the server-extension config: re-run when it changes.
+FRONTEND := $(shell find labextension/src labextension/style labextension/schema -type f 2>/dev/null) \
+	labextension/package.json labextension/yarn.lock
+$(STAMP): pyproject.toml $(FRONTEND)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q torch==2.13.0
@@ -26,7 +30,7 @@ demo: setup
 	-$(BIN)/jiyu doctor
 	$(BIN)/python scripts/run_notebook.py notebooks/01_quickstart.ipynb --out demo-output
 
-test: setup test-system-deps
+test: setup browser test-system-deps
 	$(BIN)/python -m pytest
 
 # The image tests check the entrypoint's sshd set-up with the real sshd (openssh-server). A
@@ -41,12 +45,19 @@ test-system-deps:
 	    apt-get install -y -qq --no-install-recommends openssh-server; rc=$$?; \
 	  if [ -n "$$added" ]; then $(SUDO) rm -f /usr/sbin/policy-rc.d; fi; exit $$rc; }
 
+# The browser tests drive Chromium from apt (Playwright cannot download its own here).
+CHROMIUM ?= /usr/bin/chromium
+browser: $(CHROMIUM)
+$(CHROMIUM):
+	$(SUDO) apt-get update && $(SUDO) apt-get install -y chromium
+
 bench: setup
 	$(BIN)/python benchmarks/gpu_status.py
+	$(BIN)/python benchmarks/panel_server.py
 
 # On a GPU machine: every gpu-marked test and the benchmarks (see benchmarks/gpu_checks.sh).
 gpu-checks:
 	bash benchmarks/gpu_checks.sh
 
 clean:
-	rm -rf $(VENV) demo-output test-artifacts build dist
+	rm -rf $(VENV) demo-output test-artifacts build dist jiyu_magics/labextension labextension/node_modules labextension/lib

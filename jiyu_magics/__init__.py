@@ -17,3 +17,15 @@ def unload_ipython_extension(ipython):
     from .magics import unregister
 
     unregister(ipython)
+
+
+def _jupyter_server_extension_points():
+    """Jupyter's entry point for the server extension (enabled by the installed jupyter-config)."""
+    from .server.app import JiyuApp
+
+    return [{"module": "jiyu_magics", "app": JiyuApp}]
+
+
+def _jupyter_labextension_paths():
+    """Where ``jupyter labextension develop`` finds the built front-end."""
+    return [{"src": "labextension", "dest": "jiyu-magics"}]

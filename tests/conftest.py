@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -9,6 +10,11 @@ import sys
 from pathlib import Path
 
 import pytest
+
+# jp_fetch, jp_serverapp, ...: a real jupyter_server per test for the server-extension tests.
+# (The GPU machine runs only gpu-marked tests and has no jupyter_server: don't fail there.)
+pytest_plugins = ([] if None in (importlib.util.find_spec("pytest_jupyter"), importlib.util.find_spec("jupyter_server"))
+                  else ["pytest_jupyter.jupyter_server"])
 
 ROOT = Path(__file__).resolve().parent.parent
 NVML_DOUBLE_DIR = Path(__file__).resolve().parent / "nvml_double"

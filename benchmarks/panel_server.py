@@ -1,0 +1,78 @@
+"""What one panel poll costs the server, and what the run-summary cache saves.
+
+``GET /jiyu/api/runs`` lists the 50 most recent runs with the summary of each event log (a
+64 KiB tail read and parse per run). Summaries are kept while a log's size and mtime stay the
+same, so a poll re-reads only the logs that grew. This compares a poll with every summary
+recomputed (a fresh cache) against a poll where one run is still training (its log grew since
+the last poll), in interleaved repetitions, and prints medians and their ratio; then the cost
+of one ``/jiyu/metrics`` render from the same records.
+
+    python benchmarks/panel_server.py [--runs 50] [--steps 5000] [--repeat 21]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+import time
+
+from jiyu_magics.core.events import EventLog
+from jiyu_magics.core.paths import RunFiles
+from jiyu_magics.core.store import RunStore, process_start_time
+from jiyu_magics.server import metrics
+from jiyu_magics.server.runs import RunViews
+
+
+def populate(runs: int, steps: int) -> str:
+    """``runs`` runs with ``steps`` step events each; all finished but the last, which stays
+    running (owned by this process). Returns the running one's id."""
+    store = RunStore()
+    for i in range(runs):
+        run = store.create("job", f"run-{i}", status="running", pid=os.getpid(),
+                           pid_started=process_start_time(os.getpid()))
+        if i < runs - 1:
+            store.finish(run.id, "succeeded", exit_code=0)
+        with EventLog(RunFiles.of(run.id).create().events) as log:
+            log.append("start", total_steps=steps)
+            for step in range(1, steps + 1):
+                log.append("step", step=step, epoch=0, loss=1.0 / step, lr=1e-3, samples_per_s=1000.0)
+    return run.id
+
+
+def timed(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=50)
+    parser.add_argument("--steps", type=int, default=5000)
+    parser.add_argument("--repeat", type=int, default=21)
+    args = parser.parse_args()
+    os.environ["JIYU_HOME"] = tempfile.mkdtemp(prefix="jiyu-bench-")
+    live = populate(args.runs, args.steps)
+    warm = RunViews(limit=args.runs)
+    warm.list()
+    grow = EventLog(RunFiles.of(live).events)
+    cold_s, warm_s = [], []
+    for i in range(args.repeat):  # interleaved: drift on the shared cores hits both alike
+        cold_s.append(timed(lambda: RunViews(limit=args.runs).list()))
+        grow.append("step", step=args.steps + i + 1, loss=0.01)
+        warm_s.append(timed(warm.list))
+    cold, hot = statistics.median(cold_s), statistics.median(warm_s)
+    records = warm.list()
+    render_s = statistics.median(timed(lambda: metrics.render({"available": False}, records, {"running": 1}))
+                                 for _ in range(args.repeat))
+    size = len(metrics.render({"available": False}, records, {"running": 1}))
+    print(f"GET runs, {args.runs} runs x {args.steps} step events, median of {args.repeat}:")
+    print(f"  every summary recomputed : {cold * 1e3:7.2f} ms")
+    print(f"  cached, one log growing  : {hot * 1e3:7.2f} ms   ({cold / hot:.1f}x faster)")
+    print(f"/jiyu/metrics render from those records: {render_s * 1e3:.2f} ms, {size} bytes")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,151 @@
+"""REST handlers under ``/jiyu/``: parse, delegate to ``RunViews``/``GpuSampler``/the jobs
+bridge on a worker thread, reply JSON.
+
+Every verb is ``@web.authenticated`` on ``APIHandler`` (XSRF is checked on writes by Jupyter's
+``prepare``) and wrapped by ``answers_errors``. ``ROUTES`` is the complete list; a test walks
+the server's routing table to check that each one refuses a request without credentials.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+from typing import TYPE_CHECKING, Any, Callable
+
+from jupyter_server.auth import User
+from jupyter_server.base.handlers import APIHandler
+from jupyter_server.extension.handler import ExtensionHandlerMixin
+from tornado import web
+
+from . import bridge, metrics, validation
+from .errors import Conflict, answers_errors
+from .tail import read_chunk
+
+if TYPE_CHECKING:
+    from .app import JiyuApp
+
+
+class JiyuHandler(ExtensionHandlerMixin, APIHandler):
+    @property
+    def app(self) -> "JiyuApp":
+        return self.extensionapp  # type: ignore[return-value]
+
+    async def blocking(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(*args)`` on a worker thread: SQLite, log files and process signals never block
+        the event loop that serves every kernel's websocket."""
+        return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
+
+    def reply(self, data: Any, status: int = 200) -> None:
+        self.set_status(status)
+        self.finish(json.dumps(data, default=str))
+
+
+class GpusHandler(JiyuHandler):
+    @web.authenticated
+    @answers_errors
+    async def get(self) -> None:
+        self.reply(await self.app.sampler.snapshot())
+
+
+class RunsHandler(JiyuHandler):
+    @web.authenticated
+    @answers_errors
+    async def get(self) -> None:
+        self.reply({"runs": await self.blocking(self.app.runs.list)})
+
+    @web.authenticated
+    @answers_errors
+    async def post(self) -> None:
+        """Submits a notebook under the server root as a background job."""
+        body = validation.json_object(self.request.body)
+        submission = validation.submission(body, self.settings["server_root_dir"])
+        run = await self.blocking(bridge.submit, submission)
+        record = await self.blocking(self.app.runs.record, run)
+        self.set_header("Location", self.request.path.rstrip("/") + f"/{run.id}")
+        self.reply(record, status=201)
+
+
+class RunHandler(JiyuHandler):
+    @web.authenticated
+    @answers_errors
+    async def get(self, run_id: str) -> None:
+        self.reply(await self.blocking(self.app.runs.get, run_id))
+
+
+class RunEventsHandler(JiyuHandler):
+    @web.authenticated
+    @answers_errors
+    async def get(self, run_id: str) -> None:
+        offset = validation.offset(self.get_query_argument("offset", None))
+        self.reply(await self.blocking(self.app.runs.events, run_id, offset, self.app.chunk_bytes))
+
+
+class RunLogHandler(JiyuHandler):
+    @web.authenticated
+    @answers_errors
+    async def get(self, run_id: str) -> None:
+        """The run's stdout/stderr from ``offset``; ``active`` false means no more will come."""
+        offset = validation.offset(self.get_query_argument("offset", None))
+        run = await self.blocking(self.app.runs.get, run_id)
+        path = self.app.runs.files(run_id).log
+        chunk = await self.blocking(read_chunk, path, offset, self.app.chunk_bytes, not _active(run))
+        self.reply({**chunk.to_dict(), "active": _active(run), "status": run["status"]})
+
+
+class RunStopHandler(JiyuHandler):
+    @web.authenticated
+    @answers_errors
+    async def post(self, run_id: str) -> None:
+        """Stops a background run's whole process group (SIGTERM, then SIGKILL after the grace
+        period). Stopping a finished run is a no-op that returns it."""
+        run = await self.blocking(self.app.runs.get, run_id)
+        if run["kind"] == "kernel":
+            raise Conflict(f"run {run_id} trains inside a notebook kernel: interrupt that kernel to stop it")
+        if _active(run):
+            await self.blocking(bridge.stop, run_id, self.app.stop_grace)
+            run = await self.blocking(self.app.runs.get, run_id)
+        self.reply(run)
+
+
+class MetricsHandler(JiyuHandler):
+    """Prometheus text. A scraper may authenticate with ``Authorization: Bearer <metrics_token>``
+    instead of a Jupyter token, when the server sets ``JiyuApp.metrics_token``."""
+
+    _track_activity = False  # a scraper must not keep an idle server from being culled
+
+    async def prepare(self) -> None:  # type: ignore[override]
+        if self._scraper_token_matches():
+            self.current_user = self._jupyter_current_user = User(username="prometheus-scraper")
+            return
+        await super().prepare()
+
+    def _scraper_token_matches(self) -> bool:
+        expected = self.app.metrics_token
+        scheme, _, given = self.request.headers.get("Authorization", "").partition(" ")
+        return bool(expected) and scheme.lower() == "bearer" and hmac.compare_digest(given.strip(), expected)
+
+    @web.authenticated
+    @answers_errors
+    async def get(self) -> None:
+        gpus = await self.app.sampler.snapshot()
+        runs = await self.blocking(self.app.runs.list)
+        counts = await self.blocking(lambda: metrics.count_statuses(r.status for r in self.app.runs.all_runs()))
+        self.set_status(200)
+        self.finish(metrics.render(gpus, runs, counts), set_content_type=metrics.content_type())
+
+
+def _active(run: dict) -> bool:
+    return run["status"] in ("queued", "running")
+
+
+RUN = r"/jiyu/api/runs/(?P<run_id>[^/]+)"
+ROUTES = [
+    (r"/jiyu/api/gpus", GpusHandler),
+    (r"/jiyu/api/runs", RunsHandler),
+    (RUN, RunHandler),
+    (RUN + r"/events", RunEventsHandler),
+    (RUN + r"/log", RunLogHandler),
+    (RUN + r"/stop", RunStopHandler),
+    (r"/jiyu/metrics", MetricsHandler),
+]

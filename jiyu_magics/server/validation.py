@@ -1,0 +1,90 @@
+"""What a request may contain: JSON bodies, byte offsets and job submissions, checked once.
+
+Each check raises ``RequestError`` with a message that names the field and what was expected,
+so the panel can show it verbatim and a ``curl`` user knows what to fix.
+"""
+
+from __future__ import annotations
+
+import json
+import keyword
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import RequestError
+from .paths import resolve_notebook
+
+MAX_NPROC = 1024
+MAX_NAME = 200
+SUBMIT_FIELDS = ("notebook", "nproc", "params", "name")
+
+
+@dataclass
+class Submission:
+    """A checked ``POST /jiyu/api/runs`` body, ready for ``jobs.submit``."""
+
+    notebook: Path
+    nproc: int = 1
+    params: dict[str, Any] = field(default_factory=dict)
+    name: str | None = None
+
+
+def _no_constants(name: str):
+    raise ValueError(f"{name} is not JSON")
+
+
+def json_object(body: bytes) -> dict:
+    try:
+        data = json.loads(body or b"null", parse_constant=_no_constants)
+    except (ValueError, UnicodeDecodeError) as error:
+        raise RequestError(f"the request body is not valid JSON ({error})") from None
+    if not isinstance(data, dict):
+        raise RequestError("the request body must be a JSON object")
+    return data
+
+
+def offset(text: str | None) -> int:
+    """A byte offset from a query string: a non-negative integer, 0 when absent."""
+    if text is None or text == "":
+        return 0
+    if not (text.isascii() and text.isdigit()):
+        raise RequestError(f"'offset' must be a non-negative integer byte offset, got {text!r}")
+    return int(text)
+
+
+def submission(body: dict, root: str | Path) -> Submission:
+    unknown = sorted(set(body) - set(SUBMIT_FIELDS))
+    if unknown:
+        raise RequestError(f"unknown field(s) {', '.join(map(repr, unknown))}; "
+                           f"a submission takes {', '.join(SUBMIT_FIELDS)}")
+    return Submission(notebook=resolve_notebook(root, body.get("notebook")),
+                      nproc=nproc(body.get("nproc", 1)), params=params(body.get("params")),
+                      name=run_name(body.get("name")))
+
+
+def nproc(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_NPROC:
+        raise RequestError(f"'nproc' must be an integer from 1 to {MAX_NPROC} (processes per node), got {value!r}")
+    return value
+
+
+def params(value: Any) -> dict[str, Any]:
+    """Parameters injected after the notebook's ``parameters`` cell: Python identifiers mapped
+    to JSON values."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise RequestError("'params' must be an object mapping parameter names to values")
+    for name in value:
+        if not name.isidentifier() or keyword.iskeyword(name):
+            raise RequestError(f"parameter name {name!r} is not a Python identifier")
+    return dict(value)
+
+
+def run_name(value: Any) -> str | None:
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str) or len(value) > MAX_NAME or not value.isprintable():
+        raise RequestError(f"'name' must be printable text of at most {MAX_NAME} characters")
+    return value.strip() or None

@@ -1,0 +1,74 @@
+/**
+ * The REST client of the jiyu server extension (`/jiyu/api/...`). Requests go through
+ * JupyterLab's ServerConnection, which adds the token and the XSRF header that every
+ * authenticated route needs.
+ */
+
+import { URLExt } from '@jupyterlab/coreutils';
+import { ServerConnection } from '@jupyterlab/services';
+
+import { IGpuSnapshot, ILogChunk, IRun, ISubmission } from './types';
+
+/** A refusal from the server, with the message it sent (400s name the bad field). */
+export class ApiError extends Error {
+  constructor(
+    message: string,
+    readonly status: number
+  ) {
+    super(message);
+  }
+}
+
+export class JiyuApi {
+  constructor(readonly settings = ServerConnection.makeSettings()) {}
+
+  gpus(): Promise<IGpuSnapshot> {
+    return this.request('api/gpus');
+  }
+
+  async runs(): Promise<IRun[]> {
+    return (await this.request<{ runs: IRun[] }>('api/runs')).runs;
+  }
+
+  log(runId: string, offset: number): Promise<ILogChunk> {
+    return this.request(`api/runs/${encodeURIComponent(runId)}/log`, {}, { offset });
+  }
+
+  stop(runId: string): Promise<IRun> {
+    return this.request(`api/runs/${encodeURIComponent(runId)}/stop`, { method: 'POST' });
+  }
+
+  submit(submission: ISubmission): Promise<IRun> {
+    return this.request('api/runs', {
+      method: 'POST',
+      body: JSON.stringify(submission)
+    });
+  }
+
+  private async request<T>(
+    path: string,
+    init: RequestInit = {},
+    query: Record<string, string | number> = {}
+  ): Promise<T> {
+    const url =
+      URLExt.join(this.settings.baseUrl, 'jiyu', path) +
+      URLExt.objectToQueryString(query);
+    let response: Response;
+    try {
+      response = await ServerConnection.makeRequest(url, init, this.settings);
+    } catch (error) {
+      throw new ServerConnection.NetworkError(error as TypeError);
+    }
+    const text = await response.text();
+    let data: any = null;
+    try {
+      data = text ? JSON.parse(text) : null;
+    } catch {
+      data = null;
+    }
+    if (!response.ok) {
+      throw new ApiError(data?.message || text || response.statusText, response.status);
+    }
+    return data as T;
+  }
+}

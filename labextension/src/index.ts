@@ -1,0 +1,134 @@
+/**
+ * jiyu-magics for JupyterLab: the GPUs-and-runs sidebar, the run log views, and the
+ * "Submit notebook as background job" command (notebook toolbar and command palette).
+ */
+
+import {
+  ILayoutRestorer,
+  JupyterFrontEnd,
+  JupyterFrontEndPlugin
+} from '@jupyterlab/application';
+import {
+  ICommandPalette,
+  MainAreaWidget,
+  Notification,
+  WidgetTracker
+} from '@jupyterlab/apputils';
+import { INotebookTracker } from '@jupyterlab/notebook';
+import { ISettingRegistry } from '@jupyterlab/settingregistry';
+
+import { JiyuApi } from './api';
+import { jiyuIcon } from './icons';
+import { LogView } from './logview';
+import { PanelModel } from './model';
+import { JiyuPanel } from './panel';
+import { submitNotebook } from './submit';
+import { IRun } from './types';
+
+const PLUGIN_ID = 'jiyu-magics:panel';
+
+export namespace CommandIDs {
+  export const openLog = 'jiyu:open-log';
+  export const submit = 'jiyu:submit-notebook';
+  export const showPanel = 'jiyu:show-panel';
+}
+
+const plugin: JupyterFrontEndPlugin<void> = {
+  id: PLUGIN_ID,
+  description: 'GPUs and training runs in the left sidebar; submit notebooks as background jobs.',
+  autoStart: true,
+  optional: [ILayoutRestorer, ISettingRegistry, ICommandPalette, INotebookTracker],
+  activate: (
+    app: JupyterFrontEnd,
+    restorer: ILayoutRestorer | null,
+    settings: ISettingRegistry | null,
+    palette: ICommandPalette | null,
+    notebooks: INotebookTracker | null
+  ) => {
+    const api = new JiyuApi();
+    let panel: JiyuPanel | null = null;
+    const model = new PanelModel({
+      api,
+      interval: 2,
+      hidden: () => !panel?.isVisible
+    });
+    const logs = new WidgetTracker<MainAreaWidget<LogView>>({ namespace: 'jiyu-log' });
+    const openLog = (run: Pick<IRun, 'id' | 'name'>) =>
+      app.commands.execute(CommandIDs.openLog, { id: run.id, name: run.name });
+    panel = new JiyuPanel(model, openLog);
+    app.shell.add(panel, 'left', { rank: 850 });
+    restorer?.add(panel, panel.id);
+
+    app.commands.addCommand(CommandIDs.showPanel, {
+      label: 'Show GPUs and runs',
+      icon: jiyuIcon,
+      execute: () => app.shell.activateById(panel!.id)
+    });
+    app.commands.addCommand(CommandIDs.openLog, {
+      label: args => (args.name ? `Log of ${args.name}` : 'Open run log'),
+      icon: jiyuIcon,
+      execute: args => {
+        const id = String(args.id);
+        const open = logs.find(w => w.content.runId === id);
+        if (open) {
+          app.shell.activateById(open.id);
+          return open;
+        }
+        const widget = new MainAreaWidget({
+          content: new LogView(api, id, String(args.name ?? id))
+        });
+        widget.id = `jiyu-log-area-${id}`;
+        void logs.add(widget);
+        app.shell.add(widget, 'main', { mode: 'split-right' });
+        return widget;
+      }
+    });
+    app.commands.addCommand(CommandIDs.submit, {
+      label: 'Submit notebook as background job',
+      caption: 'Run this notebook under torchrun in the background (JiyuTrainer)',
+      icon: jiyuIcon,
+      isEnabled: () => !!notebooks?.currentWidget,
+      execute: async () => {
+        const notebook = notebooks?.currentWidget;
+        if (!notebook) {
+          return;
+        }
+        const gpus = model.gpus?.devices.length || 1;
+        try {
+          const run = await submitNotebook(notebook, api, gpus);
+          if (run) {
+            Notification.success(`Submitted ${run.name} (${run.id})`, { autoClose: 5000 });
+            app.shell.activateById(panel!.id);
+            model.refreshSoon();
+          }
+        } catch (error) {
+          Notification.error(`Submission failed: ${(error as Error).message}`);
+        }
+      }
+    });
+    palette?.addItem({ command: CommandIDs.submit, category: 'JiyuTrainer' });
+    palette?.addItem({ command: CommandIDs.showPanel, category: 'JiyuTrainer' });
+    notebooks?.currentChanged.connect(() => app.commands.notifyCommandChanged(CommandIDs.submit));
+
+    if (restorer) {
+      void restorer.restore(logs, {
+        command: CommandIDs.openLog,
+        args: w => ({ id: w.content.runId, name: w.content.runName }),
+        name: w => w.content.runId
+      });
+    }
+    if (settings) {
+      void settings.load(PLUGIN_ID).then(loaded => {
+        const apply = () => {
+          model.interval = loaded.get('refreshInterval').composite as number;
+          model.finished = loaded.get('finishedRuns').composite as number;
+          model.notify();
+        };
+        apply();
+        loaded.changed.connect(apply);
+      });
+    }
+  }
+};
+
+export default plugin;

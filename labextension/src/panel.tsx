@@ -1,0 +1,72 @@
+/**
+ * The left-sidebar panel: a ReactWidget re-rendering PanelBody whenever the model changes.
+ * Stop asks for confirmation; Logs opens the log view through a command so the layout
+ * restorer can bring it back after a reload.
+ */
+
+import { Dialog, Notification, ReactWidget, showDialog, UseSignal } from '@jupyterlab/apputils';
+import * as React from 'react';
+
+import { PanelBody } from './components';
+import { jiyuIcon } from './icons';
+import { PanelModel } from './model';
+import { IRun } from './types';
+
+export const PANEL_ID = 'jiyu-panel';
+
+export class JiyuPanel extends ReactWidget {
+  constructor(
+    readonly model: PanelModel,
+    private readonly openLog: (run: IRun) => void
+  ) {
+    super();
+    this.id = PANEL_ID;
+    this.addClass('jp-JiyuPanel');
+    this.title.icon = jiyuIcon;
+    this.title.caption = 'JiyuTrainer: GPUs and runs';
+    this.node.setAttribute('role', 'region');
+    this.node.setAttribute('aria-label', 'JiyuTrainer GPUs and runs');
+  }
+
+  render(): JSX.Element {
+    return (
+      <UseSignal signal={this.model.changed}>
+        {() => (
+          <PanelBody
+            gpus={this.model.gpus}
+            runs={this.model.runs}
+            error={this.model.error}
+            finished={this.model.finished}
+            onStop={run => void this.confirmStop(run)}
+            onLogs={this.openLog}
+          />
+        )}
+      </UseSignal>
+    );
+  }
+
+  /** Asks first: a stop ends the run's whole process group after a checkpoint grace period. */
+  async confirmStop(run: IRun): Promise<boolean> {
+    const answer = await showDialog({
+      title: `Stop ${run.name}?`,
+      body: `Run ${run.id} gets SIGTERM to checkpoint and exit, then SIGKILL after the grace period.`,
+      buttons: [Dialog.cancelButton(), Dialog.warnButton({ label: 'Stop run' })],
+      defaultButton: 0 // Enter cancels: stopping is the deliberate choice
+    });
+    if (!answer.button.accept) {
+      return false;
+    }
+    try {
+      const stopped = await this.model.api.stop(run.id);
+      Notification.info(`${stopped.name}: ${stopped.status}`, { autoClose: 4000 });
+    } catch (error) {
+      Notification.error(`Could not stop ${run.name}: ${(error as Error).message}`);
+    }
+    this.model.refreshSoon();
+    return true;
+  }
+
+  protected onAfterShow(): void {
+    this.model.refreshSoon();
+  }
+}

@@ -1,0 +1,67 @@
+/**
+ * What a run row shows, derived from a run record: pure, so the rendering stays dumb and the
+ * derivation is unit-tested.
+ */
+
+import * as fmt from './format';
+import { ACTIVE_STATUSES, IRun, RunStatus } from './types';
+
+export interface IRunView {
+  id: string;
+  name: string;
+  status: RunStatus;
+  /** The chip's text: the status, or "stopping" once a stop was asked for. */
+  statusLabel: string;
+  kind: string;
+  active: boolean;
+  canStop: boolean;
+  /** 0-1, or null when the run has not said how many steps it will take. */
+  progress: number | null;
+  stepText: string;
+  lossText: string;
+  rateText: string;
+  durationText: string;
+  losses: Array<number | null>;
+  detail: string | null;
+}
+
+export function describeRun(run: IRun): IRunView {
+  const s = run.summary;
+  const active = ACTIVE_STATUSES.includes(run.status);
+  return {
+    id: run.id,
+    name: run.name,
+    status: run.status,
+    statusLabel: active && run.stop_requested ? 'stopping' : run.status,
+    kind: run.kind === 'job' ? `job ×${run.nproc * run.nnodes}` : run.kind,
+    active,
+    canStop: active && run.kind !== 'kernel' && !run.stop_requested,
+    progress: s.progress ?? fmt.fraction(s.step, s.total_steps),
+    stepText: stepText(s.step, s.total_steps, s.epoch),
+    lossText: `loss ${fmt.loss(s.loss)}`,
+    rateText: fmt.rate(s.samples_per_s),
+    durationText: fmt.duration(run.duration),
+    losses: s.losses ?? [],
+    detail: s.error ?? run.error ?? null
+  };
+}
+
+function stepText(
+  step: number | null,
+  total: number | null,
+  epoch: number | null
+): string {
+  if (step === null) {
+    return 'starting';
+  }
+  const of = total ? `/${total}` : '';
+  return epoch === null ? `step ${step}${of}` : `step ${step}${of} · ep ${epoch}`;
+}
+
+/** Active runs first (newest first), then the `finished` most recent finished runs. */
+export function visibleRuns(runs: ReadonlyArray<IRun>, finished: number): IRun[] {
+  const newest = [...runs].sort((a, b) => b.created - a.created);
+  const active = newest.filter(r => ACTIVE_STATUSES.includes(r.status));
+  const done = newest.filter(r => !ACTIVE_STATUSES.includes(r.status));
+  return [...active, ...done.slice(0, Math.max(0, finished))];
+}

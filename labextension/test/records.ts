@@ -1,0 +1,94 @@
+/** Run and GPU records shaped like the server's replies (jiyu_magics/server). */
+
+import { IGpuSnapshot, IRun, IRunSummary } from '../src/types';
+
+export function summary(fields: Partial<IRunSummary> = {}): IRunSummary {
+  return {
+    step: null,
+    total_steps: null,
+    epoch: null,
+    loss: null,
+    lr: null,
+    samples_per_s: null,
+    val_loss: null,
+    val_acc: null,
+    mem_peak: null,
+    updated: null,
+    end_status: null,
+    error: null,
+    losses: [],
+    progress: null,
+    ...fields
+  };
+}
+
+export function run(fields: Partial<IRun> = {}, s: Partial<IRunSummary> = {}): IRun {
+  return {
+    id: 'a1b2c3d4',
+    name: 'digits-mlp',
+    kind: 'job',
+    status: 'running',
+    nproc: 2,
+    nnodes: 1,
+    notebook: '/work/train.ipynb',
+    created: 1000,
+    started: 1001,
+    ended: null,
+    duration: 83.4,
+    exit_code: null,
+    error: null,
+    stop_requested: false,
+    params: {},
+    summary: summary(s),
+    ...fields
+  };
+}
+
+export const GIB = 2 ** 30;
+
+export function snapshot(fields: Partial<IGpuSnapshot> = {}): IGpuSnapshot {
+  return {
+    available: true,
+    reason: null,
+    driver_version: '550.54',
+    cuda_driver_version: '12.4',
+    visible_devices: null,
+    time: 1000,
+    doctor: null,
+    devices: [
+      {
+        index: 0,
+        visible_index: 0,
+        name: 'NVIDIA H100 80GB HBM3',
+        uuid: 'GPU-1111',
+        gpu_util: 45,
+        mem_util: 30,
+        mem_used: 12 * GIB,
+        mem_total: 80 * GIB,
+        temperature: 54,
+        power_draw: 250,
+        power_limit: 700,
+        sm_clock: 1980,
+        mig_mode: false,
+        processes: []
+      },
+      {
+        index: 1,
+        visible_index: null,
+        name: 'Tesla T4',
+        uuid: 'GPU-9999',
+        gpu_util: null,
+        mem_util: null,
+        mem_used: 15.5 * GIB,
+        mem_total: 16 * GIB,
+        temperature: null,
+        power_draw: null,
+        power_limit: null,
+        sm_clock: null,
+        mig_mode: null,
+        processes: []
+      }
+    ],
+    ...fields
+  };
+}

@@ -1,0 +1,55 @@
+import { describe, expect, it } from 'vitest';
+
+import { describeRun, visibleRuns } from '../src/view';
+import { run } from './records';
+
+describe('describeRun', () => {
+  it('derives progress, step, loss, rate and duration from the summary', () => {
+    const v = describeRun(
+      run({}, { step: 120, total_steps: 400, epoch: 1, loss: 0.4321, samples_per_s: 1530, progress: 0.3 })
+    );
+    expect(v.progress).toBe(0.3);
+    expect(v.stepText).toBe('step 120/400 · ep 1');
+    expect(v.lossText).toBe('loss 0.4321');
+    expect(v.rateText).toBe('1530/s');
+    expect(v.durationText).toBe('1:23');
+    expect(v.kind).toBe('job ×2');
+    expect(v.canStop).toBe(true);
+  });
+
+  it('has no progress before the run says how long it is', () => {
+    const v = describeRun(run({ status: 'queued' }));
+    expect(v.progress).toBeNull();
+    expect(v.stepText).toBe('starting');
+    expect(v.active).toBe(true);
+  });
+
+  it('offers Stop only for active background runs not already stopping', () => {
+    expect(describeRun(run({ status: 'succeeded' })).canStop).toBe(false);
+    expect(describeRun(run({ kind: 'kernel' })).canStop).toBe(false);
+    const stopping = describeRun(run({ stop_requested: true }));
+    expect(stopping.canStop).toBe(false);
+    expect(stopping.statusLabel).toBe('stopping');
+  });
+
+  it('shows the error of a failed run', () => {
+    const v = describeRun(run({ status: 'failed', error: 'exit code 1' }, { error: 'loss is NaN at step 7' }));
+    expect(v.detail).toBe('loss is NaN at step 7');
+    expect(describeRun(run({ status: 'lost', error: 'its process ended without reporting' })).detail).toBe(
+      'its process ended without reporting'
+    );
+  });
+});
+
+describe('visibleRuns', () => {
+  it('lists active runs first, then the newest finished ones up to the limit', () => {
+    const runs = [
+      run({ id: 'old', status: 'succeeded', created: 1 }),
+      run({ id: 'act', status: 'running', created: 2 }),
+      run({ id: 'new', status: 'failed', created: 3 }),
+      run({ id: 'mid', status: 'stopped', created: 2.5 })
+    ];
+    expect(visibleRuns(runs, 2).map(r => r.id)).toEqual(['act', 'new', 'mid']);
+    expect(visibleRuns(runs, 0).map(r => r.id)).toEqual(['act']);
+  });
+});

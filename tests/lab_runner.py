@@ -1,0 +1,145 @@
+"""A real ``jupyter lab`` server and a real headless Chromium for the browser tests.
+
+JupyterLab runs from this virtual environment exactly as a user's does after ``pip install``:
+the prebuilt labextension and the server-extension config come from the package's shared
+data, nothing is passed on the command line to enable them. Only the GPU side goes through
+the NVML test double (the machine has no driver) so the screenshots show GPU cards.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+from .conftest import NVML_DOUBLE_DIR, ROOT
+
+CHROMIUM = Path(os.environ.get("JIYU_CHROMIUM", "/usr/bin/chromium"))
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                 "--no-first-run"]
+QUIET_NOTIFICATIONS = {"fetchNews": "false", "checkForUpdates": False}
+
+
+@dataclass
+class Lab:
+    url: str
+    token: str
+    root: Path
+    home: Path
+    process: subprocess.Popen
+
+    @property
+    def entry(self) -> str:
+        return f"{self.url}lab?token={self.token}"
+
+    def env(self) -> dict[str, str]:
+        return {**os.environ, "JIYU_HOME": str(self.home)}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def write_user_settings(folder: Path, panel: dict) -> None:
+    """User settings as JupyterLab stores them: no news toast over the screenshots, and a fast
+    panel refresh so the test sees progress without long waits."""
+    for plugin, values in (("@jupyterlab/apputils-extension/notification", QUIET_NOTIFICATIONS),
+                           ("jiyu-magics/panel", panel)):
+        path = folder / f"{plugin}.jupyterlab-settings"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(values))
+
+
+@contextmanager
+def jupyter_lab(workdir: Path, panel_settings: dict, timeout: float = 90) -> Iterator[Lab]:
+    root, home, jupyter = workdir / "root", workdir / "jiyu_home", workdir / "jupyter"
+    for folder in (root, home, jupyter / "config", jupyter / "runtime"):
+        folder.mkdir(parents=True, exist_ok=True)
+    write_user_settings(jupyter / "settings", panel_settings)
+    port, token = free_port(), secrets.token_hex(16)
+    env = {**os.environ, "JIYU_HOME": str(home), "JUPYTER_CONFIG_DIR": str(jupyter / "config"),
+           "JUPYTER_RUNTIME_DIR": str(jupyter / "runtime"),
+           "PYTHONPATH": os.pathsep.join([str(NVML_DOUBLE_DIR), str(ROOT)])}
+    command = [sys.executable, "-m", "jupyterlab", "--no-browser", "--allow-root", f"--port={port}",
+               "--ServerApp.ip=127.0.0.1", "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}",
+               f"--ServerApp.root_dir={root}", f"--LabApp.user_settings_dir={jupyter / 'settings'}",
+               f"--LabApp.workspaces_dir={jupyter / 'workspaces'}", "--LabApp.expose_app_in_browser=True"]
+    log = open(workdir / "jupyter_lab.log", "wb")
+    process = subprocess.Popen(command, cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT,
+                               start_new_session=True)
+    lab = Lab(f"http://127.0.0.1:{port}/", token, root, home, process)
+    try:
+        wait_for_status(lab, timeout, workdir / "jupyter_lab.log")
+        yield lab
+    finally:
+        stop_process(process)
+        log.close()
+
+
+def wait_for_status(lab: Lab, timeout: float, log: Path) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if lab.process.poll() is not None:
+            raise RuntimeError(f"jupyter lab exited with {lab.process.returncode}:\n{log.read_text()[-3000:]}")
+        try:
+            request = urllib.request.Request(f"{lab.url}api/status", headers={"Authorization": f"token {lab.token}"})
+            with urllib.request.urlopen(request, timeout=5) as reply:
+                if reply.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.5)
+    raise TimeoutError(f"jupyter lab did not answer within {timeout:.0f} s:\n{log.read_text()[-3000:]}")
+
+
+def stop_process(process: subprocess.Popen, grace: float = 15) -> None:
+    """SIGTERM to the process group (the server and its kernels), SIGKILL if it lingers."""
+    if process.poll() is not None:
+        return
+    try:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(grace)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(grace)
+    except ProcessLookupError:
+        pass
+
+
+@dataclass
+class TinyJob:
+    run_id: str
+    name: str
+    process: subprocess.Popen
+
+
+def start_tiny_job(lab: Lab, name: str, steps: int = 200, pace: float = 0.2, tmp: Path | None = None) -> TinyJob:
+    """tests/tiny_job.py in its own session, registered in the lab's run store."""
+    env = {**lab.env(), "PYTHONPATH": str(ROOT)}
+    if tmp is not None:
+        env["TMPDIR"] = str(tmp)
+    process = subprocess.Popen([sys.executable, str(ROOT / "tests" / "tiny_job.py"), "--name", name,
+                                "--steps", str(steps), "--pace", str(pace)],
+                               env=env, stdout=subprocess.PIPE, text=True, start_new_session=True)
+    run_id = process.stdout.readline().strip()
+    assert run_id, f"tiny job {name} did not register (exit code {process.poll()})"
+    return TinyJob(run_id, name, process)
+
+
+def launch_chromium(playwright):
+    if not CHROMIUM.exists():
+        raise RuntimeError(f"Chromium not found at {CHROMIUM}: run `make test` (installs it) or "
+                           "`apt-get install -y chromium`, or point JIYU_CHROMIUM at a Chromium binary")
+    return playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)

@@ -1,0 +1,65 @@
+"""Runs for the server tests: real store rows, real event logs and stdout logs on disk."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+
+from tornado.httpclient import HTTPResponse
+from traitlets.config import Config
+
+from jiyu_magics.core.events import EventLog
+from jiyu_magics.core.paths import RunFiles
+from jiyu_magics.core.store import Run, RunStore, process_start_time
+
+
+def server_config(**jiyu) -> Config:
+    """The extension enabled and every route closed to anonymous requests, as in production."""
+    return Config({"ServerApp": {"jpserver_extensions": {"jiyu_magics": True, "jupyter_server_terminals": False},
+                                 "allow_unauthenticated_access": False},
+                   "JiyuApp": {"refresh_interval": 0.01, **jiyu}})
+
+
+def live_run(name: str = "digits", kind: str = "job", **fields) -> Run:
+    """A ``running`` run owned by this test process (so reconcile keeps it running)."""
+    pid = os.getpid()
+    return RunStore().create(kind, name, status="running", pid=pid, pid_started=process_start_time(pid),
+                             nproc=2, **fields)
+
+
+def training_events(run: Run, steps: int = 5, total: int = 20) -> RunFiles:
+    files = RunFiles.of(run.id).create()
+    with EventLog(files.events) as log:
+        log.append("start", total_steps=total, epochs=2, nproc=run.nproc)
+        for step in range(1, steps + 1):
+            log.append("step", step=step, epoch=0, loss=2.0 / step, lr=1e-3, samples_per_s=500.0 + step)
+        log.append("val", step=steps, loss=0.9, accuracy=0.71)
+    return files
+
+
+def body(response: HTTPResponse) -> dict:
+    return json.loads(response.body)
+
+
+def run_routes(web_app, package: str = "jiyu_magics.server") -> list[tuple[str, type]]:
+    """Every (url regex, handler) the running server routes to a class of ``package``,
+    found by walking tornado's routers: what is really served, not what we meant to add."""
+    found: list[tuple[str, type]] = []
+
+    def walk(router) -> None:
+        for rule in getattr(router, "rules", []):
+            target = rule.target
+            if isinstance(target, type) and target.__module__.startswith(package):
+                found.append((rule.matcher.regex.pattern, target))
+            else:
+                walk(target)
+
+    walk(web_app.default_router)
+    walk(web_app.wildcard_router)
+    return sorted(set(found), key=lambda r: r[0])
+
+
+def concrete(pattern: str, run_id: str) -> str:
+    """A request path matching a route regex, with ``run_id`` for each named group."""
+    return re.sub(r"\(\?P<\w+>[^)]*\)", run_id, pattern).rstrip("$")

@@ -1,0 +1,95 @@
+"""``/jiyu/metrics`` read back with prometheus_client's own parser, through a real server."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from tornado.httpclient import HTTPClientError
+
+from jiyu_magics.core.store import RunStore
+from jiyu_magics.server import metrics
+
+from .server_fixtures import live_run, server_config, training_events
+
+@pytest.fixture
+def jp_server_config():
+    return server_config()
+
+
+def samples(text: str) -> dict[str, list]:
+    """Samples by name, as a scraper would store them."""
+    found: dict[str, list] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            found.setdefault(sample.name, []).append(sample)
+    return found
+
+
+def value(found: dict, metric: str, **labels) -> float:
+    matching = [s.value for s in found[metric] if all(s.labels.get(k) == v for k, v in labels.items())]
+    assert len(matching) == 1, (metric, labels, found.get(metric))
+    return matching[0]
+
+
+async def test_gpus_and_runs_parse_as_prometheus_text(nvml_double, jp_fetch):
+    run = live_run("mlp")
+    training_events(run, steps=5, total=20)
+    old = RunStore().create("job", "failed-long-ago", status="running", pid=1)
+    RunStore().finish(old.id, "failed", exit_code=1)
+    RunStore().update(old.id, ended=time.time() - 2 * metrics.RECENT_S)
+    response = await jp_fetch("jiyu", "metrics")
+    assert response.headers["Content-Type"].startswith("text/plain; version=")
+    found = samples(response.body.decode())
+    assert value(found, "jiyu_nvml_up") == 1
+    assert value(found, "jiyu_gpu_utilization_ratio", gpu="0") == pytest.approx(0.45)
+    assert value(found, "jiyu_gpu_memory_total_bytes", gpu="0") == 80 * 2**30
+    assert value(found, "jiyu_gpu_power_watts", gpu="0") == 250
+    assert value(found, "jiyu_gpu_temperature_celsius", gpu="0") == 54
+    assert value(found, "jiyu_gpu_info", gpu="1", name="Tesla T4") == 1
+    assert [s.labels["gpu"] for s in found["jiyu_gpu_utilization_ratio"]] == ["0"]  # T4: not supported, no sample
+    labels = {"run_id": run.id, "name": "mlp", "kind": "job"}
+    assert value(found, "jiyu_run_status", **labels, jiyu_run_status="running") == 1
+    assert value(found, "jiyu_run_status", **labels, jiyu_run_status="failed") == 0
+    assert value(found, "jiyu_run_step", **labels) == 5
+    assert value(found, "jiyu_run_progress_ratio", **labels) == 0.25
+    assert value(found, "jiyu_run_loss", **labels) == pytest.approx(0.4)
+    assert value(found, "jiyu_run_samples_per_second", **labels) == 505
+    assert value(found, "jiyu_runs", status="running") == 1
+    assert value(found, "jiyu_runs", status="failed") == 1
+    assert all(s.labels.get("name") != "failed-long-ago" for s in found["jiyu_run_status"])
+
+
+@pytest.mark.driverless
+async def test_without_a_driver_nvml_is_down_and_no_gpu_series_exist(jp_fetch):
+    found = samples((await jp_fetch("jiyu", "metrics")).body.decode())
+    assert value(found, "jiyu_nvml_up") == 0
+    assert "jiyu_gpu_utilization_ratio" not in found
+
+
+@pytest.mark.parametrize("jp_server_config", [server_config(metrics_token="scrape-secret")])
+async def test_a_scraper_token_opens_metrics_and_nothing_else(jp_fetch):
+    bearer = {"Authorization": "Bearer scrape-secret"}
+    response = await jp_fetch("jiyu", "metrics", headers=dict(bearer))
+    assert response.code == 200 and b"jiyu_nvml_up" in response.body
+    for headers in ({"Authorization": "Bearer wrong"}, {"Authorization": ""}):
+        with pytest.raises(HTTPClientError) as refused:
+            await jp_fetch("jiyu", "metrics", headers=headers)
+        assert refused.value.code == 403
+    with pytest.raises(HTTPClientError) as refused:
+        await jp_fetch("jiyu", "api", "runs", headers=dict(bearer))
+    assert refused.value.code == 403
+
+
+async def test_without_a_scraper_token_bearer_headers_are_refused(jp_fetch):
+    with pytest.raises(HTTPClientError) as refused:
+        await jp_fetch("jiyu", "metrics", headers={"Authorization": "Bearer "})
+    assert refused.value.code == 403
+
+
+def test_only_active_and_recently_finished_runs_get_series():
+    now = time.time()
+    runs = [{"id": "a", "status": "running", "ended": None}, {"id": "b", "status": "succeeded", "ended": now - 60},
+            {"id": "c", "status": "failed", "ended": now - 2 * metrics.RECENT_S}]
+    assert [r["id"] for r in metrics.recent(runs, now)] == ["a", "b"]
