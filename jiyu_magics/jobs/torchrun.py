@@ -14,6 +14,11 @@ from typing import Mapping, Sequence
 from ..core.paths import HOME_ENV, RUN_ID_ENV, jiyu_home
 
 WORKER_MODULE = "jiyu_magics.jobs.worker"
+# torch >= 2.4 shares the rendezvous TCPStore with the workers; after a restart the ranks then
+# read the previous attempt's addresses and gloo/NCCL fail to connect or hang
+# (pytorch/pytorch#135712, seen here with torch 2.13). Each attempt's rank 0 hosting its own
+# store, as before 2.4, restarts cleanly.
+STORE_SETTINGS = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
 LINE_PREFIX_TEMPLATE = "[rank${rank}]: "
 # Variables a kernel or an enclosing torchrun hands down that would confuse a fresh launch:
 # ipykernel's inline matplotlib backend, and the rendezvous of a job we may be running inside.
@@ -54,6 +59,8 @@ def environment(run_id: str, error_file: str | os.PathLike | None = None,
     env = {k: v for k, v in (os.environ if base is None else base).items() if k not in INHERITED_NOISE}
     env.update({RUN_ID_ENV: run_id, HOME_ENV: str(jiyu_home()), "PYTHONUNBUFFERED": "1",
                 "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": LINE_PREFIX_TEMPLATE})
+    for name, value in STORE_SETTINGS.items():
+        env.setdefault(name, value)
     if error_file is not None:
         env["TORCHELASTIC_ERROR_FILE"] = str(Path(error_file))
     return env

@@ -49,7 +49,8 @@ def hand_over(store: RunStore, run: Run, spec: LaunchSpec, files: RunFiles) -> H
     else:
         done = subprocess.run([tool, *backend.SUBMIT_ARGS, str(path)], capture_output=True, text=True, timeout=120)
         if done.returncode:
-            raise JobError(f"{backend.TOOL} refused the job: {(done.stderr or done.stdout).strip().splitlines()[-1:]}")
+            last = ((done.stderr or done.stdout).strip().splitlines() or ["no output"])[-1]
+            raise JobError(f"{backend.TOOL} failed ({last}); the spec is at {path}")
         handover = Handover(spec.backend, str(path), True, f"{backend.TOOL}: {done.stdout.strip()}")
     handover.save(files)
     return handover

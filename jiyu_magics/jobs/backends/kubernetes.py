@@ -57,7 +57,8 @@ def _replica(count: int, name: str, image: str, claim: str, run: Run, spec: Laun
         "name": "pytorch",  # the operator finds the training container by this name
         "image": image, "command": cmd[:1], "args": cmd[1:], "workingDir": POD_WORKDIR,
         "env": [{"name": RUN_ID_ENV, "value": run.id}, {"name": HOME_ENV, "value": POD_HOME},
-                {"name": "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", "value": torchrun.LINE_PREFIX_TEMPLATE}],
+                {"name": "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", "value": torchrun.LINE_PREFIX_TEMPLATE},
+                *({"name": k, "value": v} for k, v in torchrun.STORE_SETTINGS.items())],
         "resources": {"limits": {"nvidia.com/gpu": spec.nproc}},
         "volumeMounts": [{"name": "script", "mountPath": POD_SCRIPT_DIR, "readOnly": True},
                          {"name": "runs", "mountPath": POD_HOME},

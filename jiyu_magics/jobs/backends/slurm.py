@@ -32,6 +32,7 @@ def render(run: Run, spec: LaunchSpec, files: RunFiles) -> str:
         "set -euo pipefail",
         f"export {RUN_ID_ENV}={shlex.quote(run.id)} {HOME_ENV}={shlex.quote(str(jiyu_home()))}",
         f"export TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE={shlex.quote(torchrun.LINE_PREFIX_TEMPLATE)}",
+        *(f"export {k}={shlex.quote(v)}" for k, v in torchrun.STORE_SETTINGS.items()),
         "# The first node of the allocation hosts the rendezvous.",
         'head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
         "srun --kill-on-bad-exit=1 " + " ".join(map(_quote, cmd)),
