@@ -96,6 +96,16 @@ def test_shell_install_display_and_control_commands_are_left_out_with_a_comment(
     assert "run_line_magic('load_ext', 'jiyu_magics')" in control.script
 
 
+def test_rules_reach_commands_nested_in_compound_statements(tmp_path):
+    source = ("try:\n    !echo in-try\nexcept Exception:\n    %pip install x\nelse:\n    pass\n"
+              "with open(__file__) as f:\n    if True:\n        %matplotlib inline\n")
+    export = export_notebook(write_nb(tmp_path / "nb.ipynb", source))
+    assert [note.split(": ", 1)[1] for note in export.left_out] == [
+        "!echo in-try (shell command)", "%pip install x (package install: put it in the image)",
+        "%matplotlib inline (display-only)"]
+    compile(export.script, "nb", "exec")
+
+
 def test_rules_apply_inside_the_body_of_time_and_capture(tmp_path):
     script = export_notebook(write_nb(tmp_path / "nb.ipynb", *CORPUS["capture"][0])).script
     assert "# jiyu: left out !echo also-hidden (shell command" in script
@@ -193,8 +203,8 @@ def test_history_cells_from_ipython_execution_results(ip):
     (lambda p: (p / "t.ipynb").write_text("not json") and p / "t.ipynb", "is not a Jupyter notebook"),
     (lambda p: (p / "j.ipynb").write_text('{"a": 1}') and p / "j.ipynb", "is not a Jupyter notebook"),
     (lambda p: write_nb(p / "r.ipynb", "x <- 1", language="R"), "is a R notebook"),
-    (lambda p: write_nb(p / "s.ipynb", "ok = 1", "def broken(:\n    pass"), "cell 2 is not valid Python"),
-    (lambda p: write_nb(p / "a.ipynb", "await thing()"), "cell 1 cannot run as a script: 'await' outside function"),
+    (lambda p: write_nb(p / "s.ipynb", "ok = 1", "def broken(:\n    pass"), "cell 2 is not valid Python: invalid syntax \\(line 1\\)"),
+    (lambda p: write_nb(p / "a.ipynb", "await thing()"), "cell 1 is not valid Python: 'await' outside function \\(line 1\\)"),
 ])
 def test_bad_notebooks_are_one_line_errors(make, message, tmp_path):
     with pytest.raises(JobError, match=message) as error:

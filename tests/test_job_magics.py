@@ -105,3 +105,21 @@ def test_magic_help_is_the_docstring(ip):
     assert "jiyu:keep" in ip.find_line_magic("submit").__doc__
     assert "--nproc-per-node" in ip.find_line_magic("submit").__doc__  # magic_arguments adds the options
     assert "%job stop ID" in ip.find_line_magic("job").__doc__
+
+
+def test_the_kernel_history_records_which_cells_raised(ip):
+    from jiyu_magics import jobs
+    from jiyu_magics.magics.history import CellHistory
+
+    history = CellHistory.of(ip)
+    assert CellHistory.of(ip) is history  # one recorder per shell
+    start = len(history.recorded)
+    ip.run_cell("base = 40", store_history=True)
+    ip.run_cell("base / 0", store_history=True)
+    ip.run_cell("!echo skipped-in-a-job", store_history=True)
+    cells = history.cells()[-3:]
+    assert len(history.recorded) - start == 3
+    assert [(c.source, c.succeeded) for c in cells] == [("base = 40", True), ("base / 0", False),
+                                                        ("!echo skipped-in-a-job", True)]
+    script = jobs.export_history(cells, current="print(base + 2)").script
+    assert "base / 0" not in script and "left out: it raised an error" in script and "print(base + 2)" in script

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
@@ -21,6 +22,12 @@ from typing import Any, Iterable, Mapping, Sequence
 from . import cell_rules, script
 from .errors import JobError
 from .params import assignment_lines, check_params
+
+
+# Where IPython syntax can appear: escapes at a line start (`!cmd`, `%magic`, `?obj`, `/f x`),
+# assigned from (`x = !cmd`, `x = %magic`), help at a line end (`obj?`), pasted prompts. Cells without any are plain Python and skip the
+# transformer, which re-tokenizes a cell once per transform (most of the export's time).
+MAYBE_IPYTHON = re.compile(r"^\s*[!%?/,;]|=\s*[!%]|\?\s*$|^(>>>|In \[)", re.MULTILINE)
 
 
 @dataclass
@@ -162,15 +169,18 @@ def python_of(cell: SourceCell, transformer, export: Export) -> str:
 def _filtered(source: str, cell: SourceCell, transformer, export: Export) -> tuple[str, bool]:
     """``source`` transformed, commands left out; and whether anything was left out (also
     inside the body of ``%%time``-like cell magics, which run notebook code themselves)."""
-    code = transformer.transform_cell(source)
+    if MAYBE_IPYTHON.search(source):
+        code = transformer.transform_cell(source)
+    else:
+        code = source if source.endswith("\n") else source + "\n"  # what the transformer would return
+    if "get_ipython" not in code:
+        return code, False  # plain Python: the whole script's compile checks it
     try:
         tree = ast.parse(code)
     except SyntaxError as error:
         raise JobError(f"{cell.label} is not valid Python: {error.msg} (line {error.lineno})") from None
-    if "get_ipython" not in code:
-        return code, False
     lines, keep, edits, changed = code.splitlines(), cell_rules.KEEP_TAG in cell.tags, [], False
-    for node in ast.walk(tree):
+    for node in _statements(tree.body):
         command = cell_rules.command_of(node) if isinstance(node, (ast.Expr, ast.Assign)) else None
         if command is None or not _owns_its_lines(node, lines):
             continue
@@ -188,6 +198,20 @@ def _filtered(source: str, cell: SourceCell, transformer, export: Export) -> tup
     for node, text in sorted(edits, key=lambda e: -e[0].lineno):
         lines[node.lineno - 1:node.end_lineno] = [text]
     return "\n".join(lines) + "\n", changed
+
+
+def _statements(body: list[ast.stmt]):
+    """Every statement, nested ones included, without visiting expressions (the transformer
+    only ever writes its calls as whole statements)."""
+    stack = list(reversed(body))  # popped in source order
+    while stack:
+        node = stack.pop()
+        yield node
+        nested = []
+        for name in ("body", "orelse", "finalbody", "handlers", "cases"):
+            for child in getattr(node, name, ()):
+                nested += child.body if isinstance(child, (ast.ExceptHandler, ast.match_case)) else [child]
+        stack += reversed(nested)
 
 
 def _comment_for(node: ast.stmt, command: cell_rules.Command, reason: str) -> str:
@@ -228,15 +252,16 @@ def _check_known(params: Mapping[str, Any], cell: SourceCell, transformer) -> No
 
 
 def _check_compiles(text: str, origin: str) -> None:
-    """Errors only the compiler finds (``return`` or ``await`` outside a function), named by
-    the cell they are in."""
+    """One compile of the whole script finds syntax errors, and errors only the compiler sees
+    (``return`` or ``await`` outside a function), reported by cell and line in that cell."""
     try:
         compile(text, origin, "exec", dont_inherit=True)
     except SyntaxError as error:
         above = text.splitlines()[:error.lineno or 0]
-        marker = next((line for line in reversed(above) if line.startswith("# %% ")), "# %% the script")
-        where = marker[5:].split(" (tags:")[0]
-        raise JobError(f"{where} cannot run as a script: {error.msg}") from None
+        start = next((i for i in range(len(above) - 1, -1, -1) if above[i].startswith("# %% ")), None)
+        where = above[start][5:].split(" (tags:")[0] if start is not None else "the script"
+        line = (error.lineno or 0) - (start + 1 if start is not None else 0)
+        raise JobError(f"{where} is not valid Python: {error.msg} (line {line})") from None
 
 
 def _transformer():

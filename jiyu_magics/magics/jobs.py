@@ -47,6 +47,13 @@ def _existing_notebook(candidate) -> Path | None:
 
 @magics_class
 class JobMagics(Magics):
+    def __init__(self, shell=None, **kwargs):
+        super().__init__(shell=shell, **kwargs)
+        if shell is not None:
+            from .history import CellHistory
+
+            self.history = CellHistory.of(shell)  # what %%train --nproc will export
+
     @with_submit_options
     @line_magic
     def submit(self, line: str = ""):
