@@ -132,3 +132,9 @@ def steps_logged(run_id: str) -> list[dict]:
     from jiyu_magics.core.paths import RunFiles
 
     return [e for e in read_events(RunFiles.of(run_id).events)[0] if e["kind"] == "step"]
+
+
+def assert_no_processes(run_id: str, within: float = 10.0) -> None:
+    """No process of the run is left, at the latest ``within`` seconds from now (a supervisor
+    takes a moment to exit after recording the end)."""
+    wait_for(lambda: processes_of(run_id) == [], within, every=0.1, what=f"no process of run {run_id}")

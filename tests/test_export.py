@@ -143,6 +143,14 @@ def test_parameters_are_injected_after_the_parameters_cell(tmp_path):
     assert run_script(tmp_path / "job.py", tmp_path).stdout.strip() == "0.0003 'vit' [2, 3]"
 
 
+def test_parameters_defined_by_unpacking_or_annotation_are_known(tmp_path):
+    nb = write_nb(tmp_path / "nb.ipynb", "lr, (wd, beta) = 0.1, (0.0, 0.9)\nepochs: int = 1", tags={0: ["parameters"]})
+    assert "beta = 0.5" in export_notebook(nb, {"beta": 0.5, "epochs": 2}).script
+    broken = write_nb(tmp_path / "broken.ipynb", "lr = (", tags={0: ["parameters"]})
+    with pytest.raises(JobError, match="cell 1 is not valid Python"):
+        export_notebook(broken, {"lr": 1})
+
+
 def test_without_a_parameters_cell_values_are_injected_first(tmp_path):
     export = export_notebook(write_nb(tmp_path / "nb.ipynb", "print(epochs)"), {"epochs": 3})
     assert export.script.index("epochs = 3") < export.script.index("# %% cell 1")

@@ -9,7 +9,7 @@ from nbformat.v4 import new_code_cell, new_notebook
 
 from jiyu_magics.core.store import RunStore
 
-from .jobs_workload import processes_of, wait_for
+from .jobs_workload import assert_no_processes, processes_of, wait_for
 
 
 @pytest.fixture(autouse=True)
@@ -34,7 +34,8 @@ def ended(run_id):
 
 
 def test_submit_without_a_path_runs_the_notebook_jupyter_named(ip, tmp_path, monkeypatch, capsys):
-    nb = tiny_notebook(tmp_path / "current.ipynb")
+    (tmp_path / "localmod.py").write_text("WORD = 'hi'\n")  # a module next to the notebook, as in Jupyter
+    nb = tiny_notebook(tmp_path / "current.ipynb", "import localmod\nprint('tiny job says', localmod.WORD)")
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("JPY_SESSION_NAME", "current.ipynb")  # relative to the kernel's folder
     ip.run_line_magic("submit", "--name from-session")
@@ -89,7 +90,7 @@ def test_job_stop_from_the_magic(ip, tmp_path, capsys):
     capsys.readouterr()
     ip.run_line_magic("job", f"stop {run.id} --grace 5")
     assert capsys.readouterr().out.strip() == f"Run {run.id} (sleepy): stopped."
-    assert processes_of(run.id) == []
+    assert_no_processes(run.id)
 
 
 @pytest.mark.parametrize("line, message", [("stop feedbeef", "no run with id 'feedbeef'"),

@@ -19,7 +19,7 @@ from jiyu_magics.core.store import RunStore
 from jiyu_magics.jobs import ranks
 
 from .cli_runner import jiyu
-from .jobs_workload import processes_of, steps_logged, wait_for, write_notebook
+from .jobs_workload import assert_no_processes, processes_of, steps_logged, wait_for, write_notebook
 
 
 @pytest.fixture(autouse=True)
@@ -51,7 +51,7 @@ def test_a_submitted_notebook_runs_detached_to_success(tmp_path):
     summary = summarize(files.events)
     assert summary["step"] == 10 and summary["loss"] is not None and summary["end_status"] == "succeeded"
     assert wait_for(lambda: marker.exists() and marker.read_text().strip(), 30) == f"{run.id} succeeded"
-    assert processes_of(run.id) == []
+    assert_no_processes(run.id)
 
 
 def test_a_failing_rank_fails_the_job_with_that_ranks_error(tmp_path):
@@ -61,7 +61,7 @@ def test_a_failing_rank_fails_the_job_with_that_ranks_error(tmp_path):
     assert done.error == "rank 1: RuntimeError: rank 1 gave up at step 3"
     errors = [e for e in read_events(RunFiles.of(run.id).events)[0] if e["kind"] == "error"]
     assert errors and errors[-1]["message"] == done.error
-    assert processes_of(run.id) == []
+    assert_no_processes(run.id)
 
 
 def test_stop_leaves_no_process_and_keeps_the_checkpoint(tmp_path):
@@ -72,7 +72,7 @@ def test_stop_leaves_no_process_and_keeps_the_checkpoint(tmp_path):
     stopped = jobs.stop(run.id[:5], grace=10)
     assert time.monotonic() - began < 10
     assert stopped.status == "stopped" and RunStore().get(run.id).status == "stopped"
-    assert processes_of(run.id) == []
+    assert_no_processes(run.id)
     assert (RunFiles.of(run.id).ckpt / "last.pt").exists()
     assert jobs.stop(run.id).status == "stopped"  # stopping an ended run changes nothing
 
@@ -104,7 +104,7 @@ def test_a_killed_rank_is_restarted_and_resumes_from_its_checkpoint(tmp_path):
     first = restarted[0]["first_step"]
     assert first > 1 and last_before - first + 1 <= 4 + 2  # redone: at most one checkpoint interval (+ steps in flight)
     assert [e["step"] for e in events if e["kind"] == "step" and e["restart"] == 1][-1] == 24
-    assert processes_of(run.id) == []
+    assert_no_processes(run.id)
 
 
 SUBMITTER = """
@@ -195,5 +195,38 @@ def test_cli_submit_logs_and_jobs(tmp_path):
     assert follow.returncode == 0 and "[rank1]: rank 1 done" in follow.stdout and "job succeeded" in follow.stdout
     assert jiyu("logs", run_id, "--tail", "1").stdout.count("\n") == 1
     listing = json.loads(jiyu("jobs", "--all", "--json").stdout)
-    assert [(r["id"], r["status"], r["progress"]) for r in listing] == [(run_id, "succeeded", "6/6")]
+    assert [(r["id"], r["status"], r["display"]["progress"]) for r in listing] == [(run_id, "succeeded", "6/6")]
+    assert listing[0]["exit_code"] == 0 and listing[0]["pid"]
     assert "No active runs" in jiyu("jobs").stdout
+
+
+def test_more_processes_than_visible_gpus_is_refused(nvml_double, tmp_path, monkeypatch):
+    nb = write_notebook(tmp_path / "nb.ipynb")
+    with pytest.raises(jobs.JobError, match=r"--nproc 3 is more than the 2 GPU\(s\) visible here"):
+        jobs.submit(nb, nproc=3)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    with pytest.raises(jobs.JobError, match=r"--nproc 2 is more than the 1 GPU\(s\) visible here"):
+        jobs.submit(nb, nproc=2)
+    assert RunStore().list() == []
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("node_ranks", [(None, None), (0, 1)], ids=["c10d", "static"])
+def test_two_nodes_meet_at_the_rendezvous_endpoint(node_ranks, tmp_path):
+    """Two submissions on this machine act as two nodes of one job (1 rank each)."""
+    nb = write_notebook(tmp_path / "nb.ipynb")
+    endpoint = f"127.0.0.1:{free_port()}"
+    runs = [jobs.submit(nb, nproc=1, nnodes=2, rdzv_endpoint=endpoint, node_rank=rank, params={"steps": 4},
+                        name=f"node{i}") for i, rank in enumerate(node_ranks)]
+    assert [finished(r.id).status for r in runs] == ["succeeded", "succeeded"]
+    starts = [e for r in runs for e in read_events(RunFiles.of(r.id).events)[0] if e["kind"] == "start"]
+    assert len(starts) == 1 and starts[0]["world_size"] == 2  # one global rank 0 across both "nodes"
+    launch = json.loads((RunFiles.of(runs[-1].id).root / "launch.json").read_text())
+    assert (launch["nnodes"], launch["rdzv_endpoint"], launch["node_rank"]) == (2, endpoint, node_ranks[-1])

@@ -12,7 +12,7 @@ from jiyu_magics.core.events import summarize
 from jiyu_magics.core.paths import RunFiles
 from jiyu_magics.core.store import RunStore
 
-from .jobs_workload import processes_of, wait_for, write_notebook
+from .jobs_workload import assert_no_processes, wait_for, write_notebook
 from .notebook_runner import execute, html_of, notebook, text_of
 
 
@@ -43,7 +43,7 @@ def test_a_job_survives_its_kernel_and_shows_in_a_new_one(tmp_path, monkeypatch,
     assert done.status == "succeeded"
     final = summarize(RunFiles.of(run_id).events)
     assert final["step"] == 60 and final["loss"] is not None and final["end_status"] == "succeeded"
-    assert processes_of(run_id) == []
+    assert_no_processes(run_id)
 
 
 def save_artifacts(artifacts, table: str, summary: str) -> None:

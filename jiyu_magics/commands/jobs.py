@@ -75,7 +75,7 @@ def run_jobs(args: argparse.Namespace) -> int:
 
     runs = jobs.list_runs(include_finished=args.all)
     if args.json:
-        print_json([{**r.to_dict(), **view.row(r)} for r in runs])
+        print_json([{**r.to_dict(), "display": view.row(r)} for r in runs])
     else:
         print(view.render_text(runs, args.all))
     return 0

@@ -162,42 +162,59 @@ def _left_out(export: Export, cell: SourceCell, why: str) -> list[str]:
 
 def python_of(cell: SourceCell, transformer, export: Export) -> str:
     """The cell as Python, with the commands a job leaves out replaced by comments."""
-    code, _ = _filtered(cell.source, cell, transformer, export)
+    code, _ = _CellFilter(cell, transformer, export).python(cell.source)
     return code
 
 
-def _filtered(source: str, cell: SourceCell, transformer, export: Export) -> tuple[str, bool]:
-    """``source`` transformed, commands left out; and whether anything was left out (also
-    inside the body of ``%%time``-like cell magics, which run notebook code themselves)."""
-    if MAYBE_IPYTHON.search(source):
-        code = transformer.transform_cell(source)
-    else:
-        code = source if source.endswith("\n") else source + "\n"  # what the transformer would return
-    if "get_ipython" not in code:
-        return code, False  # plain Python: the whole script's compile checks it
-    try:
-        tree = ast.parse(code)
-    except SyntaxError as error:
-        raise JobError(f"{cell.label} is not valid Python: {error.msg} (line {error.lineno})") from None
-    lines, keep, edits, changed = code.splitlines(), cell_rules.KEEP_TAG in cell.tags, [], False
-    for node in _statements(tree.body):
-        command = cell_rules.command_of(node) if isinstance(node, (ast.Expr, ast.Assign)) else None
-        if command is None or not _owns_its_lines(node, lines):
-            continue
-        reason = command.reason_to_leave_out(keep)
+class _CellFilter:
+    """Applies ``cell_rules`` to one cell's transformed code, and to the bodies of the
+    ``%%time``-like cell magics in it (they run notebook code themselves)."""
+
+    def __init__(self, cell: SourceCell, transformer, export: Export):
+        self.cell, self.transformer, self.export = cell, transformer, export
+        self.keep = cell_rules.KEEP_TAG in cell.tags
+
+    def python(self, source: str) -> tuple[str, bool]:
+        """``source`` as Python with commands left out, and whether any was left out."""
+        code = self.transformer.transform_cell(source) if MAYBE_IPYTHON.search(source) else _ended(source)
+        if "get_ipython" not in code:
+            return code, False  # plain Python: the whole script's compile checks it
+        lines, edits = code.splitlines(), []
+        for node in _statements(self._parse(code).body):
+            command = cell_rules.command_of(node) if isinstance(node, (ast.Expr, ast.Assign)) else None
+            edit = self._edit(node, command) if command and _owns_its_lines(node, lines) else None
+            if edit:
+                edits.append((node, *edit))
+        for node, text, _ in sorted(edits, key=lambda e: -e[0].lineno):
+            lines[node.lineno - 1:node.end_lineno] = [text]
+        return "\n".join(lines) + "\n", any(left_out for _, _, left_out in edits)
+
+    def _edit(self, node: ast.stmt, command: cell_rules.Command) -> tuple[str, bool] | None:
+        """The text replacing the statement and whether that leaves something out; None to
+        keep the statement as it is."""
+        reason = command.reason_to_leave_out(self.keep)
         if reason:
-            export.left_out.append(f"{cell.label}: {command.text.splitlines()[0]} ({reason})")
-            edits.append((node, _comment_for(node, command, reason)))
-            changed = True
-        elif command.kind == "cell" and node.col_offset == 0:
-            body = node.value.args[2].value if len(node.value.args) > 2 else ""
-            if command.name in cell_rules.BODY_RUNNING_MAGICS:
-                body_code, body_changed = _filtered(body, cell, transformer, export)
-                body, changed = (body_code, True) if body_changed else (body, changed)
-            edits.append((node, _readable_cell_magic(node, command, body)))
-    for node, text in sorted(edits, key=lambda e: -e[0].lineno):
-        lines[node.lineno - 1:node.end_lineno] = [text]
-    return "\n".join(lines) + "\n", changed
+            self.export.left_out.append(f"{self.cell.label}: {command.text.splitlines()[0]} ({reason})")
+            return _comment_for(node, command, reason), True
+        if command.kind != "cell" or node.col_offset:
+            return None
+        body = node.value.args[2].value if len(node.value.args) > 2 else ""
+        changed = False
+        if command.name in cell_rules.BODY_RUNNING_MAGICS:
+            filtered, changed = self.python(body)
+            body = filtered if changed else body
+        return _readable_cell_magic(node, command, body), changed
+
+    def _parse(self, code: str) -> ast.Module:
+        try:
+            return ast.parse(code)
+        except SyntaxError as error:
+            raise JobError(f"{self.cell.label} is not valid Python: {error.msg} (line {error.lineno})") from None
+
+
+def _ended(source: str) -> str:
+    """What the transformer returns for plain Python: the source, ending in a newline."""
+    return source if source.endswith("\n") else source + "\n"
 
 
 def _statements(body: list[ast.stmt]):
@@ -241,10 +258,13 @@ def _injected(params: Mapping[str, Any], why: str) -> list[str]:
 def _check_known(params: Mapping[str, Any], cell: SourceCell, transformer) -> None:
     """A ``-p`` name the parameters cell does not define is almost always a typo, and a typo
     found at submit time saves a wasted run."""
-    tree = ast.parse(transformer.transform_cell(cell.source))
-    defined = {t.id for node in tree.body if isinstance(node, (ast.Assign, ast.AnnAssign))
-               for t in (node.targets if isinstance(node, ast.Assign) else [node.target])
-               if isinstance(t, ast.Name)}
+    try:
+        tree = ast.parse(transformer.transform_cell(cell.source))
+    except SyntaxError:
+        return  # the script's compile reports it, by cell and line
+    targets = [t for node in tree.body if isinstance(node, (ast.Assign, ast.AnnAssign))
+               for t in (node.targets if isinstance(node, ast.Assign) else [node.target])]
+    defined = {n.id for target in targets for n in ast.walk(target) if isinstance(n, ast.Name)}
     unknown = sorted(set(params) - defined)
     if unknown:
         raise JobError(f"unknown parameter {', '.join(unknown)}: {cell.label} (tagged parameters) defines "

@@ -33,21 +33,15 @@ class Supervisor:
         self.store = RunStore()
         self.files = RunFiles.of(run_id)
         self.spec = LaunchSpec.load(self.files)
-        self.signalled = False
+        self.stop_wanted = False
 
     def run(self) -> int:
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
-        run = self.store.get(self.run_id)
-        if run.stop_requested:
+        if self.store.get(self.run_id).stop_requested:
             return self._end("stopped", None, "stopped before it started")
-        launch = Launch.start(self.files.script, nproc=self.spec.nproc, run_id=self.run_id, cwd=run.cwd,
-                              nnodes=self.spec.nnodes, rdzv_endpoint=self.spec.rdzv_endpoint,
-                              node_rank=self.spec.node_rank, max_restarts=self.spec.max_restarts,
-                              die_with_parent=True)
-        self.store.mark_running(self.run_id, pid=os.getpid(), pgid=launch.pgid)
-        self.say(f"torchrun started: {self.spec.nproc} process(es) per node, pid {launch.pid}")
+        launch = self._start()
         code = self._wait(launch)
         if code == 0:
             return self._end("succeeded", code, None)
@@ -55,26 +49,39 @@ class Supervisor:
             return self._end("stopped", code, "stopped by request")
         return self._end("failed", code, launch.error_line())
 
+    def _start(self) -> Launch:
+        spec = self.spec
+        launch = Launch.start(self.files.script, nproc=spec.nproc, run_id=self.run_id,
+                              cwd=self.store.get(self.run_id).cwd, nnodes=spec.nnodes,
+                              rdzv_endpoint=spec.rdzv_endpoint, node_rank=spec.node_rank,
+                              max_restarts=spec.max_restarts, die_with_parent=True)
+        self.store.mark_running(self.run_id, pid=os.getpid(), pgid=launch.pgid)
+        self.say(f"torchrun started: {spec.nproc} process(es) per node, pid {launch.pid}")
+        return launch
+
     def _wait(self, launch: Launch) -> int:
-        checked = time.monotonic()
+        """torchrun's exit code; a signal to us, or a stop request in the run row (from a
+        host where our pid means nothing), stops it first."""
+        last_check = time.monotonic()
         while launch.poll() is None:
-            if self.signalled or self._stop_requested(checked):
+            if time.monotonic() - last_check >= STORE_CHECK_S:
+                last_check = time.monotonic()
+                self.stop_wanted |= self.store.get(self.run_id).stop_requested
+            if self.stop_wanted:
                 self.store.request_stop(self.run_id)
                 launch.stop()
                 break
             time.sleep(POLL_S)
-            checked = checked if time.monotonic() - checked < STORE_CHECK_S else time.monotonic()
         return launch.wait()
 
-    def _stop_requested(self, last_check: float) -> bool:
-        return time.monotonic() - last_check >= STORE_CHECK_S and self.store.get(self.run_id).stop_requested
-
     def _end(self, status: str, code: int | None, error: str | None) -> int:
-        run = self.store.finish(self.run_id, status, code, error)
+        """The end goes into the event log before the row says the run ended, so whoever sees
+        the final status also finds the whole log."""
         with EventLog(self.files.events) as events:
-            if run.error and run.status == "failed":
-                events.append("error", message=run.error)
-            events.append("end", status=run.status, exit_code=code, source="supervisor")
+            if error and status == "failed":
+                events.append("error", message=error)
+            events.append("end", status=status, exit_code=code, source="supervisor")
+        run = self.store.finish(self.run_id, status, code, error)
         took = f" after {run.duration:.0f} s" if run.duration is not None else ""
         self.say(f"job {run.status}{took}" + (f" (exit code {code})" if code else "")
                  + (f": {run.error}" if run.error else ""))
@@ -95,7 +102,7 @@ class Supervisor:
             self.say(f"--notify command failed: {error}")
 
     def _on_signal(self, signum, frame) -> None:
-        self.signalled = True
+        self.stop_wanted = True
 
     @staticmethod
     def say(text: str) -> None:
