@@ -110,7 +110,8 @@ def read_elastic_error(path: Path) -> str | None:
     message = data.get("message")
     if isinstance(message, dict):
         message = message.get("message")
-    return " ".join(str(message).split()) or None if message else None
+    text = " ".join(str(message or "").split())
+    return text or None
 
 
 def _die_with_parent() -> None:

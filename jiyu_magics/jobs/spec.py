@@ -7,7 +7,6 @@ import json
 import shlex
 import shutil
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
 from ..core.paths import RunFiles
 from .errors import JobError
