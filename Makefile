@@ -54,6 +54,8 @@ $(CHROMIUM):
 bench: setup
 	$(BIN)/python benchmarks/gpu_status.py
 	$(BIN)/python benchmarks/panel_server.py
+	$(BIN)/python benchmarks/export.py
+	$(BIN)/python benchmarks/submit_latency.py
 
 # On a GPU machine: every gpu-marked test and the benchmarks (see benchmarks/gpu_checks.sh).
 gpu-checks:

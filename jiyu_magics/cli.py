@@ -13,7 +13,7 @@ import sys
 
 from . import __version__
 
-COMMAND_MODULES = ("gpu",)
+COMMAND_MODULES = ("gpu", "jobs")
 
 
 class CliError(Exception):

@@ -190,7 +190,7 @@ class RunStore:
             while db.execute("SELECT 1 FROM runs WHERE id = ?", (run_id,)).fetchone():
                 run_id = new_run_id()
             run = Run(id=run_id, name=name or f"{kind}-{run_id}", kind=kind, status=status,
-                      host=self.host, cwd=os.getcwd(), created=now, **values)
+                      host=self.host, created=now, **{"cwd": os.getcwd(), **values})
             if status == "running" and run.started is None:
                 run.started = now
             row = self._to_row(run)
@@ -271,10 +271,11 @@ class RunStore:
 
     def reconcile(self) -> list[str]:
         """Marks ``lost`` the active runs of this host whose process is gone (a reboot, a
-        ``kill -9``), so nothing shows ``running`` forever. Returns the ids it marked."""
+        ``kill -9``), so nothing shows ``running`` forever. Returns the ids it marked. Runs
+        handed to Slurm or Kubernetes have no local process to watch and are left alone."""
         with self._read() as db:
             rows = db.execute(
-                f"SELECT id, pid, pid_started, created FROM runs WHERE host = ? AND status IN "
+                f"SELECT id, pid, pid_started, created FROM runs WHERE host = ? AND backend = 'local' AND status IN "
                 f"({', '.join('?' * len(ACTIVE))})", (self.host, *ACTIVE)).fetchall()
         now, lost = time.time(), []
         for row in rows:

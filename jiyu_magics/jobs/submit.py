@@ -1,0 +1,94 @@
+"""``submit``: a notebook becomes a run (row + folder) and a detached supervisor starts it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from ..core.paths import RunFiles
+from ..core.store import Run, RunStore, process_start_time
+from . import torchrun
+from .errors import JobError
+from .export import export_notebook
+from .spec import LaunchSpec, check_fits_devices
+
+EXPORT_NOTES = "export.json"
+# Supervisors this process started: polled now and then so none stays a zombie in a kernel.
+_started: list[subprocess.Popen] = []
+
+
+def submit(notebook: str | os.PathLike, *, nproc: int = 1, nnodes: int = 1, params: dict | None = None,
+           name: str | None = None, max_restarts: int = 0, backend: str = "local", notify: str | None = None,
+           rdzv_endpoint: str | None = None, node_rank: int | None = None, cwd: str | None = None) -> Run:
+    """Exports ``notebook`` (with ``params`` injected after its ``parameters`` cell) and runs it
+    as a torchrun job: ``local`` under a detached supervisor on this machine, ``slurm`` or
+    ``kubernetes`` as a generated spec (submitted when ``sbatch``/``kubectl`` exist). Returns the
+    run at once. Raises ``JobError`` (one line) for bad input; nothing is created then."""
+    spec = LaunchSpec(nproc, nnodes, max_restarts, backend, rdzv_endpoint, node_rank, notify).validated()
+    path = _notebook_path(notebook, cwd)
+    export = export_notebook(path, params)
+    if backend == "local":
+        check_fits_devices(nproc)
+    workdir = Path(cwd).expanduser().resolve() if cwd else path.parent
+    if not workdir.is_dir():
+        raise JobError(f"cwd {workdir}: no such folder")
+    store = RunStore()
+    run = store.create("job", name or path.stem, nproc=nproc, nnodes=nnodes, notebook=str(path),
+                       cwd=str(workdir), backend=backend, params=export.params)
+    files = RunFiles.of(run.id).create()
+    export.write(files.script)
+    (files.root / EXPORT_NOTES).write_text(json.dumps({"code_cells": export.code_cells, "left_out": export.left_out}))
+    files.params.write_text(json.dumps(export.params, indent=2, default=repr))
+    spec.save(files)
+    try:
+        _hand_over(store, store.get(run.id), spec, files)
+    except Exception as error:
+        store.finish(run.id, "failed", error=f"could not start: {error}")
+        raise
+    return store.get(run.id)
+
+
+def _notebook_path(notebook: str | os.PathLike, cwd: str | None) -> Path:
+    if notebook is None or not str(notebook).strip():
+        raise JobError("no notebook given: pass the path of the notebook to run")
+    path = Path(notebook).expanduser()
+    if not path.is_absolute() and cwd:
+        path = Path(cwd).expanduser() / path
+    return path.resolve()
+
+
+def _hand_over(store: RunStore, run: Run, spec: LaunchSpec, files: RunFiles) -> None:
+    if spec.backend == "local":
+        proc = start_supervisor(run.id, run.cwd, files)
+        store.update(run.id, pid=proc.pid, pid_started=process_start_time(proc.pid))
+        return
+    from .backends import hand_over
+
+    hand_over(store, run, spec, files)
+
+
+def start_supervisor(run_id: str, cwd: str | None, files: RunFiles) -> subprocess.Popen:
+    """``python -m jiyu_magics.jobs.supervisor RUN_ID`` in a new session: no terminal, no
+    signal from the kernel's or the server's process group ever reaches it."""
+    _reap()
+    with open(files.log, "ab") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "jiyu_magics.jobs.supervisor", run_id], cwd=cwd,
+                                env=torchrun.environment(run_id), stdin=subprocess.DEVNULL, stdout=log,
+                                stderr=subprocess.STDOUT, start_new_session=True, close_fds=True)
+    _started.append(proc)
+    return proc
+
+
+def _reap() -> None:
+    _started[:] = [p for p in _started if p.poll() is None]
+
+
+def left_out(run_id: str) -> list[str]:
+    """What the export of this run's notebook left out (one line each), for the submit message."""
+    try:
+        return json.loads((RunFiles.of(run_id).root / EXPORT_NOTES).read_text())["left_out"]
+    except (OSError, ValueError, KeyError):
+        return []

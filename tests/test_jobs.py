@@ -1,0 +1,233 @@
+"""Background jobs through ``jobs.submit`` / ``jobs.stop`` and the ``jiyu`` CLI, on real
+detached supervisors, real torchrun (gloo, 2 ranks), real SQLite and the real process table."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from jiyu_magics import jobs
+from jiyu_magics.core.events import read_events, summarize
+from jiyu_magics.core.paths import RunFiles
+from jiyu_magics.core.store import RunStore
+from jiyu_magics.jobs import ranks
+
+from .cli_runner import jiyu
+from .jobs_workload import assert_no_processes, processes_of, steps_logged, wait_for, write_notebook
+
+
+@pytest.fixture(autouse=True)
+def torchrun_tmp(tmp_path, monkeypatch):
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+
+
+def finished(run_id: str, timeout: float = 180):
+    return wait_for(lambda: (lambda r: r if not r.active else None)(RunStore().get(run_id)), timeout,
+                    what=f"run {run_id} to end")
+
+
+def test_a_submitted_notebook_runs_detached_to_success(tmp_path):
+    nb = write_notebook(tmp_path / "train.ipynb")
+    marker = tmp_path / "notified.txt"
+    run = jobs.submit(nb, nproc=2, params={"steps": 10}, notify=f"sh -c 'echo \"$0 $1\" > {marker}'")
+    assert run.status == "queued" and run.kind == "job" and run.pid  # the supervisor's pid, at once
+    assert (run.name, run.nproc, run.cwd, run.params) == ("train", 2, str(tmp_path), {"steps": 10})
+    running = wait_for(lambda: (lambda r: r if r.status == "running" else None)(RunStore().get(run.id)),
+                       what="running")
+    assert running.pgid and running.pgid != running.pid and running.started  # torchrun's own group
+    done = finished(run.id)
+    assert (done.status, done.exit_code, done.error) == ("succeeded", 0, None) and done.ended >= done.started
+    files = RunFiles.of(run.id)
+    assert "!nvidia-smi" in files.script.read_text() and json.loads(files.params.read_text()) == {"steps": 10}
+    log = files.log.read_text()
+    assert "[rank0]: rank 0 done" in log and "[rank1]: rank 1 done" in log and "job succeeded" in log
+    summary = summarize(files.events)
+    assert summary["step"] == 10 and summary["loss"] is not None and summary["end_status"] == "succeeded"
+    assert wait_for(lambda: marker.exists() and marker.read_text().strip(), 30) == f"{run.id} succeeded"
+    assert_no_processes(run.id)
+
+
+def test_a_failing_rank_fails_the_job_with_that_ranks_error(tmp_path):
+    run = jobs.submit(write_notebook(tmp_path / "nb.ipynb"), nproc=2, params={"fail_rank": 1, "steps": 50})
+    done = finished(run.id)
+    assert done.status == "failed" and done.exit_code not in (0, None)
+    assert done.error == "rank 1: RuntimeError: rank 1 gave up at step 3"
+    errors = [e for e in read_events(RunFiles.of(run.id).events)[0] if e["kind"] == "error"]
+    assert errors and errors[-1]["message"] == done.error
+    assert_no_processes(run.id)
+
+
+def test_stop_leaves_no_process_and_keeps_the_checkpoint(tmp_path):
+    run = jobs.submit(write_notebook(tmp_path / "nb.ipynb"), nproc=2,
+                      params={"steps": 10_000, "step_seconds": 0.05, "ckpt_every": 2})
+    wait_for(lambda: len(steps_logged(run.id)) >= 3, what="three steps")
+    began = time.monotonic()
+    stopped = jobs.stop(run.id[:5], grace=10)
+    assert time.monotonic() - began < 10
+    assert stopped.status == "stopped" and RunStore().get(run.id).status == "stopped"
+    assert_no_processes(run.id)
+    assert (RunFiles.of(run.id).ckpt / "last.pt").exists()
+    assert jobs.stop(run.id).status == "stopped"  # stopping an ended run changes nothing
+
+
+def test_kill_9_of_the_supervisor_makes_the_run_lost_and_stops_its_ranks(tmp_path):
+    run = jobs.submit(write_notebook(tmp_path / "nb.ipynb"), nproc=2, params={"steps": 10_000})
+    wait_for(lambda: steps_logged(run.id), what="the first step")
+    os.kill(RunStore().get(run.id).pid, signal.SIGKILL)
+    lost = wait_for(lambda: {r.id: r for r in jobs.list_runs(include_finished=True)}[run.id].status == "lost"
+                    and RunStore().get(run.id), 30, what="lost")
+    assert lost.ended and "ended without reporting" in lost.error
+    wait_for(lambda: processes_of(run.id) == [], 15, what="the orphaned ranks to stop")
+    listing = jiyu("jobs", "--all")
+    assert f"{run.id}" in listing.stdout and "lost at step" in listing.stdout
+
+
+def test_a_killed_rank_is_restarted_and_resumes_from_its_checkpoint(tmp_path):
+    run = jobs.submit(write_notebook(tmp_path / "nb.ipynb"), nproc=2, max_restarts=1,
+                      params={"steps": 24, "step_seconds": 0.15, "ckpt_every": 4})
+    wait_for(lambda: len(steps_logged(run.id)) >= 6, what="six steps")
+    victim = next(r for r in ranks.read_all(run.id) if r.rank == 1 and r.restart == 0)
+    os.kill(victim.pid, signal.SIGKILL)
+    done = finished(run.id)
+    assert done.status == "succeeded", done.error
+    events = read_events(RunFiles.of(run.id).events)[0]
+    restarted = [e for e in events if e["kind"] == "start" and e["restart"] == 1]
+    assert restarted, "torchrun did not restart the workers"
+    last_done = max(e["step"] for e in events if e["kind"] == "step" and e["restart"] == 0)
+    last_ckpt = max(e["step"] for e in events if e["kind"] == "ckpt" and e["step"] <= last_done)
+    assert restarted[0]["first_step"] == last_ckpt + 1  # resumed from the last checkpoint
+    assert 0 <= last_done - last_ckpt <= 4  # redone: at most one checkpoint interval
+    assert [e["step"] for e in events if e["kind"] == "step" and e["restart"] == 1][-1] == 24
+    assert_no_processes(run.id)
+
+
+SUBMITTER = """
+import sys
+from jiyu_magics import jobs
+run = jobs.submit(sys.argv[1], name=f"c{sys.argv[2]}")
+print(run.id)
+"""
+
+
+def test_twenty_concurrent_submissions_from_separate_processes(tmp_path):
+    from nbformat.v4 import new_code_cell, new_notebook
+    import nbformat
+
+    nb = tmp_path / "tiny.ipynb"
+    nbformat.write(new_notebook(cells=[new_code_cell("print('tiny job')")]), nb)
+    procs = [subprocess.Popen([sys.executable, "-c", SUBMITTER, str(nb), str(i)], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for i in range(20)]
+    outputs = [p.communicate(timeout=180) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [err for _, err in outputs if err][:1]
+    assert not any("locked" in out + err for out, err in outputs)
+    ids = {out.strip() for out, _ in outputs}
+    assert len(ids) == 20
+    runs = {r.id: r for r in RunStore().list()}
+    assert ids <= set(runs) and {runs[i].name for i in ids} == {f"c{i}" for i in range(20)}
+    for run_id in ids:
+        assert finished(run_id, 300).status == "succeeded"
+        assert "[rank0]: tiny job" in RunFiles.of(run_id).log.read_text()
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(nproc=0), "--nproc 0: expected a whole number >= 1"),
+    (dict(nproc=True), "--nproc True"),
+    (dict(max_restarts=-1), "--max-restarts -1"),
+    (dict(nnodes=2), "--nnodes 2 needs --rdzv-endpoint"),
+    (dict(nnodes=2, rdzv_endpoint="host"), "expected HOST:PORT"),
+    (dict(nnodes=2, rdzv_endpoint="h:1", node_rank=2), "--node-rank 2 must be below --nnodes 2"),
+    (dict(backend="yarn"), "--backend 'yarn'"),
+    (dict(notify="no-such-program-xyz run"), "is not an executable on PATH"),
+    (dict(params={"1bad": 1}), "must be a Python identifier"),
+    (dict(params={"steps": {1, 2}.__class__}), "cannot be written as a Python literal"),
+    (dict(params={"nope": 1}), "unknown parameter nope"),
+])
+def test_bad_submissions_are_one_line_errors_and_create_nothing(kwargs, message, tmp_path):
+    nb = write_notebook(tmp_path / "nb.ipynb")
+    with pytest.raises(jobs.JobError, match=message.replace("(", "\\(").replace("[", "\\[")) as error:
+        jobs.submit(nb, **kwargs)
+    assert "\n" not in str(error.value) and isinstance(error.value, ValueError)
+    assert RunStore().list() == []
+
+
+def test_bad_paths_and_unknown_ids_are_one_line_errors(tmp_path):
+    (tmp_path / "notes.txt").write_text("hello")
+    for path, message in [(tmp_path / "missing.ipynb", "no such notebook"),
+                          (tmp_path / "notes.txt", "is not a Jupyter notebook"), ("", "no notebook given")]:
+        with pytest.raises(jobs.JobError, match=message):
+            jobs.submit(path)
+    with pytest.raises(jobs.JobError, match="no run with id 'feedbeef'"):
+        jobs.stop("feedbeef")
+    with pytest.raises(jobs.JobError, match="no run with id 'not-hex'"):
+        jobs.resolve("not-hex")
+
+
+@pytest.mark.parametrize("args, message", [
+    (["submit", "{nb}", "--nproc", "0"], "--nproc 0"),
+    (["submit", "{dir}/missing.ipynb"], "no such notebook"),
+    (["submit", "{nb}", "-p", "lr", "[1,"], "is not a valid Python literal"),
+    (["submit", "{nb}", "-p", "steps"], "expected 2 arguments"),
+    (["stop", "feedbeef"], "no run with id"),
+    (["logs", "feedbeef"], "no run with id"),
+])
+def test_cli_bad_input_exits_2_with_one_line(args, message, tmp_path):
+    nb = write_notebook(tmp_path / "nb.ipynb")
+    done = jiyu(*[a.format(nb=nb, dir=tmp_path) for a in args])
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    last = done.stderr.strip().splitlines()[-1]  # argparse may print its usage first; the error is one line
+    assert last.startswith("jiyu") and message in last
+
+
+def test_cli_submit_logs_and_jobs(tmp_path):
+    nb = write_notebook(tmp_path / "nb.ipynb")
+    done = jiyu("submit", str(nb), "--nproc-per-node", "2", "-p", "steps", "6", "--name", "cli-run")
+    assert done.returncode == 0, done.stderr
+    run_id = done.stdout.split()[2]
+    assert done.stdout.startswith(f"Submitted run {run_id} (cli-run): 2 process(es)")
+    assert "Left out of the job (2): cell 3: !nvidia-smi (shell command)" in done.stdout
+    follow = jiyu("logs", run_id[:4], "-f", timeout=180)
+    assert follow.returncode == 0 and "[rank1]: rank 1 done" in follow.stdout and "job succeeded" in follow.stdout
+    assert jiyu("logs", run_id, "--tail", "1").stdout.count("\n") == 1
+    listing = json.loads(jiyu("jobs", "--all", "--json").stdout)
+    assert [(r["id"], r["status"], r["display"]["progress"]) for r in listing] == [(run_id, "succeeded", "6/6")]
+    assert listing[0]["exit_code"] == 0 and listing[0]["pid"]
+    assert "No active runs" in jiyu("jobs").stdout
+
+
+def test_more_processes_than_visible_gpus_is_refused(nvml_double, tmp_path, monkeypatch):
+    nb = write_notebook(tmp_path / "nb.ipynb")
+    with pytest.raises(jobs.JobError, match=r"--nproc 3 is more than the 2 GPU\(s\) visible here"):
+        jobs.submit(nb, nproc=3)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    with pytest.raises(jobs.JobError, match=r"--nproc 2 is more than the 1 GPU\(s\) visible here"):
+        jobs.submit(nb, nproc=2)
+    assert RunStore().list() == []
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("node_ranks", [(None, None), (0, 1)], ids=["c10d", "static"])
+def test_two_nodes_meet_at_the_rendezvous_endpoint(node_ranks, tmp_path):
+    """Two submissions on this machine act as two nodes of one job (1 rank each)."""
+    nb = write_notebook(tmp_path / "nb.ipynb")
+    endpoint = f"127.0.0.1:{free_port()}"
+    runs = [jobs.submit(nb, nproc=1, nnodes=2, rdzv_endpoint=endpoint, node_rank=rank, params={"steps": 4},
+                        name=f"node{i}") for i, rank in enumerate(node_ranks)]
+    assert [finished(r.id).status for r in runs] == ["succeeded", "succeeded"]
+    starts = [e for r in runs for e in read_events(RunFiles.of(r.id).events)[0] if e["kind"] == "start"]
+    assert len(starts) == 1 and starts[0]["world_size"] == 2  # one global rank 0 across both "nodes"
+    launch = json.loads((RunFiles.of(runs[-1].id).root / "launch.json").read_text())
+    assert (launch["nnodes"], launch["rdzv_endpoint"], launch["node_rank"]) == (2, endpoint, node_ranks[-1])

@@ -1,0 +1,57 @@
+"""A job submitted from a real notebook kernel (nbclient) outlives that kernel, and a new
+kernel sees it with ``%jobs`` / ``%job attach`` until it succeeds."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import psutil
+
+from jiyu_magics.core.events import summarize
+from jiyu_magics.core.paths import RunFiles
+from jiyu_magics.core.store import RunStore
+
+from .jobs_workload import assert_no_processes, wait_for, write_notebook
+from .notebook_runner import execute, html_of, notebook, text_of
+
+
+def test_a_job_survives_its_kernel_and_shows_in_a_new_one(tmp_path, monkeypatch, artifacts):
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    workload = write_notebook(tmp_path / "train.ipynb")
+    first = execute(notebook("%load_ext jiyu_magics",
+                             f"%submit {workload} --nproc 2 -p steps 60 -p step_seconds 0.1 --name survivor",
+                             "import os; os.getpid()"), tmp_path)
+    out = text_of(first.cells[1])
+    assert out.startswith("Submitted run "), out
+    run_id = out.split()[2]
+    kernel_pid = int(text_of(first.cells[2]))
+    assert not psutil.pid_exists(kernel_pid) or psutil.Process(kernel_pid).status() == psutil.STATUS_ZOMBIE
+
+    run = RunStore().get(run_id)
+    assert run.active, "the job died with the kernel that submitted it"
+    wait_for(lambda: summarize(RunFiles.of(run_id).events)["step"], what="a training step")
+
+    second = execute(notebook("%load_ext jiyu_magics", "%jobs", f"%job attach {run_id}"), tmp_path)
+    table, summary = html_of(second.cells[1]), html_of(second.cells[2])
+    assert f"<code>{run_id}</code>" in table and "survivor" in table and ">running<" in table
+    assert "<progress" in table and run_id in summary
+    save_artifacts(artifacts, table, summary)
+
+    done = wait_for(lambda: (lambda r: r if not r.active else None)(RunStore().get(run_id)), 180, what="the end")
+    assert done.status == "succeeded"
+    final = summarize(RunFiles.of(run_id).events)
+    assert final["step"] == 60 and final["loss"] is not None and final["end_status"] == "succeeded"
+    assert_no_processes(run_id)
+
+
+def save_artifacts(artifacts, table: str, summary: str) -> None:
+    """The %jobs table and %job attach summary as a page (and a PNG where Chromium exists)."""
+    page = artifacts / "jobs_table.html"
+    page.write_text(f"<html><body style='font-family:sans-serif'>{table}<hr>{summary}</body></html>")
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium:
+        subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+                        f"--screenshot={artifacts / 'jobs_table.png'}", "--window-size=900,420", page.as_uri()],
+                       capture_output=True, timeout=60)
