@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import importlib
 
-MODULES = ("gpu",)
+MODULES = ("gpu", "train")
 
 
 def magic_classes() -> list[type]:
