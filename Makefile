@@ -31,6 +31,8 @@ test: setup
 
 bench: setup
 	$(BIN)/python benchmarks/gpu_status.py
+	$(BIN)/python benchmarks/train_overhead.py
+	$(BIN)/python benchmarks/dashboard_share.py
 
 # On a GPU machine: every gpu-marked test and the benchmarks (see benchmarks/gpu_checks.sh).
 gpu-checks:
