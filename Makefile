@@ -56,6 +56,8 @@ bench: setup
 	$(BIN)/python benchmarks/panel_server.py
 	$(BIN)/python benchmarks/export.py
 	$(BIN)/python benchmarks/submit_latency.py
+	$(BIN)/python benchmarks/train_overhead.py
+	$(BIN)/python benchmarks/dashboard_share.py
 
 # On a GPU machine: every gpu-marked test and the benchmarks (see benchmarks/gpu_checks.sh).
 gpu-checks:

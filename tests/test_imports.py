@@ -10,7 +10,8 @@ from .conftest import ROOT
 
 LIGHT_MODULES = ["jiyu_magics", "jiyu_magics.core", "jiyu_magics.core.gpu", "jiyu_magics.core.doctor",
                  "jiyu_magics.core.store", "jiyu_magics.core.events", "jiyu_magics.views.gpu",
-                 "jiyu_magics.cli", "jiyu_magics.commands.gpu", "jiyu_magics.magics.gpu"]
+                 "jiyu_magics.cli", "jiyu_magics.commands.gpu", "jiyu_magics.magics.gpu",
+                 "jiyu_magics.magics.train", "jiyu_magics.widgets.train_dashboard", "jiyu_magics.views.train_text"]
 
 
 @pytest.mark.parametrize("module", LIGHT_MODULES)

@@ -4,9 +4,22 @@ It is the one source of truth for a run's progress. Rank 0 appends; every view (
 server, ``/metrics``) tails it by byte offset, so training never waits on a reader and a
 reader that comes late (a re-attached notebook, a reloaded browser) still sees the whole run.
 
-Schema: ``{"t": unix time, "kind": start|step|val|ckpt|gpu|advice|end|error, ...}`` with, by
-kind, ``step``, ``epoch``, ``loss``, ``lr``, ``samples_per_s``, ``mem_alloc``,
-``mem_reserved``, ``mem_peak``, ``total_steps``, ``message``, ``path``, ``status``.
+Schema: ``{"t": unix time, "kind": start|step|val|ckpt|gpu|advice|end|error, ...}``. Fields by
+kind, as the training engine (``jiyu_magics.train``) writes them, at its log interval only:
+
+- ``start`` (one per ``fit`` call; a run may hold several): ``run_id``, ``name``, ``total_steps``
+  (None when unknown), ``epochs``, ``steps_per_epoch``, ``nproc``, ``batch_size`` (per process and
+  micro-batch), ``accum``, ``amp`` (bf16|fp16|off), ``device``, ``params`` (parameter count),
+  ``strategy`` (single|ddp|fsdp), ``data`` (how batches are made), ``start_step`` (> 0 when
+  resumed), ``resumed_from`` (checkpoint path).
+- ``step``: ``step`` (optimizer steps so far), ``epoch`` (1-based), ``loss`` (mean since the last
+  log, over ranks), ``lr``, ``samples_per_s`` (all ranks), ``mem_alloc``/``mem_reserved``/
+  ``mem_peak`` (bytes, CUDA only), ``data_wait`` (share 0..1 of wall time waiting for batches),
+  ``grad_norm`` (before clipping, when clipping), ``elapsed`` and ``eta`` (seconds).
+- ``val``: ``step``, ``epoch``, ``loss``, ``accuracy`` (None when not a classification).
+- ``ckpt``: ``step``, ``path``.  ``advice``: ``step``, ``message``.
+- ``end``: ``status`` (succeeded|stopped|failed), ``step``, ``message``, ``elapsed``.
+- ``error``: ``message``, ``step``, ``rank``.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import importlib
 
-MODULES = ("gpu", "jobs")
+MODULES = ("gpu", "train", "jobs")
 
 
 def magic_classes() -> list[type]:

@@ -1,0 +1,279 @@
+"""Engine overhead against a hand-written loop (and Lightning / Accelerate where installed).
+
+Every variant trains the same model on the same in-memory data with AdamW; each repetition
+times the steady state: steps ``WARMUP`` to ``WARMUP + STEPS``, timestamped right after the
+log of those steps (the hand loop reads its loss there with ``.item()``, the engine logs with
+``log_every=WARMUP``), so set-up, the first slow steps and the end are outside the window.
+Variants run interleaved (A B C D, A B C D, ...) so machine drift hits all alike; we print
+medians and, per variant, the median of per-repetition ratios to the hand-written loop with a
+bootstrap 90% interval. Two data paths are compared as users write them: a DataLoader over a
+TensorDataset (per-sample collate), and the batched gather of the engine's fast path.
+
+    python benchmarks/train_overhead.py [--repeat 7] [--only tiny|medium]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import statistics
+import tempfile
+import time
+from typing import Callable
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from jiyu_magics.train import fit
+from jiyu_magics.train.data import TensorBatches
+
+CASES = {
+    "tiny": dict(sizes=(64, 256, 10), batch=64, samples=8192, warmup=100, steps=600),
+    "medium": dict(sizes=(784, 1024, 1024, 10), batch=256, samples=4096, warmup=5, steps=20),
+}
+
+
+def make_model(sizes) -> nn.Module:
+    torch.manual_seed(0)
+    layers = []
+    for a, b in zip(sizes, sizes[1:]):
+        layers += [nn.Linear(a, b), nn.ReLU()]
+    return nn.Sequential(*layers[:-1])
+
+
+def make_data(case) -> TensorDataset:
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(case["samples"], case["sizes"][0], generator=generator)
+    return TensorDataset(x, torch.randint(0, case["sizes"][-1], (case["samples"],), generator=generator))
+
+
+def endless(batches_per_epoch: Callable[[int], object]):
+    epoch = 0
+    while True:
+        epoch += 1
+        yield from batches_per_epoch(epoch)
+
+
+class Window:
+    """Timestamps taken at the logged steps WARMUP and WARMUP + STEPS."""
+
+    def __init__(self, first: int, last: int):
+        self.first, self.last, self.marks = first, last, {}
+
+    def mark(self, step: int) -> None:
+        if step in (self.first, self.last):
+            self.marks[step] = time.perf_counter()
+
+    def rate(self) -> float:
+        return (self.last - self.first) / (self.marks[self.last] - self.marks[self.first])
+
+
+def hand_loop(case, data: TensorDataset, fast: bool) -> float:
+    model, loss_fn = make_model(case["sizes"]), nn.CrossEntropyLoss()
+    optimizer = torch.optim.AdamW(model.parameters(), 1e-3)
+    if fast:
+        gather = TensorBatches(data.tensors, case["batch"], seed=0)
+        batches = endless(gather.epoch)
+    else:
+        batches = endless(lambda _: DataLoader(data, batch_size=case["batch"], shuffle=True))
+    window = Window(case["warmup"], case["warmup"] + case["steps"])
+    for step in range(1, window.last + 1):
+        x, y = next(batches)
+        loss = loss_fn(model(x), y)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        if step % case["warmup"] == 0:
+            loss.item()
+            window.mark(step)
+    return window.rate()
+
+
+class StepClock:
+    """A monitor for fit: stamps the time when the engine logs the window's steps."""
+    interval = float("inf")
+
+    def __init__(self, window: Window):
+        self.window = window
+
+    def feed(self, events):
+        for event in events:
+            if event["kind"] == "step":
+                self.window.mark(event["step"])
+
+    def poll(self):
+        pass
+
+
+def engine(case, data: TensorDataset, fast: bool) -> float:
+    model = make_model(case["sizes"])
+    window = Window(case["warmup"], case["warmup"] + case["steps"])
+    fit(model, torch.optim.AdamW(model.parameters(), 1e-3), DataLoader(data, batch_size=case["batch"], shuffle=True),
+        loss_fn=nn.CrossEntropyLoss(), max_steps=window.last, log_every=case["warmup"], save_ckpts=False,
+        fast_data=fast, monitor=StepClock(window), epochs=None)
+    return window.rate()
+
+
+def lightning(case, data: TensorDataset, fast: bool) -> float:
+    import lightning as L
+
+    window = Window(case["warmup"], case["warmup"] + case["steps"])
+
+    class Module(L.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.model, self.loss_fn = make_model(case["sizes"]), nn.CrossEntropyLoss()
+
+        def training_step(self, batch, _):
+            return self.loss_fn(self.model(batch[0]), batch[1])
+
+        def configure_optimizers(self):
+            return torch.optim.AdamW(self.parameters(), 1e-3)
+
+    class Clock(L.Callback):
+        def on_train_batch_end(self, trainer, *_):
+            if trainer.global_step % case["warmup"] == 0:
+                window.mark(trainer.global_step)
+
+    trainer = L.Trainer(max_steps=window.last, accelerator="cpu", devices=1, logger=False, callbacks=[Clock()],
+                        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+    trainer.fit(Module(), DataLoader(data, batch_size=case["batch"], shuffle=True))
+    return window.rate()
+
+
+def accelerate(case, data: TensorDataset, fast: bool) -> float:
+    from accelerate import Accelerator
+
+    accelerator = Accelerator(cpu=True)
+    model = make_model(case["sizes"])
+    optimizer = torch.optim.AdamW(model.parameters(), 1e-3)
+    model, optimizer, loader = accelerator.prepare(model, optimizer, DataLoader(data, batch_size=case["batch"],
+                                                                                 shuffle=True))
+    batches, loss_fn = endless(lambda _: loader), nn.CrossEntropyLoss()
+    window = Window(case["warmup"], case["warmup"] + case["steps"])
+    for step in range(1, window.last + 1):
+        x, y = next(batches)
+        loss = loss_fn(model(x), y)
+        optimizer.zero_grad(set_to_none=True)
+        accelerator.backward(loss)
+        optimizer.step()
+        if step % case["warmup"] == 0:
+            loss.item()
+            window.mark(step)
+    return window.rate()
+
+
+def available(module: str) -> bool:
+    try:
+        __import__(module)
+        return True
+    except Exception:
+        return False
+
+
+def bootstrap_interval(ratios: list[float], rounds: int = 2000, seed: int = 0) -> tuple[float, float]:
+    rng = random.Random(seed)
+    medians = sorted(statistics.median(rng.choices(ratios, k=len(ratios))) for _ in range(rounds))
+    return medians[int(rounds * 0.05)], medians[int(rounds * 0.95)]
+
+
+def run_case(name: str, repeat: int) -> None:
+    case = CASES[name]
+    data = make_data(case)
+    variants = {
+        "hand-written, DataLoader": (hand_loop, False), "engine, DataLoader (fast_data=False)": (engine, False),
+        "hand-written, batched gather": (hand_loop, True), "engine, default (fast path)": (engine, True),
+    }
+    if available("lightning"):
+        variants["Lightning Trainer, DataLoader"] = (lightning, False)
+    if available("accelerate"):
+        variants["Accelerate, DataLoader"] = (accelerate, False)
+    rates = {v: [] for v in variants}
+    for _ in range(repeat):
+        for label, (fn, fast) in variants.items():
+            rates[label].append(fn(case, data, fast))
+    baselines = {False: "hand-written, DataLoader", True: "hand-written, batched gather"}
+    print(f"\n{name} MLP {'-'.join(map(str, case['sizes']))}, batch {case['batch']}, AdamW, "
+          f"{case['steps']} timed steps x {repeat} interleaved repetitions, {torch.get_num_threads()} thread(s)")
+    print(f"{'variant':40s} {'steps/s (median)':>17s} {'spread':>8s}  ratio to hand-written, same data path [90% CI]")
+    for label, (fn, fast) in variants.items():
+        base = rates[baselines[fast]]
+        ratios = [a / b for a, b in zip(rates[label], base)]
+        low, high = bootstrap_interval(ratios)
+        spread = (max(rates[label]) - min(rates[label])) / statistics.median(rates[label])
+        print(f"{label:40s} {statistics.median(rates[label]):17.1f} {spread:7.0%}  "
+              f"{statistics.median(ratios):.3f} [{low:.3f}, {high:.3f}]")
+    fast, slow = statistics.median(rates["engine, default (fast path)"]), statistics.median(rates["hand-written, DataLoader"])
+    print(f"engine fast path vs hand-written DataLoader loop: {fast / slow:.2f}x")
+
+
+def data_path(repeat: int = 5, batches: int = 200) -> None:
+    """Per-batch cost of the two data paths alone (what the fast path saves)."""
+    data = make_data(CASES["tiny"])
+    loader_times, gather_times = [], []
+    gather = TensorBatches(data.tensors, 64, seed=0)
+    for _ in range(repeat):
+        start = time.perf_counter()
+        for _, batch in zip(range(batches), DataLoader(data, batch_size=64, shuffle=True)):
+            pass
+        loader_times.append((time.perf_counter() - start) / batches)
+        start = time.perf_counter()
+        for _, batch in zip(range(batches), gather.epoch(1)):
+            pass
+        gather_times.append((time.perf_counter() - start) / batches)
+    a, b = statistics.median(loader_times), statistics.median(gather_times)
+    print(f"\ndata path, batch of 64 x 64 floats: DataLoader(TensorDataset, shuffle=True) {a * 1e6:.0f} us/batch, "
+          f"fast path gather {b * 1e6:.0f} us/batch ({a / b:.1f}x)")
+
+
+def chart_cost(repeat: int = 20) -> None:
+    """The live curve: our SVG string vs a matplotlib redraw of a reused figure to PNG."""
+    import io
+
+    from matplotlib.figure import Figure
+
+    from jiyu_magics.views.loss_chart import loss_svg
+    from jiyu_magics.views.train_state import TrainingView
+
+    view = TrainingView()
+    view.feed([{"kind": "start", "total_steps": 1000}] +
+              [{"kind": "step", "step": s, "loss": 2.0 / s ** 0.5} for s in range(1, 1001)] +
+              [{"kind": "val", "step": s, "loss": 2.1 / s ** 0.5} for s in range(100, 1001, 100)])
+    fig = Figure(figsize=(4.4, 2.0), dpi=100)
+    ax = fig.subplots()
+    raw, = ax.plot([], [])
+    smooth, = ax.plot([], [])
+    steps = [s for s, _ in view.losses]
+    svg, png = [], []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        loss_svg(view)
+        svg.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        raw.set_data(steps, [v for _, v in view.losses])
+        smooth.set_data(steps, view.smoothed())
+        ax.relim()
+        ax.autoscale_view()
+        fig.savefig(io.BytesIO(), format="png")
+        png.append(time.perf_counter() - start)
+    a, b = statistics.median(svg), statistics.median(png)
+    print(f"live chart, 1000 points + smoothing + 10 val points: SVG string {a * 1e3:.2f} ms, "
+          f"matplotlib reused-figure PNG {b * 1e3:.1f} ms ({b / a:.0f}x); at a 1 s refresh: {a:.2%} vs {b:.1%}")
+
+
+def main() -> None:
+    os.environ.setdefault("JIYU_HOME", tempfile.mkdtemp(prefix="jiyu-bench-"))  # benchmark runs stay out of ~/.jiyu
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=15)
+    parser.add_argument("--only", choices=sorted(CASES))
+    args = parser.parse_args()
+    for name in [args.only] if args.only else list(CASES):
+        run_case(name, args.repeat)
+    data_path()
+    chart_cost()
+
+
+if __name__ == "__main__":
+    main()

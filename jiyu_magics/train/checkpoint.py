@@ -1,0 +1,94 @@
+"""Atomic checkpoints: a reader (a resume, another rank, a crash) never sees half a file.
+
+Each save writes a temporary file in the same folder, fsyncs it, ``os.replace``s it over the
+final name and fsyncs the folder. A writer killed mid-save leaves only a temporary file, which
+``newest_checkpoint`` ignores and the next save removes; the previous checkpoint stays intact.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import psutil
+import torch
+
+FORMAT = "jiyu-checkpoint/1"
+SUFFIX = ".pt"
+TEMP_MARK = ".tmp-"
+
+
+def checkpoint_name(step: int, label: str = "") -> str:
+    return f"{label}step-{step:08d}{SUFFIX}"
+
+
+def save_atomic(state: dict[str, Any], path: Path | str) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_temps(path.parent)
+    temp = path.with_name(f".{path.name}{TEMP_MARK}{os.getpid()}")
+    try:
+        with open(temp, "wb") as f:
+            torch.save(state, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(temp, path)
+    except BaseException:
+        temp.unlink(missing_ok=True)
+        raise
+    _fsync_folder(path.parent)
+    return path
+
+
+def load_checkpoint(path: Path | str, map_location: Any = "cpu") -> dict[str, Any]:
+    """A checkpoint's contents; refuses files that are not jiyu checkpoints."""
+    state = torch.load(path, map_location=map_location, weights_only=True)
+    if not isinstance(state, dict) or state.get("format") != FORMAT:
+        raise ValueError(f"{path} is not a jiyu checkpoint")
+    return state
+
+
+def newest_checkpoint(folder: Path | str) -> Path | None:
+    """The most recently completed checkpoint in ``folder`` (temporary files excluded)."""
+    candidates = [p for p in Path(folder).glob(f"*{SUFFIX}") if not p.name.startswith(".")]
+    if not candidates:
+        return None
+    return max(candidates, key=lambda p: (p.stat().st_mtime_ns, p.name))
+
+
+def remove_stale_temps(folder: Path) -> None:
+    """Temporary files of writers that died mid-save."""
+    for temp in folder.glob(f".*{TEMP_MARK}*"):
+        pid = temp.name.rsplit(TEMP_MARK, 1)[-1]
+        if not (pid.isdigit() and psutil.pid_exists(int(pid))):
+            temp.unlink(missing_ok=True)
+
+
+def _fsync_folder(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class CheckpointKeeper:
+    """Saves this call's checkpoints and keeps only the newest ``keep`` of them."""
+
+    def __init__(self, folder: Path, keep: int, label: str = ""):
+        self.folder, self.keep, self.label = Path(folder), keep, label
+        self.saved: list[Path] = []
+
+    def save(self, state: dict[str, Any], step: int) -> Path:
+        path = save_atomic({"format": FORMAT, **state}, self.folder / checkpoint_name(step, self.label))
+        if path in self.saved:
+            self.saved.remove(path)
+        self.saved.append(path)
+        while len(self.saved) > self.keep:
+            self.saved.pop(0).unlink(missing_ok=True)
+        return path
+
+    @property
+    def last(self) -> Path | None:
+        return self.saved[-1] if self.saved else None

@@ -1,0 +1,105 @@
+"""The process group the engine runs in: one process, or one rank of a torchrun job.
+
+Under torchrun (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK`` set) ``fit`` joins the process group
+(NCCL on CUDA, gloo on CPU) unless the user already did, pins the rank to its local device, and
+leaves the group at the end only if it created it. Everything the loop needs from the group
+goes through :class:`DistContext`, which is free of collectives when there is one process.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+
+def torchrun_world() -> tuple[int, int, int] | None:
+    """(rank, world size, local rank) when started by torchrun, else None."""
+    if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
+        return None
+    return int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), int(os.environ.get("LOCAL_RANK", 0))
+
+
+def resolve_device(requested: str | None, local_rank: int = 0) -> torch.device:
+    if requested:
+        device = torch.device(requested)
+        if device.type == "cuda" and device.index is None:
+            device = torch.device("cuda", local_rank)
+        return device
+    if torch.cuda.is_available():
+        return torch.device("cuda", local_rank)
+    return torch.device("cpu")
+
+
+@dataclass
+class DistContext:
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    backend: str | None = None
+    created_group: bool = False
+
+    @property
+    def distributed(self) -> bool:
+        return self.world_size > 1
+
+    @property
+    def is_writer(self) -> bool:
+        """Only rank 0 writes events and checkpoints."""
+        return self.rank == 0
+
+    def reduce(self, values: list[float], op: str, device: torch.device) -> list[float]:
+        """Sums or maxima of ``values`` across ranks: one small collective, used at log time only."""
+        if not self.distributed:
+            return list(values)
+        tensor = torch.tensor(values, dtype=torch.float64, device=self._collective_device(device))
+        dist.all_reduce(tensor, op=dist.ReduceOp.SUM if op == "sum" else dist.ReduceOp.MAX)
+        return tensor.tolist()
+
+    def broadcast(self, obj: Any) -> Any:
+        """Rank 0's ``obj`` on every rank."""
+        if not self.distributed:
+            return obj
+        holder = [obj]
+        dist.broadcast_object_list(holder, src=0)
+        return holder[0]
+
+    def gather(self, obj: Any) -> list[Any]:
+        """Every rank's ``obj``, in rank order, on every rank."""
+        if not self.distributed:
+            return [obj]
+        gathered: list[Any] = [None] * self.world_size
+        dist.all_gather_object(gathered, obj)
+        return gathered
+
+    def barrier(self) -> None:
+        if self.distributed:
+            dist.barrier()
+
+    def close(self) -> None:
+        if self.created_group and dist.is_initialized():
+            dist.destroy_process_group()
+            self.created_group = False
+
+    def _collective_device(self, device: torch.device) -> torch.device:
+        return device if self.backend == "nccl" else torch.device("cpu")
+
+
+def join_process_group(device_request: str | None) -> tuple[DistContext, torch.device]:
+    """The rank's context and device; a single-process context outside torchrun."""
+    world = torchrun_world()
+    if world is None or world[1] <= 1:
+        return DistContext(), resolve_device(device_request)
+    rank, size, local_rank = world
+    device = resolve_device(device_request, local_rank)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    created = False
+    if not dist.is_initialized():
+        backend = "nccl" if device.type == "cuda" else "gloo"
+        dist.init_process_group(backend=backend, device_id=device if device.type == "cuda" else None)
+        created = True
+    return DistContext(rank, size, local_rank, dist.get_backend(), created), device

@@ -1,0 +1,108 @@
+"""Where a run's progress goes: its event log (rank 0 writes it), the monitor watching it (the
+dashboard or text progress, polled by wall clock), and the history ``fit`` returns.
+
+Every rank builds the same events (their numbers are already reduced across ranks), so every
+rank's result has the full history; only rank 0 writes them and talks to a monitor.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+from .distributed import DistContext
+from .meter import Window
+from .result import add_to_history
+from .run import RunBinding
+
+
+class NullMonitor:
+    """What the loop talks to when nobody watches."""
+    interval = math.inf
+
+    def feed(self, events: list[dict]) -> None:
+        pass
+
+    def poll(self) -> None:
+        pass
+
+
+class Reporter:
+    def __init__(self, run: RunBinding, dist: DistContext, monitor=None, started: float | None = None):
+        self.run, self.dist = run, dist
+        self.monitor = monitor if monitor is not None and dist.is_writer else NullMonitor()
+        self.history: list[dict] = []
+        self.started = started if started is not None else time.perf_counter()
+        self.next_poll = self.started
+        self.rate_origin: tuple[float, int] | None = None
+
+    def emit(self, kind: str, **fields: Any) -> dict:
+        log = self.run.events
+        event = log.append(kind, **fields) if log is not None else {"kind": kind, **fields}
+        add_to_history(self.history, event)
+        self.monitor.feed([event])
+        return event
+
+    def poll(self) -> None:
+        self.monitor.poll()
+        self.next_poll = time.perf_counter() + self.monitor.interval
+
+    def poll_if_due(self) -> None:
+        if time.perf_counter() >= self.next_poll:
+            self.poll()
+
+    def step(self, step: int, epoch: int, total: int | None, window: Window, lr: float | None) -> dict:
+        return self.emit("step", step=step, epoch=epoch, loss=window.loss, lr=lr,
+                         samples_per_s=_round(window.samples_per_s, 1), mem_alloc=window.mem_alloc,
+                         mem_reserved=window.mem_reserved, mem_peak=window.mem_peak,
+                         data_wait=_round(window.data_wait, 4), grad_norm=window.grad_norm,
+                         elapsed=round(self.elapsed, 3), eta=self._eta(step, total))
+
+    @property
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.started
+
+    def _eta(self, step: int, total: int | None) -> float | None:
+        """Remaining time from the pace since the first log (which held the warm-up)."""
+        now = time.perf_counter()
+        if self.rate_origin is None:
+            self.rate_origin = (now, step)
+            return None
+        since, origin = self.rate_origin
+        if total is None or step <= origin:
+            return None
+        return round((total - step) * (now - since) / (step - origin), 1)
+
+    def end(self, status: str, step: int, message: str) -> None:
+        """The ``end`` event, the final refresh, the loss PNG and the run's final status."""
+        self.emit("end", status=status, step=step, message=message, elapsed=round(self.elapsed, 3))
+        if self.dist.is_writer:
+            self.poll()
+            save_plot(self.run)
+        self.run.finish(status, error=message if status == "failed" else None)
+
+    def error(self, error: BaseException, step: int) -> None:
+        """Records an error the engine cannot explain better, before it propagates."""
+        message = f"{type(error).__name__}: {error}".strip()
+        try:
+            self.emit("error", message=message, step=step, rank=self.dist.rank)
+            self.emit("end", status="failed", step=step, message=message, elapsed=round(self.elapsed, 3))
+            self.run.finish("failed", error=message)
+        except Exception:
+            pass  # the original error matters more than a failure to record it
+
+
+def save_plot(run: RunBinding) -> None:
+    """The final loss plot as a PNG next to the event log, for notebooks re-opened without a
+    kernel and for the lab panel. Never fails the run."""
+    try:
+        from ..views.loss_plot import save_loss_plot
+
+        save_loss_plot(run.files.events, run.files.loss_plot)
+    except Exception:
+        pass
+
+
+def _round(value: float | None, digits: int) -> float | None:
+    return None if value is None else round(value, digits)

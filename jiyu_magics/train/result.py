@@ -1,0 +1,48 @@
+"""What ``fit`` returns: the history, the run, the checkpoints and how it ended."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+HISTORY_KEYS = ("step", "epoch", "loss", "val_loss", "val_acc", "lr", "samples_per_s")
+
+
+@dataclass
+class FitResult:
+    run_id: str
+    status: str                      # succeeded | stopped | failed
+    message: str
+    step: int = 0
+    epoch: int = 0
+    total_steps: int | None = None
+    elapsed: float = 0.0
+    history: list[dict] = field(default_factory=list)
+    checkpoints: list[str] = field(default_factory=list)   # paths on disk, oldest first
+
+    @property
+    def last_checkpoint(self) -> str | None:
+        return self.checkpoints[-1] if self.checkpoints else None
+
+    @property
+    def final_loss(self) -> float | None:
+        return next((row["loss"] for row in reversed(self.history) if row.get("loss") is not None), None)
+
+    @property
+    def val_acc(self) -> float | None:
+        return next((row["val_acc"] for row in reversed(self.history) if row.get("val_acc") is not None), None)
+
+    def __repr__(self) -> str:
+        return f"<FitResult {self.status} run={self.run_id} step={self.step}: {self.message}>"
+
+
+def add_to_history(history: list[dict], event: dict) -> None:
+    """One row per logged step; a validation at the step of the last row joins that row."""
+    kind = event.get("kind")
+    if kind == "step":
+        history.append({k: event.get(k) for k in HISTORY_KEYS})
+    elif kind == "val":
+        row = history[-1] if history and history[-1]["step"] == event.get("step") else None
+        if row is None:
+            row = {k: None for k in HISTORY_KEYS} | {"step": event.get("step"), "epoch": event.get("epoch")}
+            history.append(row)
+        row["val_loss"], row["val_acc"] = event.get("loss"), event.get("accuracy")

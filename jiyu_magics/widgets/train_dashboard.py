@@ -1,0 +1,223 @@
+"""The live training dashboard: one persistent widget in the cell, refreshed by wall clock.
+
+It draws a :class:`~jiyu_magics.views.train_state.TrainingView` fed with event dicts, either
+directly by the engine in this kernel or by :func:`~jiyu_magics.views.train_state.follow`
+tailing another process's ``events.jsonl`` (``%job attach``, ``%%train --nproc``): one
+rendering path for both. Each refresh sends only the widget values that changed, in one
+``hold_sync`` batch per widget; the loss curve is an SVG string the browser draws. When the
+run ends the output is replaced, in place, by a static summary with the loss PNG, so a saved
+or exported notebook shows the result without a kernel or widget state.
+"""
+
+from __future__ import annotations
+
+import base64
+import time
+from html import escape
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable
+
+import ipywidgets as widgets
+from IPython.display import display
+
+from ..core import gpu
+from ..core.events import read_events
+from ..core.paths import RunFiles
+from ..views.format import duration, na
+from ..views.loss_chart import loss_svg
+from ..views.train_state import TrainingView, follow
+from ..views.train_text import header_text, stat_rows, steps_text, summary_html, summary_text
+from .comm_pump import CommPump
+
+if TYPE_CHECKING:  # the dashboard itself never imports torch: %job attach uses it without training
+    from ..train.control import StopSignal
+
+WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
+DEFAULT_REFRESH_S = 1.0
+MAX_RENDER_SHARE = 0.01   # a slow front-end link stretches the interval to keep rendering under 1%
+GPU_EVERY_S = 2.0
+
+
+class TrainingDashboard:
+    def __init__(self, refresh: float = DEFAULT_REFRESH_S, stop: "StopSignal | None" = None,
+                 on_stop: Callable[[], None] | None = None):
+        self.refresh = refresh
+        self.interval = refresh
+        self.stop = stop
+        self.on_stop = on_stop
+        self.view = TrainingView()
+        self.pump = CommPump()
+        self.renders = 0
+        self.busy_s = 0.0         # time spent in feed() and poll(): the dashboard's whole cost to training
+        self.offset = 0           # how far an event log was read (follow mode)
+        self._drawn_version = -1
+        self._gpu_checked = 0.0
+        self.widget = None        # built with the first render: a call rejected early opens no widget
+        self.handle = None
+        self._show_pending = False
+
+    def _build(self) -> None:
+        self.header = widgets.HTML()
+        self.stop_button = widgets.Button(description="Stop", icon="stop", button_style="warning",
+                                          tooltip="Stop at the next step and save a checkpoint",
+                                          layout=widgets.Layout(width="90px"))
+        self.stop_button.on_click(self._clicked)
+        self.progress = widgets.FloatProgress(value=0.0, min=0.0, max=1.0, layout=widgets.Layout(width="50%"))
+        self.progress_label = widgets.Label()
+        self.chart = widgets.HTML(loss_svg(self.view))
+        self.stats = widgets.HTML()
+        self.notes = widgets.HTML()
+        self.widget = widgets.VBox([
+            widgets.HBox([self.stop_button, self.header], layout=widgets.Layout(align_items="center")),
+            widgets.HBox([self.progress, self.progress_label], layout=widgets.Layout(align_items="center")),
+            widgets.HBox([self.chart, self.stats]), self.notes])
+
+    # -- the monitor interface the engine and follow() call ---------------------------------
+    def show(self) -> "TrainingDashboard":
+        """Puts the dashboard in the cell output once it has a run to show: a call rejected
+        before training starts leaves no empty widget behind."""
+        self._show_pending = True
+        if self.view.version:
+            self._display()
+        return self
+
+    def _display(self) -> None:
+        self._show_pending = False
+        self.render()
+        bundle = self.widget._repr_mimebundle_()
+        bundle["text/plain"] = "Training dashboard (needs a widget-capable front-end)"
+        self.handle = display(bundle, raw=True, display_id=True)
+
+    def feed(self, events: list[dict]) -> None:
+        started = time.perf_counter()
+        self.view.feed(events)
+        if self._show_pending and self.view.version:
+            self._display()
+        self.busy_s += time.perf_counter() - started
+
+    def poll(self) -> None:
+        """Handles pending clicks, then redraws if anything changed since the last redraw."""
+        started = time.perf_counter()
+        self.pump()
+        if self.view.version != self._drawn_version or self._gpu_due():
+            self._sample_gpu()
+            self.render()
+        spent = time.perf_counter() - started
+        self.busy_s += spent
+        self.interval = max(self.refresh, spent / MAX_RENDER_SHARE)
+
+    def render(self) -> None:
+        if self.widget is None:
+            self._build()
+        view = self.view
+        self._drawn_version = view.version
+        self.renders += 1
+        self._set(self.header, "value", f"<b>{view.status}</b> · {escape(header_text(view))}")
+        self._set(self.progress, "value", view.progress or 0.0)
+        self._set(self.progress, "bar_style", {"succeeded": "success", "failed": "danger",
+                                               "stopped": "warning"}.get(view.status, ""))
+        self._set(self.progress_label, "value", self._progress_text())
+        self._set(self.chart, "value", loss_svg(view))
+        self._set(self.stats, "value", _stats_table(view))
+        self._set(self.notes, "value", _notes(view))
+        if view.finished and not self.stop_button.disabled:
+            self.stop_button.disabled = True
+
+    def close(self) -> None:
+        """The final refresh, then the static summary in place of the widget."""
+        if self.widget is None:
+            return  # never shown: the call was rejected before training started
+        self.render()
+        if self.handle is None:
+            return
+        png = _loss_png(self.view)
+        bundle = {"text/html": summary_html(self.view, base64.b64encode(png).decode() if png else None),
+                  "text/plain": summary_text(self.view)}
+        if png:
+            bundle["image/png"] = base64.b64encode(png).decode()
+        self.handle.update(bundle, raw=True)
+
+    # -- tailing another process's run --------------------------------------------------------
+    @classmethod
+    def from_events(cls, path: Path | str, **options) -> "TrainingDashboard":
+        """A dashboard showing what an event log holds so far; ``follow`` continues it."""
+        dashboard = cls(**options)
+        events, dashboard.offset = read_events(path)
+        dashboard.feed(events)
+        return dashboard
+
+    def follow(self, path: Path | str, until: Callable[[], bool] | None = None, stop_at_end: bool = True) -> int:
+        self.offset = follow(self, path, self.offset, until=until, stop_at_end=stop_at_end)
+        return self.offset
+
+    # -- details ----------------------------------------------------------------------------
+    def _clicked(self, _button) -> None:
+        self.stop_button.disabled = True
+        self.stop_button.description = "Stopping…"
+        if self.stop is not None:
+            self.stop.request()
+        if self.on_stop is not None:
+            self.on_stop()
+
+    def _progress_text(self) -> str:
+        view = self.view
+        parts = [steps_text(view)]
+        if view.eta is not None and not view.finished:
+            parts.append(f"ETA {duration(view.eta)}")
+        if view.elapsed is not None:
+            parts.append(f"elapsed {duration(view.elapsed)}")
+        return " · ".join(parts)
+
+    def _gpu_due(self) -> bool:
+        return (self.view.device or "").startswith("cuda") and time.monotonic() - self._gpu_checked > GPU_EVERY_S
+
+    def _sample_gpu(self) -> None:
+        """GPU utilisation through NVML (no CUDA call), every few seconds on CUDA runs."""
+        if not self._gpu_due():
+            return
+        self._gpu_checked = time.monotonic()
+        index = _cuda_index(self.view.device)
+        snap = gpu.snapshot()
+        device = next((d for d in snap.devices if d.visible_index == index), None)
+        self.view.gpu_util = device.gpu_util if device is not None else None
+
+    @staticmethod
+    def _set(widget: widgets.Widget, name: str, value) -> None:
+        if getattr(widget, name) != value:
+            with widget.hold_sync():
+                setattr(widget, name, value)
+
+
+def _cuda_index(device: str | None) -> int:
+    _, _, index = (device or "").partition(":")
+    return int(index) if index.isdigit() else 0
+
+
+def _stats_table(view: TrainingView) -> str:
+    rows = "".join(f"<tr><td style='color:#666;padding-right:10px'>{k}</td><td><b>{escape(v)}</b></td></tr>"
+                   for k, v in stat_rows(view))
+    return f"<table style='font-size:12px;line-height:1.5'>{rows}</table>"
+
+
+def _notes(view: TrainingView) -> str:
+    lines = [f"<div style='color:#8a6d00'>⚠ {escape(a)}</div>" for a in view.advice]
+    if view.error:
+        lines.append(f"<div style='color:#c62828'>{escape(view.error)}</div>")
+    if view.message:
+        lines.append(f"<div>{escape(view.message)}</div>")
+    elif view.checkpoint:
+        lines.append(f"<div style='color:#666'>last checkpoint: {escape(na(view.checkpoint))}</div>")
+    return "".join(lines)
+
+
+def _loss_png(view: TrainingView) -> bytes | None:
+    """The run's saved PNG (written by the engine), or one drawn now."""
+    if view.run_id:
+        path = RunFiles.of(view.run_id).loss_plot
+        if path.exists():
+            return path.read_bytes()
+    if not view.losses:
+        return None
+    from ..views.loss_plot import render_loss_png
+
+    return render_loss_png(view)

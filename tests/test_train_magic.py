@@ -1,0 +1,112 @@
+"""%%train through a real InteractiveShell (terminal front-end: text progress lines)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from IPython.core.error import UsageError
+
+from jiyu_magics.core.store import RunStore
+
+SETUP = """
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+torch.manual_seed(0)
+X = torch.randn(512, 20); y = (X[:, 0] > 0).long()
+"""
+
+BODY = """
+model = nn.Sequential(nn.Linear(20, 32), nn.ReLU(), nn.Linear(32, 2))
+optimizer = torch.optim.AdamW(model.parameters(), 1e-2)
+train_loader = DataLoader(TensorDataset(X, y), batch_size=32, shuffle=True)
+val_loader = DataLoader(TensorDataset(X[:128], y[:128]), batch_size=64)
+loss_fn = nn.CrossEntropyLoss()
+"""
+
+
+@pytest.fixture
+def shell(ip):
+    ip.run_cell(SETUP)
+    return ip
+
+
+def test_train_cell_runs_setup_trains_and_binds_the_result(shell, capsys):
+    shell.run_cell_magic("train", "--epochs 3 --refresh 0.01 --log-every 4", BODY)
+    result = shell.user_ns["train_result"]
+    assert result.status == "succeeded" and result.step == 48
+    assert result.val_acc > 0.9
+    model, X, y = shell.user_ns["model"], shell.user_ns["X"], shell.user_ns["y"]
+    assert (model(X).argmax(1) == y).float().mean() > 0.9, "the trained model stays in the namespace"
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert any(re.match(r"step \d+/48 \(\d+%\) · epoch [123]/3 · loss \d", line) for line in lines), lines
+    assert lines[-1].startswith("Trained 48 steps (3 epochs)")
+    assert RunStore().get(result.run_id).kind == "kernel"
+
+
+def test_line_form_and_renamed_objects(shell):
+    shell.run_cell(BODY.replace("model =", "net =").replace("model.parameters", "net.parameters"))
+    shell.run_line_magic("train", "--model net --max-steps 5 --result out --no-ckpt")
+    result = shell.user_ns["out"]
+    assert result.step == 5 and result.checkpoints == []
+
+
+def test_resume_last_continues_the_previous_run(shell):
+    shell.run_cell_magic("train", "--epochs 1 --name exp", BODY)
+    shell.run_line_magic("train", "--epochs 2 --name exp --resume last")
+    assert shell.user_ns["train_result"].step == 32
+
+
+@pytest.mark.parametrize("line, prepare, message", [
+    ("--epochs -1", "", "--epochs must be >= 1, got -1"),
+    ("--accum 0", "", "--accum must be >= 1, got 0"),
+    ("--clip -1", "", "clip must be a positive gradient norm, got -1"),
+    ("--bogus 3", "", "unrecognized arguments: --bogus 3"),
+    ("--amp fp8", "", "argument --amp: invalid choice: 'fp8'"),
+    ("--nproc 0", "", "--nproc must be >= 1, got 0"),
+    ("--nproc 2", "", "--nproc > 1 is not available yet"),
+    ("--refresh 0", "", "--refresh takes a positive number of seconds, got 0"),
+    ("--no-ckpt --ckpt-every 5", "", "--no-ckpt and --ckpt-every conflict"),
+    ("", "del model", "no model named 'model' in the notebook: define it in the cell or pass --model NAME"),
+    ("--val-loader missing", "", "no val_loader named 'missing'"),
+    ("", "optimizer = torch.optim.SGD(nn.Linear(2, 2).parameters(), 0.1)", "the optimizer holds none of model's"),
+    ("", "train_loader = DataLoader(TensorDataset(X[:0], y[:0]), batch_size=8)", "the training data has no batches"),
+    ("", "train_loader = DataLoader(TensorDataset(X[:4], y[:4]), batch_size=8, drop_last=True)",
+     "the training data has no batches"),
+    ("", "train_step = lambda m, b: m(b[0]).sum()", "both loss_fn and train_step are defined"),
+    ("--loss-fn loss_fn --train-step ts", "ts = lambda m, b: 0", "--loss-fn and --train-step conflict"),
+    ("", "del loss_fn", "batches are (inputs, targets) but there is no loss_fn"),
+    ("", "model = 'not a model'", "model must be a torch.nn.Module, got str"),
+    ("--resume /nowhere/ckpt.pt", "", "resume checkpoint /nowhere/ckpt.pt does not exist"),
+    ("--batch-size 8", "", "batch_size conflicts with the DataLoader's own batch size"),
+])
+def test_bad_input_is_a_one_line_usage_error(shell, line, prepare, message):
+    shell.run_cell(BODY + "\n" + prepare)
+    with pytest.raises(UsageError) as error:
+        shell.run_line_magic("train", line)
+    assert message in str(error.value) and "\n" not in str(error.value).strip()
+    assert all(run.status != "running" for run in RunStore().list()), "nothing left running"
+
+
+def test_a_failing_cell_body_trains_nothing(shell):
+    with pytest.raises(UsageError, match="the cell body failed"):
+        shell.run_cell_magic("train", "--epochs 1", "raise ValueError('broken set-up')")
+    assert RunStore().list() == []
+
+
+def test_help_lists_every_option(shell):
+    doc = shell.find_cell_magic("train").__doc__
+    for option in ("--epochs", "--max-steps", "--amp", "--accum", "--clip", "--compile", "--resume", "--nproc",
+                   "--strategy", "--model", "--train-loader", "--loss-fn", "--train-step", "--refresh"):
+        assert option in doc
+
+
+def test_load_ext_does_not_import_torch():
+    import subprocess
+    import sys
+
+    code = ("import sys; from IPython.core.interactiveshell import InteractiveShell; "
+            "InteractiveShell.instance().run_line_magic('load_ext', 'jiyu_magics'); print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

@@ -1,0 +1,165 @@
+"""The training views from events alone: the state they fold, the SVG curve, the PNG, and a
+dashboard/text progress tailing the event log of a run trained by another process."""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import sys
+import textwrap
+
+from jiyu_magics.core.events import EventLog
+from jiyu_magics.core.paths import RunFiles
+from jiyu_magics.core.store import RunStore
+from jiyu_magics.views.loss_chart import loss_svg
+from jiyu_magics.views.loss_plot import render_loss_png
+from jiyu_magics.views.train_state import TrainingView, follow
+from jiyu_magics.views.train_text import TextProgress, progress_line, summary_html
+from jiyu_magics.widgets.train_dashboard import TrainingDashboard
+
+from .conftest import ROOT
+
+TRAINER = textwrap.dedent("""
+    import torch
+    from torch import nn
+    from jiyu_magics.train import fit
+    torch.manual_seed(0)
+    x = torch.randn(1024, 20); y = (x[:, 0] > 0).long()
+    model = nn.Sequential(nn.Linear(20, 32), nn.ReLU(), nn.Linear(32, 2))
+    fit(model, torch.optim.AdamW(model.parameters(), 1e-2), (x, y), batch_size=16, loss_fn=nn.CrossEntropyLoss(),
+        val_data=(x[:256], y[:256]), epochs=3, log_interval_s=0.05)
+""")
+
+
+def _events():
+    return [
+        {"t": 1.0, "kind": "start", "run_id": "abc", "name": "net", "total_steps": 100, "epochs": 2, "nproc": 1,
+         "batch_size": 32, "amp": "bf16", "device": "cuda:0", "params": 1000, "start_step": 0},
+        {"t": 2.0, "kind": "step", "step": 10, "epoch": 1, "loss": 2.0, "lr": 1e-3, "samples_per_s": 900.0,
+         "mem_alloc": 2**30, "mem_reserved": 2 * 2**30, "mem_peak": 1.5 * 2**30, "eta": 90.0, "elapsed": 10.0},
+        {"t": 3.0, "kind": "step", "step": 50, "epoch": 1, "loss": 1.0, "lr": 1e-3, "samples_per_s": 1000.0},
+        {"t": 3.5, "kind": "val", "step": 50, "epoch": 1, "loss": 1.2, "accuracy": 0.75},
+        {"t": 3.6, "kind": "advice", "step": 50, "message": "The GPU waits for data 40% of the time."},
+    ]
+
+
+def test_view_folds_events_and_a_new_start_resets_it():
+    view = TrainingView()
+    assert view.feed(_events())
+    assert (view.step, view.loss, view.val_acc, view.progress, view.eta) == (50, 1.0, 0.75, 0.5, 90.0)
+    assert view.losses == [(10, 2.0), (50, 1.0)] and len(view.advice) == 1
+    line = progress_line(view)
+    assert line.startswith("step 50/100 (50%) · epoch 1/2 · loss 1 · val 1.2 / 75.0% · 1,000 samples/s")
+    assert "mem peak 1.5 GiB" in line and "ETA 1:30" in line
+    assert not view.feed([{"kind": "gpu"}, {"kind": "unknown"}])
+    view.feed([{"kind": "start", "run_id": "abc", "total_steps": 10, "start_step": 100}])
+    assert view.losses == [] and view.step == 100 and view.status == "running"
+
+
+def test_smoothing_follows_the_trend_and_starts_at_the_first_value():
+    view = TrainingView()
+    view.feed([_events()[0]] + [{"kind": "step", "step": s, "loss": 1.0 if s % 2 else 3.0} for s in range(1, 101)])
+    smooth = view.smoothed()
+    assert smooth[0] == 1.0 and 1.6 < smooth[-1] < 2.4
+
+
+def test_svg_curve_has_train_smoothed_and_val_and_stays_small():
+    view = TrainingView()
+    view.feed(_events()[:1] + [{"kind": "step", "step": s, "loss": 100.0 / s} for s in range(1, 5001)]
+              + [{"kind": "val", "step": 5000, "loss": 0.03, "accuracy": 0.9}])
+    svg = loss_svg(view)
+    assert svg.startswith("<svg") and svg.count("<polyline") == 2 and svg.count("<circle") == 1
+    assert "log scale" in svg  # 100 -> 0.02 spans more than 30x
+    assert len(svg) < 20_000, "thinned to a few hundred points however long the run"
+    assert "waiting for the first logged step" in loss_svg(TrainingView())
+
+
+def test_png_and_static_summary(artifacts):
+    view = TrainingView()
+    view.feed(_events() + [{"kind": "end", "status": "succeeded", "step": 100, "message": "Trained 100 steps."}])
+    png = render_loss_png(view)
+    assert png[:4] == b"\x89PNG"
+    (artifacts / "train_loss_example.png").write_bytes(png)
+    html = summary_html(view, "AAAA")
+    assert "succeeded" in html and "Trained 100 steps." in html and "data:image/png;base64,AAAA" in html
+
+
+def _launch_trainer(run_id: str) -> subprocess.Popen:
+    env = dict(os.environ, JIYU_RUN_ID=run_id, PYTHONPATH=str(ROOT))
+    return subprocess.Popen([sys.executable, "-c", TRAINER], env=env, cwd=ROOT)
+
+
+def test_dashboard_and_text_follow_another_process_run_to_its_end():
+    run = RunStore().create("job", "tailed", status="running", pid=os.getpid())
+    events = RunFiles.of(run.id).events
+    trainer = _launch_trainer(run.id)
+    try:
+        dashboard = TrainingDashboard.from_events(events, refresh=0.1)
+        text = TextProgress(interval=0.1, out=io.StringIO())
+        dashboard.follow(events, until=lambda: trainer.poll() is not None)
+        text_offset = follow(text, events)
+        text.close()
+    finally:
+        trainer.wait(timeout=120)
+    assert trainer.returncode == 0
+    assert dashboard.view.status == "succeeded" and dashboard.view.step == 192
+    assert dashboard.progress.value == 1.0 and "192/192" in dashboard.progress_label.value
+    assert dashboard.renders >= 2 and dashboard.stop_button.disabled
+    assert text_offset == events.stat().st_size
+    assert text.view.status == "succeeded" and text.out.getvalue().startswith("Trained 192 steps (3 epochs)")
+
+
+def test_dashboard_stop_button_in_follow_mode_calls_back():
+    stopped = []
+    dashboard = TrainingDashboard(refresh=0.1, on_stop=lambda: stopped.append(True))
+    dashboard.render()
+    dashboard.stop_button.click()
+    assert stopped == [True] and dashboard.stop_button.disabled
+
+
+def test_text_progress_prints_only_changes(tmp_path):
+    log = EventLog(tmp_path / "events.jsonl")
+    for event in _events():
+        log.append(event.pop("kind"), **{k: v for k, v in event.items() if k != "t"})
+    log.append("end", status="stopped", step=50, message="Stopped at step 50/100.")
+    out = io.StringIO()
+    text = TextProgress(interval=0.01, out=out)
+    follow(text, tmp_path / "events.jsonl")
+    text.poll()
+    text.close()
+    assert out.getvalue().splitlines()[-1] == "Stopped at step 50/100."
+
+
+def test_dashboard_snapshot_artifact(artifacts, tmp_path):
+    """The dashboard's parts mid-run, laid out as the widget shows them, for people to look at
+    (test-artifacts/train_dashboard.html, and .png when Chromium is installed)."""
+    import shutil
+
+    dashboard = TrainingDashboard(refresh=0.1)
+    steps = [{"kind": "step", "step": s, "epoch": 1 + (s - 1) // 400, "loss": 2.3 * (0.93 ** (s / 20)) + 0.05 * (s % 7) / 7,
+              "lr": 3e-4, "samples_per_s": 5120.0, "mem_alloc": 3 * 2**30, "mem_reserved": 4 * 2**30,
+              "mem_peak": 3.5 * 2**30, "data_wait": 0.31, "eta": 42.0, "elapsed": 61.0} for s in range(10, 1210, 10)]
+    vals = [{"kind": "val", "step": s, "epoch": s // 400, "loss": 2.3 * (0.93 ** (s / 20)) + 0.1, "accuracy": 0.9}
+            for s in (400, 800, 1200)]
+    dashboard.feed([dict(_events()[0], total_steps=2000, epochs=5)] + steps + vals + [_events()[-1]])
+    dashboard.view.gpu_util = 87
+    dashboard.render()
+    share = dashboard.progress.value
+    page = (f"<html><body style='font-family:sans-serif;width:900px'>"
+            f"<div><button>■ Stop</button> {dashboard.header.value}</div>"
+            f"<div style='display:flex;gap:8px;align-items:center'><div style='width:50%;height:14px;background:#eee'>"
+            f"<div style='width:{share:.0%};height:14px;background:#2196f3'></div></div>"
+            f"{dashboard.progress_label.value}</div>"
+            f"<div style='display:flex'>{dashboard.chart.value}{dashboard.stats.value}</div>{dashboard.notes.value}"
+            f"</body></html>")
+    html_path = artifacts / "train_dashboard.html"
+    html_path.write_text(page)
+    assert "<svg" in page and "ETA 0:42" in page and "GPU util" in page and "waits for data" in page
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium:
+        png = artifacts / "train_dashboard.png"
+        subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                        f"--user-data-dir={tmp_path}", f"--screenshot={png}", "--window-size=920,330",
+                        html_path.as_uri()], capture_output=True, timeout=60)
+        assert png.read_bytes()[:4] == b"\x89PNG"
