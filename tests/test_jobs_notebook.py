@@ -13,7 +13,7 @@ from jiyu_magics.core.paths import RunFiles
 from jiyu_magics.core.store import RunStore
 
 from .jobs_workload import assert_no_processes, wait_for, write_notebook
-from .notebook_runner import execute, html_of, notebook, text_of
+from .notebook_runner import execute, html_of, mimetypes_of, notebook, text_of
 
 
 def test_a_job_survives_its_kernel_and_shows_in_a_new_one(tmp_path, monkeypatch, artifacts):
@@ -33,16 +33,27 @@ def test_a_job_survives_its_kernel_and_shows_in_a_new_one(tmp_path, monkeypatch,
     assert run.active, "the job died with the kernel that submitted it"
     wait_for(lambda: summarize(RunFiles.of(run_id).events)["step"], what="a training step")
 
-    second = execute(notebook("%load_ext jiyu_magics", "%jobs", f"%job attach {run_id}"), tmp_path)
+    second = execute(notebook(
+        "%load_ext jiyu_magics", "%jobs", f"%job attach {run_id} --wait",
+        "d = get_ipython().magics_manager.registry['JobMagics'].attached\n"
+        "print(d.renders, d.view.step, d.view.status, len(d.view.losses))"), tmp_path, store_widget_state=True)
     table, summary = html_of(second.cells[1]), html_of(second.cells[2])
     assert f"<code>{run_id}</code>" in table and "survivor" in table and ">running<" in table
-    assert "<progress" in table and run_id in summary
+    assert "<progress" in table
+    renders, step, status, points = text_of(second.cells[3]).split()
+    assert int(renders) >= 2 and int(step) == 60 and status == "succeeded" and int(points) >= 2
+    # the live widget was replaced in place by the final summary with the loss plot
+    assert run_id in summary and "succeeded" in summary and "image/png" in mimetypes_of(second.cells[2])
     save_artifacts(artifacts, table, summary)
 
-    done = wait_for(lambda: (lambda r: r if not r.active else None)(RunStore().get(run_id)), 180, what="the end")
-    assert done.status == "succeeded"
+    done = RunStore().get(run_id)
+    assert done.status == "succeeded", "attach --wait returns only once the run has ended"
     final = summarize(RunFiles.of(run_id).events)
     assert final["step"] == 60 and final["loss"] is not None and final["end_status"] == "succeeded"
+
+    again = execute(notebook("%load_ext jiyu_magics", f"%job attach {run_id[:5]}"), tmp_path)
+    assert "step 60/60" in text_of(again.cells[1]) or "60" in html_of(again.cells[1])
+    assert "image/png" in mimetypes_of(again.cells[1]), "re-attaching to a finished run shows its whole history"
     assert_no_processes(run_id)
 
 

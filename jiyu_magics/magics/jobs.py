@@ -45,8 +45,12 @@ def _existing_notebook(candidate) -> Path | None:
     return None
 
 
+TEXT_FOLLOW_S = 10.0
+
+
 @magics_class
 class JobMagics(Magics):
+    attached = None  # the dashboard of the latest %job attach, for inspection
     def __init__(self, shell=None, **kwargs):
         super().__init__(shell=shell, **kwargs)
         if shell is not None:
@@ -101,7 +105,9 @@ class JobMagics(Magics):
 
             %job logs ID [-f] [--tail N]   the run's log; -f follows it until the run ends
             %job stop ID [--grace S]       SIGTERM every process, SIGKILL after S s (default 10)
-            %job attach ID                 the run's progress: step, loss, validation, errors
+            %job attach ID [--wait]        the run's live training dashboard, from its whole
+                                           event log (works after a reload or kernel restart);
+                                           its Stop button stops the job
         """
         command, _, rest = line.strip().partition(" ")
         handlers = {"logs": self._logs, "stop": self._stop, "attach": self._attach}
@@ -138,13 +144,21 @@ class JobMagics(Magics):
 
     @magic_arguments(name="job attach")
     @argument("id", help="run id or unique prefix")
+    @argument("--wait", action="store_true", help="in a notebook, keep the cell busy until the run ends "
+              "(default: follow in the background, the kernel stays free)")
     def _attach(self, rest: str):
         args = parse_argstring(self._attach, rest)
         run = jobs.resolve(args.id)
-        if in_notebook(self.shell):
-            display(HTML(view.render_summary_html(run)))
-        else:
+        if not in_notebook(self.shell):
+            from .attach import attach_text
+
             print(view.render_summary_text(run))
+            if run.active:
+                attach_text(run, interval=TEXT_FOLLOW_S)
+            return
+        from .attach import attach_dashboard
+
+        JobMagics.attached, _ = attach_dashboard(run, wait=args.wait)
 
 
 MAGICS = [JobMagics]

@@ -18,6 +18,7 @@ from ..core.events import read_events
 
 START_FIELDS = ("run_id", "name", "total_steps", "epochs", "steps_per_epoch", "nproc", "batch_size", "accum",
                 "amp", "device", "params", "strategy", "data", "start_step", "resumed_from")
+IDENTITY_FIELDS = ("run_id", "name", "nproc")
 STEP_FIELDS = ("step", "epoch", "loss", "lr", "samples_per_s", "mem_alloc", "mem_reserved", "mem_peak",
                "data_wait", "grad_norm", "elapsed", "eta")
 SMOOTHING_SPANS = 15.0
@@ -76,12 +77,13 @@ class TrainingView:
         return self.version != before
 
     def _on_start(self, event: dict) -> None:
+        known = {key: getattr(self, key) for key in IDENTITY_FIELDS}  # from the run store, if a viewer set them
         fresh = TrainingView()
         for name in fresh.__dataclass_fields__:
             if name != "version":
                 setattr(self, name, getattr(fresh, name))
         for key in START_FIELDS:
-            setattr(self, key, event.get(key))
+            setattr(self, key, event.get(key, known.get(key)))
         self.step, self.status = event.get("start_step") or 0, "running"
 
     def _on_step(self, event: dict) -> None:

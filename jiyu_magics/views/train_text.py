@@ -71,7 +71,8 @@ def progress_line(view: TrainingView) -> str:
 
 
 def header_text(view: TrainingView) -> str:
-    procs = f"{view.nproc} processes ({view.strategy})" if view.nproc and view.nproc > 1 else "1 process"
+    strategy = f" ({view.strategy})" if view.strategy else ""
+    procs = f"{view.nproc} processes{strategy}" if view.nproc and view.nproc > 1 else "1 process"
     return (f"run {na(view.run_id)} · {na(view.name)} · {na(view.device)} · amp {na(view.amp)} · {procs}"
             f" · batch {na(view.batch_size)}" + (f" × accum {view.accum}" if view.accum and view.accum > 1 else ""))
 
