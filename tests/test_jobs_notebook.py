@@ -66,3 +66,33 @@ def save_artifacts(artifacts, table: str, summary: str) -> None:
         subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
                         f"--screenshot={artifacts / 'jobs_table.png'}", "--window-size=900,420", page.as_uri()],
                        capture_output=True, timeout=60)
+
+
+def test_attach_follows_in_the_background_and_its_stop_button_stops_the_job(tmp_path, monkeypatch):
+    """The kernel stays free while the dashboard follows the job; the dashboard's own Stop
+    button (clicked through ipywidgets' API in the kernel) stops every process of the job."""
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    workload = write_notebook(tmp_path / "long.ipynb")
+    run = jobs_submit(workload)
+    wait_for(lambda: summarize(RunFiles.of(run.id).events)["step"], what="a training step")
+    nb = execute(notebook(
+        "%load_ext jiyu_magics",
+        f"%job attach {run.id}",
+        "import time\nd = get_ipython().magics_manager.registry['JobMagics'].attached\n"
+        "first = d.view.step; time.sleep(3); print('kernel free; steps went', first, '->', d.view.step)",
+        "d.stop_button.click()\n"
+        "for _ in range(300):\n"
+        "    if d.view.finished or not __import__('jiyu_magics').jobs.resolve(d.view.run_id).active: break\n"
+        "    time.sleep(0.1)\n"
+        "time.sleep(2); print(__import__('jiyu_magics').jobs.resolve(d.view.run_id).status)"), tmp_path)
+    words = text_of(nb.cells[2]).split()
+    assert int(words[-1]) > int(words[-3]), "the dashboard did not follow the job while the kernel ran other cells"
+    assert text_of(nb.cells[3]).strip().endswith("stopped")
+    assert RunStore().get(run.id).status == "stopped"
+    assert_no_processes(run.id)
+
+
+def jobs_submit(workload):
+    from jiyu_magics import jobs
+
+    return jobs.submit(workload, nproc=2, params={"steps": 400, "step_seconds": 0.1}, name="long")
