@@ -124,3 +124,14 @@ def test_the_kernel_history_records_which_cells_raised(ip):
                                                         ("!echo skipped-in-a-job", True)]
     script = jobs.export_history(cells, current="print(base + 2)").script
     assert "base / 0" not in script and "left out: it raised an error" in script and "print(base + 2)" in script
+
+
+def test_submit_returns_the_run_id_and_displays_nothing_more(ip, tmp_path, capsys):
+    nb = tiny_notebook(tmp_path / "ret.ipynb")
+    result = ip.run_cell(f"run = %submit {nb} --backend slurm\nrun")
+    run = only_run()
+    assert ip.user_ns["run"] == run.id and isinstance(result.result, str)
+    out = capsys.readouterr().out
+    assert out.startswith(f"Run {run.id} (ret) for slurm")
+    assert not [line for line in out.splitlines() if line.startswith("Out[") and run.id in line], \
+        "the id is printed by %submit, not again as Out[]"

@@ -48,6 +48,14 @@ def _existing_notebook(candidate) -> Path | None:
 TEXT_FOLLOW_S = 10.0
 
 
+class SubmittedRunId(str):
+    """What ``%submit`` returns: the run id, for ``run = %submit ...`` then
+    ``%job attach {run}``. The message is already printed, so it displays as nothing."""
+
+    def _ipython_display_(self) -> None:
+        pass
+
+
 @magics_class
 class JobMagics(Magics):
     attached = None  # the dashboard of the latest %job attach, for inspection
@@ -67,7 +75,8 @@ class JobMagics(Magics):
         shell commands, %pip and display-only magics are left out unless the cell is tagged
         jiyu:keep, cells tagged jiyu:skip are dropped, and -p values are injected after the
         cell tagged "parameters". The job runs under a detached supervisor in the notebook's
-        folder; its run id prints at once.
+        folder; its run id prints at once and is returned (``run = %submit ...``, then
+        ``%job attach {run}``).
 
         Examples::
 
@@ -85,6 +94,7 @@ class JobMagics(Magics):
         except jobs.JobError as error:
             raise UsageError(str(error)) from None
         print(view.submitted_message(run, control="%job {action} {id}"))
+        return SubmittedRunId(run.id)
 
     @magic_arguments()
     @argument("--all", action="store_true", help="include finished runs")
