@@ -44,3 +44,15 @@ def html_of(cell) -> str:
 
 def mimetypes_of(cell) -> set[str]:
     return {m for out in cell.get("outputs", []) if "data" in out for m in out.data}
+
+
+def with_parameters(nb: nbformat.NotebookNode, **params) -> nbformat.NotebookNode:
+    """Papermill's convention, as ``-p`` does for jobs: a cell with the overrides right after
+    the cell tagged ``parameters``."""
+    from jiyu_magics.jobs.params import assignment_lines
+
+    index = next(i for i, c in enumerate(nb.cells) if "parameters" in c.metadata.get("tags", []))
+    injected = new_code_cell("\n".join(assignment_lines(params)))
+    injected.metadata["tags"] = ["injected-parameters"]
+    nb.cells.insert(index + 1, injected)
+    return nb

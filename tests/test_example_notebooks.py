@@ -1,0 +1,79 @@
+"""The example notebooks in notebooks/, executed as a user would run them (nbclient, a real
+kernel), made small through their ``parameters`` cell, and their results checked."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from jiyu_magics.core.store import RunStore
+
+from .conftest import ROOT
+from .notebook_runner import execute, mimetypes_of, text_of, with_parameters
+
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+
+
+@pytest.fixture
+def workdir(tmp_path, monkeypatch) -> Path:
+    """A copy of notebooks/: runs write next to the notebooks, never into the repository."""
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    folder = tmp_path / "notebooks"
+    shutil.copytree(ROOT / "notebooks", folder)
+    return folder
+
+
+def run(workdir: Path, name: str, timeout: int = 300, **params) -> nbformat.NotebookNode:
+    nb = with_parameters(nbformat.read(workdir / name, as_version=4), **params)
+    return execute(nb, cwd=workdir, timeout=timeout)
+
+
+def output_of(nb, startswith: str) -> str:
+    return next(text_of(c) for c in nb.cells if c.cell_type == "code" and c.source.startswith(startswith))
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_committed_notebooks_are_stripped_and_parameterised(path):
+    nb = nbformat.read(path, as_version=4)
+    nbformat.validate(nb)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert all(not c.outputs and c.execution_count is None for c in code), f"{path.name} has outputs"
+    assert sum("parameters" in c.metadata.get("tags", []) for c in code) == 1
+    assert code[0].source == "%load_ext jiyu_magics"
+
+
+def test_quickstart_trains_digits_to_95_percent(workdir):
+    nb = run(workdir, "01_quickstart.ipynb", epochs=8)
+    report = output_of(nb, "model.eval()")
+    accuracy = float(re.search(r"test accuracy ([\d.]+)%", report).group(1))
+    assert accuracy >= 95.0, report
+    assert "succeeded after 184 steps" in report  # 8 epochs x 23 batches of 64
+    assert "image/png" in mimetypes_of(nb.cells[-1])  # the confusion matrix
+    status = next(c for c in nb.cells if c.source == "%gpu_status")
+    assert "text/html" in mimetypes_of(status)  # the GPU table, or the one-line no-GPU answer
+
+
+def test_amp_transformer_compares_fp32_and_bf16(workdir):
+    nb = run(workdir, "02_amp_transformer.ipynb", steps=30, d_model=64, n_layers=1)
+    table = output_of(nb, "import statistics")
+    rates = dict(re.findall(r"(fp32|bf16):\s+([\d,]+) samples/s", table))
+    assert set(rates) == {"fp32", "bf16"} and all(float(v.replace(",", "")) > 0 for v in rates.values())
+    assert re.search(r"bf16 / fp32 throughput: [\d.]+x", table)
+    names = {r.name: r for r in RunStore().list()}
+    assert names["chars-fp32"].status == names["chars-bf16"].status == "succeeded"
+    sample = output_of(nb, "@torch.no_grad()")
+    assert sample.startswith("def ") and len(sample) > 150
+
+
+def test_background_job_notebook_runs_the_quickstart_as_a_job(workdir):
+    nb = run(workdir, "04_background_job.ipynb", timeout=600, epochs=2)
+    assert output_of(nb, "run = %submit").startswith("Submitted run ")
+    final = output_of(nb, "from jiyu_magics import jobs")
+    assert re.match(r"run [0-9a-f]{8}: succeeded, exit code 0", final), final
+    assert "test accuracy" in output_of(nb, "%job logs")
+    job = next(r for r in RunStore().list() if r.name == "quickstart-job")
+    assert job.status == "succeeded" and job.params == {"epochs": 2}
