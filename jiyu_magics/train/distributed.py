@@ -44,7 +44,8 @@ class DistContext:
 
     @property
     def distributed(self) -> bool:
-        return self.world_size > 1
+        """In a process group (started by torchrun, even with one process): DDP and collectives."""
+        return self.backend is not None
 
     @property
     def is_writer(self) -> bool:
@@ -91,7 +92,7 @@ class DistContext:
 def join_process_group(device_request: str | None) -> tuple[DistContext, torch.device]:
     """The rank's context and device; a single-process context outside torchrun."""
     world = torchrun_world()
-    if world is None or world[1] <= 1:
+    if world is None:
         return DistContext(), resolve_device(device_request)
     rank, size, local_rank = world
     device = resolve_device(device_request, local_rank)
@@ -103,3 +104,16 @@ def join_process_group(device_request: str | None) -> tuple[DistContext, torch.d
         dist.init_process_group(backend=backend, device_id=device if device.type == "cuda" else None)
         created = True
     return DistContext(rank, size, local_rank, dist.get_backend(), created), device
+
+
+def record_rank_error(error: BaseException) -> None:
+    """Writes the error to torchrun's per-rank error file (``TORCHELASTIC_ERROR_FILE``), as
+    torch elastic's ``@record`` does, so torchrun and the launcher report the first failing
+    rank's message instead of "a child process failed". Call it inside the ``except`` block."""
+    if not os.environ.get("TORCHELASTIC_ERROR_FILE") or not isinstance(error, Exception):
+        return
+    from torch.distributed.elastic.multiprocessing.errors import get_error_handler
+
+    handler = get_error_handler()
+    handler.initialize()
+    handler.record_exception(error)
