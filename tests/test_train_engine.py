@@ -256,3 +256,15 @@ def test_compiled_model_trains_and_checkpoints_without_compile_prefixes(tmp_path
                  epochs=3, compile=True)
     assert result.status == "succeeded" and result.history[-1]["loss"] < result.history[0]["loss"]
     assert set(load_checkpoint(result.last_checkpoint)["model"]) == set(mlp().state_dict())
+
+
+def test_input_bound_advice_names_the_loader_settings_for_this_machine():
+    from jiyu_magics.train.failures import input_bound_advice
+
+    loader_with_no_workers = loader(blobs())
+    advice = input_bound_advice(0.45, "cuda", loader_with_no_workers, cpu_count=16, local_world_size=2)
+    assert advice.startswith("The GPU waits for data 45% of the time (now num_workers=0).")
+    for setting in ("num_workers=7", "pin_memory=True", "persistent_workers=True", "prefetch_factor=4"):
+        assert setting in advice
+    assert input_bound_advice(0.15, "cuda", loader_with_no_workers) is None
+    assert input_bound_advice(0.9, "cpu", loader_with_no_workers) is None, "on CPU the loader competes for the same cores"

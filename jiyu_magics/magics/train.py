@@ -40,6 +40,11 @@ def launch_ddp(shell, args: Namespace, cell: str | None) -> Any:
     raise UsageError("--nproc > 1 is not available yet")
 
 
+def parse_options(line: str) -> Namespace:
+    """``%%train`` options parsed as the magic parses them (for the ``--nproc`` launcher)."""
+    return parse_argstring(TrainMagics.train, line)
+
+
 def fit_kwargs(args: Namespace, namespace: dict) -> dict:
     """``fit`` keyword arguments from parsed ``%%train`` options and the user's variables.
     Raises a one-line ``UsageError`` for a missing object or conflicting options."""
