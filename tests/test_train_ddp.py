@@ -26,15 +26,37 @@ from .conftest import ROOT
 SCRIPT = Path(__file__).with_name("ddp_train_script.py")
 
 
-def torchrun(mode: str, out: Path, nproc: int = 2, **env: str) -> subprocess.CompletedProcess:
-    """Runs the script under torchrun; every torchelastic temp folder stays in ``out``."""
+def torchrun(mode: str, out: Path, nproc: int = 2, timeout: float = 180, **env: str) -> subprocess.CompletedProcess:
+    """Runs the script under torchrun; every torchelastic temp folder stays in ``out``. On a
+    timeout the whole tree goes (killing torchrun alone would orphan its workers)."""
     environment = dict(os.environ, TMPDIR=str(out), PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", **env)
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
                f"--log-dir={out / 'logs'}", str(SCRIPT), mode, str(out)]
-    finished = subprocess.run(command, env=environment, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    launcher = subprocess.Popen(command, env=environment, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, start_new_session=True)
+    try:
+        stdout, stderr = launcher.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        _kill_tree(launcher.pid)
+        launcher.communicate()
+        raise AssertionError(f"torchrun {mode} did not finish in {timeout} s")
     leftovers = [p for p in psutil.process_iter(["cmdline"]) if str(out) in " ".join(p.info["cmdline"] or [])]
     assert not leftovers, f"processes left behind: {leftovers}"
-    return finished
+    return subprocess.CompletedProcess(command, launcher.returncode, stdout, stderr)
+
+
+def _kill_tree(pid: int) -> None:
+    try:
+        parent = psutil.Process(pid)
+        tree = [parent, *parent.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return
+    for process in tree:
+        try:
+            process.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(tree, timeout=10)
 
 
 def seen(out: Path, rank: int) -> dict:
@@ -130,7 +152,7 @@ def test_sigterm_to_torchrun_stops_every_rank_at_a_step_with_a_checkpoint(tmp_pa
         took = time.monotonic() - signalled
     finally:
         if launcher.poll() is None:
-            os.killpg(launcher.pid, signal.SIGKILL)
+            _kill_tree(launcher.pid)
     end = read_events(events)[0][-1]
     assert end["kind"] == "end" and end["status"] == "stopped" and "by a stop request (SIGTERM)" in end["message"]
     assert load_checkpoint(RunFiles.of(RunStore().list()[0].id).ckpt / f"step-{end['step']:08d}.pt")

@@ -9,11 +9,15 @@ goes through :class:`DistContext`, which is free of collectives when there is on
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.distributed as dist
+
+
+GLOO_DRAIN_S = 0.05
 
 
 def torchrun_world() -> tuple[int, int, int] | None:
@@ -80,8 +84,19 @@ class DistContext:
         if self.distributed:
             dist.barrier()
 
-    def close(self) -> None:
-        if self.created_group and dist.is_initialized():
+    def close(self, failed: bool = False) -> None:
+        """Leaves the process group if ``fit`` created it.
+
+        Gloo's worker threads free a finished collective's tensors under the GIL, while the
+        group's destructor joins those threads holding it: destroying the group right after
+        the last collective can deadlock (seen on rank 1 in about one run in ten). A barrier
+        (every prior collective done) and a short GIL-free sleep let the workers go idle first.
+        The caller drops its DDP model first, so the group dies here, not in a later dealloc.
+        After a failure the group is left alone: a barrier with a dead peer would hang, and
+        the process is on its way out."""
+        if self.created_group and dist.is_initialized() and not failed:
+            dist.barrier()
+            time.sleep(GLOO_DRAIN_S)
             dist.destroy_process_group()
             self.created_group = False
 

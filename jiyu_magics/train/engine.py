@@ -86,17 +86,21 @@ class Trainer:
     def run(self) -> FitResult:
         self.started = time.perf_counter()
         self.dist, self.device = join_process_group(self.opts.device)
+        failed = True
         try:
             self._prepare()
             self.run_binding = RunBinding.open(self.name, self.dist, self._params())
             self.report = Reporter(self.run_binding, self.dist, self.monitor, started=self.started)
             try:
                 with signals_request_stop(self.stop):
-                    return self._execute()
+                    result = self._execute()
+                    failed = False
+                    return result
             finally:
                 self.run_binding.close()
         finally:
-            self.dist.close()
+            self.train_model = None  # the DDP wrapper (and its reducer) goes before the group it uses
+            self.dist.close(failed=failed)
 
     def _prepare(self) -> None:
         """Everything that can reject the input, before a run is registered."""
