@@ -10,3 +10,5 @@ echo "== gpu-marked tests"
 $PY -m pytest -q -m gpu -p no:cacheprovider tests
 echo "== benchmarks/gpu_status.py"
 $PY benchmarks/gpu_status.py
+echo "== benchmarks/train_overhead.py --device cuda"
+$PY benchmarks/train_overhead.py --device cuda --repeat 7

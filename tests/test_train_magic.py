@@ -110,3 +110,21 @@ def test_load_ext_does_not_import_torch():
             "InteractiveShell.instance().run_line_magic('load_ext', 'jiyu_magics'); print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_nan_loss_in_a_cell_is_one_line_and_the_result_is_bound(shell, capsys):
+    shell.run_cell(BODY + "\ntrain_step = lambda m, b: m(b[0]).sum() * float('nan')\ndel loss_fn")
+    shell.run_cell("%train --epochs 1 --log-every 2")
+    out = capsys.readouterr().out
+    assert "TrainingFailed: Loss became nan at step 1" in out and "Traceback" not in out
+    assert shell.user_ns["train_result"].status == "failed"
+
+
+def test_options_and_namespace_lookup_are_reusable_by_a_launcher(shell):
+    from jiyu_magics.magics.train import fit_kwargs, parse_options
+
+    shell.run_cell(BODY)
+    kwargs = fit_kwargs(parse_options("--epochs 2 --amp bf16 --accum 4 --nproc 3"), shell.user_ns)
+    assert kwargs["model"] is shell.user_ns["model"] and kwargs["train_data"] is shell.user_ns["train_loader"]
+    assert kwargs["val_data"] is shell.user_ns["val_loader"] and "train_step" not in kwargs
+    assert (kwargs["epochs"], kwargs["amp"], kwargs["accum"], kwargs["save_ckpts"]) == (2, "bf16", 4, True)

@@ -7,12 +7,14 @@ import asyncio
 import json
 import time
 
+import nbformat
 from jupyter_client.manager import start_new_kernel
 from nbclient import NotebookClient
 
 from jiyu_magics.core.events import read_events
 from jiyu_magics.core.store import RunStore
 
+from .conftest import ROOT
 from .notebook_runner import notebook, text_of
 
 SETUP = """%load_ext jiyu_magics
@@ -160,3 +162,12 @@ def _stream_text(kc, msg_id: str) -> str:
         if msg["parent_header"].get("msg_id") == msg_id and msg["msg_type"] == "stream":
             return msg["content"]["text"]
     raise AssertionError("the queued cell printed nothing")
+
+
+def test_example_training_notebook_runs(tmp_path):
+    nb = nbformat.read(ROOT / "notebooks" / "02_train_digits.ipynb", as_version=4)
+    NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
+    first = text_of(nb.cells[4])
+    accuracy = float(first.split("validation accuracy ")[1].rstrip("%\n")) / 100
+    assert first.startswith("Trained 192 steps (8 epochs)") and accuracy >= 0.95
+    assert text_of(nb.cells[7]).startswith("Trained 48 more steps, to step 240 (10 epochs)")

@@ -83,6 +83,10 @@ def test_png_and_static_summary(artifacts):
     (artifacts / "train_loss_example.png").write_bytes(png)
     html = summary_html(view, "AAAA")
     assert "succeeded" in html and "Trained 100 steps." in html and "data:image/png;base64,AAAA" in html
+    import base64
+
+    page = summary_html(view, base64.b64encode(png).decode())
+    (artifacts / "train_summary.html").write_text(f"<html><body style='font-family:sans-serif'>{page}</body></html>")
 
 
 def _launch_trainer(run_id: str) -> subprocess.Popen:

@@ -32,12 +32,16 @@ OBJECTS = {
 FIT_ARGUMENT = {"train_loader": "train_data", "val_loader": "val_data"}
 PASSED_OPTIONS = ("epochs", "max_steps", "batch_size", "amp", "accum", "clip", "compile", "device", "seed",
                   "log_every", "val_every", "ckpt_every", "ckpt_dir", "keep_ckpts", "resume", "strategy", "name")
-TEXT_REFRESH_S = 10.0
 
 
 def launch_ddp(shell, args: Namespace, cell: str | None) -> Any:
     """Runs the cell under ``torchrun --nproc-per-node N`` (wired by the background-jobs part)."""
     raise UsageError("--nproc > 1 is not available yet")
+
+
+def parse_options(line: str) -> Namespace:
+    """``%%train`` options parsed as the magic parses them (for the ``--nproc`` launcher)."""
+    return parse_argstring(TrainMagics.train, line)
 
 
 def fit_kwargs(args: Namespace, namespace: dict) -> dict:
@@ -191,9 +195,9 @@ class TrainMagics(Magics):
 
             monitor = TrainingDashboard(refresh=args.refresh or 1.0, stop=stop).show()
         else:
-            from ..views.train_text import TextProgress
+            from ..views.train_text import TEXT_INTERVAL_S, TextProgress
 
-            monitor = TextProgress(interval=args.refresh or TEXT_REFRESH_S)
+            monitor = TextProgress(interval=args.refresh or TEXT_INTERVAL_S)
         TrainMagics.dashboard = monitor
         return monitor
 

@@ -80,13 +80,18 @@ class CheckpointKeeper:
         self.folder, self.keep, self.label = Path(folder), keep, label
         self.saved: list[Path] = []
 
-    def save(self, state: dict[str, Any], step: int) -> Path:
-        path = save_atomic({"format": FORMAT, **state}, self.folder / checkpoint_name(step, self.label))
+    def save(self, state: dict[str, Any], step: int, write: bool = True) -> Path:
+        """Saves (rank 0) or only records (other ranks: the same paths, for their results)."""
+        path = self.folder / checkpoint_name(step, self.label)
+        if write:
+            save_atomic({"format": FORMAT, **state}, path)
         if path in self.saved:
             self.saved.remove(path)
         self.saved.append(path)
         while len(self.saved) > self.keep:
-            self.saved.pop(0).unlink(missing_ok=True)
+            old = self.saved.pop(0)
+            if write:
+                old.unlink(missing_ok=True)
         return path
 
     @property

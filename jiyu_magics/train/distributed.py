@@ -9,11 +9,15 @@ goes through :class:`DistContext`, which is free of collectives when there is on
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.distributed as dist
+
+
+GLOO_DRAIN_S = 0.05
 
 
 def torchrun_world() -> tuple[int, int, int] | None:
@@ -44,7 +48,8 @@ class DistContext:
 
     @property
     def distributed(self) -> bool:
-        return self.world_size > 1
+        """In a process group (started by torchrun, even with one process): DDP and collectives."""
+        return self.backend is not None
 
     @property
     def is_writer(self) -> bool:
@@ -79,8 +84,19 @@ class DistContext:
         if self.distributed:
             dist.barrier()
 
-    def close(self) -> None:
-        if self.created_group and dist.is_initialized():
+    def close(self, failed: bool = False) -> None:
+        """Leaves the process group if ``fit`` created it.
+
+        Gloo's worker threads free a finished collective's tensors under the GIL, while the
+        group's destructor joins those threads holding it: destroying the group right after
+        the last collective can deadlock (seen on rank 1 in about one run in ten). A barrier
+        (every prior collective done) and a short GIL-free sleep let the workers go idle first.
+        The caller drops its DDP model first, so the group dies here, not in a later dealloc.
+        After a failure the group is left alone: a barrier with a dead peer would hang, and
+        the process is on its way out."""
+        if self.created_group and dist.is_initialized() and not failed:
+            dist.barrier()
+            time.sleep(GLOO_DRAIN_S)
             dist.destroy_process_group()
             self.created_group = False
 
@@ -91,7 +107,7 @@ class DistContext:
 def join_process_group(device_request: str | None) -> tuple[DistContext, torch.device]:
     """The rank's context and device; a single-process context outside torchrun."""
     world = torchrun_world()
-    if world is None or world[1] <= 1:
+    if world is None:
         return DistContext(), resolve_device(device_request)
     rank, size, local_rank = world
     device = resolve_device(device_request, local_rank)
@@ -103,3 +119,16 @@ def join_process_group(device_request: str | None) -> tuple[DistContext, torch.d
         dist.init_process_group(backend=backend, device_id=device if device.type == "cuda" else None)
         created = True
     return DistContext(rank, size, local_rank, dist.get_backend(), created), device
+
+
+def record_rank_error(error: BaseException) -> None:
+    """Writes the error to torchrun's per-rank error file (``TORCHELASTIC_ERROR_FILE``), as
+    torch elastic's ``@record`` does, so torchrun and the launcher report the first failing
+    rank's message instead of "a child process failed". Call it inside the ``except`` block."""
+    if not os.environ.get("TORCHELASTIC_ERROR_FILE") or not isinstance(error, Exception):
+        return
+    from torch.distributed.elastic.multiprocessing.errors import get_error_handler
+
+    handler = get_error_handler()
+    handler.initialize()
+    handler.record_exception(error)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import gc
 import math
 import time
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -34,9 +35,10 @@ from .report import Reporter
 from .result import FitResult
 from .run import RunBinding, default_name, resume_path
 from .state import load_model_optimizer_state, load_other_states, model_optimizer_state, other_states
-from .wrap import uses_ddp, wrap_model
+from .wrap import uses_ddp, uses_fsdp, wrap_model
 
 END = object()
+NO_CONTEXT = nullcontext()
 ADVICE_AFTER_STEPS = 20  # data wait in the first steps is warm-up (worker start), not a pattern
 
 
@@ -84,17 +86,21 @@ class Trainer:
     def run(self) -> FitResult:
         self.started = time.perf_counter()
         self.dist, self.device = join_process_group(self.opts.device)
+        failed = True
         try:
             self._prepare()
             self.run_binding = RunBinding.open(self.name, self.dist, self._params())
             self.report = Reporter(self.run_binding, self.dist, self.monitor, started=self.started)
             try:
                 with signals_request_stop(self.stop):
-                    return self._execute()
+                    result = self._execute()
+                    failed = False
+                    return result
             finally:
                 self.run_binding.close()
         finally:
-            self.dist.close()
+            self.train_model = None  # the DDP wrapper (and its reducer) goes before the group it uses
+            self.dist.close(failed=failed)
 
     def _prepare(self) -> None:
         """Everything that can reject the input, before a run is registered."""
@@ -113,7 +119,6 @@ class Trainer:
         self._plan_steps()
         self.precision = resolve_precision(opts.amp, self.device)
         self.scaler = self.precision.scaler
-        self.params = trainable_parameters(self.raw_model)
         self.move_batches = self.device.type != "cpu"
         self.sharded = self.dist.distributed and opts.strategy == "fsdp"
         if self.move_batches and hasattr(self.data, "place"):
@@ -146,7 +151,7 @@ class Trainer:
         except torch.OutOfMemoryError as error:
             raise TrainingFailed(self._end("failed", self._release_memory(error))) from None
         except KeyboardInterrupt:  # a second interrupt: stop now, mid-step, without a checkpoint
-            return self._end("stopped", stopped_message(self.step, self.total_steps, self.epoch,
+            return self._end("stopped", stopped_message(self.step, self.total_steps, self._last_step_epoch(),
                                                         self.stop.reason, self._last_checkpoint()))
         except BaseException as error:
             self.report.error(error, self.step)
@@ -154,16 +159,26 @@ class Trainer:
         return self._end("stopped" if self._stopping() else "succeeded")
 
     def _start(self) -> None:
+        self.params_count = sum(p.numel() for p in self.raw_model.parameters())
+        self.train_model = wrap_model(self.raw_model, self.optimizer, self.device, self.dist, self.opts.strategy,
+                                      self.opts.compile)
+        self.params = trainable_parameters(self.raw_model)  # sharded ones under FSDP
+        self.ddp = uses_ddp(self.train_model) and self.batches_per_epoch is not None
+        self.fsdp = uses_fsdp(self.raw_model) and self.batches_per_epoch is not None
         self._resume()
         self.start_step = self.step
-        self.train_model = wrap_model(self.raw_model, self.device, self.dist, self.opts.strategy,
-                                      self.opts.compile)
-        self.ddp = uses_ddp(self.train_model) and self.batches_per_epoch is not None
         self.step_scheduler = self.scheduler is not None and self.opts.scheduler_interval == "step"
         self.keeper = CheckpointKeeper(self._ckpt_folder(), self.opts.keep_ckpts, self.run_binding.checkpoint_label)
         self.meter = StepMeter(self.device)
         self.meter.reset(time.perf_counter(), self.step)
         self.log_clock = LogClock(self.opts.log_every, self.opts.log_interval_s)
+        # read every step: plain attributes, looked up once here
+        self.clip, self.val_every, self.ckpt_every = self.opts.clip, self.opts.val_every, self.opts.ckpt_every
+        self.distributed = self.dist.distributed
+        self.plain = not self.distributed and self.precision.mode == "off" and self.opts.accum == 1
+        self.train_loss = None  # chosen from the first batch
+        self.last_step = self.total_steps if self.total_steps is not None else math.inf
+        self.next_due = self.step + 1
         self.next_log = self.step + self.log_clock.every
         self.train_model.train()
         self._emit_start()
@@ -177,9 +192,8 @@ class Trainer:
             "start", run_id=self.run_binding.run_id, name=self.name, total_steps=self.total_steps,
             epochs=self.epochs, steps_per_epoch=self.steps_per_epoch, nproc=self.dist.world_size,
             batch_size=self.data.batch_size, accum=self.opts.accum, amp=self.precision.mode,
-            device=str(self.device), params=sum(p.numel() for p in self.raw_model.parameters()),
-            strategy=self._strategy_name(), data=self.data.kind, start_step=self.step,
-            resumed_from=self.resumed_from)
+            device=str(self.device), params=self.params_count, strategy=self._strategy_name(),
+            backend=self.dist.backend, data=self.data.kind, start_step=self.step, resumed_from=self.resumed_from)
 
     def _strategy_name(self) -> str:
         if not self.dist.distributed:
@@ -202,7 +216,8 @@ class Trainer:
 
     def _run_epoch(self) -> None:
         batches = self._epoch_batches()
-        meter, clock = self.meter, time.perf_counter
+        meter, clock, stop, report = self.meter, time.perf_counter, self.stop, self.report
+        micro_step, optimizer_step = self._micro_step, self._optimizer_step
         group, micro = self._group_size(), 0
         while True:
             waited = clock()
@@ -212,12 +227,16 @@ class Trainer:
                 break
             self.batch_in_epoch += 1
             micro += 1
-            self._micro_step(batch, group, micro == group)
-            if micro == group:
-                self._optimizer_step()
-                micro = 0
+            micro_step(batch, group, micro == group)
+            if micro < group:
+                continue
+            optimizer_step()
+            micro = 0
+            # one comparison per step in the common case; the rest only when something is due
+            if self.step >= self.next_due or clock() >= report.next_poll or stop.requested:
                 if self._after_step() and not self._epoch_complete():
                     return
+            if group != 1:
                 group = self._group_size()
         if micro:  # an iterable without a length ended inside an accumulation group
             self._optimizer_step()
@@ -253,31 +272,38 @@ class Trainer:
     def _micro_step(self, batch, group: int, sync: bool) -> None:
         if self.move_batches:
             batch = to_device(batch, self.device)
-        if sync or not self.ddp:
-            loss = self._forward_backward(batch, group)
+        if self.train_loss is None:
+            self.train_loss = self.batch_loss.train_loss(batch)
+        if self.plain:  # one process, no AMP, no accumulation: nothing to wrap the step in
+            loss = self.train_loss(self.train_model, batch)
+            loss.backward()
         else:
-            with self.train_model.no_sync():  # gradients are all-reduced on the group's last micro-batch only
-                loss = self._forward_backward(batch, group)
+            loss = self._forward_backward(batch, group, sync)
         meter = self.meter
-        meter.losses.append(loss)
-        meter.loss_steps.append(self.step + 1)
+        meter.losses.append(loss.detach())
+        if group > 1:
+            meter.loss_steps.append(self.step + 1)
         meter.samples += samples_in(batch)
 
-    def _forward_backward(self, batch, group: int) -> torch.Tensor:
-        with self.precision.autocast():
-            loss = self.batch_loss(self.train_model, batch)[0]
-        scaled = loss / group if group > 1 else loss
-        if self.scaler is not None:
-            scaled = self.scaler.scale(scaled)
-        scaled.backward()
-        return loss.detach()
+    def _forward_backward(self, batch, group: int, sync: bool) -> torch.Tensor:
+        if group > 1 and self.fsdp:
+            self.raw_model.set_requires_gradient_sync(sync)  # reduce-scatter on the last micro-batch only
+        # DDP all-reduces gradients on the group's last micro-batch only
+        with self.train_model.no_sync() if self.ddp and not sync else NO_CONTEXT:
+            with self.precision.autocast():
+                loss = self.train_loss(self.train_model, batch)
+            scaled = loss / group if group > 1 else loss
+            if self.scaler is not None:
+                scaled = self.scaler.scale(scaled)
+            scaled.backward()
+        return loss
 
     def _optimizer_step(self) -> None:
         optimizer, scaler = self.optimizer, self.scaler
-        if self.opts.clip is not None:
+        if self.clip is not None:
             if scaler is not None:
                 scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
-            self.meter.norms.append(torch.nn.utils.clip_grad_norm_(self.params, self.opts.clip))
+            self.meter.norms.append(torch.nn.utils.clip_grad_norm_(self.params, self.clip))
         if scaler is not None:
             scaler.step(optimizer)
             scaler.update()
@@ -290,15 +316,18 @@ class Trainer:
 
     def _after_step(self) -> bool:
         """Logs, validates, checkpoints and polls the dashboard when due; True when training ends."""
-        step, opts = self.step, self.opts
+        step = self.step
         if step >= self.next_log:
             self._log()
-        if opts.val_every and step % opts.val_every == 0:
+        if self.val_every and step % self.val_every == 0:
             self._validate()
-        if opts.ckpt_every and step % opts.ckpt_every == 0:
+        if self.ckpt_every and step % self.ckpt_every == 0:
             self._checkpoint()
         self.report.poll_if_due()
-        return self._stopping() or (self.total_steps is not None and step >= self.total_steps)
+        self.next_due = min(self.next_log, self.last_step, _next_multiple(step, self.val_every),
+                            _next_multiple(step, self.ckpt_every))
+        stopping = self.stop_agreed if self.distributed else self.stop.requested
+        return stopping or step >= self.last_step
 
     def _end_epoch(self) -> None:
         self._log_pending()
@@ -328,6 +357,7 @@ class Trainer:
     def _log(self) -> None:
         window = self.meter.read(self.dist, self.step, self.stop.requested)
         self.next_log = self.step + self.log_clock.next(window)
+        self.next_due = min(self.next_due, self.next_log)
         if window.first_bad_step is not None:
             raise NonFiniteLoss(window.first_bad_step, window.bad_value)
         self.stop_agreed = self.stop_agreed or window.stop
@@ -356,9 +386,8 @@ class Trainer:
         if not self.opts.save_ckpts or self.last_ckpt_step == self.step:
             return
         state = self._state()
-        if self.dist.is_writer:
-            path = self.keeper.save(state, self.step)
-            self.report.emit("ckpt", step=self.step, path=str(path))
+        path = self.keeper.save(state, self.step, write=self.dist.is_writer)
+        self.report.emit("ckpt", step=self.step, path=str(path))
         self.last_ckpt_step = self.step
 
     def _state(self) -> dict:
@@ -380,7 +409,9 @@ class Trainer:
         state = load_checkpoint(path, map_location=self.device)
         load_model_optimizer_state(self.raw_model, self.optimizer, state, path, self.sharded)
         load_other_states(state, self.scaler, self.scheduler)
-        self.step, self.epoch, self.batch_in_epoch = state["step"], state["epoch"], state["batch_in_epoch"]
+        self.step, self.epoch = state["step"], state["epoch"]
+        # the same samples consumed globally when the number of ranks changed (same batch size per rank)
+        self.batch_in_epoch = state["batch_in_epoch"] * state["world_size"] // self.dist.world_size
         self.data.seed = self.data_seed = state["data_seed"]
         self.epoch_rng, self.resume_rng = state["epoch_rng"], state["rng"]
         self.last_ckpt_step, self.resumed_from = self.step, path
@@ -395,17 +426,22 @@ class Trainer:
         self.report.end(status, self.step, message)
         checkpoints = [str(p) for p in self.keeper.saved] if hasattr(self, "keeper") else []
         return FitResult(run_id=self.run_binding.run_id, status=status, message=message, step=self.step,
-                         epoch=self.epoch, total_steps=self.total_steps, elapsed=self.report.elapsed,
+                         epoch=self._last_step_epoch(), total_steps=self.total_steps, elapsed=self.report.elapsed,
                          history=self.report.history, checkpoints=checkpoints)
+
+    def _last_step_epoch(self) -> int:
+        """The epoch the last step belonged to (the counter has moved on at an epoch end)."""
+        return self.epoch - 1 if self.batch_in_epoch == 0 and self.step > self.start_step else self.epoch
 
     def _message(self, status: str, elapsed: float) -> str:
         if status == "stopped":
-            return stopped_message(self.step, self.total_steps, self.epoch, self.stop.reason, self._last_checkpoint())
+            return stopped_message(self.step, self.total_steps, self._last_step_epoch(), self.stop.reason,
+                                   self._last_checkpoint())
         history = self.report.history
         last = history[-1] if history else {}
         val_acc = next((r["val_acc"] for r in reversed(history) if r.get("val_acc") is not None), None)
-        epochs = self.epoch - 1 if self.batch_in_epoch == 0 else self.epoch
-        return succeeded_message(self.step, self.start_step, epochs, elapsed, last.get("loss"), val_acc)
+        return succeeded_message(self.step, self.start_step, self._last_step_epoch(), elapsed, last.get("loss"),
+                                 val_acc)
 
     def _nonfinite(self, error: NonFiniteLoss) -> str:
         return nonfinite_message(error.step, error.value, self._last_checkpoint(), self.last_ckpt_step,
@@ -425,6 +461,10 @@ class Trainer:
             total = torch.cuda.get_device_properties(self.device).total_memory
             torch.cuda.empty_cache()
         return oom_message(self.step + 1, peak, total, self.data.batch_size, self.opts.accum, self.precision.mode)
+
+def _next_multiple(step: int, every: int | None) -> float:
+    return (step // every + 1) * every if every else math.inf
+
 
 def _for_rank(states: list[dict], rank: int) -> dict:
     return states[rank] if len(states) > rank else states[0]

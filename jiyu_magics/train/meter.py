@@ -43,7 +43,7 @@ class StepMeter:
 
     def reset(self, now: float, step: int) -> None:
         self.losses: list[torch.Tensor] = []
-        self.loss_steps: list[int] = []   # the optimizer step each loss belongs to
+        self.loss_steps: list[int] = []   # the optimizer step of each loss, when accumulating
         self.norms: list[torch.Tensor] = []
         self.samples = 0
         self.data_wait = 0.0
@@ -54,7 +54,8 @@ class StepMeter:
         now = time.perf_counter()
         losses = torch.stack(self.losses).float().tolist() if self.losses else []
         norms = torch.stack(self.norms).float().tolist() if self.norms else []
-        bad = next(((s, v) for s, v in zip(self.loss_steps, losses) if not math.isfinite(v)), None)
+        steps = self.loss_steps or range(self.first_step + 1, self.first_step + 1 + len(losses))  # accum 1: a step each
+        bad = next(((s, v) for s, v in zip(steps, losses) if not math.isfinite(v)), None)
         elapsed = max(now - self.started, 1e-9)
         sums = dist.reduce([sum(v for v in losses if math.isfinite(v)), sum(map(math.isfinite, losses)),
                             self.samples, self.data_wait / elapsed, elapsed, sum(norms), len(norms)],

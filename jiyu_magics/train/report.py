@@ -11,7 +11,8 @@ import math
 import time
 from typing import Any
 
-from .distributed import DistContext
+from ..core.events import EventLog, read_events
+from .distributed import DistContext, record_rank_error
 from .meter import Window
 from .result import add_to_history
 from .run import RunBinding
@@ -83,14 +84,36 @@ class Reporter:
         self.run.finish(status, error=message if status == "failed" else None)
 
     def error(self, error: BaseException, step: int) -> None:
-        """Records an error the engine cannot explain better, before it propagates."""
+        """Records an error the engine cannot explain better, before it propagates: in the
+        event log (by whichever rank failed: the one exception to "rank 0 writes"), in
+        torchrun's error file for this rank, and as the run's final status."""
         message = f"{type(error).__name__}: {error}".strip()
+        record_rank_error(error)
         try:
-            self.emit("error", message=message, step=step, rank=self.dist.rank)
-            self.emit("end", status="failed", step=step, message=message, elapsed=round(self.elapsed, 3))
-            self.run.finish("failed", error=message)
+            if self.run.events is not None:
+                self.emit("error", message=message, step=step, rank=self.dist.rank)
+                first = self._first_error() or message
+                self.emit("end", status="failed", step=step, message=first, elapsed=round(self.elapsed, 3))
+                self.run.finish("failed", error=first)
+            elif self.run.files.root.is_dir():
+                with EventLog(self.run.files.events) as log:
+                    log.append("error", message=message, step=step, rank=self.dist.rank)
         except Exception:
             pass  # the original error matters more than a failure to record it
+
+
+    def _first_error(self) -> str | None:
+        """The earliest error any rank logged in this call: when rank 1 raises, rank 0 fails
+        next with "connection closed by peer", and the user should read rank 1's message."""
+        if not self.dist.distributed:
+            return None
+        events = read_events(self.run.files.events)[0]
+        starts = [i for i, e in enumerate(events) if e.get("kind") == "start"]
+        errors = [e for e in events[starts[-1] if starts else 0:] if e.get("kind") == "error"]
+        if not errors:
+            return None
+        first = min(errors, key=lambda e: e.get("t", 0))
+        return f"rank {first.get('rank')}: {first.get('message')}"
 
 
 def save_plot(run: RunBinding) -> None:

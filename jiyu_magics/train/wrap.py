@@ -7,13 +7,14 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 
 from .distributed import DistContext
+from .errors import TrainConfigError
 
 
-def wrap_model(model: torch.nn.Module, device: torch.device, dist: DistContext, strategy: str,
-               compile: bool) -> torch.nn.Module:
+def wrap_model(model: torch.nn.Module, optimizer: torch.optim.Optimizer, device: torch.device,
+               dist: DistContext, strategy: str, compile: bool) -> torch.nn.Module:
     wrapped = model
     if dist.distributed:
-        wrapped = _fsdp(model) if strategy == "fsdp" else _ddp(model, device)
+        wrapped = shard(model, optimizer) if strategy == "fsdp" else _ddp(model, device)
     if compile:
         wrapped = torch.compile(wrapped)
     return wrapped
@@ -24,15 +25,31 @@ def _ddp(model: torch.nn.Module, device: torch.device) -> DistributedDataParalle
     return DistributedDataParallel(model, device_ids=device_ids)
 
 
-def _fsdp(model: torch.nn.Module) -> torch.nn.Module:
+def shard(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> torch.nn.Module:
+    """FSDP2 (``fully_shard``) on each direct child holding parameters, then the root.
+
+    ``fully_shard`` replaces the parameters with sharded ones, so the optimizer the user built
+    before (the normal order in a notebook) is pointed at the new parameters, by name."""
     from torch.distributed.fsdp import fully_shard
 
+    if optimizer.state:
+        raise TrainConfigError("--strategy fsdp needs a fresh optimizer (it already holds state); "
+                               "resume from a checkpoint instead")
+    names = {id(p): name for name, p in model.named_parameters()}
     for child in model.children():
         if any(p.requires_grad for p in child.parameters()):
             fully_shard(child)
-    return fully_shard(model)
+    fully_shard(model)
+    sharded = dict(model.named_parameters())
+    for group in optimizer.param_groups:
+        group["params"] = [sharded[names[id(p)]] for p in group["params"]]
+    return model
 
 
 def uses_ddp(wrapped: torch.nn.Module) -> bool:
     inner = getattr(wrapped, "_orig_mod", wrapped)
     return isinstance(inner, DistributedDataParallel)
+
+
+def uses_fsdp(model: torch.nn.Module) -> bool:
+    return hasattr(model, "set_requires_gradient_sync")

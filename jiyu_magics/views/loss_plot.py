@@ -32,7 +32,8 @@ def render_loss_png(view: TrainingView, size: tuple[float, float] = (6.0, 3.2), 
     ax.set_xlabel("step")
     ax.set_ylabel("loss")
     ax.grid(alpha=0.3)
-    ax.legend(loc="upper right", fontsize=8)
+    if ax.lines:
+        ax.legend(loc="upper right", fontsize=8)
     ax.set_title(f"{view.name or ''} · {view.status}", fontsize=9)
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png")

@@ -35,7 +35,7 @@ if TYPE_CHECKING:  # the dashboard itself never imports torch: %job attach uses 
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
 DEFAULT_REFRESH_S = 1.0
 MAX_RENDER_SHARE = 0.01   # a slow front-end link stretches the interval to keep rendering under 1%
-GPU_EVERY_S = 2.0
+GPU_EVERY_S = 5.0
 
 
 class TrainingDashboard:
