@@ -29,7 +29,6 @@ demo: setup
 	$(BIN)/jiyu gpu
 	-$(BIN)/jiyu doctor
 	$(BIN)/python scripts/run_notebook.py notebooks/01_quickstart.ipynb --out demo-output
-	$(BIN)/python scripts/run_notebook.py notebooks/02_train_digits.ipynb --out demo-output
 
 test: setup browser test-system-deps
 	$(BIN)/python -m pytest

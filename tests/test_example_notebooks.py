@@ -51,7 +51,9 @@ def test_quickstart_trains_digits_to_95_percent(workdir):
     report = output_of(nb, "model.eval()")
     accuracy = float(re.search(r"test accuracy ([\d.]+)%", report).group(1))
     assert accuracy >= 95.0, report
-    assert "succeeded after 184 steps" in report  # 8 epochs x 23 batches of 64
+    assert "succeeded after 230 steps" in report  # 8 + 2 resumed epochs x 23 batches of 64
+    resumed = output_of(nb, "%train --resume last")
+    assert "amp bf16" in resumed and "Trained 46 more steps, to step 230 (10 epochs)" in resumed, resumed
     assert "image/png" in mimetypes_of(nb.cells[-1])  # the confusion matrix
     status = next(c for c in nb.cells if c.source == "%gpu_status")
     assert "text/html" in mimetypes_of(status)  # the GPU table, or the one-line no-GPU answer
