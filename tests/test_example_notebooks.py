@@ -79,3 +79,13 @@ def test_background_job_notebook_runs_the_quickstart_as_a_job(workdir):
     assert "test accuracy" in output_of(nb, "%job logs")
     job = next(r for r in RunStore().list() if r.name == "quickstart-job")
     assert job.status == "succeeded" and job.params == {"epochs": 2}
+
+
+def test_ddp_notebook_trains_with_two_ranks_and_brings_the_model_back(workdir):
+    nb = run(workdir, "03_ddp_from_a_cell.ipynb", epochs=6)
+    report = output_of(nb, "model.eval()")
+    accuracy = float(re.search(r"test accuracy ([\d.]+)%", report).group(1))
+    assert accuracy >= 93.0, report  # evaluated in the kernel, with the weights rank 0 handed back
+    (ddp_run,) = [r for r in RunStore().list() if r.name == "digits-ddp"]
+    assert (ddp_run.kind, ddp_run.nproc, ddp_run.status) == ("ddp", 2, "succeeded")
+    assert "succeeded after 138 steps" in report  # 6 epochs x 23 batches of 32 per rank (1437 / 2 ranks)

@@ -65,7 +65,6 @@ def test_resume_last_continues_the_previous_run(shell):
     ("--bogus 3", "", "unrecognized arguments: --bogus 3"),
     ("--amp fp8", "", "argument --amp: invalid choice: 'fp8'"),
     ("--nproc 0", "", "--nproc must be >= 1, got 0"),
-    ("--nproc 2", "", "--nproc > 1 is not available yet"),
     ("--refresh 0", "", "--refresh takes a positive number of seconds, got 0"),
     ("--no-ckpt --ckpt-every 5", "", "--no-ckpt and --ckpt-every conflict"),
     ("", "del model", "no model named 'model' in the notebook: define it in the cell or pass --model NAME"),

@@ -41,6 +41,7 @@ class SourceCell:
     tags: frozenset[str] = frozenset()
     failed: bool = False  # raised when it ran in the kernel (history only)
     name: str | None = None  # how to call a history cell that has no execution count
+    best_effort: bool = False  # replayed set-up: an error is reported and the script goes on
 
     @property
     def label(self) -> str:
@@ -88,14 +89,18 @@ def export_notebook(path: str | os.PathLike, params: Mapping[str, Any] | None = 
 
 
 def export_history(cells: Iterable[ExecutedCell | str], params: Mapping[str, Any] | None = None,
-                   *, current: str | None = None, origin: str = "a live kernel's history") -> Export:
+                   *, current: str | None = None, origin: str = "a live kernel's history",
+                   best_effort: bool = False) -> Export:
     """The job script of what a kernel executed, in order; cells that raised are left out.
-    ``current`` is the cell being run now (``%%train --nproc``), appended last."""
+    ``current`` is the cell being run now (``%%train --nproc``), appended last. With
+    ``best_effort`` a history cell that raises in the script (it used what only the kernel
+    has, such as an earlier training's result) is reported on stderr and skipped; the current
+    cell still must succeed."""
     sources = []
     for position, cell in enumerate(cells, 1):
         cell = ExecutedCell(cell) if isinstance(cell, str) else cell
         sources.append(SourceCell(cell.source, execution_count=cell.execution_count, failed=not cell.succeeded,
-                                  name=f"history cell {position}"))
+                                  name=f"history cell {position}", best_effort=best_effort))
     if current is not None:
         sources.append(SourceCell(current, name="the current cell"))
     return build(sources, params, origin=origin)
@@ -152,6 +157,8 @@ def _render(cell: SourceCell, transformer, export: Export) -> list[str]:
     export.code_cells += 1
     tags = sorted(cell.tags - {cell_rules.KEEP_TAG})
     title = cell.label + (f" (tags: {', '.join(tags)})" if tags else "")
+    if cell.best_effort:
+        return ["", script.cell_marker(title + " (best effort)"), script.best_effort_cell(code, cell.label)]
     return ["", script.cell_marker(title), code.rstrip("\n")]
 
 

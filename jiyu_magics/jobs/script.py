@@ -55,3 +55,12 @@ def comment_block(text: str) -> list[str]:
 
 def cell_marker(title: str, kind: str = "") -> str:
     return f"# %% {('[' + kind + '] ') if kind else ''}{title}".rstrip()
+
+
+def best_effort_cell(code: str, label: str) -> str:
+    """A replayed cell that may fail where the kernel did not: run as its own code object (so
+    its names land in the script's globals as usual) and, if it raises, say so and go on."""
+    return (f"try:\n    exec(compile({readable_literal(code.rstrip(chr(10)) + chr(10))}, {label!r}, 'exec'), globals())\n"
+            f"except Exception as _jiyu_error:\n"
+            f"    print(f'[jiyu] {label} raised {{type(_jiyu_error).__name__}}: {{_jiyu_error}} here; skipped "
+            f"(it ran in the kernel)', file=_jiyu_sys.stderr)")

@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import re
 from argparse import Namespace
-from typing import Any
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, magics_class
@@ -34,9 +33,9 @@ PASSED_OPTIONS = ("epochs", "max_steps", "batch_size", "amp", "accum", "clip", "
                   "log_every", "val_every", "ckpt_every", "ckpt_dir", "keep_ckpts", "resume", "strategy", "name")
 
 
-def launch_ddp(shell, args: Namespace, cell: str | None) -> Any:
-    """Runs the cell under ``torchrun --nproc-per-node N`` (wired by the background-jobs part)."""
-    raise UsageError("--nproc > 1 is not available yet")
+def under_torchrun() -> bool:
+    """In a torchrun rank (a ``%%train --nproc`` export replaying this cell): train here."""
+    return "RANK" in os.environ and "WORLD_SIZE" in os.environ
 
 
 def parse_options(line: str) -> Namespace:
@@ -122,7 +121,9 @@ class TrainMagics(Magics):
     @argument("--resume", metavar="PATH|last", help="Continue from a checkpoint: a path, or 'last' (the newest "
               "checkpoint of the last run with the same name in this notebook).")
     @argument("--strategy", choices=("auto", "ddp", "fsdp"), help="Under torchrun: ddp (default) or fsdp.")
-    @argument("--nproc", type=int, default=1, help="Processes (GPUs) to train on with torchrun (default 1).")
+    @argument("--nproc", type=int, metavar="N", help="Train with DDP in N processes (one GPU each, or gloo on the "
+              "CPU) under torchrun, started from what this notebook executed; the kernel's model starts them and "
+              "gets rank 0's final weights back. Without it: in this kernel.")
     @argument("--no-fast-data", action="store_true", help="Iterate a TensorDataset DataLoader as it is instead of the "
               "engine's batched gather.")
     @argument("--refresh", type=float, metavar="SECONDS", help="Dashboard refresh interval (default 1 s; "
@@ -160,12 +161,14 @@ class TrainMagics(Magics):
             %train --resume last --epochs 6     # line form: no set-up code, same options
         """
         args = parse_argstring(self.train, line)
-        if args.nproc < 1:
+        if args.nproc is not None and args.nproc < 1:
             raise UsageError(f"--nproc must be >= 1, got {args.nproc}")
         if args.refresh is not None and not args.refresh > 0:
             raise UsageError(f"--refresh takes a positive number of seconds, got {args.refresh:g}")
-        if args.nproc > 1:
-            return launch_ddp(self.shell, args, cell)
+        if args.nproc is not None and not under_torchrun():
+            from .train_launch import launch_ddp
+
+            return launch_ddp(self.shell, line, args, cell)
         if cell and cell.strip() and not self.shell.run_cell(cell, store_history=False).success:
             raise UsageError("the cell body failed (traceback above); nothing was trained")
         self._train(args, fit_kwargs(args, self.shell.user_ns))

@@ -26,6 +26,7 @@ from .data import training_batches, validation_batches
 from .distributed import join_process_group
 from .errors import NonFiniteLoss, TrainConfigError, TrainingFailed
 from .evaluate import evaluate
+from .handoff import final_weights_path, load_initial_weights, write_weights
 from .failures import (input_bound_advice, nonfinite_message, oom_message, stopped_message,
                        succeeded_message)
 from .meter import LogClock, StepMeter
@@ -160,6 +161,7 @@ class Trainer:
 
     def _start(self) -> None:
         self.params_count = sum(p.numel() for p in self.raw_model.parameters())
+        load_initial_weights(self.raw_model)  # %%train --nproc: the kernel's weights, before wrapping
         self.train_model = wrap_model(self.raw_model, self.optimizer, self.device, self.dist, self.opts.strategy,
                                       self.opts.compile)
         self.params = trainable_parameters(self.raw_model)  # sharded ones under FSDP
@@ -422,12 +424,24 @@ class Trainer:
         return str(keeper.last) if keeper is not None and keeper.last else None
 
     def _end(self, status: str, message: str | None = None) -> FitResult:
+        if status != "failed":
+            self._hand_back_weights()
         message = message or self._message(status, self.report.elapsed)
         self.report.end(status, self.step, message)
         checkpoints = [str(p) for p in self.keeper.saved] if hasattr(self, "keeper") else []
         return FitResult(run_id=self.run_binding.run_id, status=status, message=message, step=self.step,
                          epoch=self._last_step_epoch(), total_steps=self.total_steps, elapsed=self.report.elapsed,
                          history=self.report.history, checkpoints=checkpoints)
+
+    def _hand_back_weights(self) -> None:
+        """``%%train --nproc``: rank 0 writes the final full weights for the kernel to load
+        (every rank takes part in gathering them under FSDP)."""
+        path = final_weights_path()
+        if path is None or not hasattr(self, "train_model"):
+            return
+        model, _ = model_optimizer_state(self.raw_model, self.optimizer, self.sharded)
+        if self.dist.is_writer:
+            write_weights(model, path, self.step)
 
     def _last_step_epoch(self) -> int:
         """The epoch the last step belonged to (the counter has moved on at an epoch end)."""

@@ -34,6 +34,28 @@ class FitResult:
     def __repr__(self) -> str:
         return f"<FitResult {self.status} run={self.run_id} step={self.step}: {self.message}>"
 
+    @classmethod
+    def from_events(cls, run_id: str, events: list[dict], status: str, message: str | None = None) -> "FitResult":
+        """The result of a ``fit`` another process ran (``%%train --nproc``'s rank 0), from
+        its events since its last ``start``."""
+        start = max((i for i, e in enumerate(events) if e.get("kind") == "start"), default=0)
+        result = cls(run_id=run_id, status=status, message=message or "")
+        for event in events[start:]:
+            kind = event.get("kind")
+            add_to_history(result.history, event)
+            if kind == "start":
+                result.total_steps = event.get("total_steps")
+            elif kind == "step":
+                result.step, result.epoch = event.get("step", result.step), event.get("epoch", result.epoch)
+                result.elapsed = event.get("elapsed", result.elapsed)
+            elif kind == "ckpt" and event.get("path"):
+                result.checkpoints.append(event["path"])
+            elif kind == "end":
+                result.step = event.get("step", result.step)
+                result.elapsed = event.get("elapsed", result.elapsed)
+                result.message = message or event.get("message") or result.message
+        return result
+
 
 def add_to_history(history: list[dict], event: dict) -> None:
     """One row per logged step; a validation at the step of the last row joins that row."""

@@ -88,8 +88,12 @@ def resume_path(requested: str | None, run: RunBinding, name: str) -> Path | Non
         if not path.is_file():
             raise TrainConfigError(f"resume checkpoint {requested} does not exist")
         return path
-    found = newest_checkpoint(run.files.ckpt) if not run.owned else _last_of_name(name, run.run_id)
-    if found is None and not implicit and run.owned:
+    # an attached run (a launcher's) first looks in its own folder: a torchrun restart continues
+    # itself; an explicit ``last`` then falls back to the last run of the same name, as in a kernel
+    found = newest_checkpoint(run.files.ckpt) if not run.owned else None
+    if found is None and not (implicit and not run.owned):
+        found = _last_of_name(name, run.run_id)
+    if found is None and not implicit:
         raise TrainConfigError(f"--resume last: no checkpoint of an earlier run named {name!r}; "
                                "give a checkpoint path instead")
     return found

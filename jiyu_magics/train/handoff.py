@@ -1,0 +1,49 @@
+"""Weights handed between a notebook kernel and the torchrun ranks of ``%%train --nproc``.
+
+The launcher saves the kernel's current model to ``JIYU_INIT_WEIGHTS``: each rank loads it
+before wrapping, so a model trained or loaded earlier in the kernel continues (and every rank
+starts from the same weights). At the end rank 0 writes the full, unwrapped weights to
+``JIYU_FINAL_WEIGHTS`` (under FSDP every rank helps gather them), and the kernel loads them
+back into its ``model``. Both files are written atomically, like checkpoints.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch
+
+from .checkpoint import FORMAT, load_checkpoint, save_atomic
+
+INIT_WEIGHTS_ENV = "JIYU_INIT_WEIGHTS"
+FINAL_WEIGHTS_ENV = "JIYU_FINAL_WEIGHTS"
+
+
+def save_weights(model: torch.nn.Module, path: Path | str) -> Path:
+    """The model's weights, moved to the CPU so ranks on other devices can load them."""
+    return write_weights(model.state_dict(), path)
+
+
+def write_weights(state: dict, path: Path | str, step: int | None = None) -> Path:
+    cpu = {name: tensor.detach().cpu() for name, tensor in state.items()}
+    return save_atomic({"format": FORMAT, "model": cpu, "step": step}, path)
+
+
+def load_weights(model: torch.nn.Module, path: Path | str) -> None:
+    """Loads into ``model`` in place, onto whatever device its parameters are on."""
+    model.load_state_dict(load_checkpoint(path, map_location="cpu")["model"])
+
+
+def load_initial_weights(model: torch.nn.Module) -> str | None:
+    """Loads ``JIYU_INIT_WEIGHTS`` when a launcher set it; returns the path it loaded."""
+    path = os.environ.get(INIT_WEIGHTS_ENV)
+    if not path:
+        return None
+    load_weights(model, path)
+    return path
+
+
+def final_weights_path() -> Path | None:
+    path = os.environ.get(FINAL_WEIGHTS_ENV)
+    return Path(path) if path else None

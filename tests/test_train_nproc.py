@@ -1,0 +1,151 @@
+"""``%%train --nproc 2`` from a real kernel (nbclient): real torchrun, gloo, two ranks on this
+machine. The kernel's model starts the ranks and gets rank 0's final weights back; an interrupt
+stops every rank with a checkpoint that a second launch resumes; a failing rank is one line."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import psutil
+import pytest
+from IPython.core.error import UsageError
+from nbclient import NotebookClient
+
+from jiyu_magics.core.events import read_events
+from jiyu_magics.core.paths import RUN_ID_ENV, RunFiles
+from jiyu_magics.core.store import RunStore
+
+from .notebook_runner import execute, notebook, text_of
+
+DATA = """%load_ext jiyu_magics
+import os, torch
+from torch.utils.data import DataLoader, TensorDataset
+torch.manual_seed(0)
+X = torch.randn(512, 8); y = X @ torch.linspace(-1, 1, 8).unsqueeze(1)
+index = torch.arange(512)
+model = torch.nn.Linear(8, 1)
+before = {k: v.clone() for k, v in model.state_dict().items()}"""
+
+RECORDING_BODY = """
+optimizer = torch.optim.SGD(model.parameters(), 0.05)
+train_loader = DataLoader(TensorDataset(X, y, index), batch_size=32, shuffle=True)
+
+def train_step(model, batch):
+    inputs, targets, seen = batch
+    with open(f"seen_rank{os.environ.get('RANK', 'kernel')}.txt", "a") as f:
+        f.write(" ".join(map(str, seen.tolist())) + "\\n")
+    return torch.nn.functional.mse_loss(model(inputs), targets)
+"""
+
+
+def processes_of(run_id: str) -> list[int]:
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            if proc.environ().get(RUN_ID_ENV) == run_id:
+                found.append(proc.pid)
+        except (psutil.Error, OSError):
+            continue
+    return found
+
+
+@pytest.fixture(autouse=True)
+def own_tmpdir(tmp_path, monkeypatch):
+    monkeypatch.setenv("TMPDIR", str(tmp_path))  # torchrun leaves torchelastic_* folders there
+
+
+def test_two_ranks_train_disjoint_samples_and_the_kernel_gets_rank0_weights(tmp_path):
+    nb = execute(notebook(
+        DATA,
+        "%%train --nproc 2 --epochs 1 --seed 0 --name ddp-lin" + RECORDING_BODY,
+        "import torch\nfinal = torch.load(train_result.last_checkpoint, weights_only=True)['model']\n"
+        "print(train_result.status, train_result.step, train_result.run_id)\n"
+        "print(all(torch.equal(final[k], v) for k, v in model.state_dict().items()),\n"
+        "      any(not torch.equal(before[k], v) for k, v in model.state_dict().items()))\n"
+        "print(train_result.history[0]['loss'] > train_result.history[-1]['loss'])"), tmp_path, timeout=300)
+    status, step, run_id = text_of(nb.cells[2]).splitlines()[0].split()
+    assert (status, step) == ("succeeded", "8")  # 512 samples / 2 ranks / batch 32
+    assert text_of(nb.cells[2]).splitlines()[1:] == ["True True", "True"], \
+        "the kernel's model must hold rank 0's final weights (and differ from where it started)"
+    seen = {rank: [int(i) for line in (tmp_path / f"seen_rank{rank}.txt").read_text().split("\n") for i in line.split()]
+            for rank in (0, 1)}
+    assert not (tmp_path / "seen_rankkernel.txt").exists(), "the kernel itself must not train"
+    assert len(seen[0]) == len(seen[1]) == 256 and not set(seen[0]) & set(seen[1])
+    assert set(seen[0]) | set(seen[1]) == set(range(512))
+    run = RunStore().get(run_id)
+    assert (run.kind, run.nproc, run.status, run.exit_code) == ("ddp", 2, "succeeded", 0)
+    starts = [e for e in read_events(RunFiles.of(run_id).events)[0] if e["kind"] == "start"]
+    assert [(e["nproc"], e["strategy"], e["backend"]) for e in starts] == [(2, "ddp", "gloo")]
+    assert processes_of(run_id) == []
+
+
+def _first_step(home, timeout: float = 120.0) -> str:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        for log in home.glob("runs/*/events.jsonl"):
+            if any(e["kind"] == "step" for e in read_events(log)[0]):
+                return log.parent.name
+        time.sleep(0.1)
+    raise AssertionError("the ranks never logged a step")
+
+
+def test_interrupt_stops_every_rank_with_a_checkpoint_and_resume_continues(tmp_path, jiyu_home):
+    body = RECORDING_BODY.replace("shuffle=True", "shuffle=True")
+    nb = notebook(DATA, "%%train --nproc 2 --epochs 100000 --log-every 5 --name ddp-stop" + body,
+                  "print(train_result.status, train_result.step, train_result.last_checkpoint is not None)",
+                  "%%train --nproc 2 --resume last --max-steps 4 --name ddp-stop" + body,
+                  "print(train_result.status, train_result.step)")
+    client = NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}})
+
+    async def run():
+        async with client.async_setup_kernel():
+            await client.async_execute_cell(nb.cells[0], 0)
+            training = asyncio.ensure_future(client.async_execute_cell(nb.cells[1], 1))
+            run_id = await asyncio.get_running_loop().run_in_executor(None, _first_step, jiyu_home)
+            await asyncio.sleep(1.0)
+            interrupted = time.monotonic()
+            await client.km.interrupt_kernel()
+            await training
+            took = time.monotonic() - interrupted
+            left = processes_of(run_id)
+            for index in (2, 3, 4):
+                await client.async_execute_cell(nb.cells[index], index)
+            return run_id, took, left
+
+    run_id, took, left = asyncio.run(run())
+    assert took < 10 and left == [], f"ranks still running {took:.1f} s after the interrupt: {left}"
+    status, step, has_checkpoint = text_of(nb.cells[2]).split()
+    assert status == "stopped" and has_checkpoint == "True" and int(step) > 0
+    assert RunStore().get(run_id).status == "stopped"
+    stopped_at = int(step)
+    resumed = [r for r in RunStore().list() if r.name == "ddp-stop" and r.id != run_id]
+    assert len(resumed) == 1 and resumed[0].status == "succeeded"
+    start = next(e for e in read_events(RunFiles.of(resumed[0].id).events)[0] if e["kind"] == "start")
+    assert start["start_step"] == stopped_at and start["resumed_from"], "the second launch resumed the checkpoint"
+    assert text_of(nb.cells[4]).split() == ["succeeded", str(max(stopped_at, 4))]
+
+
+def test_a_failing_rank_is_one_line_and_nothing_is_left(tmp_path):
+    nb = execute(notebook(
+        DATA,
+        "%%train --nproc 2 --max-steps 50 --name ddp-fail" + RECORDING_BODY.replace(
+            "    return torch", "    if os.environ['RANK'] == '1':\n        raise RuntimeError('rank one is out of coffee')\n"
+                               "    return torch")), tmp_path, timeout=300, allow_errors=True)
+    (error,) = [o for o in nb.cells[1].outputs if o.output_type == "error"]
+    assert error.ename == "RankFailure"
+    assert error.evalue == "%%train --nproc 2 failed: rank 1: RuntimeError: rank one is out of coffee"
+    assert len(error.traceback) == 1
+    (run,) = [r for r in RunStore().list() if r.name == "ddp-fail"]
+    assert run.status == "failed" and "rank one is out of coffee" in run.error
+    assert processes_of(run.id) == []
+
+
+def test_bad_nproc_values(ip, nvml_double):
+    """NVML test double: two GPUs visible (no driver on this machine)."""
+    ip.run_cell(DATA.split("\n", 1)[1])
+    with pytest.raises(UsageError, match="--nproc must be >= 1, got 0"):
+        ip.run_cell_magic("train", "--nproc 0", "pass")
+    with pytest.raises(UsageError, match=r"--nproc 3 needs 3 GPUs but 2 are visible .*use --nproc 2"):
+        ip.run_cell_magic("train", "--nproc 3", RECORDING_BODY)
+    assert RunStore().list() == [], "a rejected launch registers no run"
