@@ -118,24 +118,54 @@ def stop_process(process: subprocess.Popen, grace: float = 15) -> None:
         pass
 
 
+TRAINING_NOTEBOOK_CELLS = [
+    "%load_ext jiyu_magics",
+    "steps = 150\npace = 0.2",
+    "import time, torch\nfrom sklearn.datasets import load_digits\nfrom torch.utils.data import DataLoader, TensorDataset\n"
+    "x, y = load_digits(return_X_y=True)\n"
+    "data = TensorDataset(torch.tensor(x / 16.0, dtype=torch.float32), torch.tensor(y))",
+    "%%train --max-steps {steps} --refresh 1 --seed 0 --name {name}\n"
+    "model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10))\n"
+    "optimizer = torch.optim.AdamW(model.parameters(), 3e-3)\n"
+    "train_loader = DataLoader(data, batch_size=32, shuffle=True)\n"
+    "def train_step(model, batch):\n"
+    "    time.sleep(pace)  # paced, so the panel's progress visibly moves\n"
+    "    inputs, targets = batch\n"
+    "    return torch.nn.functional.cross_entropy(model(inputs), targets)",
+]
+
+
+def training_notebook(folder: Path, name: str) -> Path:
+    """A real %%train notebook (digits MLP) with a ``parameters`` cell (steps, pace)."""
+    import nbformat
+    from nbformat.v4 import new_code_cell, new_notebook
+
+    cells = [new_code_cell(source.replace("{name}", name)) for source in TRAINING_NOTEBOOK_CELLS]
+    cells[1].metadata["tags"] = ["parameters"]
+    path = folder / f"{name}.ipynb"
+    nbformat.write(new_notebook(cells=cells, metadata={"kernelspec": {
+        "name": "python3", "display_name": "Python 3", "language": "python"}}), path)
+    return path
+
+
 @dataclass
-class TinyJob:
+class TrainingJob:
     run_id: str
     name: str
-    process: subprocess.Popen
 
 
-def start_tiny_job(lab: Lab, name: str, steps: int = 200, pace: float = 0.2, tmp: Path | None = None) -> TinyJob:
-    """tests/tiny_job.py in its own session, registered in the lab's run store."""
+def submit_training_job(lab: Lab, name: str, steps: int = 150, pace: float = 0.2,
+                        tmp: Path | None = None) -> TrainingJob:
+    """A background job as a user submits one (``jiyu submit``) into the lab's run store."""
     env = {**lab.env(), "PYTHONPATH": str(ROOT)}
     if tmp is not None:
         env["TMPDIR"] = str(tmp)
-    process = subprocess.Popen([sys.executable, str(ROOT / "tests" / "tiny_job.py"), "--name", name,
-                                "--steps", str(steps), "--pace", str(pace)],
-                               env=env, stdout=subprocess.PIPE, text=True, start_new_session=True)
-    run_id = process.stdout.readline().strip()
-    assert run_id, f"tiny job {name} did not register (exit code {process.poll()})"
-    return TinyJob(run_id, name, process)
+    jiyu = Path(sys.executable).with_name("jiyu")
+    done = subprocess.run([str(jiyu), "submit", str(training_notebook(lab.root, name)), "--name", name,
+                           "-p", "steps", str(steps), "-p", "pace", str(pace)],
+                          env=env, capture_output=True, text=True, timeout=60, cwd=lab.root)
+    assert done.returncode == 0, done.stderr
+    return TrainingJob(done.stdout.split()[2], name)
 
 
 def launch_chromium(playwright):

@@ -1,8 +1,9 @@
 """The panel in a real JupyterLab, driven through headless Chromium (Playwright).
 
-A real background process trains a small torch model and logs events (tests/tiny_job.py);
-the panel must show it appear and progress, its log must follow, Stop must ask first, and
-both themes must render. Screenshots: test-artifacts/lab_panel_*.png.
+A real background job (a ``%%train`` notebook submitted with ``jiyu submit``) trains a small
+torch model; the panel must show it appear and progress, its log must follow, Stop must ask
+first, and both themes must render. A notebook opened in Lab trains with ``%%train`` and its
+live dashboard widget renders and moves. Screenshots: test-artifacts/lab_*.png.
 """
 
 from __future__ import annotations
@@ -18,7 +19,11 @@ from playwright.sync_api import expect, sync_playwright
 from jiyu_magics.core.paths import store_path
 from jiyu_magics.core.store import RunStore
 
-from .lab_runner import jupyter_lab, launch_chromium, start_tiny_job, stop_process
+from jiyu_magics import jobs as jobs_api
+from jiyu_magics.core.store import UnknownRun
+
+from .jobs_workload import assert_no_processes
+from .lab_runner import jupyter_lab, launch_chromium, submit_training_job, training_notebook
 
 PANEL = "#jiyu-panel"
 PYTHON3 = {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}}
@@ -56,11 +61,19 @@ def page(browser, lab):
 
 
 @pytest.fixture
-def jobs(tmp_path):
+def jobs(tmp_path, monkeypatch):
     started = []
-    yield lambda lab, name, **kw: started.append(start_tiny_job(lab, name, tmp=tmp_path, **kw)) or started[-1]
-    for job in started:
-        stop_process(job.process, grace=20)
+    yield lambda lab, name, **kw: started.append((lab, submit_training_job(lab, name, tmp=tmp_path, **kw))) or started[-1][1]
+    for lab, job in started:  # leave nothing running: stop what the test did not
+        monkeypatch.setenv("JIYU_HOME", str(lab.home))
+        try:
+            jobs_api.stop(job.run_id, grace=10)
+        except UnknownRun:
+            pass
+
+
+def status_of(lab, run_id: str) -> str:
+    return RunStore(store_path(lab.home)).get(run_id).status
 
 
 def wait_until(read, accept, timeout: float, what: str):
@@ -89,12 +102,12 @@ def test_panel_follows_a_training_run_live(page, lab, jobs, artifacts):
     expect(panel.locator(".jp-JiyuGpu")).to_have_count(2, timeout=30_000)
     expect(panel.get_by_role("progressbar", name="GPU 0 utilisation")).to_have_attribute("aria-valuenow", "45")
 
-    job = jobs(lab, "digits-mlp", steps=150, pace=0.25)
+    job = jobs(lab, "digits-mlp", steps=120, pace=0.25)
     row = panel.locator(f'li.jp-JiyuRun[data-run-id="{job.run_id}"]')
     expect(row).to_be_visible(timeout=30_000)
     expect(row.locator(".jp-JiyuChip")).to_have_text("running")
     bar = row.get_by_role("progressbar", name="Progress of digits-mlp")
-    first = wait_until(lambda: progress_of(bar), lambda v: v is not None and v > 0, 60, "first progress")
+    first = wait_until(lambda: progress_of(bar), lambda v: v is not None and v > 0, 90, "first progress")
     later = wait_until(lambda: progress_of(bar), lambda v: v is not None and v > first, 20, "progress moving")
     assert 0 < first < later < 100
     points = row.locator(".jp-JiyuSparkline polyline").get_attribute("points")
@@ -106,12 +119,11 @@ def test_panel_follows_a_training_run_live(page, lab, jobs, artifacts):
     page.screenshot(path=artifacts / "lab_panel_stop_dialog.png")
     dialog.get_by_role("button", name="Cancel").click()
     expect(dialog).to_have_count(0)
-    assert job.process.poll() is None
-    assert RunStore(store_path(lab.home)).get(job.run_id).status == "running"
+    assert status_of(lab, job.run_id) == "running"
 
     row.get_by_role("button", name="Open the log of digits-mlp").click()
     log = page.locator(".jp-JiyuLog-text")
-    expect(log).to_contain_text(f"run {job.run_id} (digits-mlp)")
+    expect(log).to_contain_text("torchrun started")
     lines = len(log.inner_text().splitlines())
     wait_until(lambda: len(log.inner_text().splitlines()), lambda n: n > lines, 20, "log following")
     page.screenshot(path=artifacts / "lab_panel_light.png")
@@ -130,7 +142,7 @@ def test_panel_follows_a_training_run_live(page, lab, jobs, artifacts):
     expect(bar).to_have_attribute("aria-valuenow", "100")
     expect(row.get_by_role("button", name="Stop digits-mlp")).to_have_count(0)
     expect(page.locator(".jp-JiyuLog-state")).to_contain_text("end of log", timeout=15_000)
-    expect(log).to_contain_text("run succeeded")
+    expect(log).to_contain_text("job succeeded")
 
 
 def test_submit_command_is_in_the_notebook_toolbar_and_the_palette(page, lab, artifacts):
@@ -175,8 +187,8 @@ def test_stop_from_the_panel_stops_the_run(jobs_layer, page, lab, jobs):
     row.get_by_role("button", name="Stop to-stop").click()
     page.locator(".jp-Dialog").get_by_role("button", name="Stop run").click()
     expect(row.locator(".jp-JiyuChip")).to_have_text("stopped", timeout=60_000)
-    assert job.process.wait(30) is not None
-    assert RunStore(store_path(lab.home)).get(job.run_id).status == "stopped"
+    assert status_of(lab, job.run_id) == "stopped"
+    assert_no_processes(job.run_id)
 
 
 def test_submit_from_the_toolbar_starts_a_job_the_panel_can_stop(jobs_layer, page, lab):
@@ -201,3 +213,32 @@ def test_submit_from_the_toolbar_starts_a_job_the_panel_can_stop(jobs_layer, pag
     row.get_by_role("button", name="Stop ticks-from-lab").click()
     page.locator(".jp-Dialog").get_by_role("button", name="Stop run").click()
     expect(row.locator(".jp-JiyuChip")).to_have_text("stopped", timeout=60_000)
+
+
+def test_train_dashboard_renders_live_in_a_lab_notebook(page, lab, artifacts):
+    """%%train in a notebook opened in JupyterLab: the dashboard widget (ipywidgets in the real
+    front-end) shows the loss curve and moving progress, the panel lists the kernel's run, and
+    when training ends the widget is replaced by the static summary with the loss plot."""
+    path = training_notebook(lab.root, "lab-digits")
+    page.evaluate(f"window.jupyterapp.commands.execute('docmanager:open', {{path: '{path.name}'}})")
+    expect(page.locator(".jp-Notebook .jp-Cell")).to_have_count(4, timeout=30_000)
+    page.evaluate("() => window.jupyterapp.shell.currentWidget.sessionContext.ready.then(() => true)")
+    page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")  # not awaited
+    output = page.locator(".jp-Notebook .jp-Cell").nth(3).locator(".jp-OutputArea-output")
+    expect(output.locator("svg polyline").first).to_be_visible(timeout=120_000)
+    bar = output.locator(".widget-hprogress .progress-bar").first
+    label = output.locator(".widget-inline-hbox.widget-label").first  # the Label widget, not a description
+    first = wait_until(label.inner_text, lambda t: t.startswith("step ") and not t.startswith("step 0/"), 60,
+                       "first logged step")
+    wait_until(label.inner_text, lambda t: t != first and int(t.split()[1].split("/")[0]) >= 40, 40,
+               "the progress label moving past step 40")
+    expect(output.get_by_role("button", name="Stop")).to_be_visible()
+    expect(bar).to_be_visible()
+    row = page.locator(PANEL).locator("li.jp-JiyuRun", has_text="lab-digits")
+    expect(row.locator(".jp-JiyuChip")).to_have_text("running", timeout=30_000)
+    page.screenshot(path=artifacts / "lab_train_dashboard.png")
+    expect(output.locator("img")).to_be_visible(timeout=180_000)  # the static summary's loss PNG
+    expect(output).to_contain_text("succeeded")
+    expect(row.locator(".jp-JiyuChip")).to_have_text("succeeded", timeout=30_000)
+    run = next(r for r in RunStore(store_path(lab.home)).list() if r.name == "lab-digits")
+    assert (run.kind, run.status) == ("kernel", "succeeded")
