@@ -10,7 +10,7 @@ export MKL_NUM_THREADS ?= 1
 export OMP_WAIT_POLICY ?= PASSIVE
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: setup demo test test-system-deps browser bench gpu-checks clean
+.PHONY: setup demo test test-system-deps browser bench gpu-checks screenshots clean
 
 setup: $(STAMP)
 
@@ -62,6 +62,10 @@ bench: setup
 # On a GPU machine: every gpu-marked test and the benchmarks (see benchmarks/gpu_checks.sh).
 gpu-checks:
 	bash benchmarks/gpu_checks.sh
+
+# The README's screenshots, as the browser tests last produced them.
+screenshots:
+	cp test-artifacts/lab_train_dashboard.png test-artifacts/lab_panel_light.png test-artifacts/jobs_table.png docs/img/
 
 clean:
 	rm -rf $(VENV) demo-output test-artifacts build dist jiyu_magics/labextension labextension/node_modules labextension/lib
