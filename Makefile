@@ -10,7 +10,7 @@ export MKL_NUM_THREADS ?= 1
 export OMP_WAIT_POLICY ?= PASSIVE
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: setup demo test test-system-deps browser bench gpu-checks screenshots clean
+.PHONY: setup demo test test-system-deps browser bench gpu-checks gpu-wheels screenshots clean
 
 setup: $(STAMP)
 
@@ -62,6 +62,14 @@ bench: setup
 # On a GPU machine: every gpu-marked test and the benchmarks (see benchmarks/gpu_checks.sh).
 gpu-checks:
 	bash benchmarks/gpu_checks.sh
+
+# Wheels of the notebook stack for a GPU machine whose Python (3.12) has torch but not IPython & co.
+GPU_PY ?= 3.12
+gpu-wheels: setup
+	$(BIN)/pip download -q --only-binary=:all: --python-version $(GPU_PY) --implementation cp \
+	  --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+	  --platform any -d .whl ipython ipykernel ipywidgets nbformat nbclient jupyter_server prometheus_client \
+	  pyyaml pytest-timeout 'pytest-jupyter[server]'
 
 # The README's screenshots, as the browser tests last produced them.
 screenshots:

@@ -149,3 +149,28 @@ def test_bad_nproc_values(ip, nvml_double):
     with pytest.raises(UsageError, match=r"--nproc 3 needs 3 GPUs but 2 are visible .*use --nproc 2"):
         ip.run_cell_magic("train", "--nproc 3", RECORDING_BODY)
     assert RunStore().list() == [], "a rejected launch registers no run"
+
+
+@pytest.mark.gpu
+def test_nccl_launch_after_the_kernel_touched_cuda(ip, tmp_path, monkeypatch):
+    """The failure mode of fork-based launchers: CUDA is initialised in the kernel first. Ours
+    exports and runs real torchrun, so one NCCL rank trains and its weights come back."""
+    import torch
+
+    monkeypatch.chdir(tmp_path)
+    held = torch.ones(1024, device="cuda")  # the kernel now has a CUDA context
+    assert torch.cuda.is_initialized()
+    ip.run_cell("import torch\nfrom torch.utils.data import DataLoader, TensorDataset\n"
+                "X = torch.randn(512, 8); y = X.sum(1, keepdim=True)\nmodel = torch.nn.Linear(8, 1).cuda()")
+    ip.run_cell_magic("train", "--nproc 1 --max-steps 20 --name nccl-one", """
+optimizer = torch.optim.SGD(model.parameters(), 0.05)
+train_loader = DataLoader(TensorDataset(X, y), batch_size=32, shuffle=True)
+loss_fn = torch.nn.MSELoss()
+""")
+    result = ip.user_ns["train_result"]
+    assert result.status == "succeeded" and result.step == 20
+    start = next(e for e in read_events(RunFiles.of(result.run_id).events)[0] if e["kind"] == "start")
+    assert start["backend"] == "nccl" and start["device"].startswith("cuda")
+    final = torch.load(result.last_checkpoint, weights_only=True)["model"]
+    assert all(torch.equal(final[k].cuda(), v) for k, v in ip.user_ns["model"].state_dict().items())
+    assert processes_of(result.run_id) == [] and held.sum().item() == 1024
