@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import nbformat
@@ -56,3 +57,17 @@ def with_parameters(nb: nbformat.NotebookNode, **params) -> nbformat.NotebookNod
     injected.metadata["tags"] = ["injected-parameters"]
     nb.cells.insert(index + 1, injected)
     return nb
+
+
+def first_logged_step(home: Path, timeout: float = 120.0) -> str:
+    """Waits until some run under ``home`` has logged a training step; returns its id (for
+    tests that interrupt or stop training mid-run)."""
+    from jiyu_magics.core.events import read_events
+
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        for log in home.glob("runs/*/events.jsonl"):
+            if any(e["kind"] == "step" for e in read_events(log)[0]):
+                return log.parent.name
+        time.sleep(0.1)
+    raise AssertionError("training never logged a step")

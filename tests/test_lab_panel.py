@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import expect, sync_playwright
 
+from jiyu_magics.core.events import read_events
 from jiyu_magics.core.paths import store_path
 from jiyu_magics.core.store import RunStore
 
@@ -171,27 +172,27 @@ def test_submit_command_is_in_the_notebook_toolbar_and_the_palette(page, lab, ar
     page.keyboard.press("Escape")
 
 
-# -- after the jobs branch lands: jobs.stop / jobs.submit behind the panel's buttons -------------
+# -- the buttons that act: Stop and Submit go through jobs.stop / jobs.submit ----------------------
 
-@pytest.fixture
-def jobs_layer():
-    """Skips (before Lab is even opened) where jiyu_magics.jobs is missing: the jobs branch
-    provides jobs.submit/jobs.stop behind these buttons; the lead enables these after merging."""
-    return pytest.importorskip("jiyu_magics.jobs", reason="needs jobs.submit/jobs.stop (jobs branch)")
-
-
-def test_stop_from_the_panel_stops_the_run(jobs_layer, page, lab, jobs):
+def test_stop_from_the_panel_stops_the_run(page, lab, jobs):
     job = jobs(lab, "to-stop", steps=2000, pace=0.1)
     row = page.locator(PANEL).locator(f'li.jp-JiyuRun[data-run-id="{job.run_id}"]')
     expect(row.locator(".jp-JiyuChip")).to_have_text("running", timeout=30_000)
+    bar = row.get_by_role("progressbar", name="Progress of to-stop")
+    wait_until(lambda: progress_of(bar), lambda v: v is not None and v > 0, 90, "training under way")
     row.get_by_role("button", name="Stop to-stop").click()
     page.locator(".jp-Dialog").get_by_role("button", name="Stop run").click()
     expect(row.locator(".jp-JiyuChip")).to_have_text("stopped", timeout=60_000)
     assert status_of(lab, job.run_id) == "stopped"
     assert_no_processes(job.run_id)
+    events = read_events(Path(lab.home) / "runs" / job.run_id / "events.jsonl")[0]
+    last_step = max(e["step"] for e in events if e["kind"] == "step")
+    stopped = [e for e in events if e["kind"] == "end" and e.get("status") == "stopped"]
+    assert stopped and any(e["kind"] == "ckpt" and e["step"] >= last_step for e in events), \
+        "a stopped job keeps a checkpoint of the step it stopped at"
 
 
-def test_submit_from_the_toolbar_starts_a_job_the_panel_can_stop(jobs_layer, page, lab):
+def test_submit_from_the_toolbar_starts_a_job_the_panel_can_stop(page, lab):
     cells = [{"cell_type": "code", "metadata": {"tags": ["parameters"]}, "execution_count": None, "outputs": [],
               "source": "n = 3"},
              {"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [],

@@ -7,15 +7,12 @@ import asyncio
 import json
 import time
 
-import nbformat
 from jupyter_client.manager import start_new_kernel
 from nbclient import NotebookClient
 
-from jiyu_magics.core.events import read_events
 from jiyu_magics.core.store import RunStore
 
-from .conftest import ROOT
-from .notebook_runner import notebook, text_of
+from .notebook_runner import first_logged_step, notebook, text_of
 
 SETUP = """%load_ext jiyu_magics
 import torch
@@ -82,16 +79,6 @@ def test_live_dashboard_refreshes_in_place_by_wall_clock(tmp_path):
     assert charts and "<polyline" in charts[0]
 
 
-def _first_step_logged(home, timeout: float = 60.0) -> None:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        for log in home.glob("runs/*/events.jsonl"):
-            if any(e["kind"] == "step" for e in read_events(log)[0]):
-                return
-        time.sleep(0.1)
-    raise AssertionError("training never logged a step")
-
-
 def test_kernel_interrupt_stops_at_a_step_and_checkpoints(tmp_path, jiyu_home):
     nb = notebook(SETUP, "%%train --epochs 100000 --log-every 20" + BODY,
                   "import os\nprint(train_result.status, train_result.step % 20 == 0 or train_result.step,"
@@ -102,7 +89,7 @@ def test_kernel_interrupt_stops_at_a_step_and_checkpoints(tmp_path, jiyu_home):
         async with client.async_setup_kernel():
             await client.async_execute_cell(nb.cells[0], 0)
             training = asyncio.ensure_future(client.async_execute_cell(nb.cells[1], 1))
-            await asyncio.get_running_loop().run_in_executor(None, _first_step_logged, jiyu_home)
+            await asyncio.get_running_loop().run_in_executor(None, first_logged_step, jiyu_home)
             interrupted = time.monotonic()
             await client.km.interrupt_kernel()
             await training

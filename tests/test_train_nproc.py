@@ -16,7 +16,7 @@ from jiyu_magics.core.events import read_events
 from jiyu_magics.core.paths import RUN_ID_ENV, RunFiles
 from jiyu_magics.core.store import RunStore
 
-from .notebook_runner import execute, notebook, text_of
+from .notebook_runner import first_logged_step, execute, notebook, text_of
 
 DATA = """%load_ext jiyu_magics
 import os, torch
@@ -80,16 +80,6 @@ def test_two_ranks_train_disjoint_samples_and_the_kernel_gets_rank0_weights(tmp_
     assert processes_of(run_id) == []
 
 
-def _first_step(home, timeout: float = 120.0) -> str:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        for log in home.glob("runs/*/events.jsonl"):
-            if any(e["kind"] == "step" for e in read_events(log)[0]):
-                return log.parent.name
-        time.sleep(0.1)
-    raise AssertionError("the ranks never logged a step")
-
-
 def test_interrupt_stops_every_rank_with_a_checkpoint_and_resume_continues(tmp_path, jiyu_home):
     body = RECORDING_BODY.replace("shuffle=True", "shuffle=True")
     nb = notebook(DATA, "%%train --nproc 2 --epochs 100000 --log-every 5 --name ddp-stop" + body,
@@ -102,7 +92,7 @@ def test_interrupt_stops_every_rank_with_a_checkpoint_and_resume_continues(tmp_p
         async with client.async_setup_kernel():
             await client.async_execute_cell(nb.cells[0], 0)
             training = asyncio.ensure_future(client.async_execute_cell(nb.cells[1], 1))
-            run_id = await asyncio.get_running_loop().run_in_executor(None, _first_step, jiyu_home)
+            run_id = await asyncio.get_running_loop().run_in_executor(None, first_logged_step, jiyu_home)
             await asyncio.sleep(1.0)
             interrupted = time.monotonic()
             await client.km.interrupt_kernel()

@@ -2,8 +2,9 @@
 
 Requests come from the dashboard's Stop button, a kernel interrupt (SIGINT) and, in jobs and
 torchrun ranks, SIGTERM from the supervisor. The first signal only sets a flag the loop reads
-between steps, so no step, checkpoint or collective is cut in half; a second one raises at once
-for a loop that is stuck (a hung data loader).
+between steps, so no step, checkpoint or collective is cut in half; a second interrupt raises at
+once for a loop that is stuck (a hung data loader). SIGTERM only ever sets the flag: its sender
+follows up with SIGKILL after a grace period.
 """
 
 from __future__ import annotations
@@ -50,12 +51,14 @@ def signals_request_stop(stop: StopSignal) -> Iterator[None]:
     previous = {sig: signal.getsignal(sig) for sig in stop_signals()}
 
     def handler(signum, frame):
-        reason = INTERRUPT if signum == signal.SIGINT else TERMINATE
-        if stop.requested and stop.reason in (INTERRUPT, TERMINATE):
-            if signum == signal.SIGINT:
+        if signum == signal.SIGINT:
+            if stop.requested and stop.reason == INTERRUPT:
                 raise KeyboardInterrupt
-            raise SystemExit(128 + signum)
-        stop.request(reason)
+            stop.request(INTERRUPT)
+        else:
+            # SIGTERM never escalates: a stop reaches a rank twice (torchrun forwards it, and a
+            # launcher signals every process group), and whoever sends it escalates with SIGKILL
+            stop.request(TERMINATE)
 
     for sig in previous:
         signal.signal(sig, handler)
