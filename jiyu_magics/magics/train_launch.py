@@ -144,10 +144,10 @@ class DdpLaunch:
         from ..train.result import FitResult
 
         code = self.launch.wait()
-        status = "stopped" if self.stop_sent.is_set() else ("succeeded" if code == 0 else "failed")
+        events, _ = read_events(self.files.events)
+        status = outcome(code, self.stop_sent.is_set(), events)
         error = self.launch.error_line() if status == "failed" else None
         self.store.finish(self.run_id, status, exit_code=code, error=error)
-        events, _ = read_events(self.files.events)
         if hasattr(self.monitor, "close"):
             self.monitor.close()
         if status == "failed":
@@ -159,6 +159,15 @@ class DdpLaunch:
             result.message += " (stopped before the ranks could hand back their weights: the kernel's model is unchanged)"
         self.shell.user_ns[self.args.result] = result
         return None
+
+
+def outcome(exit_code: int, stop_sent: bool, events: list[dict]) -> str:
+    """How the launch ended: as rank 0's engine said when torchrun exited cleanly (a stop that
+    crossed the last step still succeeded), stopped when we stopped it, else failed."""
+    ended = [e.get("status") for e in events if e.get("kind") == "end"]
+    if exit_code == 0:
+        return ended[-1] if ended and ended[-1] in ("succeeded", "stopped") else "succeeded"
+    return "stopped" if stop_sent else "failed"
 
 
 class RankFailure(RuntimeError):
