@@ -6,7 +6,7 @@ dashboard's own accounting (time inside its ``feed``/``poll``: event folding, cl
 SVG and widget updates, comm sends) over the run's wall time, and the wall-time ratio of runs
 with and without it (noisier: it includes machine drift). Target: <= 1% at the default refresh.
 
-    python benchmarks/dashboard_share.py [--repeat 3] [--epochs 12]
+    python benchmarks/dashboard_share.py [--repeat 3] [--epochs 60]
 """
 
 from __future__ import annotations
@@ -62,7 +62,8 @@ def build(repeat: int, epochs: int) -> nbformat.NotebookNode:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--epochs", type=int, default=12)
+    parser.add_argument("--epochs", type=int, default=60, help="epochs of 128 steps; runs of a few seconds at least, "
+                        "or the first render (a fixed ~15 ms) dominates the share")
     args = parser.parse_args()
     os.environ.setdefault("JIYU_HOME", tempfile.mkdtemp(prefix="jiyu-bench-"))
     nb = build(args.repeat, args.epochs)
