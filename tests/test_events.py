@@ -63,3 +63,32 @@ def test_summary_reads_only_the_tail_of_a_long_log(tmp_path):
 def test_summary_of_a_missing_log_is_empty(tmp_path):
     s = summarize(tmp_path / "none.jsonl")
     assert s["step"] is None and s["progress"] is None and s["losses"] == []
+
+
+def test_summary_follows_the_latest_fit_of_a_run(tmp_path):
+    """A notebook job with two %%train cells: the second fit's start is far from both ends."""
+    path = tmp_path / "e.jsonl"
+    with EventLog(path) as log:
+        log.append("start", total_steps=100)
+        for step in range(1, 101):
+            log.append("step", step=step, loss=1.0)
+        log.append("end", step=100, status="succeeded")
+        log.append("start", total_steps=5000)
+        for step in range(1, 4000):
+            log.append("step", step=step, loss=0.5, samples_per_s=10.0, lr=1e-3, epoch=1)
+    assert path.stat().st_size > 3 * 64 * 1024
+    s = summarize(path)
+    assert s["total_steps"] == 5000 and s["step"] == 3999 and s["progress"] == pytest.approx(3999 / 5000)
+    assert set(s["losses"]) == {0.5} and s["end_status"] is None
+
+
+def test_last_start_reads_across_chunk_boundaries(tmp_path):
+    from jiyu_magics.core.events import last_start
+
+    path = tmp_path / "e.jsonl"
+    with EventLog(path) as log:
+        log.append("start", total_steps=7, note="x" * 300)
+        for step in range(50):
+            log.append("step", step=step, loss=0.1)
+    assert last_start(path, chunk=64)["total_steps"] == 7  # every line spans several chunks
+    assert last_start(tmp_path / "missing.jsonl") is None

@@ -81,3 +81,26 @@ def test_driver_present_but_no_gpu(nvml_double, monkeypatch):
     monkeypatch.setenv("JIYU_NVML_DOUBLE_COUNT", "0")
     snap = gpu.snapshot(env={})
     assert not snap.available and "no NVIDIA GPU" in snap.reason
+
+
+def test_a_lost_gpu_reads_as_na_not_an_exception(nvml_double, monkeypatch):
+    real = nvml_double.nvmlDeviceGetHandleByIndex
+
+    def lost_second(index):
+        if index == 1:
+            raise nvml_double.NVMLError()  # what NVML_ERROR_GPU_IS_LOST looks like to us
+        return real(index)
+
+    monkeypatch.setattr(nvml_double, "nvmlDeviceGetHandleByIndex", lost_second)
+    snap = gpu.snapshot(env={})
+    assert snap.devices[0].name == "NVIDIA H100 80GB HBM3"
+    assert snap.devices[1].name is None and snap.devices[1].mem_total is None
+    assert "n/a" in view.render_text(snap)
+
+
+def test_utilization_of_one_visible_gpu_for_the_dashboard(nvml_double, monkeypatch):
+    assert gpu.utilization(0, env={}) == 45
+    assert gpu.utilization(0, env={"CUDA_VISIBLE_DEVICES": "1"}) is None  # the T4 does not report it
+    assert gpu.utilization(5, env={}) is None
+    monkeypatch.setattr(nvml_double, "nvmlDeviceGetCount", lambda: (_ for _ in ()).throw(nvml_double.NVMLError()))
+    assert gpu.utilization(0, env={}) is None

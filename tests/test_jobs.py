@@ -75,6 +75,23 @@ def test_stop_leaves_no_process_and_keeps_the_checkpoint(tmp_path):
     assert_no_processes(run.id)
     assert (RunFiles.of(run.id).ckpt / "last.pt").exists()
     assert jobs.stop(run.id).status == "stopped"  # stopping an ended run changes nothing
+    assert RunStore().get(run.id).stop_grace == 10  # the supervisor was told the grace asked for
+
+
+def test_stop_refuses_a_run_training_inside_a_kernel(tmp_path):
+    """Its pid is the notebook kernel: stopping "the run" must not kill the user's kernel."""
+    kernel = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        run = RunStore().create("kernel", "in-kernel", status="running")
+        RunStore().mark_running(run.id, pid=kernel.pid)
+        with pytest.raises(jobs.JobError, match="trains inside a notebook kernel: interrupt that kernel"):
+            jobs.stop(run.id)
+        result = jiyu("stop", run.id)
+        assert result.returncode == 2 and "interrupt that kernel" in result.stderr
+        assert kernel.poll() is None and RunStore().get(run.id).status == "running"
+    finally:
+        kernel.kill()
+        kernel.wait()
 
 
 def test_kill_9_of_the_supervisor_makes_the_run_lost_and_stops_its_ranks(tmp_path):

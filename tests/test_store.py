@@ -82,3 +82,28 @@ def test_bad_fields_are_rejected(store):
         store.update(run.id, status="exploded")
     with pytest.raises(UnknownRun):
         store.update("deadbeef", status="failed")
+
+
+def test_a_stop_request_carries_its_grace(store):
+    run = store.create("job", status="running", pid=subprocess.os.getpid())
+    assert store.request_stop(run.id, 42.5).stop_grace == 42.5 and store.get(run.id).stop_requested
+
+
+def test_a_version_1_store_is_migrated_in_place(tmp_path):
+    import sqlite3
+
+    path = tmp_path / "old.sqlite"
+    db = sqlite3.connect(path)
+    db.execute("CREATE TABLE runs (id TEXT PRIMARY KEY, name TEXT NOT NULL, kind TEXT NOT NULL, status TEXT NOT NULL, "
+               "nproc INTEGER NOT NULL DEFAULT 1, nnodes INTEGER NOT NULL DEFAULT 1, notebook TEXT, cwd TEXT, "
+               "host TEXT NOT NULL, backend TEXT NOT NULL DEFAULT 'local', params TEXT NOT NULL DEFAULT '{}', "
+               "pid INTEGER, pid_started REAL, pgid INTEGER, created REAL NOT NULL, started REAL, ended REAL, "
+               "exit_code INTEGER, error TEXT, stop_requested INTEGER NOT NULL DEFAULT 0)")
+    db.execute("INSERT INTO runs (id, name, kind, status, host, created) VALUES ('abcd1234', 'old', 'job', "
+               "'succeeded', 'h', 1.0)")
+    db.execute("PRAGMA user_version = 1")
+    db.commit()
+    db.close()
+    migrated = RunStore(path)
+    assert migrated.get("abcd1234").stop_grace is None and migrated.get("abcd1234").name == "old"
+    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == 2

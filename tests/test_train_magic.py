@@ -88,6 +88,21 @@ def test_bad_input_is_a_one_line_usage_error(shell, line, prepare, message):
     assert all(run.status != "running" for run in RunStore().list()), "nothing left running"
 
 
+def test_resume_from_a_file_that_is_not_a_checkpoint_is_one_line(shell, tmp_path):
+    import torch
+    from torch import nn
+
+    shell.run_cell(BODY)
+    pickled = tmp_path / "model.pt"
+    torch.save(nn.Linear(2, 2), pickled)  # a whole pickled model, as people save them
+    garbage = tmp_path / "garbage.pt"
+    garbage.write_bytes(b"not a checkpoint at all")
+    for path in (pickled, garbage):
+        with pytest.raises(UsageError, match=f"{path} is not a jiyu checkpoint") as error:
+            shell.run_line_magic("train", f"--resume {path}")
+        assert "\n" not in str(error.value)
+
+
 def test_a_failing_cell_body_trains_nothing(shell):
     with pytest.raises(UsageError, match="the cell body failed"):
         shell.run_cell_magic("train", "--epochs 1", "raise ValueError('broken set-up')")

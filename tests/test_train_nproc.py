@@ -33,7 +33,7 @@ train_loader = DataLoader(TensorDataset(X, y, index), batch_size=32, shuffle=Tru
 
 def train_step(model, batch):
     inputs, targets, seen = batch
-    with open(f"seen_rank{os.environ.get('RANK', 'kernel')}.txt", "a") as f:
+    with open(f"seen_rank{os.environ.get('RANK', 'kernel')}{os.environ.get('JIYU_MARK', '')}.txt", "a") as f:
         f.write(" ".join(map(str, seen.tolist())) + "\\n")
     return torch.nn.functional.mse_loss(model(inputs), targets)
 """
@@ -57,7 +57,7 @@ def own_tmpdir(tmp_path, monkeypatch):
 
 def test_two_ranks_train_disjoint_samples_and_the_kernel_gets_rank0_weights(tmp_path):
     nb = execute(notebook(
-        DATA,
+        DATA + "\n%env JIYU_MARK=-from-kernel",
         "%%train --nproc 2 --epochs 1 --seed 0 --name ddp-lin" + RECORDING_BODY,
         "import torch\nfinal = torch.load(train_result.last_checkpoint, weights_only=True)['model']\n"
         "print(train_result.status, train_result.step, train_result.run_id)\n"
@@ -68,8 +68,9 @@ def test_two_ranks_train_disjoint_samples_and_the_kernel_gets_rank0_weights(tmp_
     assert (status, step) == ("succeeded", "8")  # 512 samples / 2 ranks / batch 32
     assert text_of(nb.cells[2]).splitlines()[1:] == ["True True", "True"], \
         "the kernel's model must hold rank 0's final weights (and differ from where it started)"
-    seen = {rank: [int(i) for line in (tmp_path / f"seen_rank{rank}.txt").read_text().split("\n") for i in line.split()]
-            for rank in (0, 1)}
+    # the ranks inherit the kernel's environment (%env included): the file names carry its mark
+    seen = {rank: [int(i) for line in (tmp_path / f"seen_rank{rank}-from-kernel.txt").read_text().split("\n")
+                   for i in line.split()] for rank in (0, 1)}
     assert not (tmp_path / "seen_rankkernel.txt").exists(), "the kernel itself must not train"
     assert len(seen[0]) == len(seen[1]) == 256 and not set(seen[0]) & set(seen[1])
     assert set(seen[0]) | set(seen[1]) == set(range(512))
@@ -80,7 +81,8 @@ def test_two_ranks_train_disjoint_samples_and_the_kernel_gets_rank0_weights(tmp_
     assert processes_of(run_id) == []
 
 
-def test_interrupt_stops_every_rank_with_a_checkpoint_and_resume_continues(tmp_path, jiyu_home):
+def test_interrupt_stops_every_rank_with_a_checkpoint_and_resume_continues(tmp_path, jiyu_home, monkeypatch):
+    monkeypatch.setenv("JPY_SESSION_NAME", str(tmp_path / "ddp.ipynb"))  # as Jupyter names the kernel's notebook
     body = RECORDING_BODY.replace("shuffle=True", "shuffle=True")
     nb = notebook(DATA, "%%train --nproc 2 --epochs 100000 --log-every 5 --name ddp-stop" + body,
                   "print(train_result.status, train_result.step, train_result.last_checkpoint is not None)",
@@ -136,7 +138,7 @@ def test_bad_nproc_values(ip, nvml_double):
     ip.run_cell(DATA.split("\n", 1)[1])
     with pytest.raises(UsageError, match="--nproc must be >= 1, got 0"):
         ip.run_cell_magic("train", "--nproc 0", "pass")
-    with pytest.raises(UsageError, match=r"--nproc 3 needs 3 GPUs but 2 are visible .*use --nproc 2"):
+    with pytest.raises(UsageError, match=r"--nproc 3 is more than the 2 GPU\(s\) visible here"):
         ip.run_cell_magic("train", "--nproc 3", RECORDING_BODY)
     assert RunStore().list() == [], "a rejected launch registers no run"
 

@@ -167,3 +167,14 @@ def test_dashboard_snapshot_artifact(artifacts, tmp_path):
                         f"--user-data-dir={tmp_path}", f"--screenshot={png}", "--window-size=920,330",
                         html_path.as_uri()], capture_output=True, timeout=60)
         assert png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_text_progress_spaces_its_lines_by_its_own_clock():
+    """A tailing caller polls every second; lines still come at most once per interval."""
+    out = io.StringIO()
+    text = TextProgress(interval=3600, out=out)
+    text.feed([{"kind": "start", "total_steps": 100}])
+    for step in range(1, 50):
+        text.feed([{"kind": "step", "step": step, "loss": 1.0 / step}])
+        text.poll()
+    assert text.lines == 1 and out.getvalue().startswith("step 1/100")

@@ -13,12 +13,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from .gpu import cuda_version_string, init_nvml, load_nvml, nvml_failure
+from .gpu import cuda_version_string, device_handles, init_nvml, load_nvml, nvml_failure, nvml_value
 from .versions import TorchFacts, torch_facts
 from .visible import parse_visible_devices
 
 OK, WARNING, PROBLEM = "ok", "warning", "problem"
-LEVELS = (OK, WARNING, PROBLEM)
 MIN_SHM_BYTES = 1 << 30
 
 
@@ -96,23 +95,15 @@ def _query_nvml(load: Callable[[], Any]) -> _Nvml:
     try:
         nvml = load()
         init_nvml(nvml)
-        handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(nvml.nvmlDeviceGetCount())]
+        handles = device_handles(nvml, nvml.nvmlDeviceGetCount())
     except ImportError as error:
         return _Nvml(error=f"nvidia-ml-py is not installed ({error})")
     except Exception as error:
         return _Nvml(error=nvml_failure(error))
-    result = _Nvml(uuids=[_try(nvml.nvmlDeviceGetUUID, h) or "" for h in handles])
-    result.uuids = [u.decode() if isinstance(u, bytes) else u for u in result.uuids]
-    result.cuda_driver = cuda_version_string(_try(nvml.nvmlSystemGetCudaDriverVersion))
-    result.mig = [i for i, h in enumerate(handles) if (_try(nvml.nvmlDeviceGetMigMode, h) or (0,))[0]]
+    result = _Nvml(uuids=[nvml_value(nvml.nvmlDeviceGetUUID, h) or "" for h in handles])
+    result.cuda_driver = cuda_version_string(nvml_value(nvml.nvmlSystemGetCudaDriverVersion))
+    result.mig = [i for i, h in enumerate(handles) if (nvml_value(nvml.nvmlDeviceGetMigMode, h) or (0,))[0]]
     return result
-
-
-def _try(fn: Callable, *args: Any) -> Any:
-    try:
-        return fn(*args)
-    except Exception:
-        return None
 
 
 def _check_torch_build(torch: TorchFacts | None) -> Finding:

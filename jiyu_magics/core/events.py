@@ -93,16 +93,6 @@ def _parse_lines(lines: Iterable[bytes]) -> Iterable[dict]:
             continue  # a torn line from a killed writer; the rest of the log stays readable
 
 
-def first_event(path: Path | str) -> dict | None:
-    try:
-        with open(path, "rb") as f:
-            line = f.readline()
-    except FileNotFoundError:
-        return None
-    events = list(_parse_lines([line])) if line.endswith(b"\n") else []
-    return events[0] if events else None
-
-
 def tail_events(path: Path | str, tail_bytes: int = TAIL_BYTES) -> list[dict]:
     """The events in the last ``tail_bytes`` of the log: enough for a summary at O(1) cost
     however long the run has been going."""
@@ -120,10 +110,35 @@ def tail_events(path: Path | str, tail_bytes: int = TAIL_BYTES) -> list[dict]:
     return list(_parse_lines(data.splitlines()))
 
 
+def last_start(path: Path | str, chunk: int = TAIL_BYTES) -> dict | None:
+    """The newest ``start`` event (a notebook job calls ``fit`` once per ``%%train`` cell),
+    searched backwards chunk by chunk: usually found in the last chunk, never a full read."""
+    marker = b'"kind": "start"'
+    try:
+        with open(path, "rb") as f:
+            end = f.seek(0, os.SEEK_END)
+            carry = b""
+            while end > 0:
+                begin = max(0, end - chunk)
+                f.seek(begin)
+                block = f.read(end - begin) + carry
+                lines = block.split(b"\n")
+                carry = lines.pop(0) if begin else b""  # maybe a partial line: joined to the next chunk
+                for line in reversed(lines):
+                    if marker in line:
+                        found = list(_parse_lines([line]))
+                        if found and found[0].get("kind") == "start":
+                            return found[0]
+                end = begin
+            return None
+    except FileNotFoundError:
+        return None
+
+
 def summarize(path: Path | str, sparkline_points: int = 60) -> dict:
     """The latest progress of a run, as every list view shows it: step, total, epoch, last
     loss, validation metrics, throughput, a short loss series, and how it ended."""
-    start = first_event(path) or {}
+    start = last_start(path) or {}
     summary: dict[str, Any] = {
         "total_steps": start.get("total_steps"),
         "step": None, "epoch": None, "loss": None, "lr": None, "samples_per_s": None,
@@ -134,8 +149,9 @@ def summarize(path: Path | str, sparkline_points: int = 60) -> dict:
     for event in tail_events(path):
         kind = event.get("kind")
         summary["updated"] = event.get("t", summary["updated"])
-        if kind == "start" and event.get("total_steps") is not None:
-            summary["total_steps"] = event["total_steps"]
+        if kind == "start":  # a new fit in the same run: its own total, its own curve
+            summary["total_steps"] = event.get("total_steps")
+            losses = []
         elif kind == "step":
             for key in ("step", "epoch", "loss", "lr", "samples_per_s", "mem_peak"):
                 if event.get(key) is not None:

@@ -115,18 +115,37 @@ def snapshot(nvml: Any = None, env: Mapping[str, str] | None = None,
         count = nvml.nvmlDeviceGetCount()
     except Exception as error:  # pynvml.NVMLError and its many subclasses
         return GpuSnapshot(False, nvml_failure(error), torch=torch_info, time=taken)
-    handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
-    uuids = [_read(nvml.nvmlDeviceGetUUID, h) or "" for h in handles]
+    handles = device_handles(nvml, count)  # a lost GPU's handle is None: its fields read as n/a
+    uuids = [nvml_value(nvml.nvmlDeviceGetUUID, h) or "" for h in handles]
     visible = parse_visible_devices(env.get("CUDA_VISIBLE_DEVICES"), uuids)
     mine = _own_process_tree(own_pid or os.getpid())
     devices = [_device(nvml, i, h, uuids[i], visible, mine) for i, h in enumerate(handles)]
-    cuda = _read(nvml.nvmlSystemGetCudaDriverVersion)
+    cuda = nvml_value(nvml.nvmlSystemGetCudaDriverVersion)
     return GpuSnapshot(
         available=count > 0,
         reason=None if count else "NVML reports no NVIDIA GPU on this machine",
-        driver_version=_read(nvml.nvmlSystemGetDriverVersion),
+        driver_version=nvml_value(nvml.nvmlSystemGetDriverVersion),
         cuda_driver_version=cuda_version_string(cuda),
         visible_devices=visible.raw, devices=devices, torch=torch_info, time=taken)
+
+
+def device_handles(nvml: Any, count: int) -> list[Any]:
+    return [nvml_value(nvml.nvmlDeviceGetHandleByIndex, i) for i in range(count)]
+
+
+def utilization(visible_index: int, env: Mapping[str, str] | None = None) -> int | None:
+    """GPU utilisation (%) of ``cuda:N`` alone, for a dashboard polling while training: a
+    few NVML calls, no process table, and ``None`` rather than an exception on any failure."""
+    try:
+        nvml = load_nvml()
+        init_nvml(nvml)
+        handles = device_handles(nvml, nvml.nvmlDeviceGetCount())
+        uuids = [nvml_value(nvml.nvmlDeviceGetUUID, h) or "" for h in handles]
+        raw = (os.environ if env is None else env).get("CUDA_VISIBLE_DEVICES")
+        physical = parse_visible_devices(raw, uuids).order[visible_index]
+        return nvml.nvmlDeviceGetUtilizationRates(handles[physical]).gpu
+    except Exception:
+        return None
 
 
 def cuda_version_string(number: int | None) -> str | None:
@@ -141,7 +160,7 @@ def _torch_imported() -> bool:
     return "torch" in sys.modules
 
 
-def _read(fn: Callable, *args: Any) -> Any:
+def nvml_value(fn: Callable, *args: Any) -> Any:
     """One NVML query; ``None`` when the device does not support it."""
     try:
         value = fn(*args)
@@ -152,20 +171,20 @@ def _read(fn: Callable, *args: Any) -> Any:
 
 def _device(nvml: Any, index: int, handle: Any, uuid: str, visible: VisibleDevices,
             mine: set[int]) -> GpuDevice:
-    util = _read(nvml.nvmlDeviceGetUtilizationRates, handle)
-    memory = _read(nvml.nvmlDeviceGetMemoryInfo, handle)
-    power = _read(nvml.nvmlDeviceGetPowerUsage, handle)
-    limit = _read(nvml.nvmlDeviceGetEnforcedPowerLimit, handle)
-    mig = _read(nvml.nvmlDeviceGetMigMode, handle)
+    util = nvml_value(nvml.nvmlDeviceGetUtilizationRates, handle)
+    memory = nvml_value(nvml.nvmlDeviceGetMemoryInfo, handle)
+    power = nvml_value(nvml.nvmlDeviceGetPowerUsage, handle)
+    limit = nvml_value(nvml.nvmlDeviceGetEnforcedPowerLimit, handle)
+    mig = nvml_value(nvml.nvmlDeviceGetMigMode, handle)
     return GpuDevice(
         index=index, visible_index=visible.visible_index(index),
-        name=_read(nvml.nvmlDeviceGetName, handle), uuid=uuid or None,
+        name=nvml_value(nvml.nvmlDeviceGetName, handle), uuid=uuid or None,
         gpu_util=getattr(util, "gpu", None), mem_util=getattr(util, "memory", None),
         mem_used=getattr(memory, "used", None), mem_total=getattr(memory, "total", None),
-        temperature=_read(nvml.nvmlDeviceGetTemperature, handle, nvml.NVML_TEMPERATURE_GPU),
+        temperature=nvml_value(nvml.nvmlDeviceGetTemperature, handle, nvml.NVML_TEMPERATURE_GPU),
         power_draw=None if power is None else power / 1000.0,
         power_limit=None if limit is None else limit / 1000.0,
-        sm_clock=_read(nvml.nvmlDeviceGetClockInfo, handle, nvml.NVML_CLOCK_SM),
+        sm_clock=nvml_value(nvml.nvmlDeviceGetClockInfo, handle, nvml.NVML_CLOCK_SM),
         mig_mode=None if mig is None else bool(mig[0]),
         processes=_processes(nvml, handle, mine))
 
@@ -174,7 +193,7 @@ def _processes(nvml: Any, handle: Any, mine: set[int]) -> list[GpuProcess]:
     found: dict[int, GpuProcess] = {}
     for kind, query in (("compute", nvml.nvmlDeviceGetComputeRunningProcesses),
                         ("graphics", nvml.nvmlDeviceGetGraphicsRunningProcesses)):
-        for proc in _read(query, handle) or []:
+        for proc in nvml_value(query, handle) or []:
             if proc.pid in found:
                 continue
             used = getattr(proc, "usedGpuMemory", None)

@@ -26,7 +26,9 @@ STATUSES = ("queued", "running", "succeeded", "failed", "stopped", "lost")
 ACTIVE = ("queued", "running")
 KINDS = ("kernel", "ddp", "job")
 QUEUED_GRACE_S = 120.0  # a run queued longer than this with no process behind it was never started
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+MIGRATIONS = {2: "ALTER TABLE runs ADD COLUMN stop_grace REAL"}  # to version: from the one before
+_ready: set[Path] = set()  # stores this process has already created or migrated
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -49,7 +51,8 @@ CREATE TABLE IF NOT EXISTS runs (
     ended REAL,
     exit_code INTEGER,
     error TEXT,
-    stop_requested INTEGER NOT NULL DEFAULT 0
+    stop_requested INTEGER NOT NULL DEFAULT 0,
+    stop_grace REAL
 );
 CREATE INDEX IF NOT EXISTS runs_by_status ON runs(status);
 """
@@ -81,6 +84,7 @@ class Run:
     exit_code: int | None = None
     error: str | None = None
     stop_requested: bool = False
+    stop_grace: float | None = None   # seconds between SIGTERM and SIGKILL the stop asked for
 
     @property
     def active(self) -> bool:
@@ -139,7 +143,22 @@ class RunStore:
     def __init__(self, path: Path | str | None = None):
         self.path = Path(path) if path else store_path()
         self.host = socket.gethostname()
+        if self.path not in _ready or not self.path.exists():
+            self._create_or_migrate()
+            _ready.add(self.path)
+
+    def _create_or_migrate(self) -> None:
+        """Once per process and file: a store opened every second (``%job attach``, the
+        server) must not take the write lock each time."""
+        with self._read() as db:
+            if db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION:
+                return
         with self._write() as db:
+            version = db.execute("PRAGMA user_version").fetchone()[0]
+            exists = db.execute("SELECT 1 FROM sqlite_master WHERE name = 'runs'").fetchone()
+            if exists:
+                for target in range(max(version, 1) + 1, SCHEMA_VERSION + 1):
+                    db.execute(MIGRATIONS[target])
             for statement in filter(str.strip, SCHEMA.split(";")):
                 db.execute(statement)
             db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
@@ -217,8 +236,9 @@ class RunStore:
         return self.update(run_id, status="running", pid=pid, pid_started=process_start_time(pid),
                            pgid=pgid, started=time.time())
 
-    def request_stop(self, run_id: str) -> Run:
-        return self.update(run_id, stop_requested=1)
+    def request_stop(self, run_id: str, grace: float | None = None) -> Run:
+        """Marks the run to be stopped; its supervisor honours ``grace`` (SIGTERM → SIGKILL)."""
+        return self.update(run_id, stop_requested=1, stop_grace=grace)
 
     def finish(self, run_id: str, status: str, exit_code: int | None = None, error: str | None = None) -> Run:
         """The final status. A run someone asked to stop ends ``stopped`` whatever exit code
@@ -268,6 +288,11 @@ class RunStore:
         with self._read() as db:
             rows = db.execute(query, () if include_finished else ACTIVE).fetchall()
         return [Run.from_row(r) for r in rows]
+
+    def count_by_status(self) -> dict[str, int]:
+        """How many runs are in each status, counted by SQLite (``/metrics`` scrapes this)."""
+        with self._read() as db:
+            return dict(db.execute("SELECT status, COUNT(*) FROM runs GROUP BY status").fetchall())
 
     def reconcile(self) -> list[str]:
         """Marks ``lost`` the active runs of this host whose process is gone (a reboot, a

@@ -35,10 +35,13 @@ def stop(run_id: str, grace: float = 10.0) -> Run:
     run = resolve(run_id, store)
     if not run.active:
         return run
+    if run.kind == "kernel":
+        raise JobError(f"run {run.id} trains inside a notebook kernel: interrupt that kernel (or press the "
+                       "dashboard's Stop button) to stop it")
     if run.backend != "local" or run.host != store.host:
         raise JobError(f"run {run.id} runs on {run.backend if run.backend != 'local' else run.host}; "
                        "stop it there (scancel / kubectl delete / jiyu stop on that host)")
-    store.request_stop(run.id)
+    store.request_stop(run.id, grace)
     supervisor = run.pid if process_alive(run.pid, run.pid_started) else None
     procs = processes.tree(supervisor) + processes.tagged(run.id)
     result = processes.stop(procs, grace, spare=[supervisor] if supervisor else [])

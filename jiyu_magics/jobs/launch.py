@@ -36,7 +36,8 @@ class Launch:
               log: IO[bytes] | None = None, nnodes: int = 1, rdzv_endpoint: str | None = None,
               node_rank: int | None = None, max_restarts: int = 0, die_with_parent: bool = False) -> "Launch":
         """Starts torchrun in a new session (its own process group), its output appended to
-        ``log`` (default: the run's ``stdout.log``). ``die_with_parent`` asks Linux to SIGTERM
+        ``log`` (default: the run's ``stdout.log``); ``env`` adds variables to the caller's
+        environment. ``die_with_parent`` asks Linux to SIGTERM
         torchrun when the caller dies (only safe from a single-threaded caller: the supervisor)."""
         files = RunFiles.of(run_id).create()
         cmd = torchrun.command(Path(script).resolve(), nproc, nnodes=nnodes, rdzv_endpoint=rdzv_endpoint,

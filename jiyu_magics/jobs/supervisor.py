@@ -25,6 +25,7 @@ from .spec import LaunchSpec
 POLL_S = 0.5
 STORE_CHECK_S = 2.0  # how often the run row is read for a stop request that came without a signal
 NOTIFY_TIMEOUT_S = 60.0
+DEFAULT_STOP_GRACE_S = 10.0
 
 
 class Supervisor:
@@ -34,6 +35,7 @@ class Supervisor:
         self.files = RunFiles.of(run_id)
         self.spec = LaunchSpec.load(self.files)
         self.stop_wanted = False
+        self.stop_grace = DEFAULT_STOP_GRACE_S  # unless the stop request names one
 
     def run(self) -> int:
         signal.signal(signal.SIGTERM, self._on_signal)
@@ -66,10 +68,12 @@ class Supervisor:
         while launch.poll() is None:
             if time.monotonic() - last_check >= STORE_CHECK_S:
                 last_check = time.monotonic()
-                self.stop_wanted |= self.store.get(self.run_id).stop_requested
+                run = self.store.get(self.run_id)
+                self.stop_wanted |= run.stop_requested
+                self.stop_grace = run.stop_grace if run.stop_grace is not None else self.stop_grace
             if self.stop_wanted:
-                self.store.request_stop(self.run_id)
-                launch.stop()
+                self.store.request_stop(self.run_id, self.stop_grace)
+                launch.stop(self.stop_grace)  # the grace the stop asked for, not ours
                 break
             time.sleep(POLL_S)
         return launch.wait()

@@ -52,11 +52,13 @@ def command(script: str | os.PathLike, nproc: int, *, nnodes: int = 1, rdzv_endp
 
 
 def environment(run_id: str, error_file: str | os.PathLike | None = None,
-                base: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The environment of a launch: the caller's, minus inherited rendezvous and kernel
-    settings, plus the run id (so training writes into this run), the home folder, the rank
-    prefix for log lines, and where torchrun copies the first failing rank's error file."""
-    env = {k: v for k, v in (os.environ if base is None else base).items() if k not in INHERITED_NOISE}
+                extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment of a launch: the caller's (PATH, CUDA_VISIBLE_DEVICES, NCCL_*, what
+    ``%env`` set...), minus inherited rendezvous and kernel settings, plus ``extra``, the run id
+    (so training writes into this run), the home folder, the rank prefix for log lines, and
+    where torchrun copies the first failing rank's error file."""
+    env = {k: v for k, v in os.environ.items() if k not in INHERITED_NOISE}
+    env.update(extra or {})
     env.update({RUN_ID_ENV: run_id, HOME_ENV: str(jiyu_home()), "PYTHONUNBUFFERED": "1",
                 "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": LINE_PREFIX_TEMPLATE})
     for name, value in STORE_SETTINGS.items():

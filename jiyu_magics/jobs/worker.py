@@ -17,6 +17,7 @@ import time
 import traceback
 
 from ..core.paths import RUN_ID_ENV
+from ..core.store import process_start_time
 from . import ranks
 
 MAX_ERROR_CHARS = 500
@@ -76,7 +77,7 @@ def _start_record() -> ranks.RankRecord:
     env = os.environ
     rank = int(env.get("RANK", "0"))
     return ranks.RankRecord(rank=rank, local_rank=int(env.get("LOCAL_RANK", rank)), pid=os.getpid(),
-                            restart=int(env.get("TORCHELASTIC_RESTART_COUNT", "0")), started=time.time())
+                            restart=int(env.get("TORCHELASTIC_RESTART_COUNT", "0")), started=process_start_time(os.getpid()) or time.time())
 
 
 def _print_user_traceback(error: BaseException, script: str) -> None:

@@ -12,9 +12,9 @@ from __future__ import annotations
 import threading
 
 from .. import jobs
-from ..core.events import read_events
 from ..core.paths import RunFiles
 from ..core.store import Run
+from ..views.train_state import TrainingView
 
 FOLLOW_REFRESH_S = 1.0
 
@@ -23,10 +23,11 @@ def still_active(run_id: str) -> bool:
     return jobs.resolve(run_id).active
 
 
-def describe(view, run: Run) -> None:
+def describe(view: TrainingView, run: Run) -> TrainingView:
     """What the store knows, for logs whose writer never sent a ``start`` event (or not yet);
     a ``start`` event in the log overrides it."""
     view.run_id, view.name, view.nproc = run.id, run.name, run.nproc
+    return view
 
 
 def attach_dashboard(run: Run, wait: bool = False, stop_grace: float = 10.0):
@@ -38,11 +39,8 @@ def attach_dashboard(run: Run, wait: bool = False, stop_grace: float = 10.0):
         threading.Thread(target=jobs.stop, args=(run.id, stop_grace), daemon=True).start()
 
     path = RunFiles.of(run.id).events
-    dashboard = TrainingDashboard(refresh=FOLLOW_REFRESH_S, on_stop=stop_job if run.active else None)
-    describe(dashboard.view, run)
-    events, dashboard.offset = read_events(path)
-    dashboard.feed(events)
-    dashboard.show()
+    dashboard = TrainingDashboard.from_events(path, view=describe(TrainingView(), run), refresh=FOLLOW_REFRESH_S,
+                                              on_stop=stop_job if run.active else None).show()
     if not run.active:
         dashboard.close()
         return dashboard, None

@@ -19,11 +19,11 @@ from argparse import Namespace
 from IPython.core.error import UsageError
 
 from .. import jobs
-from ..core import gpu
 from ..core.events import read_events
 from ..core.paths import RunFiles
 from ..core.store import RunStore
 from ..jobs import processes
+from ..jobs.spec import check_fits_devices
 from ..jobs.relaunch import relaunch_history
 from .frontend import in_notebook
 from .history import CellHistory
@@ -32,15 +32,14 @@ STOP_GRACE_S = 10.0
 
 
 def check_devices(nproc: int, device: str | None) -> None:
-    """One GPU per rank: more ranks than visible GPUs is an error on CUDA (NVML only: the
-    kernel's CUDA state is never touched). Without GPUs the ranks use gloo on the CPU."""
+    """One GPU per rank (the jobs' own check, through NVML: the kernel's CUDA state is never
+    touched). Ranks on the CPU use gloo, any number of them."""
     if device and device.startswith("cpu"):
         return
-    snap = gpu.snapshot()
-    visible = [d for d in snap.devices if d.visible_index is not None]
-    if visible and nproc > len(visible):
-        raise UsageError(f"--nproc {nproc} needs {nproc} GPUs but {len(visible)} are visible "
-                         f"(CUDA_VISIBLE_DEVICES={snap.visible_devices!r}); use --nproc {len(visible)}")
+    try:
+        check_fits_devices(nproc)
+    except jobs.JobError as error:
+        raise UsageError(str(error)) from None
 
 
 class DdpLaunch:
@@ -81,15 +80,25 @@ class DdpLaunch:
                                 params={"train": self.line})
         self.run_id, self.files = run.id, RunFiles.of(run.id).create()
         history = relaunch_history(CellHistory.of(self.shell).cells())
-        export = jobs.export_history(history, current=f"%%train {self.line}\n{self.cell}", best_effort=True)
+        try:
+            export = jobs.export_history(history, current=f"%%train {self.line}\n{self.cell}", best_effort=True)
+        except jobs.JobError as error:  # e.g. a syntax error the exporter found in a replayed cell
+            self.store.finish(self.run_id, "failed", error=str(error))
+            raise UsageError(str(error)) from None
         export.write(self.files.script)
         self.init_weights, self.final_weights = self.files.root / "init.pt", self.files.root / "final.pt"
         save_weights(self.model, self.init_weights)
 
     def _environment(self) -> dict:
+        """What the ranks need beyond this kernel's environment: the weights to start from and
+        to hand back, and the notebook's name (runs are named and resumed by it)."""
         from ..train.handoff import FINAL_WEIGHTS_ENV, INIT_WEIGHTS_ENV
+        from ..train.run import NOTEBOOK_ENV
 
-        return {INIT_WEIGHTS_ENV: str(self.init_weights), FINAL_WEIGHTS_ENV: str(self.final_weights)}
+        extra = {INIT_WEIGHTS_ENV: str(self.init_weights), FINAL_WEIGHTS_ENV: str(self.final_weights)}
+        if os.environ.get(NOTEBOOK_ENV):
+            extra[NOTEBOOK_ENV] = os.environ[NOTEBOOK_ENV]
+        return extra
 
     # -- during --------------------------------------------------------------------------------
     def _monitor(self):

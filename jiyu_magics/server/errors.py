@@ -27,10 +27,6 @@ class Forbidden(RequestError):
     status = 403
 
 
-class NotFound(RequestError):
-    status = 404
-
-
 class Conflict(RequestError):
     """The run's state rules the action out (409), e.g. stopping an in-kernel run."""
 

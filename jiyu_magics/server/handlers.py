@@ -19,7 +19,7 @@ from jupyter_server.extension.handler import ExtensionHandlerMixin
 from tornado import web
 
 from . import bridge, metrics, validation
-from .errors import Conflict, answers_errors
+from .errors import answers_errors
 from .tail import read_chunk
 
 if TYPE_CHECKING:
@@ -87,7 +87,7 @@ class RunLogHandler(JiyuHandler):
     async def get(self, run_id: str) -> None:
         """The run's stdout/stderr from ``offset``; ``active`` false means no more will come."""
         offset = validation.offset(self.get_query_argument("offset", None))
-        run = await self.blocking(self.app.runs.get, run_id)
+        run = (await self.blocking(self.app.runs.row, run_id)).to_dict()
         path = self.app.runs.files(run_id).log
         chunk = await self.blocking(read_chunk, path, offset, self.app.chunk_bytes, not _active(run))
         self.reply({**chunk.to_dict(), "active": _active(run), "status": run["status"]})
@@ -100,9 +100,7 @@ class RunStopHandler(JiyuHandler):
         """Stops a background run's whole process group (SIGTERM, then SIGKILL after the grace
         period). Stopping a finished run is a no-op that returns it."""
         run = await self.blocking(self.app.runs.get, run_id)
-        if run["kind"] == "kernel":
-            raise Conflict(f"run {run_id} trains inside a notebook kernel: interrupt that kernel to stop it")
-        if _active(run):
+        if _active(run):  # jobs.stop refuses in-kernel runs (JobError → 409)
             await self.blocking(bridge.stop, run_id, self.app.stop_grace)
             run = await self.blocking(self.app.runs.get, run_id)
         self.reply(run)
@@ -130,7 +128,7 @@ class MetricsHandler(JiyuHandler):
     async def get(self) -> None:
         gpus = await self.app.sampler.snapshot()
         runs = await self.blocking(self.app.runs.list)
-        counts = await self.blocking(lambda: metrics.count_statuses(r.status for r in self.app.runs.all_runs()))
+        counts = await self.blocking(self.app.runs.status_counts)
         self.set_status(200)
         self.finish(metrics.render(gpus, runs, counts), set_content_type=metrics.content_type())
 

@@ -9,7 +9,6 @@ last ``RECENT_S`` seconds (a scrape still sees how a run ended); older runs only
 from __future__ import annotations
 
 import time
-from collections import Counter
 from typing import Iterable, Iterator
 
 from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily, Metric, StateSetMetricFamily
@@ -119,6 +118,3 @@ def runs_by_status(counts: dict[str, int]) -> Metric:
         family.add_metric([status], float(counts.get(status, 0)))
     return family
 
-
-def count_statuses(statuses: Iterable[str]) -> dict[str, int]:
-    return dict(Counter(statuses))

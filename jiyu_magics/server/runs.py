@@ -30,9 +30,13 @@ class RunViews:
         """The most recent runs, newest first; runs whose process died are marked ``lost``."""
         return [self.record(run) for run in self.store.list(limit=self.limit)]
 
-    def all_runs(self) -> list[Run]:
-        """Every run's row without summaries (for counts by status)."""
-        return self.store.list()
+    def status_counts(self) -> dict[str, int]:
+        """Runs per status, after the reconciliation ``list`` did (no second pass)."""
+        return self.store.count_by_status()
+
+    def row(self, run_id: str) -> Run:
+        """The store's row alone (a log poll needs its status, not a progress summary)."""
+        return self.store.get(run_id)
 
     def get(self, run_id: str) -> dict:
         """One run; raises ``UnknownRun`` (a 404) for an id that is not in the store."""

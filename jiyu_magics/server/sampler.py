@@ -16,22 +16,38 @@ from typing import Callable
 from ..core import doctor, gpu
 
 
-def read_gpus() -> dict:
+def read_gpus(first_finding: Callable[[], dict | None] | None = None) -> dict:
     """The ``%gpu_status`` snapshot as data, plus the doctor's first finding when no GPU is
     visible (the panel shows why, not just that)."""
     snap = gpu.snapshot()
     data = snap.to_dict()
-    data["doctor"] = None
-    if not snap.available:
-        finding = doctor.first_problem(doctor.diagnose())
-        data["doctor"] = finding.to_dict() if finding else None
+    data["doctor"] = None if snap.available else (first_finding or doctor_finding)()
     return data
 
 
+def doctor_finding() -> dict | None:
+    finding = doctor.first_problem(doctor.diagnose())
+    return finding.to_dict() if finding else None
+
+
+def once(compute: Callable[[], dict | None]) -> Callable[[], dict | None]:
+    """The doctor's answer does not change while the server runs (no driver appears under a
+    running server); at the panel's refresh rate it would rescan packages every 2 s."""
+    cache: list = []
+
+    def cached():
+        if not cache:
+            cache.append(compute())
+        return cache[0]
+
+    return cached
+
+
 class GpuSampler:
-    def __init__(self, max_age: float, read: Callable[[], dict] = read_gpus):
+    def __init__(self, max_age: float, read: Callable[[], dict] | None = None):
         self.max_age = max_age
-        self._read = read
+        finding = once(doctor_finding)
+        self._read = read or (lambda: read_gpus(finding))
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="jiyu-nvml")
         self._lock = asyncio.Lock()
         self._latest: dict | None = None

@@ -8,11 +8,14 @@ final name and fsyncs the folder. A writer killed mid-save leaves only a tempora
 from __future__ import annotations
 
 import os
+import pickle
 from pathlib import Path
 from typing import Any
 
 import psutil
 import torch
+
+from .errors import TrainConfigError
 
 FORMAT = "jiyu-checkpoint/1"
 SUFFIX = ".pt"
@@ -42,10 +45,14 @@ def save_atomic(state: dict[str, Any], path: Path | str) -> Path:
 
 
 def load_checkpoint(path: Path | str, map_location: Any = "cpu") -> dict[str, Any]:
-    """A checkpoint's contents; refuses files that are not jiyu checkpoints."""
-    state = torch.load(path, map_location=map_location, weights_only=True)
+    """A checkpoint's contents; a file that is not a jiyu checkpoint (a pickled model, a
+    truncated download) is bad input, said in one line, not a traceback from ``torch.load``."""
+    try:
+        state = torch.load(path, map_location=map_location, weights_only=True)
+    except (OSError, RuntimeError, EOFError, ValueError, pickle.UnpicklingError) as error:
+        raise TrainConfigError(f"{path} is not a jiyu checkpoint ({type(error).__name__})") from None
     if not isinstance(state, dict) or state.get("format") != FORMAT:
-        raise ValueError(f"{path} is not a jiyu checkpoint")
+        raise TrainConfigError(f"{path} is not a jiyu checkpoint")
     return state
 
 

@@ -101,27 +101,6 @@ def render_summary_text(run: Run) -> str:
     return "\n".join(f"{k.ljust(width)}  {v}" for k, v in lines)
 
 
-def render_summary_html(run: Run) -> str:
-    s = summarize(RunFiles.of(run.id).events)
-    cells = dict((k, html.escape(v)) for k, v in summary_lines(run))
-    if s["progress"] is not None:
-        cells["progress"] = f'<progress max="1" value="{s["progress"]:.3f}"></progress> {html.escape(row(run, s)["progress"])}'
-    if s["losses"]:
-        cells["loss"] = f"{html.escape(_number(s['loss']))} {svg_sparkline(s['losses'])}"
-    rows = "".join(f"<tr><th style='text-align:left'>{html.escape(k)}</th><td style='text-align:left'>{v}</td></tr>"
-                   for k, v in cells.items())
-    return f'<table class="jiyu-job">{rows}</table>'
-
-
-def svg_sparkline(values: list[float], width: int = 160, height: int = 24) -> str:
-    """The recent loss curve as a small inline SVG: crisp in any font, no plotting library."""
-    low, high = min(values), max(values)
-    span, step = (high - low) or 1.0, width / max(1, len(values) - 1)
-    points = " ".join(f"{i * step:.1f},{height - 2 - (v - low) / span * (height - 4):.1f}" for i, v in enumerate(values))
-    return (f'<svg width="{width}" height="{height}" style="vertical-align:middle">'
-            f'<polyline fill="none" stroke="#0969da" stroke-width="1.5" points="{points}"/></svg>')
-
-
 def submitted_message(run: Run, control: str) -> str:
     """What a person reads right after submitting; ``control`` spells a follow-up command in
     the front-end's syntax, e.g. ``"%job {action} {id}"`` or ``"jiyu {action} {id}"``."""

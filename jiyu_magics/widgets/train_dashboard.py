@@ -139,9 +139,12 @@ class TrainingDashboard:
 
     # -- tailing another process's run --------------------------------------------------------
     @classmethod
-    def from_events(cls, path: Path | str, **options) -> "TrainingDashboard":
-        """A dashboard showing what an event log holds so far; ``follow`` continues it."""
+    def from_events(cls, path: Path | str, view: TrainingView | None = None, **options) -> "TrainingDashboard":
+        """A dashboard showing what an event log holds so far; ``follow`` continues it.
+        ``view`` may come pre-filled (what the run store knows of the run)."""
         dashboard = cls(**options)
+        if view is not None:
+            dashboard.view = view
         events, dashboard.offset = read_events(path)
         dashboard.feed(events)
         return dashboard
@@ -176,10 +179,7 @@ class TrainingDashboard:
         if not self._gpu_due():
             return
         self._gpu_checked = time.monotonic()
-        index = _cuda_index(self.view.device)
-        snap = gpu.snapshot()
-        device = next((d for d in snap.devices if d.visible_index == index), None)
-        self.view.gpu_util = device.gpu_util if device is not None else None
+        self.view.gpu_util = gpu.utilization(_cuda_index(self.view.device))
 
     @staticmethod
     def _set(widget: widgets.Widget, name: str, value) -> None:
