@@ -188,6 +188,7 @@ def test_bad_paths_and_unknown_ids_are_one_line_errors(tmp_path):
 
 @pytest.mark.parametrize("args, message", [
     (["submit", "{nb}", "--nproc", "0"], "--nproc 0"),
+    (["export", "{nb}", "-o", "{dir}/no/such/folder/job.py"], "cannot write {dir}/no/such/folder/job.py"),
     (["submit", "{dir}/missing.ipynb"], "no such notebook"),
     (["submit", "{nb}", "-p", "lr", "[1,"], "is not a valid Python literal"),
     (["submit", "{nb}", "-p", "steps"], "expected 2 arguments"),
@@ -199,7 +200,7 @@ def test_cli_bad_input_exits_2_with_one_line(args, message, tmp_path):
     done = jiyu(*[a.format(nb=nb, dir=tmp_path) for a in args])
     assert done.returncode == 2 and "Traceback" not in done.stderr
     last = done.stderr.strip().splitlines()[-1]  # argparse may print its usage first; the error is one line
-    assert last.startswith("jiyu") and message in last
+    assert last.startswith("jiyu") and message.format(dir=tmp_path) in last
 
 
 def test_cli_submit_logs_and_jobs(tmp_path):

@@ -108,13 +108,16 @@ def run_stop(args: argparse.Namespace) -> int:
 
 @_job_errors
 def run_export(args: argparse.Namespace) -> int:
-    from ..jobs import export_notebook, parse_pairs
+    from ..jobs import JobError, export_notebook, parse_pairs
 
     export = export_notebook(args.notebook, parse_pairs(args.params))
     if args.output == "-":
         sys.stdout.write(export.script)
         return 0
-    export.write(args.output)
+    try:
+        export.write(args.output)
+    except OSError as error:
+        raise JobError(f"cannot write {args.output}: {error.strerror or error}") from None
     print(f"Wrote {args.output}: {export.code_cells} code cell(s) from {export.origin}")
     for note in export.left_out:
         print(f"  left out {note}")
