@@ -7,7 +7,7 @@ import sys
 
 
 def add_commands(commands) -> None:
-    from ..jobs.options import SUBMIT_OPTIONS
+    from ..jobs.options import PARAM_OPTION, SUBMIT_OPTIONS
 
     p = commands.add_parser("submit", help="run a notebook as a detached torchrun job",
                             description="Export NOTEBOOK to a script and run it under torchrun, detached from "
@@ -38,8 +38,8 @@ def add_commands(commands) -> None:
                                         "display commands left out unless tagged jiyu:keep, -p injected.")
     p.add_argument("notebook", help="the .ipynb to export")
     p.add_argument("-o", "--output", required=True, metavar="FILE", help="where to write the script ('-' for stdout)")
-    p.add_argument("-p", "--param", nargs=2, action="append", dest="params", metavar=("NAME", "VALUE"),
-                   help="override a variable of the cell tagged 'parameters' (repeatable)")
+    flags, options = PARAM_OPTION
+    p.add_argument(*flags, **options)
     p.set_defaults(handler=run_export)
 
 

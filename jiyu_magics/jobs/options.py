@@ -8,13 +8,16 @@ from typing import Any
 from .params import parse_pairs
 from .spec import BACKENDS
 
+PARAM_OPTION: tuple[tuple[str, ...], dict[str, Any]] = (
+    ("-p", "--param"), dict(nargs=2, action="append", dest="params", metavar=("NAME", "VALUE"),
+                            help="override a variable of the cell tagged 'parameters'; VALUE is a Python "
+                                 "literal, other text stays a string (repeatable)"))
+
 SUBMIT_OPTIONS: list[tuple[tuple[str, ...], dict[str, Any]]] = [
     (("--nproc", "--nproc-per-node"), dict(type=int, default=1, metavar="N",
                                             help="processes (ranks) per node; one per GPU (default 1)")),
     (("--nnodes",), dict(type=int, default=1, metavar="N", help="nodes (default 1); more needs --rdzv-endpoint")),
-    (("-p", "--param"), dict(nargs=2, action="append", dest="params", metavar=("NAME", "VALUE"),
-                             help="override a variable of the cell tagged 'parameters'; VALUE is a Python "
-                                  "literal, other text stays a string (repeatable)")),
+    PARAM_OPTION,
     (("--name",), dict(help="a name for the run (default: the notebook's file name)")),
     (("--max-restarts",), dict(type=int, default=0, metavar="K",
                                help="let torchrun restart failed workers K times; training resumes from its "

@@ -17,6 +17,11 @@ WIDTH, HEIGHT = 440, 200
 LEFT, RIGHT, TOP, BOTTOM = 52, 10, 14, 22
 MAX_POINTS = 400
 RAW, SMOOTH, VAL = "#90caf9", "#1565c0", "#e65100"
+LOG_SPAN = 30  # losses spanning more than this ratio are drawn on a log scale (live SVG and final PNG)
+
+
+def wants_log(low: float, high: float) -> bool:
+    return low > 0 and high / low > LOG_SPAN
 
 
 def loss_svg(view: TrainingView, width: int = WIDTH, height: int = HEIGHT) -> str:
@@ -37,7 +42,7 @@ def loss_svg(view: TrainingView, width: int = WIDTH, height: int = HEIGHT) -> st
 
 class _Scale:
     def __init__(self, x0, x1, y0, y1, width, height):
-        self.log = y0 > 0 and y1 / y0 > 30
+        self.log = wants_log(y0, y1)
         f = math.log10 if self.log else (lambda v: v)
         self.fy = f
         self.x0, self.x1 = x0, x1 if x1 > x0 else x0 + 1

@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 
 from ..core.events import read_events
+from .loss_chart import RAW, SMOOTH, VAL, wants_log
 from .train_state import TrainingView
 
 
@@ -21,13 +22,13 @@ def render_loss_png(view: TrainingView, size: tuple[float, float] = (6.0, 3.2), 
     ax = fig.subplots()
     if view.losses:
         steps = [s for s, _ in view.losses]
-        ax.plot(steps, [v for _, v in view.losses], color="#90caf9", lw=1, label="train")
-        ax.plot(steps, view.smoothed(), color="#1565c0", lw=2, label="smoothed")
+        ax.plot(steps, [v for _, v in view.losses], color=RAW, lw=1, label="train")
+        ax.plot(steps, view.smoothed(), color=SMOOTH, lw=2, label="smoothed")
     vals = [(s, v) for s, v, _ in view.vals if v is not None]
     if vals:
-        ax.plot(*zip(*vals), "o", color="#e65100", ms=4, label="val")
+        ax.plot(*zip(*vals), "o", color=VAL, ms=4, label="val")
     positive = [v for _, v in view.losses if v and v > 0]
-    if positive and max(positive) / min(positive) > 30:
+    if positive and wants_log(min(positive), max(positive)):
         ax.set_yscale("log")
     ax.set_xlabel("step")
     ax.set_ylabel("loss")
