@@ -18,11 +18,11 @@ import statistics
 import tempfile
 import time
 
-from jiyu_magics.core.events import EventLog
-from jiyu_magics.core.paths import RunFiles
-from jiyu_magics.core.store import RunStore, process_start_time
+from jiyu_magics.core.event_log import EventLog
+from jiyu_magics.core.run_files import RunFiles
+from jiyu_magics.core.run_store import RunStore, process_start_time
 from jiyu_magics.server import metrics
-from jiyu_magics.server.runs import RunViews
+from jiyu_magics.server.run_views import RunViews
 
 
 def populate(runs: int, steps: int) -> str:

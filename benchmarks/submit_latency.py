@@ -23,9 +23,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from jiyu_magics import jobs  # noqa: E402
-from jiyu_magics.core.events import read_events  # noqa: E402
-from jiyu_magics.core.paths import RunFiles  # noqa: E402
-from jiyu_magics.core.store import RunStore  # noqa: E402
+from jiyu_magics.core.event_log import read_events  # noqa: E402
+from jiyu_magics.core.run_files import RunFiles  # noqa: E402
+from jiyu_magics.core.run_store import RunStore  # noqa: E402
 from tests.jobs_workload import write_notebook  # noqa: E402
 
 PARAMS = {"steps": 3, "step_seconds": 0.0}

@@ -27,7 +27,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from jiyu_magics.train import fit
-from jiyu_magics.train.data import TensorBatches
+from jiyu_magics.train.batch_source import TensorBatches
 
 DEVICE = torch.device("cpu")
 CASES = {
@@ -253,7 +253,7 @@ def chart_cost(repeat: int = 20) -> None:
     from matplotlib.figure import Figure
 
     from jiyu_magics.views.loss_chart import loss_svg
-    from jiyu_magics.views.train_state import TrainingView
+    from jiyu_magics.views.training_view import TrainingView
 
     view = TrainingView()
     view.feed([{"kind": "start", "total_steps": 1000}] +

@@ -25,8 +25,8 @@ import os, time
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
-from jiyu_magics.core.events import EventLog
-from jiyu_magics.core.paths import RunFiles
+from jiyu_magics.core.event_log import EventLog
+from jiyu_magics.core.run_files import RunFiles
 
 dist.init_process_group("gloo")
 rank, world = dist.get_rank(), dist.get_world_size()
@@ -128,8 +128,8 @@ def processes_of(run_id: str) -> list[int]:
 
 
 def steps_logged(run_id: str) -> list[dict]:
-    from jiyu_magics.core.events import read_events
-    from jiyu_magics.core.paths import RunFiles
+    from jiyu_magics.core.event_log import read_events
+    from jiyu_magics.core.run_files import RunFiles
 
     return [e for e in read_events(RunFiles.of(run_id).events)[0] if e["kind"] == "step"]
 

@@ -50,7 +50,7 @@ def mimetypes_of(cell) -> set[str]:
 def with_parameters(nb: nbformat.NotebookNode, **params) -> nbformat.NotebookNode:
     """Papermill's convention, as ``-p`` does for jobs: a cell with the overrides right after
     the cell tagged ``parameters``."""
-    from jiyu_magics.jobs.params import assignment_lines
+    from jiyu_magics.jobs.export.params import assignment_lines
 
     index = next(i for i, c in enumerate(nb.cells) if "parameters" in c.metadata.get("tags", []))
     injected = new_code_cell("\n".join(assignment_lines(params)))
@@ -62,7 +62,7 @@ def with_parameters(nb: nbformat.NotebookNode, **params) -> nbformat.NotebookNod
 def first_logged_step(home: Path, timeout: float = 120.0) -> str:
     """Waits until some run under ``home`` has logged a training step; returns its id (for
     tests that interrupt or stop training mid-run)."""
-    from jiyu_magics.core.events import read_events
+    from jiyu_magics.core.event_log import read_events
 
     deadline = time.time() + timeout
     while time.time() < deadline:

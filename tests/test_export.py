@@ -14,7 +14,7 @@ from IPython.core.inputtransformer2 import TransformerManager
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_raw_cell
 
 from jiyu_magics.jobs import ExecutedCell, JobError, export_history, export_notebook, parse_pairs
-from jiyu_magics.jobs.params import check_params
+from jiyu_magics.jobs.export.params import check_params
 
 from .cli_runner import jiyu
 from .conftest import ROOT
@@ -231,7 +231,7 @@ def test_jiyu_export_writes_the_script(tmp_path):
 
 
 def test_the_exporter_does_not_import_ipython_or_torch_until_it_exports():
-    code = ("import sys, jiyu_magics.jobs, jiyu_magics.commands.jobs\n"
+    code = ("import sys, jiyu_magics.jobs, jiyu_magics.commands.job_commands\n"
             "print(sorted(m for m in ('torch', 'IPython', 'ipywidgets', 'tornado') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

@@ -7,7 +7,7 @@ import os
 import pytest
 from IPython.core.error import UsageError
 
-from jiyu_magics.views.live_text import watch_text
+from jiyu_magics.widgets.terminal_redraw import watch_text
 
 
 @pytest.mark.driverless

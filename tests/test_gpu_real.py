@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from jiyu_magics.core import gpu
+from jiyu_magics.core import gpu_snapshot as gpu
 
 pytestmark = pytest.mark.gpu
 MIB = 2**20

@@ -7,8 +7,8 @@ import json
 import pytest
 import os
 
-from jiyu_magics.core import gpu
-from jiyu_magics.views import gpu as view
+from jiyu_magics.core import gpu_snapshot as gpu
+from jiyu_magics.views import gpu_table as view
 
 GIB = 2**30
 

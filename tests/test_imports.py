@@ -8,10 +8,10 @@ import pytest
 
 from .conftest import ROOT
 
-LIGHT_MODULES = ["jiyu_magics", "jiyu_magics.core", "jiyu_magics.core.gpu", "jiyu_magics.core.doctor",
-                 "jiyu_magics.core.store", "jiyu_magics.core.events", "jiyu_magics.views.gpu",
-                 "jiyu_magics.cli", "jiyu_magics.commands.gpu", "jiyu_magics.magics.gpu",
-                 "jiyu_magics.magics.train", "jiyu_magics.widgets.train_dashboard", "jiyu_magics.views.train_text"]
+LIGHT_MODULES = ["jiyu_magics", "jiyu_magics.core", "jiyu_magics.core.gpu_snapshot", "jiyu_magics.core.cuda_doctor",
+                 "jiyu_magics.core.run_store", "jiyu_magics.core.event_log", "jiyu_magics.views.gpu_table",
+                 "jiyu_magics.cli", "jiyu_magics.commands.gpu_commands", "jiyu_magics.magics.gpu_magics",
+                 "jiyu_magics.magics.train_magic", "jiyu_magics.widgets.train_dashboard", "jiyu_magics.views.train_text"]
 
 
 @pytest.mark.parametrize("module", LIGHT_MODULES)
@@ -32,7 +32,7 @@ def test_core_never_imports_view_or_framework_packages():
 
 
 def test_gpu_status_does_not_import_torch():
-    code = ("import sys, jiyu_magics.core.gpu as g; g.snapshot(); "
+    code = ("import sys, jiyu_magics.core.gpu_snapshot as g; g.snapshot(); "
             "print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

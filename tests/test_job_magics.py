@@ -7,7 +7,7 @@ import pytest
 from IPython.core.error import UsageError
 from nbformat.v4 import new_code_cell, new_notebook
 
-from jiyu_magics.core.store import RunStore
+from jiyu_magics.core.run_store import RunStore
 
 from .jobs_workload import assert_no_processes, processes_of, wait_for
 
@@ -110,7 +110,7 @@ def test_magic_help_is_the_docstring(ip):
 
 def test_the_kernel_history_records_which_cells_raised(ip):
     from jiyu_magics import jobs
-    from jiyu_magics.magics.history import CellHistory
+    from jiyu_magics.magics.cell_history import CellHistory
 
     history = CellHistory.of(ip)
     assert CellHistory.of(ip) is history  # one recorder per shell

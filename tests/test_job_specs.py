@@ -14,8 +14,8 @@ import pytest
 import yaml
 
 from jiyu_magics import jobs
-from jiyu_magics.core.paths import RunFiles
-from jiyu_magics.core.store import RunStore
+from jiyu_magics.core.run_files import RunFiles
+from jiyu_magics.core.run_store import RunStore
 from jiyu_magics.jobs.backends import Handover
 
 from .cli_runner import jiyu
@@ -56,7 +56,7 @@ def test_slurm_batch_script_runs_one_torchrun_per_node(tmp_path, no_schedulers):
     flags = dict(zip(srun[3:-3:2], srun[4:-3:2]))
     assert flags == {"--nnodes": "4", "--rdzv-backend": "c10d", "--rdzv-endpoint": "$head_node:29500",
                      "--rdzv-id": "$SLURM_JOB_ID", "--nproc-per-node": "8", "--max-restarts": "2"}
-    assert srun[-3:] == ["-m", "jiyu_magics.jobs.worker", str(files.script)]
+    assert srun[-3:] == ["-m", "jiyu_magics.jobs.process.rank_worker", str(files.script)]
     handover = Handover.load(run.id)
     assert not handover.submitted and f"sbatch {files.root}/job.sbatch" in handover.message
 
@@ -87,7 +87,7 @@ def test_kubeflow_pytorchjob_manifest_field_by_field(tmp_path, no_schedulers, mo
         assert dict(zip(args[:-3:2], args[1:-3:2])) == {
             "--nnodes": "3", "--rdzv-backend": "static", "--rdzv-endpoint": "$(MASTER_ADDR):$(MASTER_PORT)",
             "--node-rank": "$(PET_NODE_RANK)", "--nproc-per-node": "4", "--max-restarts": "1"}
-        assert args[-3:] == ["-m", "jiyu_magics.jobs.worker", "/jiyu-job/job.py"]
+        assert args[-3:] == ["-m", "jiyu_magics.jobs.process.rank_worker", "/jiyu-job/job.py"]
         env = {e["name"]: e["value"] for e in container["env"]}
         assert env["JIYU_RUN_ID"] == run.id and env["JIYU_HOME"] == "/jiyu"
         mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}

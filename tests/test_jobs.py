@@ -13,10 +13,10 @@ import time
 import pytest
 
 from jiyu_magics import jobs
-from jiyu_magics.core.events import read_events, summarize
-from jiyu_magics.core.paths import RunFiles
-from jiyu_magics.core.store import RunStore
-from jiyu_magics.jobs import ranks
+from jiyu_magics.core.event_log import read_events, summarize
+from jiyu_magics.core.run_files import RunFiles
+from jiyu_magics.core.run_store import RunStore
+from jiyu_magics.jobs.process import rank_records as ranks
 
 from .cli_runner import jiyu
 from .jobs_workload import assert_no_processes, processes_of, steps_logged, wait_for, write_notebook

@@ -11,10 +11,10 @@ import nbformat
 from nbformat.v4 import new_code_cell, new_notebook
 
 from jiyu_magics import jobs
-from jiyu_magics.core.events import read_events
-from jiyu_magics.core.paths import RunFiles
-from jiyu_magics.core.store import RunStore
-from jiyu_magics.jobs import ranks
+from jiyu_magics.core.event_log import read_events
+from jiyu_magics.core.run_files import RunFiles
+from jiyu_magics.core.run_store import RunStore
+from jiyu_magics.jobs.process import rank_records as ranks
 
 from .jobs_workload import assert_no_processes, wait_for
 

@@ -8,17 +8,17 @@ import json
 
 import pytest
 
-from jiyu_magics.core.paths import RunFiles
-from jiyu_magics.core.store import RunStore
+from jiyu_magics.core.run_files import RunFiles
+from jiyu_magics.core.run_store import RunStore
 from jiyu_magics.jobs import JobError, Launch
-from jiyu_magics.jobs.spec import check_fits_devices, visible_gpus
+from jiyu_magics.jobs.launch_spec import check_fits_devices, visible_gpus
 
 pytestmark = pytest.mark.gpu
 
 NCCL_SCRIPT = """\
 import json, os, torch, torch.distributed as dist
-from jiyu_magics.core.events import EventLog
-from jiyu_magics.core.paths import RunFiles
+from jiyu_magics.core.event_log import EventLog
+from jiyu_magics.core.run_files import RunFiles
 torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
 dist.init_process_group("nccl")
 x = torch.ones(4, device="cuda") * (dist.get_rank() + 1)

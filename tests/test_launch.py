@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from jiyu_magics.core.paths import RunFiles
-from jiyu_magics.core.store import RunStore
+from jiyu_magics.core.run_files import RunFiles
+from jiyu_magics.core.run_store import RunStore
 from jiyu_magics.jobs import Launch
 
 from .jobs_workload import processes_of, steps_logged, wait_for, write_script

@@ -13,9 +13,9 @@ import sys
 import pytest
 from tornado.httpclient import HTTPClientError
 
-from jiyu_magics.core.events import EventLog
-from jiyu_magics.core.paths import RunFiles
-from jiyu_magics.core.store import RunStore
+from jiyu_magics.core.event_log import EventLog
+from jiyu_magics.core.run_files import RunFiles
+from jiyu_magics.core.run_store import RunStore
 from jiyu_magics.server.handlers import ROUTES
 
 from .conftest import ROOT
@@ -99,7 +99,7 @@ async def test_gpus_are_the_gpu_status_snapshot_records(nvml_double, jp_fetch):
 async def test_a_slow_nvml_read_blocks_neither_the_server_nor_a_second_read(jp_serverapp, jp_fetch):
     """NVML is held mid-read (a GPU falling off the bus can take seconds): other requests are
     still answered, and three concurrent GPU requests share that one read."""
-    from jiyu_magics.server.sampler import GpuSampler, read_gpus
+    from jiyu_magics.server.gpu_sampler import GpuSampler, read_gpus
 
     release, reads = threading.Event(), []
 
@@ -274,7 +274,7 @@ async def test_stopping_a_finished_run_returns_it_unchanged(jp_fetch):
 
 def test_server_modules_leave_torch_unloaded():
     code = ("import sys, jiyu_magics.server.app, jiyu_magics.server.handlers as h\n"
-            "from jiyu_magics.server.sampler import read_gpus\n"
+            "from jiyu_magics.server.gpu_sampler import read_gpus\n"
             "from jiyu_magics.server.metrics import render\n"
             "render(read_gpus(), [], {})\n"
             "print(sorted(m for m in ('torch', 'IPython', 'ipywidgets') if m in sys.modules))")

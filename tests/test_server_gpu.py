@@ -17,7 +17,7 @@ def test_panel_snapshot_and_metrics_match_the_real_gpu_without_torch():
     code = """
 import json, sys
 from prometheus_client.parser import text_string_to_metric_families
-from jiyu_magics.server.sampler import read_gpus
+from jiyu_magics.server.gpu_sampler import read_gpus
 from jiyu_magics.server.metrics import render
 snap = read_gpus()
 found = {(s.name, s.labels.get("gpu")): s.value

@@ -8,7 +8,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from tornado.httpclient import HTTPClientError
 
-from jiyu_magics.core.store import RunStore
+from jiyu_magics.core.run_store import RunStore
 from jiyu_magics.server import metrics
 
 from .server_fixtures import live_run, server_config, training_events

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from jiyu_magics.core.store import RunStore, UnknownRun
+from jiyu_magics.core.run_store import RunStore, UnknownRun
 
 
 @pytest.fixture

@@ -7,9 +7,8 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
-from jiyu_magics.train.data import (LoaderBatches, TensorBatches, distributed_loader, tensor_loader_plan,
-                                    training_batches)
-from jiyu_magics.train.errors import TrainConfigError
+from jiyu_magics.train.batch_source import LoaderBatches, TensorBatches, distributed_loader, tensor_loader_plan, training_batches
+from jiyu_magics.train.train_errors import TrainConfigError
 
 DATA = TensorDataset(torch.arange(100).float().unsqueeze(1), torch.arange(100))
 

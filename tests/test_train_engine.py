@@ -9,9 +9,9 @@ import pytest
 import torch
 from torch import nn
 
-from jiyu_magics.core.events import read_events
-from jiyu_magics.core.paths import RunFiles
-from jiyu_magics.core.store import RunStore
+from jiyu_magics.core.event_log import read_events
+from jiyu_magics.core.run_files import RunFiles
+from jiyu_magics.core.run_store import RunStore
 from jiyu_magics.train import StopSignal, TrainingFailed, fit
 from jiyu_magics.train.checkpoint import load_checkpoint
 
@@ -259,7 +259,7 @@ def test_compiled_model_trains_and_checkpoints_without_compile_prefixes(tmp_path
 
 
 def test_input_bound_advice_names_the_loader_settings_for_this_machine():
-    from jiyu_magics.train.failures import input_bound_advice
+    from jiyu_magics.train.end_messages import input_bound_advice
 
     loader_with_no_workers = loader(blobs())
     advice = input_bound_advice(0.45, "cuda", loader_with_no_workers, cpu_count=16, local_world_size=2)

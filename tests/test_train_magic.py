@@ -7,7 +7,7 @@ import re
 import pytest
 from IPython.core.error import UsageError
 
-from jiyu_magics.core.store import RunStore
+from jiyu_magics.core.run_store import RunStore
 
 SETUP = """
 import torch
@@ -135,7 +135,7 @@ def test_nan_loss_in_a_cell_is_one_line_and_the_result_is_bound(shell, capsys):
 
 
 def test_options_and_namespace_lookup_are_reusable_by_a_launcher(shell):
-    from jiyu_magics.magics.train import fit_kwargs, parse_options
+    from jiyu_magics.magics.train_magic import fit_kwargs, parse_options
 
     shell.run_cell(BODY)
     kwargs = fit_kwargs(parse_options("--epochs 2 --amp bf16 --accum 4 --nproc 3"), shell.user_ns)

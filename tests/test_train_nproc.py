@@ -12,9 +12,9 @@ import pytest
 from IPython.core.error import UsageError
 from nbclient import NotebookClient
 
-from jiyu_magics.core.events import read_events
-from jiyu_magics.core.paths import RUN_ID_ENV, RunFiles
-from jiyu_magics.core.store import RunStore
+from jiyu_magics.core.event_log import read_events
+from jiyu_magics.core.run_files import RUN_ID_ENV, RunFiles
+from jiyu_magics.core.run_store import RunStore
 
 from .notebook_runner import first_logged_step, execute, notebook, text_of
 

@@ -9,13 +9,15 @@ import subprocess
 import sys
 import textwrap
 
-from jiyu_magics.core.events import EventLog
-from jiyu_magics.core.paths import RunFiles
-from jiyu_magics.core.store import RunStore
+from jiyu_magics.core.event_log import EventLog
+from jiyu_magics.core.run_files import RunFiles
+from jiyu_magics.core.run_store import RunStore
 from jiyu_magics.views.loss_chart import loss_svg
 from jiyu_magics.views.loss_plot import render_loss_png
-from jiyu_magics.views.train_state import TrainingView, follow
-from jiyu_magics.views.train_text import TextProgress, progress_line, summary_html
+from jiyu_magics.views.train_text import progress_line, summary_html
+from jiyu_magics.views.training_view import TrainingView
+from jiyu_magics.widgets.event_follow import follow
+from jiyu_magics.widgets.text_progress import TextProgress
 from jiyu_magics.widgets.train_dashboard import TrainingDashboard
 
 from .conftest import ROOT

@@ -12,11 +12,11 @@ Building blocks for launchers: ``export_notebook`` / ``export_history`` (the exp
 
 from __future__ import annotations
 
-from .control import list_runs, resolve, stop
-from .errors import JobError
-from .export import ExecutedCell, Export, export_history, export_notebook
-from .launch import Launch
-from .params import parse_pairs
+from .run_control import list_runs, resolve, stop
+from .job_error import JobError
+from .export.notebook_export import ExecutedCell, Export, export_history, export_notebook
+from .process.torchrun_launch import Launch
+from .export.params import parse_pairs
 from .submit import submit
 
 __all__ = ["JobError", "submit", "stop", "resolve", "list_runs", "ExecutedCell", "Export", "export_history",

@@ -8,12 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ..core.paths import RunFiles
-from ..core.store import Run, RunStore, process_start_time
-from . import torchrun
-from .errors import JobError
-from .export import export_notebook
-from .spec import LaunchSpec, check_fits_devices
+from ..core.run_files import RunFiles
+from ..core.run_store import Run, RunStore, process_start_time
+from .process import torchrun_command as torchrun
+from .job_error import JobError
+from .export.notebook_export import export_notebook
+from .launch_spec import LaunchSpec, check_fits_devices
 
 EXPORT_NOTES = "export.json"
 # Supervisors this process started: polled now and then so none stays a zombie in a kernel.

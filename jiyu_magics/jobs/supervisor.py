@@ -16,11 +16,11 @@ import subprocess
 import sys
 import time
 
-from ..core.events import EventLog
-from ..core.paths import RunFiles
-from ..core.store import RunStore
-from .launch import Launch
-from .spec import LaunchSpec
+from ..core.event_log import EventLog
+from ..core.run_files import RunFiles
+from ..core.run_store import RunStore
+from .process.torchrun_launch import Launch
+from .launch_spec import LaunchSpec
 
 POLL_S = 0.5
 STORE_CHECK_S = 2.0  # how often the run row is read for a stop request that came without a signal

@@ -5,17 +5,13 @@ Each module holds the magics of one concern; ``register`` loads them all for ``%
 
 from __future__ import annotations
 
-import importlib
+from . import gpu_magics, job_magics, train_magic
 
-MODULES = ("gpu", "train", "jobs")
+MODULES = (gpu_magics, train_magic, job_magics)
 
 
 def magic_classes() -> list[type]:
-    classes = []
-    for name in MODULES:
-        module = importlib.import_module(f"{__name__}.{name}")
-        classes.extend(module.MAGICS)
-    return classes
+    return [cls for module in MODULES for cls in module.MAGICS]
 
 
 def register(ipython) -> None:

@@ -14,10 +14,10 @@ from pathlib import Path
 from jupyter_server.extension.application import ExtensionApp
 from traitlets import Float, Int, TraitError, Unicode, default, validate
 
-from ..core.paths import HOME_ENV
+from ..core.run_files import HOME_ENV
 from .handlers import ROUTES
-from .runs import RunViews
-from .sampler import GpuSampler
+from .run_views import RunViews
+from .gpu_sampler import GpuSampler
 
 TOKEN_ENV = "JIYU_METRICS_TOKEN"
 

@@ -18,9 +18,9 @@ from jupyter_server.base.handlers import APIHandler
 from jupyter_server.extension.handler import ExtensionHandlerMixin
 from tornado import web
 
-from . import bridge, metrics, validation
-from .errors import answers_errors
-from .tail import read_chunk
+from . import jobs_bridge as bridge, metrics, validation
+from .http_errors import answers_errors
+from .log_chunks import read_chunk
 
 if TYPE_CHECKING:
     from .app import JiyuApp

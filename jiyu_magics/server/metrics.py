@@ -14,7 +14,7 @@ from typing import Iterable, Iterator
 from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily, Metric, StateSetMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
-from ..core.store import STATUSES
+from ..core.run_store import STATUSES
 
 RECENT_S = 3600.0
 GPU_LABELS = ["gpu", "uuid"]

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import RequestError
-from .paths import resolve_notebook
+from .http_errors import RequestError
+from .notebook_paths import resolve_notebook
 
 MAX_NPROC = 1024
 MAX_NAME = 200

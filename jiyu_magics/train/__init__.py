@@ -4,10 +4,10 @@
 clipping, atomic checkpoints, exact resume, a live event log and, under torchrun, DDP/FSDP.
 """
 
-from .control import StopSignal
+from .stop_signal import StopSignal
 from .engine import fit
-from .errors import TrainConfigError, TrainingFailed
-from .options import FitOptions
-from .result import FitResult
+from .train_errors import TrainConfigError, TrainingFailed
+from .fit_options import FitOptions
+from .fit_result import FitResult
 
 __all__ = ["fit", "FitResult", "FitOptions", "StopSignal", "TrainConfigError", "TrainingFailed"]

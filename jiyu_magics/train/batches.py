@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 import torch
 
-from .errors import TrainConfigError
+from .train_errors import TrainConfigError
 
 LossFn = Callable[[Any, Any], torch.Tensor]
 StepFn = Callable[[torch.nn.Module, Any], Any]

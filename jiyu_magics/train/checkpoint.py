@@ -15,7 +15,7 @@ from typing import Any
 import psutil
 import torch
 
-from .errors import TrainConfigError
+from .train_errors import TrainConfigError
 
 FORMAT = "jiyu-checkpoint/1"
 SUFFIX = ".pt"

@@ -17,26 +17,25 @@ from typing import Any
 
 import torch
 
-from . import rng
+from . import rng_state as rng
 from .batches import BatchLoss, samples_in, to_device
 from .checkpoint import CheckpointKeeper, load_checkpoint
-from .checks import check_objects, trainable_parameters
-from .control import StopSignal, signals_request_stop
-from .data import training_batches, validation_batches
-from .distributed import join_process_group
-from .errors import NonFiniteLoss, TrainConfigError, TrainingFailed
+from .input_checks import check_objects, trainable_parameters
+from .stop_signal import StopSignal, signals_request_stop
+from .batch_source import training_batches, validation_batches
+from .process_group import join_process_group
+from .train_errors import NonFiniteLoss, TrainConfigError, TrainingFailed
 from .evaluate import evaluate
-from .handoff import final_weights_path, load_initial_weights, write_weights
-from .failures import (input_bound_advice, nonfinite_message, oom_message, stopped_message,
-                       succeeded_message)
-from .meter import LogClock, StepMeter
-from .options import FitOptions
+from .weight_handoff import final_weights_path, load_initial_weights, write_weights
+from .end_messages import input_bound_advice, nonfinite_message, oom_message, stopped_message, succeeded_message
+from .step_meter import LogClock, StepMeter
+from .fit_options import FitOptions
 from .precision import resolve_precision
-from .report import Reporter
-from .result import FitResult
-from .run import RunBinding, default_name, resume_path
-from .state import load_model_optimizer_state, load_other_states, model_optimizer_state, other_states
-from .wrap import uses_ddp, uses_fsdp, wrap_model
+from .reporter import Reporter
+from .fit_result import FitResult
+from .run_binding import RunBinding, default_name, resume_path
+from .checkpoint_state import load_model_optimizer_state, load_other_states, model_optimizer_state, other_states
+from .model_wrap import uses_ddp, uses_fsdp, wrap_model
 
 END = object()
 NO_CONTEXT = nullcontext()

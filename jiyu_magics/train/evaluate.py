@@ -10,7 +10,7 @@ from typing import Callable
 import torch
 
 from .batches import BatchLoss, correct_predictions, samples_in, to_device
-from .distributed import DistContext
+from .process_group import DistContext
 from .precision import Precision
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 
-from .train_state import TrainingView
+from .training_view import TrainingView
 
 WIDTH, HEIGHT = 440, 200
 LEFT, RIGHT, TOP, BOTTOM = 52, 10, 14, 22

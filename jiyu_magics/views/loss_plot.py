@@ -10,9 +10,9 @@ import io
 import os
 from pathlib import Path
 
-from ..core.events import read_events
+from ..core.event_log import read_events
 from .loss_chart import RAW, SMOOTH, VAL, wants_log
-from .train_state import TrainingView
+from .training_view import TrainingView
 
 
 def render_loss_png(view: TrainingView, size: tuple[float, float] = (6.0, 3.2), dpi: int = 100) -> bytes:

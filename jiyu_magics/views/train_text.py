@@ -1,16 +1,13 @@
-"""Training progress as text: one line per refresh where widgets cannot render (terminal
-IPython, ``JIYU_UI=text``, background jobs' logs), and the final summary in text and HTML."""
+"""Training progress as text (progress lines, headers) and the final summary in text and HTML;
+``widgets.text_progress`` prints the lines live where widgets cannot render."""
 
 from __future__ import annotations
 
 import html
 import math
-import sys
-import time
-from typing import TextIO
 
 from .format import duration, human_bytes, na
-from .train_state import TrainingView
+from .training_view import TrainingView
 
 TEXT_INTERVAL_S = 10.0
 
@@ -99,39 +96,3 @@ def summary_html(view: TrainingView, png_base64: str | None = None) -> str:
             f"{html.escape(header_text(view))}</div><div>{html.escape(view.message or '')}</div>"
             f"<div style='display:flex;gap:1em;align-items:flex-start'>{image}"
             f"<table style='font-size:90%'>{rows}</table></div></div>")
-
-
-class TextProgress:
-    """Prints a progress line at most every ``interval`` seconds, only when it changed."""
-
-    def __init__(self, interval: float = TEXT_INTERVAL_S, out: TextIO | None = None):
-        self.interval = interval
-        self.out = out
-        self.view = TrainingView()
-        self._printed_version = -1
-        self._printed_at = -math.inf
-        self.lines = 0
-
-    def feed(self, events: list[dict]) -> None:
-        self.view.feed(events)
-
-    def poll(self) -> None:
-        """Callers poll as often as they like (a tailing loop checks every second): the clock
-        that spaces the lines is kept here. 10% slack, so a caller polling exactly at the
-        interval is not skipped for a jitter of microseconds."""
-        now = time.monotonic()
-        if (self.view.version == self._printed_version or not self.view.losses
-                or now - self._printed_at < 0.9 * self.interval):
-            return
-        self._printed_version, self._printed_at = self.view.version, now
-        if self.view.finished:
-            return  # close() prints the summary
-        self._write(progress_line(self.view))
-
-    def close(self) -> None:
-        if self.view.finished:
-            self._write(self.view.message or progress_line(self.view))
-
-    def _write(self, line: str) -> None:
-        print(line, file=self.out or sys.stdout, flush=True)
-        self.lines += 1

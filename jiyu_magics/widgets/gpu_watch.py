@@ -11,8 +11,8 @@ import time
 
 import ipywidgets as widgets
 
-from ..core import gpu
-from ..views import gpu as gpu_view
+from ..core import gpu_snapshot as gpu
+from ..views import gpu_table as gpu_view
 
 
 class GpuWatch:

@@ -1,7 +1,7 @@
 """The live training dashboard: one persistent widget in the cell, refreshed by wall clock.
 
-It draws a :class:`~jiyu_magics.views.train_state.TrainingView` fed with event dicts, either
-directly by the engine in this kernel or by :func:`~jiyu_magics.views.train_state.follow`
+It draws a :class:`~jiyu_magics.views.training_view.TrainingView` fed with event dicts, either
+directly by the engine in this kernel or by :func:`~jiyu_magics.widgets.event_follow.follow`
 tailing another process's ``events.jsonl`` (``%job attach``, ``%%train --nproc``): one
 rendering path for both. Each refresh sends only the widget values that changed, in one
 ``hold_sync`` batch per widget; the loss curve is an SVG string the browser draws. When the
@@ -20,17 +20,18 @@ from typing import TYPE_CHECKING, Callable
 import ipywidgets as widgets
 from IPython.display import display
 
-from ..core import gpu
-from ..core.events import read_events
-from ..core.paths import RunFiles
+from ..core import gpu_snapshot as gpu
+from ..core.event_log import read_events
+from ..core.run_files import RunFiles
 from ..views.format import duration, na
 from ..views.loss_chart import loss_svg
-from ..views.train_state import TrainingView, follow
+from ..views.training_view import TrainingView
+from .event_follow import follow
 from ..views.train_text import header_text, stat_rows, steps_text, summary_html, summary_text
 from .comm_pump import CommPump
 
 if TYPE_CHECKING:  # the dashboard itself never imports torch: %job attach uses it without training
-    from ..train.control import StopSignal
+    from ..train.stop_signal import StopSignal
 
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
 DEFAULT_REFRESH_S = 1.0

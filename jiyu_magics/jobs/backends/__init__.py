@@ -9,10 +9,10 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 
-from ...core.paths import RunFiles
-from ...core.store import Run, RunStore
-from ..errors import JobError
-from ..spec import LaunchSpec
+from ...core.run_files import RunFiles
+from ...core.run_store import Run, RunStore
+from ..job_error import JobError
+from ..launch_spec import LaunchSpec
 
 HANDOVER_FILE = "handover.json"
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ...core.paths import HOME_ENV, RUN_ID_ENV, RunFiles
-from ...core.store import Run
-from .. import torchrun
-from ..spec import LaunchSpec
+from ...core.run_files import HOME_ENV, RUN_ID_ENV, RunFiles
+from ...core.run_store import Run
+from ..process import torchrun_command as torchrun
+from ..launch_spec import LaunchSpec
 
 TOOL = "kubectl"
 SUBMIT_ARGS = ("apply", "-f")

@@ -6,10 +6,10 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
-from ...core.paths import HOME_ENV, RUN_ID_ENV, RunFiles, jiyu_home
-from ...core.store import Run
-from .. import torchrun
-from ..spec import LaunchSpec
+from ...core.run_files import HOME_ENV, RUN_ID_ENV, RunFiles, jiyu_home
+from ...core.run_store import Run
+from ..process import torchrun_command as torchrun
+from ..launch_spec import LaunchSpec
 
 TOOL = "sbatch"
 SUBMIT_ARGS = ("--parsable",)

@@ -1,0 +1,50 @@
+"""``jiyu gpu`` and ``jiyu doctor``."""
+
+from __future__ import annotations
+
+from ..core import cuda_doctor as doctor, gpu_snapshot as gpu
+
+
+def add_commands(commands) -> None:
+    from . import positive_float
+
+    p = commands.add_parser("gpu", help="show GPUs, their memory/utilisation/processes, and versions",
+                            description="GPU status read through NVML (no CUDA context is created).")
+    p.add_argument("--json", action="store_true", help="print the snapshot as JSON")
+    p.add_argument("--watch", type=positive_float, metavar="SECONDS", help="refresh in place every SECONDS until Ctrl-C")
+    p.set_defaults(handler=run_gpu)
+
+    p = commands.add_parser("doctor", help="explain why CUDA is unavailable, with fixes (exit 1 on a problem)",
+                            description="Checklist of CUDA set-up problems with a concrete fix for each.")
+    p.add_argument("--json", action="store_true", help="print the findings as JSON")
+    p.set_defaults(handler=run_doctor)
+
+
+def run_gpu(args) -> int:
+    from . import CliError, print_json
+    from ..views import gpu_table as view
+
+    if args.json and args.watch:
+        raise CliError("--json and --watch cannot be combined")
+    if args.json:
+        print_json(gpu.snapshot().to_dict())
+        return 0
+    if args.watch:
+        from ..widgets.terminal_redraw import watch_text
+
+        watch_text(lambda: view.render_text(gpu.snapshot(), "jiyu doctor"), args.watch)
+        return 0
+    print(view.render_text(gpu.snapshot(), "jiyu doctor"))
+    return 0
+
+
+def run_doctor(args) -> int:
+    from . import print_json
+    from ..views import doctor_report as view
+
+    findings = doctor.diagnose()
+    if args.json:
+        print_json([f.to_dict() for f in findings])
+    else:
+        print(view.render_text(findings))
+    return 1 if doctor.has_problem(findings) else 0

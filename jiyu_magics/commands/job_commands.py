@@ -1,0 +1,124 @@
+"""``jiyu submit``, ``jiyu jobs``, ``jiyu logs``, ``jiyu stop`` and ``jiyu export``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def add_commands(commands) -> None:
+    from ..jobs.submit_options import PARAM_OPTION, SUBMIT_OPTIONS
+
+    p = commands.add_parser("submit", help="run a notebook as a detached torchrun job",
+                            description="Export NOTEBOOK to a script and run it under torchrun, detached from "
+                                        "this shell; prints the run id at once.")
+    p.add_argument("notebook", help="the .ipynb to run")
+    for flags, options in SUBMIT_OPTIONS:
+        p.add_argument(*flags, **options)
+    p.set_defaults(handler=run_submit)
+
+    p = commands.add_parser("jobs", help="list runs (active ones; --all for every run)")
+    p.add_argument("--all", action="store_true", help="include finished runs")
+    p.add_argument("--json", action="store_true", help="print the runs as JSON")
+    p.set_defaults(handler=run_jobs)
+
+    p = commands.add_parser("logs", help="print a run's log; -f follows it until the run ends")
+    p.add_argument("id", help="run id or unique prefix")
+    p.add_argument("-f", "--follow", action="store_true", help="keep printing new lines until the run ends")
+    p.add_argument("--tail", type=int, metavar="N", help="only the last N lines")
+    p.set_defaults(handler=run_logs)
+
+    p = commands.add_parser("stop", help="stop a run: SIGTERM every process, SIGKILL after the grace period")
+    p.add_argument("id", help="run id or unique prefix")
+    p.add_argument("--grace", type=float, default=10.0, metavar="S", help="seconds before SIGKILL (default 10)")
+    p.set_defaults(handler=run_stop)
+
+    p = commands.add_parser("export", help="write a notebook as a job script",
+                            description="The script jobs run: IPython syntax turned into Python, shell/install/"
+                                        "display commands left out unless tagged jiyu:keep, -p injected.")
+    p.add_argument("notebook", help="the .ipynb to export")
+    p.add_argument("-o", "--output", required=True, metavar="FILE", help="where to write the script ('-' for stdout)")
+    flags, options = PARAM_OPTION
+    p.add_argument(*flags, **options)
+    p.set_defaults(handler=run_export)
+
+
+def _job_errors(func):
+    """``JobError`` → ``CliError``: one line on stderr, exit code 2."""
+    def wrapper(args):
+        from . import CliError
+        from ..jobs import JobError
+
+        try:
+            return func(args)
+        except JobError as error:
+            raise CliError(str(error)) from None
+    return wrapper
+
+
+@_job_errors
+def run_submit(args: argparse.Namespace) -> int:
+    from .. import jobs
+    from ..jobs.submit_options import submit_kwargs
+    from ..views.run_table import submitted_message
+
+    run = jobs.submit(args.notebook, **submit_kwargs(args))
+    print(submitted_message(run, control="jiyu {action} {id}"))
+    return 0
+
+
+@_job_errors
+def run_jobs(args: argparse.Namespace) -> int:
+    from .. import jobs
+    from . import print_json
+    from ..views import run_table as view
+
+    runs = jobs.list_runs(include_finished=args.all)
+    if args.json:
+        print_json([{**r.to_dict(), "display": view.row(r)} for r in runs])
+    else:
+        print(view.render_text(runs, args.all))
+    return 0
+
+
+@_job_errors
+def run_logs(args: argparse.Namespace) -> int:
+    from .. import jobs
+    from ..jobs import run_logs as logs
+
+    run = jobs.resolve(args.id)
+    text, offset = logs.tail(run.id, args.tail)
+    sys.stdout.write(text)
+    sys.stdout.flush()
+    if args.follow:
+        for chunk in logs.follow(run.id, offset):
+            sys.stdout.write(chunk)
+            sys.stdout.flush()
+    return 0
+
+
+@_job_errors
+def run_stop(args: argparse.Namespace) -> int:
+    from .. import jobs
+
+    run = jobs.stop(args.id, grace=args.grace)
+    print(f"Run {run.id} ({run.name}): {run.status}.")
+    return 0
+
+
+@_job_errors
+def run_export(args: argparse.Namespace) -> int:
+    from ..jobs import JobError, export_notebook, parse_pairs
+
+    export = export_notebook(args.notebook, parse_pairs(args.params))
+    if args.output == "-":
+        sys.stdout.write(export.script)
+        return 0
+    try:
+        export.write(args.output)
+    except OSError as error:
+        raise JobError(f"cannot write {args.output}: {error.strerror or error}") from None
+    print(f"Wrote {args.output}: {export.code_cells} code cell(s) from {export.origin}")
+    for note in export.left_out:
+        print(f"  left out {note}")
+    return 0

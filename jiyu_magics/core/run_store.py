@@ -1,0 +1,327 @@
+"""The run store: one SQLite row per run, in-kernel trainings and background jobs alike.
+
+Every process (kernel, supervisor, CLI, Jupyter server) opens its own short connection: WAL
+mode lets readers go on while a writer commits, and a busy timeout plus ``BEGIN IMMEDIATE``
+makes concurrent writers queue instead of failing with "database is locked".
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import socket
+import sqlite3
+import time
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any, Iterator
+
+import psutil
+
+from .run_files import store_path
+from .run_model import ACTIVE as ACTIVE_STATUSES, RunKind, RunStatus
+
+STATUSES = RunStatus.values()
+ACTIVE = tuple(s.value for s in ACTIVE_STATUSES)
+KINDS = RunKind.values()
+QUEUED_GRACE_S = 120.0  # a run queued longer than this with no process behind it was never started
+SCHEMA_VERSION = 2
+MIGRATIONS = {2: "ALTER TABLE runs ADD COLUMN stop_grace REAL"}  # to version: from the one before
+_ready: set[Path] = set()  # stores this process has already created or migrated
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS runs (
+    id TEXT PRIMARY KEY,
+    name TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    status TEXT NOT NULL,
+    nproc INTEGER NOT NULL DEFAULT 1,
+    nnodes INTEGER NOT NULL DEFAULT 1,
+    notebook TEXT,
+    cwd TEXT,
+    host TEXT NOT NULL,
+    backend TEXT NOT NULL DEFAULT 'local',
+    params TEXT NOT NULL DEFAULT '{}',
+    pid INTEGER,
+    pid_started REAL,
+    pgid INTEGER,
+    created REAL NOT NULL,
+    started REAL,
+    ended REAL,
+    exit_code INTEGER,
+    error TEXT,
+    stop_requested INTEGER NOT NULL DEFAULT 0,
+    stop_grace REAL
+);
+CREATE INDEX IF NOT EXISTS runs_by_status ON runs(status);
+"""
+
+
+class UnknownRun(LookupError):
+    """No run matches the id (or id prefix) the user gave."""
+
+
+@dataclass
+class Run:
+    id: str
+    name: str
+    kind: str
+    status: str
+    nproc: int = 1
+    nnodes: int = 1
+    notebook: str | None = None
+    cwd: str | None = None
+    host: str = ""
+    backend: str = "local"
+    params: dict = field(default_factory=dict)
+    pid: int | None = None
+    pid_started: float | None = None
+    pgid: int | None = None
+    created: float = 0.0
+    started: float | None = None
+    ended: float | None = None
+    exit_code: int | None = None
+    error: str | None = None
+    stop_requested: bool = False
+    stop_grace: float | None = None   # seconds between SIGTERM and SIGKILL the stop asked for
+
+    @property
+    def active(self) -> bool:
+        return self.status in ACTIVE
+
+    @property
+    def duration(self) -> float | None:
+        if self.started is None:
+            return None
+        return (self.ended or time.time()) - self.started
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        data["duration"] = self.duration
+        return data
+
+    @classmethod
+    def from_row(cls, row: sqlite3.Row) -> "Run":
+        data = dict(row)
+        data["params"] = json.loads(data["params"] or "{}")
+        data["stop_requested"] = bool(data["stop_requested"])
+        return cls(**data)
+
+
+_COLUMNS = {f.name for f in fields(Run)}
+
+
+def new_run_id() -> str:
+    """Eight hex digits: short enough to type in ``%job logs``, and any unique prefix works."""
+    return secrets.token_hex(4)
+
+
+def process_start_time(pid: int) -> float | None:
+    try:
+        return psutil.Process(pid).create_time()
+    except (psutil.NoSuchProcess, psutil.AccessDenied, ValueError):
+        return None
+
+
+def process_alive(pid: int | None, started: float | None) -> bool:
+    """The process is alive and is the same process (not a recycled pid)."""
+    if not pid:
+        return False
+    now_started = process_start_time(pid)
+    if now_started is None:
+        return False
+    if started is not None and abs(now_started - started) > 1.0:
+        return False
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+class RunStore:
+    def __init__(self, path: Path | str | None = None):
+        self.path = Path(path) if path else store_path()
+        self.host = socket.gethostname()
+        if self.path not in _ready or not self.path.exists():
+            self._create_or_migrate()
+            _ready.add(self.path)
+
+    def _create_or_migrate(self) -> None:
+        """Once per process and file: a store opened every second (``%job attach``, the
+        server) must not take the write lock each time."""
+        with self._read() as db:
+            if db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION:
+                return
+        with self._write() as db:
+            version = db.execute("PRAGMA user_version").fetchone()[0]
+            exists = db.execute("SELECT 1 FROM sqlite_master WHERE name = 'runs'").fetchone()
+            if exists:
+                for target in range(max(version, 1) + 1, SCHEMA_VERSION + 1):
+                    db.execute(MIGRATIONS[target])
+            for statement in filter(str.strip, SCHEMA.split(";")):
+                db.execute(statement)
+            db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+    def _connect(self) -> sqlite3.Connection:
+        db = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
+        db.row_factory = sqlite3.Row
+        db.execute("PRAGMA busy_timeout = 30000")
+        if db.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+            db.execute("PRAGMA journal_mode = WAL")
+        db.execute("PRAGMA synchronous = NORMAL")
+        return db
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        db = self._connect()
+        try:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                yield db
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            db.execute("COMMIT")
+        finally:
+            db.close()
+
+    @contextmanager
+    def _read(self) -> Iterator[sqlite3.Connection]:
+        db = self._connect()
+        try:
+            yield db
+        finally:
+            db.close()
+
+    # -- writing ---------------------------------------------------------------------------
+    def create(self, kind: str, name: str | None = None, *, status: str = "queued", **values: Any) -> Run:
+        if kind not in KINDS:
+            raise ValueError(f"unknown run kind {kind!r}")
+        if status not in STATUSES:
+            raise ValueError(f"unknown status {status!r}")
+        unknown = set(values) - _COLUMNS
+        if unknown:
+            raise ValueError(f"unknown run fields: {', '.join(sorted(unknown))}")
+        now = time.time()
+        with self._write() as db:
+            run_id = new_run_id()
+            while db.execute("SELECT 1 FROM runs WHERE id = ?", (run_id,)).fetchone():
+                run_id = new_run_id()
+            run = Run(id=run_id, name=name or f"{kind}-{run_id}", kind=kind, status=status,
+                      host=self.host, created=now, **{"cwd": os.getcwd(), **values})
+            if status == "running" and run.started is None:
+                run.started = now
+            row = self._to_row(run)
+            db.execute(f"INSERT INTO runs ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})",
+                       tuple(row.values()))
+        return run
+
+    def update(self, run_id: str, **values: Any) -> Run:
+        unknown = set(values) - _COLUMNS
+        if unknown:
+            raise ValueError(f"unknown run fields: {', '.join(sorted(unknown))}")
+        if "status" in values and values["status"] not in STATUSES:
+            raise ValueError(f"unknown status {values['status']!r}")
+        if "params" in values:
+            values["params"] = json.dumps(values["params"])
+        with self._write() as db:
+            cur = db.execute(f"UPDATE runs SET {', '.join(f'{k} = ?' for k in values)} WHERE id = ?",
+                             (*values.values(), run_id))
+            if cur.rowcount == 0:
+                raise UnknownRun(f"no run with id {run_id!r}")
+        return self.get(run_id)
+
+    def mark_running(self, run_id: str, pid: int, pgid: int | None = None) -> Run:
+        return self.update(run_id, status="running", pid=pid, pid_started=process_start_time(pid),
+                           pgid=pgid, started=time.time())
+
+    def request_stop(self, run_id: str, grace: float | None = None) -> Run:
+        """Marks the run to be stopped; its supervisor honours ``grace`` (SIGTERM → SIGKILL)."""
+        return self.update(run_id, stop_requested=1, stop_grace=grace)
+
+    def finish(self, run_id: str, status: str, exit_code: int | None = None, error: str | None = None) -> Run:
+        """The final status. A run someone asked to stop ends ``stopped`` whatever exit code
+        the signal produced; a run already finished keeps its first final status."""
+        with self._write() as db:
+            row = db.execute("SELECT status, stop_requested FROM runs WHERE id = ?", (run_id,)).fetchone()
+            if row is None:
+                raise UnknownRun(f"no run with id {run_id!r}")
+            if row["status"] in ACTIVE or row["status"] == "lost":
+                if row["stop_requested"] and status != "succeeded":
+                    status = "stopped"
+                db.execute("UPDATE runs SET status = ?, exit_code = ?, error = ?, ended = ? WHERE id = ?",
+                           (status, exit_code, error, time.time(), run_id))
+        return self.get(run_id)
+
+    # -- reading ---------------------------------------------------------------------------
+    def get(self, run_id: str) -> Run:
+        with self._read() as db:
+            row = db.execute("SELECT * FROM runs WHERE id = ?", (run_id,)).fetchone()
+        if row is None:
+            raise UnknownRun(f"no run with id {run_id!r}")
+        return Run.from_row(row)
+
+    def resolve(self, id_or_prefix: str) -> Run:
+        """A run by its id or a unique prefix of it (``%job logs 3fa``)."""
+        prefix = (id_or_prefix or "").strip()
+        if not prefix or not all(c in "0123456789abcdef" for c in prefix.lower()):
+            raise UnknownRun(f"no run with id {id_or_prefix!r}")
+        self.reconcile()
+        with self._read() as db:
+            rows = db.execute("SELECT * FROM runs WHERE id LIKE ? ORDER BY created DESC LIMIT 2",
+                              (prefix.lower() + "%",)).fetchall()
+        if not rows:
+            raise UnknownRun(f"no run with id {id_or_prefix!r}")
+        if len(rows) > 1 and rows[0]["id"] != prefix.lower():
+            raise UnknownRun(f"run id prefix {id_or_prefix!r} is ambiguous; give more characters")
+        return Run.from_row(rows[0])
+
+    def list(self, include_finished: bool = True, limit: int | None = None) -> list[Run]:
+        self.reconcile()
+        query = "SELECT * FROM runs"
+        if not include_finished:
+            query += f" WHERE status IN ({', '.join('?' * len(ACTIVE))})"
+        query += " ORDER BY created DESC"
+        if limit:
+            query += f" LIMIT {int(limit)}"
+        with self._read() as db:
+            rows = db.execute(query, () if include_finished else ACTIVE).fetchall()
+        return [Run.from_row(r) for r in rows]
+
+    def count_by_status(self) -> dict[str, int]:
+        """How many runs are in each status, counted by SQLite (``/metrics`` scrapes this)."""
+        with self._read() as db:
+            return dict(db.execute("SELECT status, COUNT(*) FROM runs GROUP BY status").fetchall())
+
+    def reconcile(self) -> list[str]:
+        """Marks ``lost`` the active runs of this host whose process is gone (a reboot, a
+        ``kill -9``), so nothing shows ``running`` forever. Returns the ids it marked. Runs
+        handed to Slurm or Kubernetes have no local process to watch and are left alone."""
+        with self._read() as db:
+            rows = db.execute(
+                f"SELECT id, pid, pid_started, created FROM runs WHERE host = ? AND backend = 'local' AND status IN "
+                f"({', '.join('?' * len(ACTIVE))})", (self.host, *ACTIVE)).fetchall()
+        now, lost = time.time(), []
+        for row in rows:
+            if row["pid"] is None:
+                if now - row["created"] > QUEUED_GRACE_S:
+                    lost.append(row["id"])
+            elif not process_alive(row["pid"], row["pid_started"]):
+                lost.append(row["id"])
+        if lost:
+            with self._write() as db:
+                db.executemany(
+                    f"UPDATE runs SET status = 'lost', ended = COALESCE(ended, ?), "
+                    f"error = COALESCE(error, 'its process ended without reporting') "
+                    f"WHERE id = ? AND status IN ({', '.join('?' * len(ACTIVE))})",
+                    [(now, run_id, *ACTIVE) for run_id in lost])
+        return lost
+
+    @staticmethod
+    def _to_row(run: Run) -> dict:
+        row = asdict(run)
+        row["params"] = json.dumps(row["params"])
+        row["stop_requested"] = int(row["stop_requested"])
+        return row

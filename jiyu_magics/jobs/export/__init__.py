@@ -1,0 +1,1 @@
+"""Notebook → job script: the exporter, its cell rules, the script's text and ``-p`` parameters."""

@@ -1,0 +1,66 @@
+"""The text of an exported job script: its header, cell separators and readable literals.
+
+The script is a jupytext "percent" script (``# %%`` cell markers), so editors open it as
+cells, and every cell says where it came from.
+"""
+
+from __future__ import annotations
+
+import ast
+
+from ... import __version__
+
+HEADER = '''\
+#!/usr/bin/env python3
+# Exported by jiyu {version} from {origin}.
+# Edit the notebook and export again rather than this file. The cells run in order as this
+# script's top-level code; get_ipython() is a headless IPython shell bound to this module, so
+# magics (%%train included) behave as in the notebook.
+import os as _jiyu_os
+import sys as _jiyu_sys
+
+_jiyu_os.environ.setdefault("MPLBACKEND", "Agg")  # no display in a job: figures render off-screen
+
+
+def _jiyu_headless_shell():
+    from IPython.core.interactiveshell import InteractiveShell
+    from traitlets.config import Config
+
+    config = Config()
+    config.HistoryManager.enabled = False  # ranks must not share IPython's history database
+    return InteractiveShell.instance(config=config, user_module=_jiyu_sys.modules[__name__])
+
+
+_jiyu_headless_shell()
+'''
+
+
+def header(origin: str) -> str:
+    return HEADER.format(version=__version__, origin=origin)
+
+
+def readable_literal(text: str) -> str:
+    """A string literal a person can read: a multi-line body as a triple-quoted block rather
+    than one line of ``\\n`` escapes, whenever that spells exactly the same string."""
+    if "\n" in text.rstrip("\n") and not any(c in text for c in ("'''", "\\", "\r")) and not text.endswith("'"):
+        literal = "'''\\\n" + text + "'''"
+        if ast.literal_eval(literal) == text:
+            return literal
+    return repr(text)
+
+
+def comment_block(text: str) -> list[str]:
+    return [f"# {line}".rstrip() for line in text.splitlines()] or ["#"]
+
+
+def cell_marker(title: str, kind: str = "") -> str:
+    return f"# %% {('[' + kind + '] ') if kind else ''}{title}".rstrip()
+
+
+def best_effort_cell(code: str, label: str) -> str:
+    """A replayed cell that may fail where the kernel did not: run as its own code object (so
+    its names land in the script's globals as usual) and, if it raises, say so and go on."""
+    return (f"try:\n    exec(compile({readable_literal(code.rstrip(chr(10)) + chr(10))}, {label!r}, 'exec'), globals())\n"
+            f"except Exception as _jiyu_error:\n"
+            f"    print(f'[jiyu] {label} raised {{type(_jiyu_error).__name__}}: {{_jiyu_error}} here; skipped "
+            f"(it ran in the kernel)', file=_jiyu_sys.stderr)")

@@ -1,0 +1,88 @@
+"""How a job is to be launched, checked once at submit time and saved in its run folder
+(``launch.json``) for the supervisor. Every check fails with a one-line ``JobError``."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import shutil
+from dataclasses import asdict, dataclass
+
+from ..core.run_files import RunFiles
+from .job_error import JobError
+
+BACKENDS = ("local", "slurm", "kubernetes")
+LAUNCH_FILE = "launch.json"
+
+
+@dataclass
+class LaunchSpec:
+    nproc: int = 1
+    nnodes: int = 1
+    max_restarts: int = 0
+    backend: str = "local"
+    rdzv_endpoint: str | None = None
+    node_rank: int | None = None
+    notify: str | None = None
+
+    def validated(self) -> "LaunchSpec":
+        _count("--nproc", self.nproc, 1)
+        _count("--nnodes", self.nnodes, 1)
+        _count("--max-restarts", self.max_restarts, 0)
+        if self.backend not in BACKENDS:
+            raise JobError(f"--backend {self.backend!r}: expected one of {', '.join(BACKENDS)}")
+        self._check_rendezvous()
+        if self.notify is not None:
+            _check_command(self.notify)
+        return self
+
+    def _check_rendezvous(self) -> None:
+        if self.rdzv_endpoint is not None:
+            host, _, port = str(self.rdzv_endpoint).rpartition(":")
+            if not host or not port.isdigit() or not 0 < int(port) < 65536:
+                raise JobError(f"--rdzv-endpoint {self.rdzv_endpoint!r}: expected HOST:PORT")
+        if self.node_rank is not None:
+            _count("--node-rank", self.node_rank, 0)
+            if self.node_rank >= self.nnodes:
+                raise JobError(f"--node-rank {self.node_rank} must be below --nnodes {self.nnodes}")
+        if self.backend == "local" and self.nnodes > 1 and not self.rdzv_endpoint:
+            raise JobError(f"--nnodes {self.nnodes} needs --rdzv-endpoint HOST:PORT (the first node's address)")
+
+    def save(self, files: RunFiles) -> None:
+        (files.root / LAUNCH_FILE).write_text(json.dumps(asdict(self), indent=2))
+
+    @classmethod
+    def load(cls, files: RunFiles) -> "LaunchSpec":
+        return cls(**json.loads((files.root / LAUNCH_FILE).read_text()))
+
+
+def _count(flag: str, value, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise JobError(f"{flag} {value!r}: expected a whole number >= {minimum}")
+
+
+def _check_command(command: str) -> None:
+    try:
+        words = shlex.split(command)
+    except ValueError as error:
+        raise JobError(f"--notify {command!r}: {error}") from None
+    if not words or shutil.which(words[0]) is None:
+        raise JobError(f"--notify {command!r}: {words[0] if words else 'the command'} is not an executable on PATH")
+
+
+def visible_gpus() -> int | None:
+    """How many GPUs CUDA would see here, from NVML (never CUDA); None when none or unknown
+    (CPU machines run ranks on gloo, any number of them)."""
+    from ..core import gpu_snapshot as gpu
+
+    snap = gpu.snapshot()
+    if not snap.available:
+        return None
+    count = sum(d.visible_index is not None for d in snap.devices)
+    return count or None
+
+
+def check_fits_devices(nproc: int) -> None:
+    gpus = visible_gpus()
+    if gpus is not None and nproc > gpus:
+        raise JobError(f"--nproc {nproc} is more than the {gpus} GPU(s) visible here; one process drives one GPU")

@@ -1,0 +1,2 @@
+"""Processes of a launch: the torchrun command, the child process group, each rank's record,
+and stopping a whole process tree."""

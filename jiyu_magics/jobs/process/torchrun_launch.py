@@ -1,0 +1,119 @@
+"""``torchrun`` as a child process group: the building block of ``%%train --nproc`` and of
+the job supervisor.
+
+    launch = Launch.start("job.py", nproc=2, run_id=run.id)
+    launch.ranks()        # per-rank pid / state / exit code
+    launch.wait()         # torchrun's exit code
+    launch.error_line()   # "rank 1: ValueError: ..." for the first rank that failed
+    launch.stop()         # every process of it, SIGTERM then SIGKILL, verified
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import signal
+import subprocess
+from pathlib import Path
+from typing import IO, Mapping, Sequence
+
+from ...core.run_files import RunFiles
+from . import process_tree as processes, rank_records as ranks, torchrun_command as torchrun
+
+PR_SET_PDEATHSIG = 1
+
+
+class Launch:
+    def __init__(self, proc: subprocess.Popen, run_id: str, nproc: int):
+        self.proc, self.run_id, self.nproc = proc, run_id, nproc
+        self.files = RunFiles.of(run_id)
+        self.stop_result: processes.StopResult | None = None
+
+    @classmethod
+    def start(cls, script: str | os.PathLike, *, nproc: int, run_id: str, args: Sequence[str] = (),
+              cwd: str | os.PathLike | None = None, env: Mapping[str, str] | None = None,
+              log: IO[bytes] | None = None, nnodes: int = 1, rdzv_endpoint: str | None = None,
+              node_rank: int | None = None, max_restarts: int = 0, die_with_parent: bool = False) -> "Launch":
+        """Starts torchrun in a new session (its own process group), its output appended to
+        ``log`` (default: the run's ``stdout.log``); ``env`` adds variables to the caller's
+        environment. ``die_with_parent`` asks Linux to SIGTERM
+        torchrun when the caller dies (only safe from a single-threaded caller: the supervisor)."""
+        files = RunFiles.of(run_id).create()
+        cmd = torchrun.command(Path(script).resolve(), nproc, nnodes=nnodes, rdzv_endpoint=rdzv_endpoint,
+                               node_rank=node_rank, max_restarts=max_restarts, log_dir=files.root / "torchrun",
+                               args=args)
+        own_log = log is None
+        log = open(files.log, "ab") if own_log else log
+        try:
+            proc = subprocess.Popen(cmd, cwd=cwd, env=torchrun.environment(run_id, files.error, env),
+                                    stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                    start_new_session=True, preexec_fn=_die_with_parent if die_with_parent else None)
+        finally:
+            if own_log:
+                log.close()
+        return cls(proc, run_id, nproc)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    @property
+    def pgid(self) -> int:
+        return self.proc.pid  # a new session's leader leads its own process group
+
+    def poll(self) -> int | None:
+        return self.proc.poll()
+
+    def wait(self, timeout: float | None = None) -> int:
+        return self.proc.wait(timeout)
+
+    @property
+    def returncode(self) -> int | None:
+        return self.proc.returncode
+
+    def ranks(self) -> list[ranks.RankRecord]:
+        """Each rank's latest record (pid, restart, state running|exited|killed, exit code)."""
+        return ranks.read_all(self.run_id)
+
+    def first_failure(self) -> ranks.RankRecord | None:
+        return ranks.first_failure(self.ranks())
+
+    def error_line(self) -> str | None:
+        """One line for the user: the first failing rank's error; else torchrun's own root
+        cause; else torchrun's exit code. None while running or after success."""
+        if self.poll() in (None, 0) and not self.stop_result:
+            return None
+        failure = self.first_failure()
+        if failure is not None:
+            return failure.describe()
+        elastic = read_elastic_error(self.files.error)
+        return elastic or f"torchrun exited with code {self.returncode}"
+
+    def stop(self, grace: float = 10.0) -> processes.StopResult:
+        """Every process of the launch, including workers torchrun no longer tracks."""
+        procs = processes.tree(self.pid) + processes.tagged(self.run_id)
+        self.stop_result = processes.stop(procs, grace)
+        try:
+            self.proc.wait(processes.KILL_WAIT_S)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        return self.stop_result
+
+
+def read_elastic_error(path: Path) -> str | None:
+    """The message of a torch elastic error file (torch's ``@record`` format), first line."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+    message = data.get("message")
+    if isinstance(message, dict):
+        message = message.get("message")
+    text = " ".join(str(message or "").split())
+    return text or None
+
+
+def _die_with_parent() -> None:
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)

@@ -1,0 +1,68 @@
+"""Finding, listing and stopping jobs, for every front-end (magics, CLI, server)."""
+
+from __future__ import annotations
+
+import time
+
+from ..core.run_store import Run, RunStore, UnknownRun, process_alive
+from .process import process_tree as processes
+from .job_error import JobError
+
+SUPERVISOR_REPORT_S = 5.0
+
+
+def resolve(run_id: str, store: RunStore | None = None) -> Run:
+    """A run by id or unique id prefix, as a ``JobError`` when there is none."""
+    try:
+        return (store or RunStore()).resolve(str(run_id))
+    except UnknownRun as error:
+        raise JobError(str(error)) from None
+
+
+def list_runs(include_finished: bool = False, limit: int | None = None) -> list[Run]:
+    """Runs newest first (active ones only unless ``include_finished``); runs whose process
+    vanished are reconciled to ``lost`` first."""
+    return RunStore().list(include_finished=include_finished, limit=limit)
+
+
+def stop(run_id: str, grace: float = 10.0) -> Run:
+    """Stops a run and every process of it: SIGTERM to each process group, SIGKILL after
+    ``grace`` seconds, then a check of the process table. Its supervisor records ``stopped``.
+    A run that already ended is returned as it is."""
+    if not grace >= 0:
+        raise JobError(f"--grace {grace!r}: expected a number of seconds >= 0")
+    store = RunStore()
+    run = resolve(run_id, store)
+    if not run.active:
+        return run
+    if run.kind == "kernel":
+        raise JobError(f"run {run.id} trains inside a notebook kernel: interrupt that kernel (or press the "
+                       "dashboard's Stop button) to stop it")
+    if run.backend != "local" or run.host != store.host:
+        raise JobError(f"run {run.id} runs on {run.backend if run.backend != 'local' else run.host}; "
+                       "stop it there (scancel / kubectl delete / jiyu stop on that host)")
+    store.request_stop(run.id, grace)
+    supervisor = run.pid if process_alive(run.pid, run.pid_started) else None
+    procs = processes.tree(supervisor) + processes.tagged(run.id)
+    result = processes.stop(procs, grace, spare=[supervisor] if supervisor else [])
+    final = _await_final(store, run.id, supervisor)
+    if result.remaining:
+        raise JobError(f"run {run.id}: processes {result.remaining} survived SIGKILL")
+    return final
+
+
+def _await_final(store: RunStore, run_id: str, supervisor: int | None) -> Run:
+    """The supervisor records the outcome when torchrun exits; if it cannot (gone, or not
+    started yet), the run is marked stopped here, and a supervisor that does not report is
+    stopped too."""
+    deadline = time.monotonic() + SUPERVISOR_REPORT_S
+    while time.monotonic() < deadline:
+        run = store.get(run_id)
+        if not run.active:
+            return run
+        if supervisor is None or not processes.alive_pid(supervisor):
+            break
+        time.sleep(0.1)
+    if supervisor is not None:
+        processes.stop(processes.tree(supervisor), grace=1.0)
+    return store.finish(run_id, "stopped", error="stopped by request")

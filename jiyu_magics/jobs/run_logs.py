@@ -1,0 +1,80 @@
+"""A run's ``stdout.log``: its tail, and following it while the run is active."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Callable, Iterator
+
+from ..core.run_files import RunFiles
+from ..core.run_store import RunStore
+
+FOLLOW_POLL_S = 0.5
+CHUNK = 64 * 1024
+
+
+def tail(run_id: str, lines: int | None = None) -> tuple[str, int]:
+    """The last ``lines`` lines (all when None) and the byte offset to follow from."""
+    try:
+        with open(RunFiles.of(run_id).log, "rb") as f:
+            size = f.seek(0, os.SEEK_END)
+            data = _all(f) if lines is None else _last_lines(f, size, lines)
+    except FileNotFoundError:
+        return "", 0
+    return data.decode("utf-8", "replace"), size
+
+
+def _all(f) -> bytes:
+    f.seek(0)
+    return f.read()
+
+
+def _last_lines(f, size: int, lines: int) -> bytes:
+    """Reads backwards a block at a time: a multi-gigabyte log costs what its tail costs."""
+    pos, data = size, b""
+    while pos > 0 and data.count(b"\n") <= lines:
+        step = min(CHUNK, pos)
+        pos -= step
+        f.seek(pos)
+        data = f.read(step) + data
+    return b"".join(data.splitlines(keepends=True)[-lines:]) if lines > 0 else b""
+
+
+def read_from(run_id: str, offset: int) -> tuple[str, int]:
+    """New complete lines from byte ``offset``; a line still being written waits."""
+    try:
+        with open(RunFiles.of(run_id).log, "rb") as f:
+            f.seek(offset)
+            data = f.read(CHUNK)
+    except FileNotFoundError:
+        return "", offset
+    end = data.rfind(b"\n") + 1
+    return data[:end].decode("utf-8", "replace"), offset + end
+
+
+def follow(run_id: str, offset: int, store: RunStore | None = None,
+           poll: float = FOLLOW_POLL_S, sleep: Callable[[float], None] = time.sleep) -> Iterator[str]:
+    """Chunks of new log text until the run ends (and its last lines are read)."""
+    store = store or RunStore()
+    while True:
+        store.reconcile()  # a supervisor that vanished must not keep us following forever
+        active = store.get(run_id).active
+        text, offset = read_from(run_id, offset)
+        while text:
+            yield text
+            text, offset = read_from(run_id, offset)
+        if not active:
+            rest = _unterminated_rest(run_id, offset)
+            if rest:
+                yield rest
+            return
+        sleep(poll)
+
+
+def _unterminated_rest(run_id: str, offset: int) -> str:
+    path = RunFiles.of(run_id).log
+    if not path.exists() or os.path.getsize(path) <= offset:
+        return ""
+    with open(path, "rb") as f:
+        f.seek(offset)
+        return f.read().decode("utf-8", "replace")

@@ -1,0 +1,174 @@
+"""``%submit``, ``%jobs`` and ``%job logs|stop|attach``: background torchrun jobs from a notebook."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, line_magic, magics_class
+from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+from IPython.display import HTML, display
+
+from .. import jobs
+from ..jobs import run_logs as job_logs
+from ..jobs.submit_options import SUBMIT_OPTIONS, submit_kwargs
+from ..views import run_table as view
+from .frontend import in_notebook
+
+
+def with_submit_options(func):
+    for flags, options in reversed(SUBMIT_OPTIONS):
+        func = argument(*flags, **options)(func)
+    func = argument("notebook", nargs="?", help="the notebook to run (default: this notebook, as saved)")(func)
+    return magic_arguments()(func)
+
+
+def current_notebook(shell) -> Path | None:
+    """The notebook this kernel runs, from what the front-end tells the kernel: Jupyter's
+    ``JPY_SESSION_NAME`` (also ``__session__``), or VS Code's ``__vsc_ipynb_file__``."""
+    ns = shell.user_ns
+    for candidate in (ns.get("__vsc_ipynb_file__"), ns.get("__session__"), os.environ.get("JPY_SESSION_NAME")):
+        path = _existing_notebook(candidate)
+        if path is not None:
+            return path
+    return None
+
+
+def _existing_notebook(candidate) -> Path | None:
+    if not isinstance(candidate, str) or not candidate.endswith(".ipynb"):
+        return None
+    path = Path(candidate).expanduser()
+    for option in ([path] if path.is_absolute() else [Path.cwd() / path, Path.cwd() / path.name]):
+        if option.is_file():
+            return option.resolve()
+    return None
+
+
+TEXT_FOLLOW_S = 10.0
+
+
+class SubmittedRunId(str):
+    """What ``%submit`` returns: the run id, for ``run = %submit ...`` then
+    ``%job attach {run}``. The message is already printed, so it displays as nothing."""
+
+    def _ipython_display_(self) -> None:
+        pass
+
+
+@magics_class
+class JobMagics(Magics):
+    attached = None  # the dashboard of the latest %job attach, for inspection
+    def __init__(self, shell=None, **kwargs):
+        super().__init__(shell=shell, **kwargs)
+        if shell is not None:
+            from .cell_history import CellHistory
+
+            self.history = CellHistory.of(shell)  # what %%train --nproc will export
+
+    @with_submit_options
+    @line_magic
+    def submit(self, line: str = ""):
+        """Run a notebook as a background torchrun job that outlives this kernel and the browser.
+
+        The notebook (this one when no path is given, as last saved) is exported to a script:
+        shell commands, %pip and display-only magics are left out unless the cell is tagged
+        jiyu:keep, cells tagged jiyu:skip are dropped, and -p values are injected after the
+        cell tagged "parameters". The job runs under a detached supervisor in the notebook's
+        folder; its run id prints at once and is returned (``run = %submit ...``, then
+        ``%job attach {run}``).
+
+        Examples::
+
+            %submit --nproc 2 -p lr 3e-4 -p arch resnet50
+            %submit train.ipynb --nproc 8 --max-restarts 3 --notify "notify-send"
+            %submit train.ipynb --backend slurm --nnodes 4 --nproc 8
+        """
+        args = parse_argstring(self.submit, line)
+        notebook = args.notebook or current_notebook(self.shell)
+        if notebook is None:
+            raise UsageError("%submit cannot tell which notebook this kernel runs; pass its path: "
+                             "%submit path/to/notebook.ipynb")
+        try:
+            run = jobs.submit(notebook, **submit_kwargs(args))
+        except jobs.JobError as error:
+            raise UsageError(str(error)) from None
+        print(view.submitted_message(run, control="%job {action} {id}"))
+        return SubmittedRunId(run.id)
+
+    @magic_arguments()
+    @argument("--all", action="store_true", help="include finished runs")
+    @line_magic
+    def jobs(self, line: str = ""):
+        """List runs: id, name, kind, status, processes, progress, last loss, start, duration.
+        A run whose process vanished (reboot, kill -9) shows as lost, at its last step."""
+        args = parse_argstring(self.jobs, line)
+        runs = jobs.list_runs(include_finished=args.all)
+        if in_notebook(self.shell):
+            display(HTML(view.render_html(runs, args.all)))
+        else:
+            print(view.render_text(runs, args.all))
+
+    @line_magic
+    def job(self, line: str = ""):
+        """Control one run by its id (or a unique prefix of it):
+
+            %job logs ID [-f] [--tail N]   the run's log; -f follows it until the run ends
+            %job stop ID [--grace S]       SIGTERM every process, SIGKILL after S s (default 10)
+            %job attach ID [--wait]        the run's live training dashboard, from its whole
+                                           event log (works after a reload or kernel restart);
+                                           its Stop button stops the job
+        """
+        command, _, rest = line.strip().partition(" ")
+        handlers = {"logs": self._logs, "stop": self._stop, "attach": self._attach}
+        if command not in handlers:
+            raise UsageError("%job: expected logs, stop or attach, as in: %job logs ID -f")
+        try:
+            return handlers[command](rest)
+        except jobs.JobError as error:
+            raise UsageError(str(error)) from None
+
+    @magic_arguments(name="job logs")
+    @argument("id", help="run id or unique prefix")
+    @argument("-f", "--follow", action="store_true", help="keep printing new lines until the run ends")
+    @argument("--tail", type=int, metavar="N", help="only the last N lines")
+    def _logs(self, rest: str):
+        args = parse_argstring(self._logs, rest)
+        run = jobs.resolve(args.id)
+        text, offset = job_logs.tail(run.id, args.tail)
+        print(text, end="")
+        if args.follow:
+            try:
+                for chunk in job_logs.follow(run.id, offset):
+                    print(chunk, end="", flush=True)
+            except KeyboardInterrupt:
+                print(f"\n(stopped following; run {run.id} goes on)")
+
+    @magic_arguments(name="job stop")
+    @argument("id", help="run id or unique prefix")
+    @argument("--grace", type=float, default=10.0, metavar="S", help="seconds between SIGTERM and SIGKILL")
+    def _stop(self, rest: str):
+        args = parse_argstring(self._stop, rest)
+        run = jobs.stop(args.id, grace=args.grace)
+        print(f"Run {run.id} ({run.name}): {run.status}.")
+
+    @magic_arguments(name="job attach")
+    @argument("id", help="run id or unique prefix")
+    @argument("--wait", action="store_true", help="in a notebook, keep the cell busy until the run ends "
+              "(default: follow in the background, the kernel stays free)")
+    def _attach(self, rest: str):
+        args = parse_argstring(self._attach, rest)
+        run = jobs.resolve(args.id)
+        if not in_notebook(self.shell):
+            from .job_attach import attach_text
+
+            print(view.render_summary_text(run))
+            if run.active:
+                attach_text(run, interval=TEXT_FOLLOW_S)
+            return
+        from .job_attach import attach_dashboard
+
+        JobMagics.attached, _ = attach_dashboard(run, wait=args.wait)
+
+
+MAGICS = [JobMagics]

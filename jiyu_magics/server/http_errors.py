@@ -1,0 +1,58 @@
+"""Refusals with the message the user sees, and the one helper that turns them into replies.
+
+Anything below a handler (validation, path resolution, the jobs bridge) raises a
+``RequestError`` subclass; ``answers_errors`` on each verb makes it a JSON error reply with
+that status. Nothing a client sends can produce a 500: a 500 means a bug on our side.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Awaitable, Callable
+
+from tornado import web
+
+from ..core.run_store import UnknownRun
+
+
+class RequestError(Exception):
+    """The request is malformed or asks for something impossible (400)."""
+
+    status = 400
+
+
+class Forbidden(RequestError):
+    """The request is well formed but reaches for something it may not touch (403)."""
+
+    status = 403
+
+
+class Conflict(RequestError):
+    """The run's state rules the action out (409), e.g. stopping an in-kernel run."""
+
+    status = 409
+
+
+class Unavailable(RequestError):
+    """A feature this installation lacks (503)."""
+
+    status = 503
+
+
+Verb = Callable[..., Awaitable[Any]]
+
+
+def answers_errors(verb: Verb) -> Verb:
+    """Decorates a handler verb: ``RequestError`` → its status, ``UnknownRun`` → 404, each with
+    ``{"message": ...}`` (``APIHandler.write_error`` writes the JSON, as for auth errors)."""
+
+    @functools.wraps(verb)
+    async def answer(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return await verb(self, *args, **kwargs)
+        except RequestError as error:
+            raise web.HTTPError(error.status, str(error)) from None
+        except UnknownRun as error:
+            raise web.HTTPError(404, str(error)) from None
+
+    return answer

@@ -1,0 +1,41 @@
+"""The server's calls into ``jiyu_magics.jobs``, imported when a request needs them.
+
+The jobs layer launches torchrun supervisors; the server only validates and delegates. A
+``JobError`` (bad input the jobs layer found, e.g. a notebook it cannot export) becomes a 400;
+an installation without the jobs layer answers 503 instead of failing at start-up.
+"""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+
+from ..core.run_store import Run
+from .http_errors import Conflict, RequestError, Unavailable
+from .validation import Submission
+
+
+def jobs_module() -> ModuleType:
+    try:
+        return importlib.import_module("jiyu_magics.jobs")
+    except ModuleNotFoundError as error:
+        if error.name != "jiyu_magics.jobs":
+            raise
+        raise Unavailable("background jobs are not part of this installation (jiyu_magics.jobs is missing)") from None
+
+
+def submit(submission: Submission) -> Run:
+    jobs = jobs_module()
+    try:
+        return jobs.submit(str(submission.notebook), nproc=submission.nproc, params=submission.params or None,
+                           name=submission.name, cwd=str(submission.notebook.parent))
+    except jobs.JobError as error:
+        raise RequestError(str(error)) from None
+
+
+def stop(run_id: str, grace: float) -> Run:
+    jobs = jobs_module()
+    try:
+        return jobs.stop(run_id, grace=grace)
+    except jobs.JobError as error:
+        raise Conflict(str(error)) from None

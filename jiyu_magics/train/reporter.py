@@ -1,0 +1,121 @@
+"""Where a run's progress goes: its event log (rank 0 writes it), the monitor watching it (the
+dashboard or text progress, polled by wall clock), and the history ``fit`` returns.
+
+Every rank builds the same events (their numbers are already reduced across ranks), so every
+rank's result has the full history; only rank 0 writes them and talks to a monitor.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+from ..core.event_log import EventLog, read_events
+from .process_group import DistContext, record_rank_error
+from .step_meter import Window
+from .fit_result import add_to_history
+from .monitor import NullMonitor
+from .run_binding import RunBinding
+
+
+class Reporter:
+    def __init__(self, run: RunBinding, dist: DistContext, monitor=None, started: float | None = None):
+        self.run, self.dist = run, dist
+        self.monitor = monitor if monitor is not None and dist.is_writer else NullMonitor()
+        self.history: list[dict] = []
+        self.started = started if started is not None else time.perf_counter()
+        self.next_poll = self.started
+        self.rate_origin: tuple[float, int] | None = None
+
+    def emit(self, kind: str, **fields: Any) -> dict:
+        log = self.run.events
+        event = log.append(kind, **fields) if log is not None else {"kind": kind, **fields}
+        add_to_history(self.history, event)
+        self.monitor.feed([event])
+        return event
+
+    def poll(self) -> None:
+        self.monitor.poll()
+        self.next_poll = time.perf_counter() + self.monitor.interval
+
+    def poll_if_due(self) -> None:
+        if time.perf_counter() >= self.next_poll:
+            self.poll()
+
+    def step(self, step: int, epoch: int, total: int | None, window: Window, lr: float | None) -> dict:
+        return self.emit("step", step=step, epoch=epoch, loss=window.loss, lr=lr,
+                         samples_per_s=_round(window.samples_per_s, 1), mem_alloc=window.mem_alloc,
+                         mem_reserved=window.mem_reserved, mem_peak=window.mem_peak,
+                         data_wait=_round(window.data_wait, 4), grad_norm=window.grad_norm,
+                         elapsed=round(self.elapsed, 3), eta=self._eta(step, total))
+
+    @property
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.started
+
+    def _eta(self, step: int, total: int | None) -> float | None:
+        """Remaining time from the pace since the first log (which held the warm-up)."""
+        now = time.perf_counter()
+        if self.rate_origin is None:
+            self.rate_origin = (now, step)
+            return None
+        since, origin = self.rate_origin
+        if total is None or step <= origin:
+            return None
+        return round((total - step) * (now - since) / (step - origin), 1)
+
+    def end(self, status: str, step: int, message: str) -> None:
+        """The ``end`` event, the final refresh, the loss PNG and the run's final status."""
+        self.emit("end", status=status, step=step, message=message, elapsed=round(self.elapsed, 3))
+        if self.dist.is_writer:
+            self.poll()
+            save_plot(self.run)
+        self.run.finish(status, error=message if status == "failed" else None)
+
+    def error(self, error: BaseException, step: int) -> None:
+        """Records an error the engine cannot explain better, before it propagates: in the
+        event log (by whichever rank failed: the one exception to "rank 0 writes"), in
+        torchrun's error file for this rank, and as the run's final status."""
+        message = f"{type(error).__name__}: {error}".strip()
+        record_rank_error(error)
+        try:
+            if self.run.events is not None:
+                self.emit("error", message=message, step=step, rank=self.dist.rank)
+                first = self._first_error() or message
+                self.emit("end", status="failed", step=step, message=first, elapsed=round(self.elapsed, 3))
+                self.run.finish("failed", error=first)
+            elif self.run.files.root.is_dir():
+                with EventLog(self.run.files.events) as log:
+                    log.append("error", message=message, step=step, rank=self.dist.rank)
+        except Exception:
+            pass  # the original error matters more than a failure to record it
+
+
+    def _first_error(self) -> str | None:
+        """The earliest error any rank logged in this call: when rank 1 raises, rank 0 fails
+        next with "connection closed by peer", and the user should read rank 1's message."""
+        if not self.dist.distributed:
+            return None
+        events = read_events(self.run.files.events)[0]
+        starts = [i for i, e in enumerate(events) if e.get("kind") == "start"]
+        errors = [e for e in events[starts[-1] if starts else 0:] if e.get("kind") == "error"]
+        if not errors:
+            return None
+        first = min(errors, key=lambda e: e.get("t", 0))
+        return f"rank {first.get('rank')}: {first.get('message')}"
+
+
+def save_plot(run: RunBinding) -> None:
+    """The final loss plot as a PNG next to the event log, for notebooks re-opened without a
+    kernel and for the lab panel. Never fails the run."""
+    try:
+        from ..views.loss_plot import save_loss_plot
+
+        save_loss_plot(run.files.events, run.files.loss_plot)
+    except Exception:
+        pass
+
+
+def _round(value: float | None, digits: int) -> float | None:
+    return None if value is None else round(value, digits)

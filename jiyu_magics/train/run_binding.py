@@ -1,0 +1,109 @@
+"""The run a ``fit`` call writes into, and which checkpoint it resumes from.
+
+Without ``JIYU_RUN_ID`` the call registers its own run (``kind=kernel``, or ``ddp`` for a bare
+torchrun) and owns its final status. With it, a launcher (``%submit``, ``%%train --nproc``)
+made the run and owns the status; the call only writes events and checkpoints into it, and
+resumes from the run's newest checkpoint when torchrun restarted the workers or the launcher
+set ``JIYU_RESUME``.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..core.event_log import EventLog, read_events
+from ..core.run_files import RUN_ID_ENV, RunFiles
+from ..core.run_store import RunStore, process_start_time
+from .checkpoint import newest_checkpoint
+from .process_group import DistContext
+from .train_errors import TrainConfigError
+
+RESUME_ENV = "JIYU_RESUME"
+RESTART_ENV = "TORCHELASTIC_RESTART_COUNT"
+NOTEBOOK_ENV = "JPY_SESSION_NAME"  # jupyter_server tells the kernel its notebook's path
+
+
+@dataclass
+class RunBinding:
+    run_id: str
+    files: RunFiles
+    owned: bool                      # this call created the run and sets its final status
+    events: EventLog | None = None   # rank 0 only
+    fit_index: int = 0               # how many fit calls wrote into this run before this one
+
+    @classmethod
+    def open(cls, name: str, dist: DistContext, params: dict) -> "RunBinding":
+        attached = os.environ.get(RUN_ID_ENV)
+        run_id = attached or dist.broadcast(_register(name, dist, params) if dist.is_writer else None)
+        files = RunFiles.of(run_id)
+        binding = cls(run_id, files, owned=not attached)
+        if dist.is_writer:
+            files.create()
+            binding.fit_index = sum(e.get("kind") == "start" for e in read_events(files.events)[0])
+            binding.events = EventLog(files.events)
+        binding.fit_index = dist.broadcast(binding.fit_index)
+        return binding
+
+    @property
+    def checkpoint_label(self) -> str:
+        return f"fit{self.fit_index + 1}-" if self.fit_index else ""
+
+    def finish(self, status: str, error: str | None = None) -> None:
+        if self.owned and self.events is not None:
+            RunStore().finish(self.run_id, status, exit_code=0 if status == "succeeded" else None, error=error)
+
+    def close(self) -> None:
+        if self.events is not None:
+            self.events.close()
+
+
+def _register(name: str, dist: DistContext, params: dict) -> str:
+    pid = os.getpid()
+    run = RunStore().create("ddp" if dist.distributed else "kernel", name, status="running", pid=pid,
+                            pid_started=process_start_time(pid), pgid=os.getpgid(0), nproc=dist.world_size,
+                            notebook=os.environ.get(NOTEBOOK_ENV), params=params)
+    return run.id
+
+
+def default_name(model: object) -> str:
+    notebook = os.environ.get(NOTEBOOK_ENV)
+    stem = Path(notebook).stem if notebook else None
+    return f"{stem}:{type(model).__name__}" if stem else type(model).__name__
+
+
+def resume_path(requested: str | None, run: RunBinding, name: str) -> Path | None:
+    """The checkpoint to start from. ``requested`` is a path or ``last``; without it a
+    launcher's ``JIYU_RESUME`` or a torchrun restart of an attached run means ``last``."""
+    implicit = requested is None
+    if implicit:
+        requested = os.environ.get(RESUME_ENV) or None
+        if requested is None and not run.owned and int(os.environ.get(RESTART_ENV, "0") or 0) > 0:
+            requested = "last"
+    if requested is None:
+        return None
+    if requested != "last":
+        path = Path(requested).expanduser()
+        if not path.is_file():
+            raise TrainConfigError(f"resume checkpoint {requested} does not exist")
+        return path
+    # an attached run (a launcher's) first looks in its own folder: a torchrun restart continues
+    # itself; an explicit ``last`` then falls back to the last run of the same name, as in a kernel
+    found = newest_checkpoint(run.files.ckpt) if not run.owned else None
+    if found is None and not (implicit and not run.owned):
+        found = _last_of_name(name, run.run_id)
+    if found is None and not implicit:
+        raise TrainConfigError(f"--resume last: no checkpoint of an earlier run named {name!r}; "
+                               "give a checkpoint path instead")
+    return found
+
+
+def _last_of_name(name: str, current: str) -> Path | None:
+    notebook = os.environ.get(NOTEBOOK_ENV)
+    for past in RunStore().list():
+        if past.id != current and past.name == name and past.notebook == notebook:
+            found = newest_checkpoint(RunFiles.of(past.id).ckpt)
+            if found is not None:
+                return found
+    return None

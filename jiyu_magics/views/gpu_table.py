@@ -1,0 +1,103 @@
+"""``%gpu_status`` / ``jiyu gpu`` as text (terminals) and HTML (notebooks)."""
+
+from __future__ import annotations
+
+from html import escape
+
+from ..core.gpu_snapshot import GpuDevice, GpuSnapshot
+from .format import NA, bar, gib, human_bytes, na, text_table
+
+NO_GPU = "No NVIDIA GPU visible: {reason}. Run %gpu_doctor."
+
+
+def no_gpu_line(snap: GpuSnapshot, doctor_hint: str = "%gpu_doctor") -> str:
+    return NO_GPU.format(reason=snap.reason or "unknown reason").replace("%gpu_doctor", doctor_hint)
+
+
+def versions_line(snap: GpuSnapshot) -> str:
+    parts = [f"Driver {na(snap.driver_version)}", f"CUDA driver {na(snap.cuda_driver_version)}"]
+    if snap.visible_devices is not None:
+        parts.append(f"CUDA_VISIBLE_DEVICES={snap.visible_devices!r}")
+    if snap.torch:
+        t = snap.torch
+        parts.append(f"torch {t['version']} (CUDA {na(t['cuda'])}, cuDNN {na(t['cudnn'])}, NCCL {na(t['nccl'])})")
+    return " | ".join(parts)
+
+
+def _cuda_index(d: GpuDevice) -> str:
+    return "hidden" if d.visible_index is None else f"cuda:{d.visible_index}"
+
+
+def _power(d: GpuDevice) -> str:
+    if d.power_draw is None and d.power_limit is None:
+        return NA
+    return f"{na(d.power_draw, '{:.0f}')}/{na(d.power_limit, '{:.0f}')} W"
+
+
+def _mig(d: GpuDevice) -> str:
+    return NA if d.mig_mode is None else ("on" if d.mig_mode else "off")
+
+
+def render_text(snap: GpuSnapshot, doctor_hint: str = "%gpu_doctor") -> str:
+    if not snap.available:
+        return no_gpu_line(snap, doctor_hint)
+    headers = ["GPU", "cuda", "Name", "Util", "Mem util", "Memory (GiB)", "", "Temp", "Power", "SM clock", "MIG"]
+    rows = [[str(d.index), _cuda_index(d), na(d.name), na(d.gpu_util, "{}%"), na(d.mem_util, "{}%"),
+             f"{gib(d.mem_used)} / {gib(d.mem_total)}", f"[{bar(d.mem_fraction)}]",
+             na(d.temperature, "{}C"), _power(d), na(d.sm_clock, "{} MHz"), _mig(d)] for d in snap.devices]
+    out = [versions_line(snap), text_table(headers, rows, right={0, 3, 4, 7})]
+    out += [f"  GPU {d.index}: {na(d.uuid)}" for d in snap.devices]
+    procs = [[str(d.index), f"{p.pid}{'*' if p.mine else ''}", p.type, human_bytes(p.used_memory),
+              (p.command or NA)[:80]] for d in snap.devices for p in d.processes]
+    out.append("")
+    if procs:
+        out.append(text_table(["GPU", "PID", "Type", "Memory", "Command"], procs, right={0, 3}))
+        if any(p.mine for d in snap.devices for p in d.processes):
+            out.append("* this process or its children")
+    else:
+        out.append("No processes are using the GPUs.")
+    return "\n".join(out)
+
+
+_STYLE = """<style>
+.jiyu-gpu table{border-collapse:collapse;font-size:12px}
+.jiyu-gpu th,.jiyu-gpu td{padding:2px 8px;text-align:left;white-space:nowrap}
+.jiyu-gpu td.num{text-align:right}
+.jiyu-gpu .bar{display:inline-block;width:90px;height:10px;background:var(--jp-layout-color3,#ddd);vertical-align:middle}
+.jiyu-gpu .fill{height:10px;background:var(--jp-brand-color1,#2f7ed8)}
+.jiyu-gpu .fill.high{background:var(--jp-warn-color1,#e08b00)}
+.jiyu-gpu tr.mine td{font-weight:bold}
+.jiyu-gpu .meta{font-size:11px;opacity:.8;margin:4px 0}
+</style>"""
+
+
+def _html_bar(fraction: float | None) -> str:
+    if fraction is None:
+        return NA
+    pct = max(0.0, min(1.0, fraction)) * 100
+    cls = "fill high" if pct > 90 else "fill"
+    return (f'<span class="bar" role="meter" aria-valuenow="{pct:.0f}" aria-valuemin="0" aria-valuemax="100" '
+            f'aria-label="memory used"><div class="{cls}" style="width:{pct:.0f}%"></div></span>')
+
+
+def render_html(snap: GpuSnapshot) -> str:
+    if not snap.available:
+        return f'<div class="jiyu-gpu">{escape(no_gpu_line(snap))}</div>'
+    head = "".join(f"<th>{h}</th>" for h in
+                   ["GPU", "cuda", "Name", "Util", "Mem util", "Memory", "", "Temp", "Power", "SM clock", "MIG", "UUID"])
+    rows = "".join(
+        f"<tr><td class=num>{d.index}</td><td>{_cuda_index(d)}</td><td>{escape(na(d.name))}</td>"
+        f"<td class=num>{na(d.gpu_util, '{}%')}</td><td class=num>{na(d.mem_util, '{}%')}</td>"
+        f"<td class=num>{gib(d.mem_used)} / {gib(d.mem_total)} GiB</td><td>{_html_bar(d.mem_fraction)}</td>"
+        f"<td class=num>{na(d.temperature, '{}&deg;C')}</td><td class=num>{_power(d)}</td>"
+        f"<td class=num>{na(d.sm_clock, '{} MHz')}</td><td>{_mig(d)}</td><td>{escape(na(d.uuid))}</td></tr>"
+        for d in snap.devices)
+    procs = "".join(
+        f"<tr class=\"{'mine' if p.mine else ''}\"><td class=num>{d.index}</td><td class=num>{p.pid}</td>"
+        f"<td>{p.type}</td><td class=num>{human_bytes(p.used_memory)}</td>"
+        f"<td>{escape((p.command or NA)[:120])}{' (this kernel)' if p.mine else ''}</td></tr>"
+        for d in snap.devices for p in d.processes)
+    proc_table = (f"<table><tr><th>GPU</th><th>PID</th><th>Type</th><th>Memory</th><th>Command</th></tr>{procs}</table>"
+                  if procs else "<div class=meta>No processes are using the GPUs.</div>")
+    return (f'{_STYLE}<div class="jiyu-gpu"><div class="meta">{escape(versions_line(snap))}</div>'
+            f"<table><tr>{head}</tr>{rows}</table>{proc_table}</div>")

@@ -1,0 +1,122 @@
+"""Runs as tables (``%jobs``, ``jiyu jobs``) and one run's summary (``%job attach``)."""
+
+from __future__ import annotations
+
+import html
+import time
+
+from ..core.event_log import summarize
+from ..core.run_files import RunFiles
+from ..core.run_store import Run
+from .format import NA, bar, duration, text_table
+
+HEADERS = ["id", "name", "kind", "status", "nproc", "progress", "loss", "started", "duration"]
+STATUS_COLORS = {"running": "#1a7f37", "queued": "#9a6700", "succeeded": "#0969da", "failed": "#cf222e",
+                 "stopped": "#6e7781", "lost": "#bc4c00"}
+SPARK = "▁▂▃▄▅▆▇█"
+
+
+def row(run: Run, summary: dict | None = None) -> dict:
+    """One run as display strings; the progress comes from its event log."""
+    summary = summary if summary is not None else summarize(RunFiles.of(run.id).events)
+    step, total = summary.get("step"), summary.get("total_steps")
+    progress = f"{step}/{total}" if step is not None and total else (f"step {step}" if step is not None else NA)
+    return {"id": run.id, "name": run.name, "kind": run.kind, "status": _status(run, summary),
+            "nproc": str(run.nproc * run.nnodes), "progress": progress, "fraction": summary.get("progress"),
+            "loss": _number(summary.get("loss")), "started": _clock(run.started),
+            "duration": duration(run.duration)}
+
+
+def _status(run: Run, summary: dict) -> str:
+    if run.status == "lost" and summary.get("step") is not None:
+        return f"lost at step {summary['step']}"
+    return run.status
+
+
+def _number(value) -> str:
+    return NA if value is None else f"{value:.4g}"
+
+
+def _clock(t: float | None) -> str:
+    return NA if t is None else time.strftime("%m-%d %H:%M", time.localtime(t))
+
+
+def render_text(runs: list[Run], everything: bool = False) -> str:
+    if not runs:
+        return "No runs." if everything else "No active runs (--all shows finished ones)."
+    rows = [row(r) for r in runs]
+    return text_table(HEADERS, [[r[h] for h in HEADERS] for r in rows], right={4, 6})
+
+
+def render_html(runs: list[Run], everything: bool = False) -> str:
+    if not runs:
+        return f"<p>{html.escape(render_text(runs, everything))}</p>"
+    head = "".join(f"<th>{h}</th>" for h in HEADERS)
+    body = "".join(_html_row(row(r)) for r in runs)
+    return f'<table class="jiyu-jobs"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+
+
+def _html_row(r: dict) -> str:
+    color = STATUS_COLORS.get(r["status"].split()[0], "inherit")
+    cells = []
+    for h in HEADERS:
+        text = html.escape(r[h])
+        if h == "status":
+            text = f'<b style="color:{color}">{text}</b>'
+        elif h == "progress" and r["fraction"] is not None:
+            text = f'<progress max="1" value="{r["fraction"]:.3f}"></progress> {text}'
+        cells.append(f"<td><code>{text}</code></td>" if h == "id" else f"<td>{text}</td>")
+    return "<tr>" + "".join(cells) + "</tr>"
+
+
+def sparkline(values: list[float]) -> str:
+    if not values:
+        return ""
+    low, high = min(values), max(values)
+    span = (high - low) or 1.0
+    return "".join(SPARK[min(len(SPARK) - 1, int((v - low) / span * len(SPARK)))] for v in values)
+
+
+def summary_lines(run: Run) -> list[tuple[str, str]]:
+    """``%job attach``'s fields, label → value, from the run row and its event log."""
+    s = summarize(RunFiles.of(run.id).events)
+    r = row(run, s)
+    lines = [("run", f"{run.id}  {run.name}  ({run.kind}, {run.nproc * run.nnodes} process(es))"),
+             ("status", r["status"] + (f", exit code {run.exit_code}" if run.exit_code else "")),
+             ("progress", f"{bar(s['progress'], 20)} {r['progress']}" if s["progress"] is not None else r["progress"]),
+             ("loss", r["loss"] + (f"  {sparkline(s['losses'])}" if s["losses"] else "")),
+             ("val", f"loss {_number(s['val_loss'])}, accuracy {_number(s['val_acc'])}"),
+             ("throughput", NA if s["samples_per_s"] is None else f"{s['samples_per_s']:.4g} samples/s"),
+             ("started", _clock(run.started)), ("duration", r["duration"]),
+             ("notebook", run.notebook or NA), ("folder", str(RunFiles.of(run.id).root))]
+    error = run.error or s.get("error")
+    if error:
+        lines.append(("error", error))
+    return lines
+
+
+def render_summary_text(run: Run) -> str:
+    lines = summary_lines(run)
+    width = max(len(k) for k, _ in lines)
+    return "\n".join(f"{k.ljust(width)}  {v}" for k, v in lines)
+
+
+def submitted_message(run: Run, control: str) -> str:
+    """What a person reads right after submitting; ``control`` spells a follow-up command in
+    the front-end's syntax, e.g. ``"%job {action} {id}"`` or ``"jiyu {action} {id}"``."""
+    from ..jobs.submit import left_out
+
+    if run.backend != "local":
+        from ..jobs.backends import Handover
+
+        handover = Handover.load(run.id)
+        return f"Run {run.id} ({run.name}) for {run.backend}: " + (handover.message if handover else "no spec written")
+    follow = control.format(action="logs", id=run.id) + " -f"
+    stop = control.format(action="stop", id=run.id)
+    lines = [f"Submitted run {run.id} ({run.name}): {run.nproc * run.nnodes} process(es) from {run.notebook}",
+             f"Follow it: {follow}    Stop it: {stop}"]
+    notes = left_out(run.id)
+    if notes:
+        more = " …" if len(notes) > 3 else ""
+        lines.append(f"Left out of the job ({len(notes)}): " + "; ".join(notes[:3]) + more)
+    return "\n".join(lines)
