@@ -84,3 +84,22 @@ def ip():
     yield shell
     shell.run_line_magic("unload_ext", "jiyu_magics")
     shell.reset(new_session=False)
+
+
+SCHEDULER_TOOLS = frozenset({"sbatch", "srun", "squeue", "scancel", "scontrol", "sinfo", "sacct", "kubectl"})
+
+
+@pytest.fixture
+def no_schedulers(monkeypatch, tmp_path_factory):
+    """A PATH without Slurm's and Kubernetes' clients, as on a workstation (specs are written and
+    printed, not submitted), whatever this machine has installed: every other program on PATH
+    stays reachable through a folder of links."""
+    farm = tmp_path_factory.mktemp("path_without_schedulers")
+    for folder in os.environ.get("PATH", "").split(os.pathsep):
+        for program in (Path(folder).iterdir() if Path(folder).is_dir() else ()):
+            link = farm / program.name
+            if program.name not in SCHEDULER_TOOLS and not link.exists() and os.access(program, os.X_OK):
+                link.symlink_to(program)
+    monkeypatch.setenv("PATH", str(farm))
+    monkeypatch.delenv("SLURM_CONF", raising=False)
+    return farm

@@ -210,6 +210,7 @@ def test_cli_submit_logs_and_jobs(tmp_path):
     run_id = done.stdout.split()[2]
     assert done.stdout.startswith(f"Submitted run {run_id} (cli-run): 2 process(es)")
     assert "Left out of the job (2): cell 3: !nvidia-smi (shell command)" in done.stdout
+    assert ("Warning: no %%train or fit call: each of the 2 processes runs the notebook whole" in done.stdout)
     follow = jiyu("logs", run_id[:4], "-f", timeout=180)
     assert follow.returncode == 0 and "[rank1]: rank 1 done" in follow.stdout and "job succeeded" in follow.stdout
     assert jiyu("logs", run_id, "--tail", "1").stdout.count("\n") == 1
@@ -217,6 +218,34 @@ def test_cli_submit_logs_and_jobs(tmp_path):
     assert [(r["id"], r["status"], r["display"]["progress"]) for r in listing] == [(run_id, "succeeded", "6/6")]
     assert listing[0]["exit_code"] == 0 and listing[0]["pid"]
     assert "No active runs" in jiyu("jobs").stdout
+
+
+def test_a_notebook_without_code_is_refused_and_creates_nothing(tmp_path):
+    """An unsaved new notebook reaches the disk with no code cells: it must not "succeed" empty."""
+    import nbformat
+    from nbformat.v4 import new_markdown_cell, new_notebook
+
+    nb = tmp_path / "Untitled.ipynb"
+    nbformat.write(new_notebook(cells=[new_markdown_cell("# draft")]), nb)
+    done = jiyu("submit", str(nb))
+    assert done.returncode == 2 and "has no code to run" in done.stderr and done.stderr.count("\n") == 1
+    assert RunStore().list() == []
+
+
+def test_submit_warns_of_interactive_calls_that_block_a_job(tmp_path):
+    nb = tmp_path / "login.ipynb"
+    import nbformat
+    from nbformat.v4 import new_code_cell, new_notebook
+
+    nbformat.write(new_notebook(cells=[new_code_cell("use_hub = False"), new_code_cell(
+        "if use_hub:\n    from huggingface_hub import notebook_login\n    notebook_login()\n    name = input('name? ')\n"
+        "print('done')")]), nb)
+    done = jiyu("submit", str(nb))
+    assert done.returncode == 0, done.stderr
+    assert "Warning: cell 2 calls notebook_login(): an interactive login never completes in a job" in done.stdout
+    assert "Warning: cell 2 calls input(): nobody can answer it in a job" in done.stdout
+    assert "runs the notebook whole" not in done.stdout  # one process: nothing runs twice
+    finished(done.stdout.split()[2])
 
 
 def test_more_processes_than_visible_gpus_is_refused(nvml_double, tmp_path, monkeypatch):

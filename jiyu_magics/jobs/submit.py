@@ -12,6 +12,7 @@ from ..core.run_files import RunFiles
 from ..core.run_store import Run, RunStore, process_start_time
 from .process import torchrun_command as torchrun
 from .job_error import JobError
+from .export import job_hazards
 from .export.notebook_export import export_notebook
 from .launch_spec import LaunchSpec, check_fits_devices
 
@@ -40,7 +41,8 @@ def submit(notebook: str | os.PathLike, *, nproc: int = 1, nnodes: int = 1, para
                        cwd=str(workdir), backend=backend, params=export.params)
     files = RunFiles.of(run.id).create()
     export.write(files.script)
-    (files.root / EXPORT_NOTES).write_text(json.dumps({"code_cells": export.code_cells, "left_out": export.left_out}))
+    (files.root / EXPORT_NOTES).write_text(json.dumps({"code_cells": export.code_cells, "left_out": export.left_out,
+                                                       "warnings": _warnings(export, nproc * nnodes)}))
     files.params.write_text(json.dumps(export.params, indent=2, default=repr))
     spec.save(files)
     try:
@@ -86,9 +88,21 @@ def _reap() -> None:
     _started[:] = [p for p in _started if p.poll() is None]
 
 
-def left_out(run_id: str) -> list[str]:
-    """What the export of this run's notebook left out (one line each), for the submit message."""
+def _warnings(export, processes: int) -> list[str]:
+    found = list(export.warnings)
+    if processes > 1 and not export.trains:
+        found.insert(0, job_hazards.whole_notebook_per_process(processes))
+    return found
+
+
+def export_notes(run_id: str, key: str) -> list[str]:
+    """What the export of this run's notebook ``left_out``, or its ``warnings`` (one line each),
+    for the submit message."""
     try:
-        return json.loads((RunFiles.of(run_id).root / EXPORT_NOTES).read_text())["left_out"]
-    except (OSError, ValueError, KeyError):
+        return list(json.loads((RunFiles.of(run_id).root / EXPORT_NOTES).read_text()).get(key, []))
+    except (OSError, ValueError, AttributeError):
         return []
+
+
+def left_out(run_id: str) -> list[str]:
+    return export_notes(run_id, "left_out")

@@ -104,7 +104,7 @@ def render_summary_text(run: Run) -> str:
 def submitted_message(run: Run, control: str) -> str:
     """What a person reads right after submitting; ``control`` spells a follow-up command in
     the front-end's syntax, e.g. ``"%job {action} {id}"`` or ``"jiyu {action} {id}"``."""
-    from ..jobs.submit import left_out
+    from ..jobs.submit import export_notes
 
     if run.backend != "local":
         from ..jobs.backends import Handover
@@ -115,8 +115,9 @@ def submitted_message(run: Run, control: str) -> str:
     stop = control.format(action="stop", id=run.id)
     lines = [f"Submitted run {run.id} ({run.name}): {run.nproc * run.nnodes} process(es) from {run.notebook}",
              f"Follow it: {follow}    Stop it: {stop}"]
-    notes = left_out(run.id)
+    notes = export_notes(run.id, "left_out")
     if notes:
         more = " …" if len(notes) > 3 else ""
         lines.append(f"Left out of the job ({len(notes)}): " + "; ".join(notes[:3]) + more)
+    lines += [f"Warning: {warning}" for warning in export_notes(run.id, "warnings")]
     return "\n".join(lines)
