@@ -194,10 +194,16 @@ def test_bad_paths_and_unknown_ids_are_one_line_errors(tmp_path):
     (["submit", "{nb}", "-p", "steps"], "expected 2 arguments"),
     (["stop", "feedbeef"], "no run with id"),
     (["logs", "feedbeef"], "no run with id"),
+    (["logs", "{run}", "--tail", "-5"], "--tail -5: expected a number of lines >= 0"),
+    (["logs", "{gone}"], "has no folder any more"),
 ])
 def test_cli_bad_input_exits_2_with_one_line(args, message, tmp_path):
     nb = write_notebook(tmp_path / "nb.ipynb")
-    done = jiyu(*[a.format(nb=nb, dir=tmp_path) for a in args])
+    store = RunStore()
+    run = store.create("job", "with-log", status="succeeded")
+    RunFiles.of(run.id).create().log.write_text("one\ntwo\n")
+    gone = store.create("job", "folder-deleted", status="succeeded")
+    done = jiyu(*[a.format(nb=nb, dir=tmp_path, run=run.id, gone=gone.id) for a in args])
     assert done.returncode == 2 and "Traceback" not in done.stderr
     last = done.stderr.strip().splitlines()[-1]  # argparse may print its usage first; the error is one line
     assert last.startswith("jiyu") and message.format(dir=tmp_path) in last
