@@ -73,7 +73,7 @@ async def test_a_scraper_token_opens_metrics_and_nothing_else(jp_fetch):
     bearer = {"Authorization": "Bearer scrape-secret"}
     response = await jp_fetch("jiyu", "metrics", headers=dict(bearer))
     assert response.code == 200 and b"jiyu_nvml_up" in response.body
-    for headers in ({"Authorization": "Bearer wrong"}, {"Authorization": ""}):
+    for headers in ({"Authorization": "Bearer wrong"}, {"Authorization": ""}, {"Authorization": "Bearer scrape-sécret"}):
         with pytest.raises(HTTPClientError) as refused:
             await jp_fetch("jiyu", "metrics", headers=headers)
         assert refused.value.code == 403
