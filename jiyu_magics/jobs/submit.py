@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from ..core.run_files import RunFiles
+from ..core.run_names import BadRunName, check_run_name
 from ..core.run_store import Run, RunStore, process_start_time
 from .process import torchrun_command as torchrun
 from .job_error import JobError
@@ -29,6 +30,10 @@ def submit(notebook: str | os.PathLike, *, nproc: int = 1, nnodes: int = 1, para
     ``kubernetes`` as a generated spec (submitted when ``sbatch``/``kubectl`` exist). Returns the
     run at once. Raises ``JobError`` (one line) for bad input; nothing is created then."""
     spec = LaunchSpec(nproc, nnodes, max_restarts, backend, rdzv_endpoint, node_rank, notify).validated()
+    try:
+        name = check_run_name(name)
+    except BadRunName as error:
+        raise JobError(f"--name: {error}") from None
     path = _notebook_path(notebook, cwd)
     export = export_notebook(path, params)
     if backend == "local":
