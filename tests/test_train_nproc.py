@@ -70,10 +70,9 @@ def test_two_ranks_train_disjoint_samples_and_the_kernel_gets_rank0_weights(tmp_
 
 def test_interrupt_stops_every_rank_with_a_checkpoint_and_resume_continues(tmp_path, jiyu_home, monkeypatch):
     monkeypatch.setenv("JPY_SESSION_NAME", str(tmp_path / "ddp.ipynb"))  # as Jupyter names the kernel's notebook
-    body = RECORDING_BODY.replace("shuffle=True", "shuffle=True")
-    nb = notebook(DATA, "%%train --nproc 2 --epochs 100000 --log-every 5 --name ddp-stop" + body,
+    nb = notebook(DATA, "%%train --nproc 2 --epochs 100000 --log-every 5 --name ddp-stop" + RECORDING_BODY,
                   "print(train_result.status, train_result.step, train_result.last_checkpoint is not None)",
-                  "%%train --nproc 2 --resume last --max-steps 4 --name ddp-stop" + body,
+                  "%%train --nproc 2 --resume last --max-steps 4 --name ddp-stop" + RECORDING_BODY,
                   "print(train_result.status, train_result.step)")
     client = NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}})
 
