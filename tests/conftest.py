@@ -96,6 +96,14 @@ def torchrun_tmp(tmp_path, monkeypatch) -> Path:
 
 
 @pytest.fixture
+def no_schedulers(monkeypatch):
+    """A PATH without sbatch and kubectl, as on a workstation: the specs are printed, not submitted."""
+    dirs = [d for d in os.environ["PATH"].split(os.pathsep)
+            if not (Path(d) / "sbatch").exists() and not (Path(d) / "kubectl").exists()]
+    monkeypatch.setenv("PATH", os.pathsep.join(dirs))
+
+
+@pytest.fixture
 def jp_server_config():
     """pytest-jupyter's server config for the server tests: the extension enabled and every
     route closed to anonymous requests (a test parametrizes it to change JiyuApp settings).

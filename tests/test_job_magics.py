@@ -53,7 +53,7 @@ def test_submit_without_a_path_runs_the_notebook_jupyter_named(ip, tmp_path, mon
     assert f"run         {run.id}  from-session" in summary and "status      succeeded" in summary
 
 
-def test_submit_finds_the_session_notebook_from_an_absolute_path(ip, tmp_path, monkeypatch, capsys):
+def test_submit_finds_the_session_notebook_from_an_absolute_path(ip, tmp_path, monkeypatch, capsys, no_schedulers):
     nb = tiny_notebook(tmp_path / "abs.ipynb")
     monkeypatch.setenv("JPY_SESSION_NAME", str(nb))
     ip.run_line_magic("submit", "--backend slurm")  # no process needed to check which notebook was picked
@@ -120,7 +120,7 @@ def test_the_kernel_history_records_which_cells_raised(ip):
     assert "base / 0" not in script and "left out: it raised an error" in script and "print(base + 2)" in script
 
 
-def test_submit_returns_the_run_id_and_displays_nothing_more(ip, tmp_path, capsys):
+def test_submit_returns_the_run_id_and_displays_nothing_more(ip, tmp_path, capsys, no_schedulers):
     nb = tiny_notebook(tmp_path / "ret.ipynb")
     result = ip.run_cell(f"run = %submit {nb} --backend slurm\nrun")
     run = only_run()

@@ -3,14 +3,11 @@ manifest parsed with a real YAML parser, the batch script checked by bash itself
 
 from __future__ import annotations
 
-import os
 import shlex
 import shutil
 import subprocess
 import time
-from pathlib import Path
 
-import pytest
 import yaml
 
 from jiyu_magics import jobs
@@ -23,14 +20,6 @@ from .jobs_workload import write_notebook
 
 
 BASH = shutil.which("bash")
-
-
-@pytest.fixture
-def no_schedulers(monkeypatch):
-    """A PATH without sbatch and kubectl, as on a workstation: the specs are printed, not submitted."""
-    dirs = [d for d in os.environ["PATH"].split(os.pathsep)
-            if not (Path(d) / "sbatch").exists() and not (Path(d) / "kubectl").exists()]
-    monkeypatch.setenv("PATH", os.pathsep.join(dirs))
 
 
 def sbatch_options(text: str) -> dict[str, str]:
