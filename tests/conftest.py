@@ -86,6 +86,25 @@ def ip():
     shell.reset(new_session=False)
 
 
+@pytest.fixture
+def torchrun_tmp(tmp_path, monkeypatch) -> Path:
+    """torchrun leaves torchelastic_* folders in TMPDIR: each test gets its own (the test's
+    tmp_path), and one thread per rank, since two cores are shared by ranks and kernels."""
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    return tmp_path
+
+
+@pytest.fixture
+def jp_server_config():
+    """pytest-jupyter's server config for the server tests: the extension enabled and every
+    route closed to anonymous requests (a test parametrizes it to change JiyuApp settings).
+    Imported here, not at the top: the GPU machine runs conftest without jupyter_server."""
+    from .server_fixtures import server_config
+
+    return server_config()
+
+
 SCHEDULER_TOOLS = frozenset({"sbatch", "srun", "squeue", "scancel", "scontrol", "sinfo", "sacct", "kubectl"})
 
 

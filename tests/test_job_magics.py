@@ -12,13 +12,11 @@ from nbformat.v4 import new_code_cell, new_notebook
 
 from jiyu_magics.core.run_store import RunStore
 
-from .jobs_workload import assert_no_processes, processes_of, wait_for
+from .jobs_workload import assert_no_processes, finished, processes_of, wait_for
 
 
 @pytest.fixture(autouse=True)
-def quiet_jobs(tmp_path, monkeypatch):
-    monkeypatch.setenv("TMPDIR", str(tmp_path))
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+def quiet_jobs(torchrun_tmp, monkeypatch):
     monkeypatch.delenv("JPY_SESSION_NAME", raising=False)
 
 
@@ -32,10 +30,6 @@ def only_run():
     return run
 
 
-def ended(run_id):
-    return wait_for(lambda: (lambda r: r if not r.active else None)(RunStore().get(run_id)), 180, what="the end")
-
-
 def test_submit_without_a_path_runs_the_notebook_jupyter_named(ip, tmp_path, monkeypatch, capsys):
     (tmp_path / "localmod.py").write_text("WORD = 'hi'\n")  # a module next to the notebook, as in Jupyter
     nb = tiny_notebook(tmp_path / "current.ipynb", "import localmod\nprint('tiny job says', localmod.WORD)")
@@ -46,7 +40,7 @@ def test_submit_without_a_path_runs_the_notebook_jupyter_named(ip, tmp_path, mon
     run = only_run()
     assert out.startswith(f"Submitted run {run.id} (from-session): 1 process(es) from {nb}")
     assert f"%job logs {run.id} -f" in out and f"%job stop {run.id}" in out
-    assert ended(run.id).status == "succeeded"
+    assert finished(run.id).status == "succeeded"
 
     ip.run_line_magic("job", f"logs {run.id[:4]} --tail 3")
     assert "[rank0]: tiny job says hi" in capsys.readouterr().out

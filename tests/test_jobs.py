@@ -19,18 +19,11 @@ from jiyu_magics.core.run_store import RunStore
 from jiyu_magics.jobs.process import rank_records as ranks
 
 from .cli_runner import jiyu
-from .jobs_workload import assert_no_processes, processes_of, steps_logged, wait_for, write_notebook
+from .jobs_workload import assert_no_processes, finished, processes_of, steps_logged, wait_for, write_notebook
+from .ports import free_port
 
 
-@pytest.fixture(autouse=True)
-def torchrun_tmp(tmp_path, monkeypatch):
-    monkeypatch.setenv("TMPDIR", str(tmp_path))
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
-
-
-def finished(run_id: str, timeout: float = 180):
-    return wait_for(lambda: (lambda r: r if not r.active else None)(RunStore().get(run_id)), timeout,
-                    what=f"run {run_id} to end")
+pytestmark = pytest.mark.usefixtures("torchrun_tmp")
 
 
 def test_a_submitted_notebook_runs_detached_to_success(tmp_path):
@@ -262,14 +255,6 @@ def test_more_processes_than_visible_gpus_is_refused(nvml_double, tmp_path, monk
     with pytest.raises(jobs.JobError, match=r"--nproc 2 is more than the 1 GPU\(s\) visible here"):
         jobs.submit(nb, nproc=2)
     assert RunStore().list() == []
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.mark.parametrize("node_ranks", [(None, None), (0, 1)], ids=["c10d", "static"])

@@ -21,11 +21,6 @@ from jiyu_magics.server.handlers import ROUTES
 from .conftest import ROOT
 from .server_fixtures import body, concrete, live_run, run_routes, server_config, training_events
 
-@pytest.fixture
-def jp_server_config():
-    return server_config()
-
-
 async def fails(fetch_call) -> tuple[int, dict]:
     with pytest.raises(HTTPClientError) as caught:
         await fetch_call

@@ -13,11 +13,6 @@ from jiyu_magics.server import metrics
 
 from .server_fixtures import live_run, server_config, training_events
 
-@pytest.fixture
-def jp_server_config():
-    return server_config()
-
-
 def samples(text: str) -> dict[str, list]:
     """Samples by name, as a scraper would store them."""
     found: dict[str, list] = {}
