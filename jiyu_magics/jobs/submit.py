@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..core.run_files import RunFiles
@@ -100,14 +101,24 @@ def _warnings(export, processes: int) -> list[str]:
     return found
 
 
-def export_notes(run_id: str, key: str) -> list[str]:
-    """What the export of this run's notebook ``left_out``, or its ``warnings`` (one line each),
-    for the submit message."""
+@dataclass
+class SubmitNotes:
+    """What a submission has to tell the person who made it, as plain data for the views."""
+
+    left_out: list[str] = field(default_factory=list)   # one line per cell or command left out
+    warnings: list[str] = field(default_factory=list)   # what will likely block or misbehave
+    handover: str | None = None                         # what the scheduler said (Slurm, Kubernetes)
+
+
+def submit_notes(run: Run) -> SubmitNotes:
     try:
-        return list(json.loads((RunFiles.of(run_id).root / EXPORT_NOTES).read_text()).get(key, []))
-    except (OSError, ValueError, AttributeError):
-        return []
+        saved = json.loads((RunFiles.of(run.id).root / EXPORT_NOTES).read_text())
+    except (OSError, ValueError):
+        saved = {}
+    handover = None
+    if run.backend != "local":
+        from .backends import Handover
 
-
-def left_out(run_id: str) -> list[str]:
-    return export_notes(run_id, "left_out")
+        found = Handover.load(run.id)
+        handover = found.message if found else None
+    return SubmitNotes(list(saved.get("left_out", [])), list(saved.get("warnings", [])), handover)

@@ -94,7 +94,7 @@ class JobMagics(Magics):
             run = jobs.submit(notebook, **submit_kwargs(args))
         except jobs.JobError as error:
             raise UsageError(str(error)) from None
-        print(view.submitted_message(run, control="%job {action} {id}"))
+        print(view.submitted_message(run, control="%job {action} {id}", notes=jobs.submit_notes(run)))
         if not args.notebook:
             self._warn_if_unsaved(Path(notebook))
         return SubmittedRunId(run.id)
