@@ -11,9 +11,10 @@ import pytest
 from jiyu_magics.core.event_log import read_events
 from jiyu_magics.core.run_model import RunKind, RunStatus
 from jiyu_magics.core.run_store import RunStore
-from jiyu_magics.jobs.final_status import closing_events, decide, final_status, last_fit_end
+from jiyu_magics.core.run_files import RunFiles
+from jiyu_magics.jobs.final_status import Outcome, closing_events, decide, final_status, last_fit_end
 from jiyu_magics.jobs.launch_spec import LaunchSpec
-from jiyu_magics.jobs.lifecycle import LifecycleState as S, RunLifecycle
+from jiyu_magics.jobs.lifecycle import LifecycleState as S, RunLifecycle, record_end, record_end_without_owner
 
 from .jobs_workload import processes_of, steps_logged, wait_for, write_script
 
@@ -227,3 +228,27 @@ def test_closing_events_add_only_what_rank0_did_not_write():
     assert closing_events([start(), end("stopped")], stopped) == []
     assert closing_events([start()], stopped) == [("end", {"status": "stopped", "exit_code": 1, "source": "lifecycle",
                                                            "message": "stopped by request"})]
+
+
+def test_the_first_recorded_end_stands_in_the_row_and_in_the_log():
+    store = RunStore()
+    run = store.create("job", "twice", status="running")
+    record_end(store, run.id, Outcome(RunStatus.FAILED, 1, "rank 0: ValueError: bad"))
+    record_end(store, run.id, Outcome(RunStatus.SUCCEEDED, 0, None))
+    assert (store.get(run.id).status, store.get(run.id).error) == ("failed", "rank 0: ValueError: bad")
+    events = read_events(RunFiles.of(run.id).events)[0]
+    assert [(e["kind"], e.get("status")) for e in events] == [("error", None), ("end", "failed")]
+
+
+@pytest.mark.parametrize("stop, started, expected", [
+    (True, True, ("stopped", "stopped by request")),
+    (True, False, ("stopped", "stopped before it started")),
+    (False, False, ("failed", "could not start: no sbatch")),
+])
+def test_an_end_without_owner_follows_the_same_rule(stop, started, expected):
+    store = RunStore()
+    run = store.create("job", "orphan", status="running" if started else "queued")
+    if stop:
+        store.request_stop(run.id)
+    ended = record_end_without_owner(store, run.id, "could not start: no sbatch")
+    assert (ended.status, ended.error, ended.exit_code) == (*expected, None)

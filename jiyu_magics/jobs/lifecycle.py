@@ -26,6 +26,7 @@ from typing import Callable, Mapping
 
 from ..core.event_log import EventLog, read_events
 from ..core.run_files import RunFiles
+from ..core.run_model import RunStatus
 from ..core.run_store import Run, RunStore
 from .final_status import Outcome, closing_events, decide
 from .launch_spec import LaunchSpec
@@ -210,6 +211,9 @@ class RunLifecycle:
 def record_end(store: RunStore, run_id: str, outcome: Outcome, events: list[dict] | None = None) -> Run:
     """The end of a run, recorded in one place: the closing events first, then the run row,
     so whoever sees the final status also finds the whole log."""
+    run = store.get(run_id)
+    if not (run.active or run.status == RunStatus.LOST):
+        return run  # the first final status stands, in the log as in the row
     files = RunFiles.of(run_id)
     events = read_events(files.events)[0] if events is None else events
     added = closing_events(events, outcome)
