@@ -8,6 +8,7 @@ import threading
 
 import pytest
 
+from jiyu_magics import jobs
 from jiyu_magics.core.event_log import read_events
 from jiyu_magics.core.run_model import RunKind, RunStatus
 from jiyu_magics.core.run_store import RunStore
@@ -113,6 +114,23 @@ def test_a_stop_request_in_the_store_stops_every_process_and_the_run_is_stopped(
     assert RunStore().get(lifecycle.run_id).status == "stopped"
     assert events_of(lifecycle)[-1] | {"t": 0} == {"t": 0, "kind": "end", "status": "stopped", "source": "lifecycle",
                                                    "exit_code": outcome.exit_code, "message": "stopped by request"}
+    assert processes_of(lifecycle.run_id) == []
+
+
+def test_jiyu_stop_of_a_run_owned_elsewhere_is_recorded_by_its_owner(tmp_path):
+    """``jobs.stop`` (``jiyu stop``, ``%job stop``, the panel) on a run whose owner lives in
+    another process, as a kernel owns ``%%train --nproc``: the same stop procedure ends the
+    ranks, and the owner records the end, stopped."""
+    lifecycle = lifecycle_of(tmp_path, steps=10_000, step_seconds=0.05)
+    lifecycle.start()
+    wait_for(lambda: steps_logged(lifecycle.run_id), what="the first step")
+    stopper = threading.Thread(target=lambda: jobs.stop(lifecycle.run_id, grace=5))
+    stopper.start()
+    lifecycle.wait()
+    outcome = lifecycle.end()
+    stopper.join()
+    assert outcome.status is RunStatus.STOPPED and RunStore().get(lifecycle.run_id).status == "stopped"
+    assert [e["source"] for e in events_of(lifecycle) if e["kind"] == "end"] == ["lifecycle"], "one end, the owner's"
     assert processes_of(lifecycle.run_id) == []
 
 

@@ -54,16 +54,15 @@ def stop(run_id: str, grace: float = 10.0) -> Run:
 
 
 def _await_final(store: RunStore, run_id: str, supervisor: int | None) -> Run:
-    """The owner records the outcome when torchrun exits; if it cannot (gone, or not started
-    yet), the end is recorded here by the same rule (no exit code seen, a stop requested:
-    stopped), and an owner that does not report is stopped too."""
+    """The owner records the outcome when torchrun exits, so it is given a few seconds even
+    once the recorded process is gone (for ``%%train --nproc`` that is torchrun, and the
+    kernel records after it). An owner that does not report is stopped, and the end is
+    recorded here by the same rule (no exit code seen, a stop requested: stopped)."""
     deadline = time.monotonic() + SUPERVISOR_REPORT_S
-    while time.monotonic() < deadline:
+    while supervisor is not None and time.monotonic() < deadline:
         run = store.get(run_id)
         if not run.active:
             return run
-        if supervisor is None or not processes.alive_pid(supervisor):
-            break
         time.sleep(0.1)
     if supervisor is not None:
         processes.stop(processes.tree(supervisor), grace=1.0)
