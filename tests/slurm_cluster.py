@@ -219,13 +219,20 @@ def _end(pid: int) -> None:
         time.sleep(0.05)
 
 
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
 def main() -> int:
     reason = unavailable()
     if reason:
         print(reason, file=sys.stderr)
         return 1
     cluster = SlurmCluster.start()
-    print(f"Slurm is up in {cluster.started_in:.1f} s: export SLURM_CONF={cluster.conf}  (Ctrl-C stops it)")
+    print(f"Slurm is up in {cluster.started_in:.1f} s: export SLURM_CONF={cluster.conf}  (Ctrl-C stops it)",
+          flush=True)
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, _interrupt)
     try:
         signal.pause()
     except KeyboardInterrupt:

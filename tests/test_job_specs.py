@@ -51,7 +51,8 @@ def test_slurm_batch_script_runs_one_torchrun_per_node(tmp_path, no_schedulers):
     assert srun[:5] == ["srun", "--kill-on-bad-exit=1", "$python", "-m", "torch.distributed.run"]
     flags = dict(zip(srun[5:-4:2], srun[6:-4:2]))
     assert flags == {"--nnodes": "$SLURM_NNODES", "--rdzv-backend": "c10d", "--rdzv-endpoint": "$head_node:$port",
-                     "--rdzv-id": "$SLURM_JOB_ID", "--nproc-per-node": "8", "--max-restarts": "2"}
+                     "--rdzv-id": "$SLURM_JOB_ID", "--nproc-per-node": "8", "--max-restarts": "2",
+                     "--log-dir": str(files.root / "torchrun"), "--tee": "3"}  # [rankN]: lines, as for local jobs
     assert srun[-4:] == ["-m", "jiyu_magics.jobs.process.rank_worker", str(files.script), "&"]
     handover = Handover.load(run.id)
     assert not handover.submitted and f"sbatch {files.root}/job.sbatch" in handover.message

@@ -38,7 +38,7 @@ class SlurmJobInfo:
     reason: str | None = None      # why it pends (Resources, Priority, BeginTime...), or None
     exit_code: int | None = None   # the batch script's exit code, 128 + N when signal N ended it
     restarts: int = 0              # how many times it was requeued
-    started: float | None = None   # when its current attempt started (epoch seconds)
+    started: float | None = None   # when its current attempt started (epoch seconds), if it ran
     source: str = "scontrol"       # who said so: scontrol, sacct or jobcomp
 
 
@@ -49,10 +49,9 @@ def sbatch(script: Path, env: Mapping[str, str] | None = None) -> str:
     _check_configured("sbatch")
     done = _run("sbatch", "--parsable", str(script), env=env)
     if done.returncode:
-        text = _errors(done)
-        if _not_configured(text):
-            raise SlurmUnavailable(f"Slurm is not configured on this machine ({text})")
-        raise JobError(f"sbatch refused the job: {text} (the batch script is {script})")
+        if _not_configured(done.stderr):
+            raise SlurmUnavailable(f"Slurm is not configured on this machine ({_errors(done, last=True)})")
+        raise JobError(f"sbatch refused the job: {_errors(done)} (the batch script is {script})")
     return done.stdout.strip().split(";")[0]
 
 
@@ -66,7 +65,7 @@ def show(job_id: str) -> SlurmJobInfo | None:
     seconds after its end), ``SlurmUnavailable`` when Slurm cannot be asked now."""
     done = _run("scontrol", "show", "job", "-o", str(job_id))
     if done.returncode:
-        text = _errors(done)
+        text = _errors(done, last=True)
         if "Invalid job id" in text:
             return None
         raise SlurmUnavailable(f"scontrol cannot say how job {job_id} is doing: {text}")
@@ -80,13 +79,13 @@ def accounting(job_id: str) -> SlurmJobInfo | None:
     """From ``sacct``; None where the site keeps no accounting ("accounting storage is disabled")."""
     if shutil.which("sacct") is None:
         return None
-    done = _run("sacct", "-j", str(job_id), "-X", "-n", "-P", "-o", "JobID,State,ExitCode,Reason,Start")
+    done = _run("sacct", "-j", str(job_id), "-X", "-n", "-P", "-o", "JobID,State,ExitCode,Reason,Start,NodeList")
     rows = [line.split("|") for line in done.stdout.splitlines() if line.strip()]
-    if done.returncode or not rows or len(rows[-1]) < 5:
+    if done.returncode or not rows or len(rows[-1]) < 6:
         return None
-    job, state, exit_code, reason, start = rows[-1][:5]
+    job, state, exit_code, reason, start, nodes = rows[-1][:6]
     return _info(job_id, {"JobState": state.split()[0], "ExitCode": exit_code, "Reason": reason,
-                          "StartTime": start}, "sacct")
+                          "StartTime": start, "NodeList": nodes}, "sacct")
 
 
 def completion_log(job_id: str) -> SlurmJobInfo | None:
@@ -125,9 +124,10 @@ def parse_fields(line: str) -> dict[str, str]:
 
 def _info(job_id: str, fields: dict[str, str], source: str) -> SlurmJobInfo:
     reason = fields.get("Reason")
+    ran = fields.get("NodeList") not in (None, "", "(null)", "None assigned")  # a pending job's StartTime is a guess
     return SlurmJobInfo(str(job_id), fields.get("JobState", "UNKNOWN").split()[0],
                         None if reason in (None, "", "None") else reason, _exit_code(fields.get("ExitCode")),
-                        int(fields.get("Restarts") or 0), _epoch(fields.get("StartTime")), source)
+                        int(fields.get("Restarts") or 0), _epoch(fields.get("StartTime")) if ran else None, source)
 
 
 def _exit_code(text: str | None) -> int | None:
@@ -174,13 +174,15 @@ def _not_configured(text: str) -> bool:
     return "configuration source" in text or "configuration file" in text
 
 
-def _errors(done: subprocess.CompletedProcess) -> str:
-    """Slurm's last error line, without the tool's prefix: what a person needs to read."""
+def _errors(done: subprocess.CompletedProcess, last: bool = False) -> str:
+    """Slurm's error lines (or the last one), without the tool's prefix, on one line: what a
+    person needs to read ("invalid partition specified: gpu; Batch job submission failed: ...")."""
     lines = [line.strip() for line in (done.stderr or done.stdout or "").splitlines() if line.strip()]
     if not lines:
         return f"exit code {done.returncode}"
-    wanted = [line for line in lines if "error:" in line or "fatal:" in line] or lines
-    return re.sub(r"^\w+: (error|fatal): ", "", wanted[-1])
+    wanted = [re.sub(r"^\w+: (error|fatal): ", "", line) for line in lines if "error:" in line or "fatal:" in line]
+    wanted = list(dict.fromkeys(wanted or lines))
+    return wanted[-1] if last else "; ".join(wanted)
 
 
 def _run(*cmd: str, env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess:

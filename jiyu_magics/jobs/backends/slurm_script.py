@@ -87,7 +87,7 @@ def _attempt(options: SlurmOptions) -> list[str]:
 
 def _launch(spec: LaunchSpec, files: RunFiles, python: str) -> list[str]:
     cmd = torchrun.command(files.script, spec.nproc, nnodes=spec.nnodes, rdzv_endpoint="$head_node:$port",
-                           rdzv_id="$SLURM_JOB_ID", max_restarts=spec.max_restarts,
+                           rdzv_id="$SLURM_JOB_ID", max_restarts=spec.max_restarts, log_dir=files.root / "torchrun",
                            launcher=["$python", "-m", "torch.distributed.run"])
     cmd[cmd.index("--nnodes") + 1] = "$SLURM_NNODES"
     return ['if [ "$near_limit" = 0 ]; then',
