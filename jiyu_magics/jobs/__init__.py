@@ -16,8 +16,8 @@ from .run_control import list_runs, resolve, stop
 from .job_error import JobError
 from .export.notebook_export import ExecutedCell, Export, export_history, export_notebook
 from .process.torchrun_launch import Launch
-from .export.params import parse_pairs
+from .export.params import parse_lines, parse_pairs
 from .submit import submit
 
 __all__ = ["JobError", "submit", "stop", "resolve", "list_runs", "ExecutedCell", "Export", "export_history",
-           "export_notebook", "Launch", "parse_pairs"]
+           "export_notebook", "Launch", "parse_lines", "parse_pairs"]
