@@ -10,9 +10,9 @@ from __future__ import annotations
 import argparse
 
 from . import __version__
-from .commands import CliError, gpu_commands, job_commands
+from .commands import CliError, gpu_commands, job_commands, plot_commands
 
-COMMAND_MODULES = (gpu_commands, job_commands)
+COMMAND_MODULES = (gpu_commands, job_commands, plot_commands)
 
 
 def build_parser() -> argparse.ArgumentParser:
