@@ -10,11 +10,7 @@ export MKL_NUM_THREADS ?= 1
 export OMP_WAIT_POLICY ?= PASSIVE
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-<<<<<<< HEAD
-.PHONY: setup demo test test-slurm test-system-deps browser bench gpu-checks gpu-wheels screenshots clean
-=======
-.PHONY: setup demo test test-system-deps browser bench gpu-checks gpu-wheels screenshots readme clean
->>>>>>> main
+.PHONY: setup demo test test-slurm test-system-deps browser bench gpu-checks gpu-wheels screenshots readme clean
 
 setup: $(STAMP)
 

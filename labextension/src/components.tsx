@@ -197,7 +197,9 @@ export function RunRow(props: { run: IRun } & IRunActions): JSX.Element {
         <span className="jp-JiyuRun-name" title={`${v.name} (${v.id})`}>
           {v.name}
         </span>
-        <span className="jp-JiyuRun-kind">{v.kind}</span>
+        <span className="jp-JiyuRun-kind" title={v.where ?? undefined}>
+          {v.kind}
+        </span>
       </div>
       <RunProgress view={v} />
       <Sparkline values={v.losses} />

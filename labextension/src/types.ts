@@ -47,6 +47,12 @@ export interface IRun {
   error: string | null;
   stop_requested: boolean;
   params: Record<string, unknown>;
+  /** Where the ranks run: 'local', or the scheduler that holds the job. */
+  backend: 'local' | 'slurm' | 'kubernetes';
+  /** The scheduler's name for the job (Slurm job id, Kubernetes kind/name). */
+  scheduler_id: string | null;
+  /** Why a queued run waits, in the words of whoever holds it (Slurm: Resources, Priority). */
+  queue_reason: string | null;
   summary: IRunSummary;
 }
 

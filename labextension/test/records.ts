@@ -38,6 +38,9 @@ export function run(fields: Partial<IRun> = {}, s: Partial<IRunSummary> = {}): I
     exit_code: null,
     error: null,
     stop_requested: false,
+    backend: 'local',
+    scheduler_id: null,
+    queue_reason: null,
     params: {},
     summary: summary(s),
     ...fields
