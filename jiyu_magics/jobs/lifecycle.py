@@ -39,7 +39,7 @@ from .final_status import Outcome, closing_events, decide
 from .launch_spec import LaunchSpec
 from .process import process_tree as processes, rank_records
 from .process.process_tree import StopResult
-from .process.rank_worker import one_line
+from .process.error_line import one_line
 from .rank_placement import LocalProcessGroup, Phase, RankHandle, RankPlacement
 
 STORE_CHECK_S = 2.0  # how often the run row is read for a stop request that came without a signal

@@ -19,8 +19,7 @@ import traceback
 from ...core.run_files import RUN_ID_ENV
 from ...core.run_store import process_start_time
 from . import rank_records as ranks
-
-MAX_ERROR_CHARS = 500
+from .error_line import one_line
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -65,12 +64,6 @@ def _exit_status(code) -> tuple[int, str | None]:
         return code, (f"exited with code {code}" if code else None)
     print(code, file=sys.stderr)
     return 1, str(code).splitlines()[0] if str(code) else "exited with code 1"
-
-
-def one_line(error: BaseException) -> str:
-    text = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
-    first = " ".join(text.split())
-    return first if len(first) <= MAX_ERROR_CHARS else first[:MAX_ERROR_CHARS - 1] + "…"
 
 
 def _start_record() -> ranks.RankRecord:
