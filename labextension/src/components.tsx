@@ -214,6 +214,7 @@ export function RunRow(props: { run: IRun } & IRunActions): JSX.Element {
         </span>
       </div>
       {v.detail && <div className="jp-JiyuRun-detail">{v.detail}</div>}
+      {v.note && <div className="jp-JiyuRun-note">{v.note}</div>}
       <div className="jp-JiyuRun-actions">
         <button
           type="button"

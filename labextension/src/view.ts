@@ -25,6 +25,8 @@ export interface IRunView {
   durationText: string;
   losses: Array<number | null>;
   detail: string | null;
+  /** Why a queued run waits where a scheduler holds it ("waiting: Resources"). */
+  note: string | null;
 }
 
 export function describeRun(run: IRun): IRunView {
@@ -45,7 +47,8 @@ export function describeRun(run: IRun): IRunView {
     rateText: fmt.rate(s.samples_per_s),
     durationText: fmt.duration(run.duration),
     losses: s.losses ?? [],
-    detail: s.error ?? run.error ?? waiting(run)
+    detail: s.error ?? run.error ?? null,
+    note: waiting(run)
   };
 }
 

@@ -38,11 +38,12 @@ describe('describeRun', () => {
     );
     expect(queued.kind).toBe('slurm ×2');
     expect(queued.where).toBe('Slurm job 12');
-    expect(queued.detail).toBe('waiting: Resources');
+    expect(queued.note).toBe('waiting: Resources');
+    expect(queued.detail).toBeNull();
     expect(queued.canStop).toBe(true);
     const local = describeRun(run());
     expect(local.where).toBeNull();
-    expect(local.detail).toBeNull();
+    expect(local.note).toBeNull();
   });
 
   it('shows the error of a failed run', () => {
