@@ -22,7 +22,7 @@ from jiyu_magics.jobs.backends import slurm_commands
 
 from .cli_runner import jiyu
 from .jobs_workload import assert_no_processes, wait_for
-from .notebook_runner import execute, html_of, notebook, text_of
+from .notebook_runner import execute, html_of, notebook, screenshot_html, text_of
 from .server_fixtures import body
 from .slurm_workload import write_notebook
 
@@ -44,11 +44,12 @@ def job_state(slurm, job_id: str) -> str:
     return slurm_commands.parse_fields(slurm.run("scontrol", "show", "job", "-o", job_id).stdout)["JobState"]
 
 
-async def test_a_notebook_job_on_slurm_is_followed_to_its_end_everywhere(slurm, jp_fetch, tmp_path, torchrun_tmp):
+async def test_a_notebook_job_on_slurm_is_followed_to_its_end_everywhere(slurm, jp_fetch, tmp_path, torchrun_tmp,
+                                                                         artifacts):
     workload = write_notebook(tmp_path / "train.ipynb")
     nb = execute(notebook("%load_ext jiyu_magics",
-                          f"run = %submit {workload} --backend slurm --nproc 2 --gpus-per-node 0 -p steps 30 "
-                          "--name on-slurm", "%jobs"), tmp_path)
+                          f"run = %submit {workload} --backend slurm --nproc 2 --gpus-per-node 0 -p steps 60 "
+                          "-p step_seconds 0.15 --name on-slurm", "%jobs"), tmp_path)
     said = text_of(nb.cells[1])
     assert " for slurm: submitted as Slurm job " in said and "Follow it: %job logs " in said, said
     run_id = said.split()[1]
@@ -57,24 +58,29 @@ async def test_a_notebook_job_on_slurm_is_followed_to_its_end_everywhere(slurm, 
     table = html_of(nb.cells[2])
     assert f"<code>{run_id}</code>" in table and "<td>slurm</td>" in table and ("queued" in table or "running" in table)
 
-    seen = set()  # the server follows the job: each GET asks Slurm, at most every few seconds
+    seen, shown = set(), None  # the server follows the job: each GET asks Slurm, at most every few seconds
     for _ in range(240):
         record = body(await jp_fetch("jiyu", "api", "runs", run_id))
         seen.add(record["status"])
         if record["status"] not in ("queued", "running"):
             break
+        if shown is None and record["status"] == "running" and record["summary"]["step"]:
+            shown = html_of(execute(notebook("%load_ext jiyu_magics", "%jobs"), tmp_path).cells[1])
         await asyncio.sleep(1)
     assert record["status"] == "succeeded", record
     assert "running" in seen and record["scheduler_id"] == job_id and record["backend"] == "slurm"
+    assert shown and ">running<" in shown and "<progress" in shown, "%jobs in a kernel showed the run training"
+    screenshot_html(shown, artifacts / "slurm_jobs_table.html", "900,160")
     summary = record["summary"]
-    assert summary["step"] == 30 and summary["loss"] is not None and summary["end_status"] == "succeeded"
+    assert summary["step"] == 60 and summary["loss"] is not None and summary["end_status"] == "succeeded"
     log = body(await jp_fetch("jiyu", "api", "runs", run_id, "log"))
     assert "[rank0]" in log["text"] and "[rank1]" in log["text"] and log["active"] is False
     assert log["text"].rstrip().endswith("slurm job succeeded")
 
     logs = jiyu("logs", run_id)
     assert logs.returncode == 0 and f"Slurm job {job_id}, attempt 1" in logs.stdout
-    assert "Trained 30 steps" in logs.stdout and f"{summary['loss']:.4g}" in logs.stdout
+    assert "RuntimeWarning" not in logs.stdout, "a rank's entry point must not be imported before runpy runs it"
+    assert "Trained 60 steps" in logs.stdout and f"{summary['loss']:.4g}" in logs.stdout
     listed = json.loads(jiyu("jobs", "--all", "--json").stdout)
     (row,) = [r for r in listed if r["id"] == run_id]
     assert row["display"]["kind"] == "slurm" and row["display"]["loss"] == f"{summary['loss']:.4g}"
