@@ -70,7 +70,7 @@ async def test_a_notebook_job_on_slurm_is_followed_to_its_end_everywhere(slurm, 
     assert record["status"] == "succeeded", record
     assert "running" in seen and record["scheduler_id"] == job_id and record["backend"] == "slurm"
     assert shown and ">running<" in shown and "<progress" in shown, "%jobs in a kernel showed the run training"
-    screenshot_html(shown, artifacts / "slurm_jobs_table.html", "900,160")
+    screenshot_html(shown, artifacts / "slurm_jobs_table.html", "900,90")
     summary = record["summary"]
     assert summary["step"] == 60 and summary["loss"] is not None and summary["end_status"] == "succeeded"
     log = body(await jp_fetch("jiyu", "api", "runs", run_id, "log"))
