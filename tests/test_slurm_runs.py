@@ -231,3 +231,14 @@ def test_an_unconfigured_slurm_says_how_and_a_script_submitted_by_hand_is_follow
     assert finished.status == "succeeded" and finished.scheduler_id == slurm_commands.completion_log(
         finished.scheduler_id).job_id
     assert_no_processes(run.id)
+
+
+def test_a_job_slurm_forgot_without_accounting_is_lost_not_running_forever(slurm, tmp_path):
+    """A run whose job Slurm purged (after MinJobAge) before anyone looked, on a cluster without
+    accounting and with no record of it in the completion log (and a run folder without its launch
+    spec, as after a store repair): lost, with the reason."""
+    run = RunStore().create("job", "forgotten", backend="slurm", scheduler_id="987654", nproc=2)
+    RunFiles.of(run.id).create()
+    assert slurm_commands.show("987654") is None and slurm_commands.accounting("987654") is None
+    found = jobs.resolve(run.id)
+    assert found.status == "lost" and found.error.startswith("Slurm no longer knows job 987654")

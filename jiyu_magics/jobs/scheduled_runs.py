@@ -18,6 +18,7 @@ from ..core.run_store import Run, RunStore
 from .backends import SCHEDULED_BACKENDS, placement_for
 from .final_status import Outcome
 from .job_error import JobError
+from .launch_spec import LaunchSpec
 from .lifecycle import RunLifecycle
 from .rank_placement import SchedulerUnreachable
 
@@ -31,9 +32,14 @@ def scheduled(run: Run) -> bool:
 
 
 def owner_of(run: Run, store: RunStore) -> RunLifecycle:
-    """The run's lifecycle owner, made again from its row, with its scheduler's placement."""
-    return RunLifecycle.adopt(run.id, placement=placement_for(run.backend), store=store,
-                              owner=f"{run.backend} follower", announce=log_end(run))
+    """The run's lifecycle owner, made again from its row, with its scheduler's placement (and
+    its saved launch spec; the row's numbers where the folder lost it, as after a store repair)."""
+    try:
+        spec = LaunchSpec.load(RunFiles.of(run.id))
+    except (OSError, ValueError, TypeError):
+        spec = LaunchSpec(nproc=run.nproc, nnodes=run.nnodes, backend=run.backend)
+    return RunLifecycle(run.id, spec, placement=placement_for(run.backend), store=store,
+                        owner=f"{run.backend} follower", announce=log_end(run))
 
 
 def follow(store: RunStore | None = None, runs: Iterable[Run] | None = None, every: float = POLL_EVERY_S) -> None:
