@@ -66,6 +66,7 @@ $(CHROMIUM):
 bench: setup
 	$(BIN)/python benchmarks/gpu_status.py
 	$(BIN)/python benchmarks/panel_server.py
+	$(BIN)/python benchmarks/scheduler_poll.py
 	$(BIN)/python benchmarks/export.py
 	$(BIN)/python benchmarks/submit_latency.py
 	$(BIN)/python benchmarks/train_overhead.py
