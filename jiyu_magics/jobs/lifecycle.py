@@ -129,6 +129,16 @@ class RunLifecycle:
             return run
         self.handle = self.handle or self.placement.attach(run)
         state = self.handle.state()
+        run = self._record(run, state)
+        if state.phase is Phase.ENDED:
+            self.stop_requested |= state.cancelled  # a scancel / kubectl delete by anyone is a stop
+            self.end(lost=state.lost)
+            run = self.store.get(self.run_id)
+        return run
+
+    def _record(self, run: Run, state) -> Run:
+        """The scheduler's word in the row (written only when it changed): its id for the job,
+        when the job started, and queued with its reason, or running."""
         changes = {"scheduler_id": self.handle.scheduler_id, "started": run.started or state.started}
         if state.phase is Phase.RUNNING:
             changes.update(status=RunStatus.RUNNING.value, queue_reason=None, started=changes["started"] or time.time())
@@ -138,10 +148,6 @@ class RunLifecycle:
             self._enter(LifecycleState.QUEUED)
         if any(getattr(run, name) != value for name, value in changes.items()):
             run = self.store.update(self.run_id, **changes)
-        if state.phase is Phase.ENDED:
-            self.stop_requested |= state.cancelled  # a scancel / kubectl delete by anyone is a stop
-            self.end(lost=state.lost)
-            run = self.store.get(self.run_id)
         return run
 
     def running(self) -> bool:

@@ -73,7 +73,7 @@ def stop(run: Run, store: RunStore, grace: float) -> Run:
     owner = owner_of(run, store)
     try:
         result = owner.stop(grace)
-        _await_end(owner, store)
+        _await_end(owner)
     except SchedulerUnreachable as why:
         raise JobError(f"run {run.id}: cannot stop its {run.backend} job now: {why}") from None
     if result is not None and result.remaining:
@@ -81,7 +81,7 @@ def stop(run: Run, store: RunStore, grace: float) -> Run:
     return store.get(run.id)
 
 
-def _await_end(owner: RunLifecycle, store: RunStore) -> None:
+def _await_end(owner: RunLifecycle) -> None:
     deadline = time.monotonic() + END_WAIT_S
     while owner.follow().active and time.monotonic() < deadline:
         time.sleep(END_CHECK_S)
