@@ -52,25 +52,30 @@ FIELDS: dict[EventKind, dict[str, type]] = {
     EventKind.ERROR: {"message": str, "step": int, "rank": int},
 }
 KINDS = EventKind.values()
-_CHECKED = {kind: {**COMMON, **fields} for kind, fields in FIELDS.items()}
 
 
-def _accepts(kind: type, value: Any) -> bool:
-    """Numbers are numbers (a step written as 3.0 harms nobody; a bool or a string would);
-    an enum-typed field holds one of its values; ``None`` is always "not known"."""
-    if value is None:
-        return True
-    if kind in (int, float):
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if kind is str:
-        return isinstance(value, str)
-    return value in kind.values()  # a string-valued enum (run_model)
+def _json_types(declared: type) -> frozenset:
+    """The Python types ``json.loads`` gives for a declared type: a number may come as an int
+    or a float (a step written as 3.0 harms nobody; a bool or a string would), and ``None``
+    (``null``) is always "not known"."""
+    return frozenset({int, float, type(None)} if declared in (int, float) else {str, type(None)})
+
+
+_TYPES = {kind: {key: _json_types(declared) for key, declared in {**COMMON, **fields}.items()}
+          for kind, fields in FIELDS.items()}
+_VALUES = {kind: {key: {*declared.values(), None} for key, declared in fields.items()  # string-valued enums
+                 if declared not in (int, float, str)} for kind, fields in FIELDS.items()}
 
 
 def is_event(value: Any) -> bool:
     """Whether a parsed line is an event object: a dict of a known kind whose declared fields
-    have their declared types. ``42``, ``[1, 2]``, ``"x"`` or ``{"kind": "nope"}`` are not."""
-    if not isinstance(value, dict) or value.get("kind") not in KINDS:
+    have their declared types. ``42``, ``[1, 2]``, ``"x"`` or ``{"kind": "nope"}`` are not.
+    Exact type checks, not ``isinstance``: every line of a log goes through here."""
+    if not isinstance(value, dict) or not isinstance(value.get("kind"), str) or value["kind"] not in _TYPES:
         return False
-    declared = _CHECKED[value["kind"]]
-    return all(_accepts(declared[key], item) for key, item in value.items() if key in declared)
+    types = _TYPES[value["kind"]]
+    for key, item in value.items():
+        allowed = types.get(key)
+        if allowed is not None and type(item) not in allowed:
+            return False
+    return all(value.get(key) in allowed for key, allowed in _VALUES[value["kind"]].items())
