@@ -55,8 +55,12 @@ def test_a_single_process_error_is_not_named_by_rank():
 
 
 def test_the_last_end_of_the_call_wins_and_an_end_before_any_start_counts():
-    supervisor_after_engine = first_call() + [{"t": 5.0, "kind": "end", "status": "failed", "exit_code": 1}]
-    assert RunState.of(supervisor_after_engine).end_status == RunStatus.FAILED
+    supervisor_after_engine = first_call() + [{"t": 5.0, "kind": "end", "status": "failed", "exit_code": 1,
+                                               "source": "supervisor"}]
+    state = RunState.of(supervisor_after_engine)
+    assert (state.end_status, state.fit_end_status) == (RunStatus.FAILED, RunStatus.STOPPED)
+    state.feed(second_call()[:1])
+    assert state.end_status is None and state.fit_end_status is None  # a new call has not ended
     assert RunState.of([{"kind": "error", "message": "no GPU"}, {"kind": "end", "status": "failed"}]).end_status == "failed"
     assert RunState().status is None and RunState().end_status is None
 

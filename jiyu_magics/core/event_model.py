@@ -22,10 +22,10 @@ here are allowed and passed on unchecked:
   ``grad_norm`` (before clipping, when clipping), ``elapsed`` and ``eta`` (seconds).
 - ``val``: ``step``, ``epoch``, ``loss``, ``accuracy`` (None when not a classification).
 - ``ckpt``: ``step``, ``path``.  ``advice``: ``step``, ``message``.  ``gpu``, ``stall``: reserved.
-- ``end``: ``status`` (succeeded|stopped|failed), ``step``, ``message``, ``elapsed``; a job's
-  supervisor adds its own with ``exit_code`` and ``source``.
+- ``end``: ``status`` (succeeded|stopped|failed), ``step``, ``message``, ``elapsed``; a run's
+  launcher (a job's supervisor) may add its own after it, with ``exit_code`` and ``source``.
 - ``error``: ``message``, ``step``, ``rank`` (the failing rank writes it: the one exception to
-  "rank 0 writes").
+  "rank 0 writes"); a launcher's own has ``source`` instead of a rank.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ FIELDS: dict[EventKind, dict[str, type]] = {
     EventKind.STALL: {},
     EventKind.END: {"status": RunStatus, "step": int, "message": str, "elapsed": float, "exit_code": int,
                     "source": str},
-    EventKind.ERROR: {"message": str, "step": int, "rank": int},
+    EventKind.ERROR: {"message": str, "step": int, "rank": int, "source": str},
 }
 KINDS = EventKind.values()
 

@@ -88,6 +88,7 @@ class RunState:
     advice: list[str] = field(default_factory=list)
     errors: list[dict] = field(default_factory=list)                                   # error events
     status: RunStatus | None = None          # None before the first start, running, then how it ended
+    fit_end_status: RunStatus | None = None  # how the engine itself ended the call (its end has no source)
     message: str | None = None               # the end event's
     updated: float | None = None
     version: int = 0                         # events folded: readers redo their work only when it moved
@@ -157,6 +158,8 @@ class RunState:
 
     def _on_end(self, event: dict) -> None:
         self.status = RunStatus(event.get("status") or RunStatus.SUCCEEDED)
+        if event.get("source") is None:  # not one its launcher appended (supervisor, lifecycle)
+            self.fit_end_status = self.status
         self.message = event.get("message")
         self.step = event.get("step", self.step)
         self.elapsed = event.get("elapsed", self.elapsed)
@@ -173,8 +176,9 @@ class RunState:
 
     @property
     def end_status(self) -> RunStatus | None:
-        """How the current call ended, as its last ``end`` event says (a job's supervisor may
-        add one after the engine's); None while it runs or before it started."""
+        """How the current call ended, as its last ``end`` event says, whoever wrote it (a
+        job's launcher may add one after the engine's); None while it runs. The engine's own
+        word, which the final status rule weighs, is ``fit_end_status``."""
         return self.status if self.finished else None
 
     @property
