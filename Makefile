@@ -30,7 +30,10 @@ demo: setup
 	-$(BIN)/jiyu doctor
 	$(BIN)/python scripts/run_notebook.py notebooks/01_quickstart.ipynb --out demo-output
 
+# The layers (pyproject.toml [tool.importlinter]) first: a broken contract fails in a second, before
+# the ~10-minute suite.
 test: setup browser test-system-deps
+	$(BIN)/lint-imports --no-logo
 	$(BIN)/python -m pytest
 
 # The image tests check the entrypoint's sshd set-up with the real sshd (openssh-server). A

@@ -10,9 +10,10 @@ from __future__ import annotations
 import argparse
 
 from . import __version__
-from .commands import CliError, gpu_commands, job_commands
+from .commands import CliError, gpu_commands, job_commands, store_commands
+from .core.store_db import StoreUnusable
 
-COMMAND_MODULES = (gpu_commands, job_commands)
+COMMAND_MODULES = (gpu_commands, job_commands, store_commands)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -32,6 +33,8 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.handler(args) or 0)
     except CliError as error:
         parser.exit(2, f"jiyu {args.command}: error: {error}\n")
+    except StoreUnusable as error:
+        parser.exit(1, f"jiyu {args.command}: error: {error}\n")
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:

@@ -84,3 +84,41 @@ def ip():
     yield shell
     shell.run_line_magic("unload_ext", "jiyu_magics")
     shell.reset(new_session=False)
+
+
+@pytest.fixture
+def torchrun_tmp(tmp_path, monkeypatch) -> Path:
+    """torchrun leaves torchelastic_* folders in TMPDIR: each test gets its own (the test's
+    tmp_path), and one thread per rank, since two cores are shared by ranks and kernels."""
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    return tmp_path
+
+
+@pytest.fixture
+def jp_server_config():
+    """pytest-jupyter's server config for the server tests: the extension enabled and every
+    route closed to anonymous requests (a test parametrizes it to change JiyuApp settings).
+    Imported here, not at the top: the GPU machine runs conftest without jupyter_server."""
+    from .server_fixtures import server_config
+
+    return server_config()
+
+
+SCHEDULER_TOOLS = frozenset({"sbatch", "srun", "squeue", "scancel", "scontrol", "sinfo", "sacct", "kubectl"})
+
+
+@pytest.fixture
+def no_schedulers(monkeypatch, tmp_path_factory):
+    """A PATH without Slurm's and Kubernetes' clients, as on a workstation (specs are written and
+    printed, not submitted), whatever this machine has installed: every other program on PATH
+    stays reachable through a folder of links."""
+    farm = tmp_path_factory.mktemp("path_without_schedulers")
+    for folder in os.environ.get("PATH", "").split(os.pathsep):
+        for program in (Path(folder).iterdir() if Path(folder).is_dir() else ()):
+            link = farm / program.name
+            if program.name not in SCHEDULER_TOOLS and not link.exists() and os.access(program, os.X_OK):
+                link.symlink_to(program)
+    monkeypatch.setenv("PATH", str(farm))
+    monkeypatch.delenv("SLURM_CONF", raising=False)
+    return farm

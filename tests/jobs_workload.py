@@ -112,6 +112,14 @@ def wait_for(predicate, timeout: float = 120.0, every: float = 0.2, what: str = 
     raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
+def finished(run_id: str, timeout: float = 180.0):
+    """The run's store row once it is no longer active (succeeded, failed, stopped, lost)."""
+    from jiyu_magics.core.run_store import RunStore
+
+    return wait_for(lambda: (lambda r: r if not r.active else None)(RunStore().get(run_id)), timeout,
+                    what=f"run {run_id} to end")
+
+
 def processes_of(run_id: str) -> list[int]:
     """Pids of every live process carrying the run id, read from the process table directly
     (not through the code under test)."""

@@ -12,7 +12,6 @@ import json
 import os
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -23,6 +22,7 @@ from pathlib import Path
 from typing import Iterator
 
 from .conftest import NVML_DOUBLE_DIR, ROOT
+from .ports import free_port
 
 CHROMIUM = Path(os.environ.get("JIYU_CHROMIUM", "/usr/bin/chromium"))
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
@@ -45,12 +45,6 @@ class Lab:
 
     def env(self) -> dict[str, str]:
         return {**os.environ, "JIYU_HOME": str(self.home)}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def write_user_settings(folder: Path, panel: dict) -> None:

@@ -121,3 +121,26 @@ def test_no_torch_installed(gpu_box, nvml_double):
 def test_first_problem_is_what_one_line_views_show():
     findings = doctor.diagnose()
     assert doctor.first_problem(findings).level == PROBLEM
+
+
+@pytest.mark.parametrize("torch_version, driver_cuda, command", [
+    ("2.13.0+cpu", "13.0", "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cu130"),
+    ("2.13.0+cpu", "12.9", "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cu128"),
+    ("2.5.1+cpu", "12.4", "pip install torch==2.5.1 --index-url https://download.pytorch.org/whl/cu124"),
+    ("2.5.1+cpu", "12.2", "pip install torch==2.5.1 --index-url https://download.pytorch.org/whl/cu121"),
+    ("2.5.1+cpu", "11.4", "older than every build of torch 2.5.1 (cu118, cu121, cu124): update the NVIDIA driver"),
+])
+def test_cpu_only_torch_fix_names_the_wheel_index_the_driver_can_run(torch_version, driver_cuda, command, gpu_box,
+                                                                      nvml_double, monkeypatch):
+    """The driver's CUDA version comes from NVML (the double reports the number NVML gives)."""
+    major, minor = map(int, driver_cuda.split("."))
+    monkeypatch.setattr(nvml_double, "nvmlSystemGetCudaDriverVersion", lambda: major * 1000 + minor * 10)
+    cpu_torch = TorchFacts(version=torch_version, cuda=None)
+    finding = by_check(doctor.diagnose(Probes(**{**gpu_box, "torch": lambda: cpu_torch}, nvml=lambda: nvml_double)))
+    assert finding["torch build"].level == PROBLEM and command in finding["torch build"].fix
+
+
+@pytest.mark.driverless
+def test_without_a_driver_the_fix_says_to_pick_the_tag_the_driver_supports():
+    fix = by_check(doctor.diagnose())["torch build"].fix
+    assert "cuXYZ" in fix and "the tag your driver supports" in fix and "cu124" not in fix

@@ -93,7 +93,38 @@ def test_shell_install_display_and_control_commands_are_left_out_with_a_comment(
                                "cell 3: !echo loop (shell command)"]
     control = export_notebook(write_nb(tmp_path / "c.ipynb", *CORPUS["control"][0], tags={1: ["jiyu:keep"]}))
     assert "# jiyu: left out %submit --nproc 2 (job control: a job does not submit or stop jobs)" in control.script
-    assert "run_line_magic('load_ext', 'jiyu_magics')" in control.script
+    assert "# jiyu: %load_ext jiyu_magics (loaded by the job script itself)" in control.script
+    assert not any("load_ext" in note for note in control.left_out)  # nothing lost: no note
+
+
+def test_every_job_script_loads_jiyu_magics_even_when_the_notebook_never_did(tmp_path):
+    """A profile (c.InteractiveShellApp.extensions) loads the extension without %load_ext in the
+    kernel's history: the script must still have the magics, and say nothing twice."""
+    cells = ["print('train magic:', get_ipython().find_cell_magic('train') is not None)", "%load_ext jiyu_magics",
+             "%reload_ext jiyu_magics\nprint('after reload')"]
+    out = tmp_path / "job.py"
+    export_notebook(write_nb(tmp_path / "nb.ipynb", *cells)).write(out)
+    done = run_script(out, tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "train magic: True" in done.stdout and "after reload" in done.stdout
+    assert "already loaded" not in done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("cells, trains", [
+    (["x = 1", "%%train --epochs 1\nmodel = None"], True), (["%train --resume last"], True),
+    (["from jiyu_magics.train import fit\nresult = fit(model, opt, data) if False else None"], True),
+    (["for step in range(3):\n    loss = step"], False)])
+def test_the_export_knows_whether_the_notebook_trains(cells, trains, tmp_path):
+    assert export_notebook(write_nb(tmp_path / "nb.ipynb", *cells)).trains is trains
+
+
+def test_tensorboard_is_left_out_as_display_only(tmp_path):
+    export = export_notebook(write_nb(tmp_path / "nb.ipynb", "%load_ext tensorboard", "%tensorboard --logdir runs",
+                                      "print('trained')"))
+    assert [note.split(": ", 1)[1] for note in export.left_out] == [
+        "%load_ext tensorboard (display-only)", "%tensorboard --logdir runs (display-only)"]
+    done = run_script(export.write(tmp_path / "job.py"), tmp_path)
+    assert done.returncode == 0 and "trained" in done.stdout, done.stderr
 
 
 def test_rules_reach_commands_nested_in_compound_statements(tmp_path):

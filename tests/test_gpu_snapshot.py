@@ -38,6 +38,20 @@ def test_snapshot_reads_every_field_and_marks_unsupported_as_none(nvml_double):
     assert t4.processes == []
 
 
+def test_memory_used_is_nvml_v2_as_nvidia_smi_shows_it_with_reserved_apart(nvml_double):
+    """v1's ``used`` counts the driver's reserved memory (615 MiB on an idle H200, where
+    nvidia-smi says 0 MiB used): the snapshot reads v2 and shows the reserved memory apart."""
+    h100 = gpu.snapshot(env={}).devices[0]
+    assert (h100.mem_used, h100.mem_reserved) == (12 * GIB, 615 * 2**20)
+    assert "+0.6 reserved" in view.render_text(gpu.snapshot(env={}))
+
+
+def test_memory_falls_back_to_nvml_v1_on_a_driver_without_v2(nvml_double, monkeypatch):
+    monkeypatch.setenv("JIYU_NVML_DOUBLE_NO_V2", "1")
+    h100 = gpu.snapshot(env={}).devices[0]
+    assert (h100.mem_used, h100.mem_reserved) == (12 * GIB + 615 * 2**20, None)
+
+
 def test_own_process_is_marked_and_command_line_read(nvml_double):
     snap = gpu.snapshot(env={})
     procs = {p.pid: p for p in snap.devices[0].processes}

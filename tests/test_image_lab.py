@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 from traitlets.config.loader import PyFileConfigLoader
 
-from .image_runner import (JUPYTER_CONFIG, SYSTEM_PATH, VENV_BIN, as_root, free_port, healthcheck,
+from .image_runner import (JUPYTER_CONFIG, SYSTEM_PATH, VENV_BIN, as_root, healthcheck,
                            http_status, run, start)
+from .ports import free_port
 
 LAB_ARGS = ("lab", "--allow-root") if as_root() else ("lab",)
 

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from .image_runner import (SYSTEM_PATH, UNPRIVILEGED_UID, as_root, free_port, hand_over, healthcheck,
+from .image_runner import (SYSTEM_PATH, UNPRIVILEGED_UID, as_root, hand_over, healthcheck,
                            port_open, private_folder, remove, run, start, unprivileged, unprivileged_user)
+from .ports import free_port
 
 SSHD = Path("/usr/sbin/sshd")
 

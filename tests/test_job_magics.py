@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import time
+
 import nbformat
 import pytest
 from IPython.core.error import UsageError
@@ -9,13 +12,11 @@ from nbformat.v4 import new_code_cell, new_notebook
 
 from jiyu_magics.core.run_store import RunStore
 
-from .jobs_workload import assert_no_processes, processes_of, wait_for
+from .jobs_workload import assert_no_processes, finished, processes_of, wait_for
 
 
 @pytest.fixture(autouse=True)
-def quiet_jobs(tmp_path, monkeypatch):
-    monkeypatch.setenv("TMPDIR", str(tmp_path))
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+def quiet_jobs(torchrun_tmp, monkeypatch):
     monkeypatch.delenv("JPY_SESSION_NAME", raising=False)
 
 
@@ -29,10 +30,6 @@ def only_run():
     return run
 
 
-def ended(run_id):
-    return wait_for(lambda: (lambda r: r if not r.active else None)(RunStore().get(run_id)), 180, what="the end")
-
-
 def test_submit_without_a_path_runs_the_notebook_jupyter_named(ip, tmp_path, monkeypatch, capsys):
     (tmp_path / "localmod.py").write_text("WORD = 'hi'\n")  # a module next to the notebook, as in Jupyter
     nb = tiny_notebook(tmp_path / "current.ipynb", "import localmod\nprint('tiny job says', localmod.WORD)")
@@ -43,7 +40,7 @@ def test_submit_without_a_path_runs_the_notebook_jupyter_named(ip, tmp_path, mon
     run = only_run()
     assert out.startswith(f"Submitted run {run.id} (from-session): 1 process(es) from {nb}")
     assert f"%job logs {run.id} -f" in out and f"%job stop {run.id}" in out
-    assert ended(run.id).status == "succeeded"
+    assert finished(run.id).status == "succeeded"
 
     ip.run_line_magic("job", f"logs {run.id[:4]} --tail 3")
     assert "[rank0]: tiny job says hi" in capsys.readouterr().out
@@ -59,7 +56,23 @@ def test_submit_without_a_path_runs_the_notebook_jupyter_named(ip, tmp_path, mon
     assert f"run         {run.id}  from-session" in summary and "status      succeeded" in summary
 
 
-def test_submit_finds_the_session_notebook_from_an_absolute_path(ip, tmp_path, monkeypatch, capsys):
+def test_submit_of_this_notebook_warns_when_the_saved_file_is_older_than_the_last_cell(ip, tmp_path, monkeypatch,
+                                                                                      capsys, no_schedulers):
+    nb = tiny_notebook(tmp_path / "edited.ipynb")
+    monkeypatch.setenv("JPY_SESSION_NAME", str(nb))
+    ip.run_cell("edited_after_save = 1", store_history=True)
+    saved = time.time() - 60
+    os.utime(nb, (saved, saved))
+    ip.run_line_magic("submit", "--backend slurm")  # no process needed
+    assert "was last saved at" in capsys.readouterr().out
+    os.utime(nb)  # saved now: nothing to say
+    ip.run_line_magic("submit", "--backend slurm")
+    assert "was last saved at" not in capsys.readouterr().out
+    ip.run_line_magic("submit", f"{nb} --backend slurm")  # an explicit path: the user chose that file
+    assert "was last saved at" not in capsys.readouterr().out
+
+
+def test_submit_finds_the_session_notebook_from_an_absolute_path(ip, tmp_path, monkeypatch, capsys, no_schedulers):
     nb = tiny_notebook(tmp_path / "abs.ipynb")
     monkeypatch.setenv("JPY_SESSION_NAME", str(nb))
     ip.run_line_magic("submit", "--backend slurm")  # no process needed to check which notebook was picked
@@ -126,7 +139,7 @@ def test_the_kernel_history_records_which_cells_raised(ip):
     assert "base / 0" not in script and "left out: it raised an error" in script and "print(base + 2)" in script
 
 
-def test_submit_returns_the_run_id_and_displays_nothing_more(ip, tmp_path, capsys):
+def test_submit_returns_the_run_id_and_displays_nothing_more(ip, tmp_path, capsys, no_schedulers):
     nb = tiny_notebook(tmp_path / "ret.ipynb")
     result = ip.run_cell(f"run = %submit {nb} --backend slurm\nrun")
     run = only_run()

@@ -3,14 +3,11 @@ manifest parsed with a real YAML parser, the batch script checked by bash itself
 
 from __future__ import annotations
 
-import os
 import shlex
 import shutil
 import subprocess
 import time
-from pathlib import Path
 
-import pytest
 import yaml
 
 from jiyu_magics import jobs
@@ -23,14 +20,6 @@ from .jobs_workload import write_notebook
 
 
 BASH = shutil.which("bash")
-
-
-@pytest.fixture
-def no_schedulers(monkeypatch):
-    """A PATH without sbatch and kubectl, as on a workstation: the specs are printed, not submitted."""
-    dirs = [d for d in os.environ["PATH"].split(os.pathsep)
-            if not (Path(d) / "sbatch").exists() and not (Path(d) / "kubectl").exists()]
-    monkeypatch.setenv("PATH", os.pathsep.join(dirs))
 
 
 def sbatch_options(text: str) -> dict[str, str]:
@@ -120,3 +109,18 @@ def test_cli_prints_the_manifest_when_kubectl_is_missing(tmp_path, no_schedulers
     manifest = done.stdout[done.stdout.index("# Kubeflow PyTorchJob"):]
     kinds = [doc["kind"] for doc in yaml.safe_load_all(manifest)]
     assert kinds == ["ConfigMap", "PyTorchJob"]
+
+
+def test_a_run_name_cannot_forge_lines_in_a_batch_script_or_a_manifest(tmp_path, no_schedulers):
+    nb = write_notebook(tmp_path / "train.ipynb")
+    for bad in ("a\ntouch pwned\n#", "x\x1b[2Jy"):
+        done = jiyu("submit", str(nb), "--backend", "slurm", "--name", bad)
+        assert done.returncode == 2 and "one line of printable text" in done.stderr, done.stderr
+    assert RunStore().list() == []
+    run = jobs.submit(nb, backend="slurm", name="lr=3e-4; rm -rf ~ $(id)")
+    script = (RunFiles.of(run.id).root / "job.sbatch").read_text()
+    assert "#SBATCH --job-name=jiyu-lr-3e-4-rm--rf-id" in script
+    assert subprocess.run([BASH, "-n", str(RunFiles.of(run.id).root / "job.sbatch")]).returncode == 0
+    k8s = jobs.submit(nb, backend="kubernetes", name="k8s: {x: 1} # kind: Secret")
+    documents = list(yaml.safe_load_all((RunFiles.of(k8s.id).root / "pytorchjob.yaml").read_text()))
+    assert [d["kind"] for d in documents] == ["ConfigMap", "PyTorchJob"]

@@ -19,18 +19,11 @@ from jiyu_magics.core.run_store import RunStore
 from jiyu_magics.jobs.process import rank_records as ranks
 
 from .cli_runner import jiyu
-from .jobs_workload import assert_no_processes, processes_of, steps_logged, wait_for, write_notebook
+from .jobs_workload import assert_no_processes, finished, processes_of, steps_logged, wait_for, write_notebook
+from .ports import free_port
 
 
-@pytest.fixture(autouse=True)
-def torchrun_tmp(tmp_path, monkeypatch):
-    monkeypatch.setenv("TMPDIR", str(tmp_path))
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
-
-
-def finished(run_id: str, timeout: float = 180):
-    return wait_for(lambda: (lambda r: r if not r.active else None)(RunStore().get(run_id)), timeout,
-                    what=f"run {run_id} to end")
+pytestmark = pytest.mark.usefixtures("torchrun_tmp")
 
 
 def test_a_submitted_notebook_runs_detached_to_success(tmp_path):
@@ -194,10 +187,16 @@ def test_bad_paths_and_unknown_ids_are_one_line_errors(tmp_path):
     (["submit", "{nb}", "-p", "steps"], "expected 2 arguments"),
     (["stop", "feedbeef"], "no run with id"),
     (["logs", "feedbeef"], "no run with id"),
+    (["logs", "{run}", "--tail", "-5"], "--tail -5: expected a number of lines >= 0"),
+    (["logs", "{gone}"], "has no folder any more"),
 ])
 def test_cli_bad_input_exits_2_with_one_line(args, message, tmp_path):
     nb = write_notebook(tmp_path / "nb.ipynb")
-    done = jiyu(*[a.format(nb=nb, dir=tmp_path) for a in args])
+    store = RunStore()
+    run = store.create("job", "with-log", status="succeeded")
+    RunFiles.of(run.id).create().log.write_text("one\ntwo\n")
+    gone = store.create("job", "folder-deleted", status="succeeded")
+    done = jiyu(*[a.format(nb=nb, dir=tmp_path, run=run.id, gone=gone.id) for a in args])
     assert done.returncode == 2 and "Traceback" not in done.stderr
     last = done.stderr.strip().splitlines()[-1]  # argparse may print its usage first; the error is one line
     assert last.startswith("jiyu") and message.format(dir=tmp_path) in last
@@ -210,6 +209,7 @@ def test_cli_submit_logs_and_jobs(tmp_path):
     run_id = done.stdout.split()[2]
     assert done.stdout.startswith(f"Submitted run {run_id} (cli-run): 2 process(es)")
     assert "Left out of the job (2): cell 3: !nvidia-smi (shell command)" in done.stdout
+    assert ("Warning: no %%train or fit call: each of the 2 processes runs the notebook whole" in done.stdout)
     follow = jiyu("logs", run_id[:4], "-f", timeout=180)
     assert follow.returncode == 0 and "[rank1]: rank 1 done" in follow.stdout and "job succeeded" in follow.stdout
     assert jiyu("logs", run_id, "--tail", "1").stdout.count("\n") == 1
@@ -217,6 +217,34 @@ def test_cli_submit_logs_and_jobs(tmp_path):
     assert [(r["id"], r["status"], r["display"]["progress"]) for r in listing] == [(run_id, "succeeded", "6/6")]
     assert listing[0]["exit_code"] == 0 and listing[0]["pid"]
     assert "No active runs" in jiyu("jobs").stdout
+
+
+def test_a_notebook_without_code_is_refused_and_creates_nothing(tmp_path):
+    """An unsaved new notebook reaches the disk with no code cells: it must not "succeed" empty."""
+    import nbformat
+    from nbformat.v4 import new_markdown_cell, new_notebook
+
+    nb = tmp_path / "Untitled.ipynb"
+    nbformat.write(new_notebook(cells=[new_markdown_cell("# draft")]), nb)
+    done = jiyu("submit", str(nb))
+    assert done.returncode == 2 and "has no code to run" in done.stderr and done.stderr.count("\n") == 1
+    assert RunStore().list() == []
+
+
+def test_submit_warns_of_interactive_calls_that_block_a_job(tmp_path):
+    nb = tmp_path / "login.ipynb"
+    import nbformat
+    from nbformat.v4 import new_code_cell, new_notebook
+
+    nbformat.write(new_notebook(cells=[new_code_cell("use_hub = False"), new_code_cell(
+        "if use_hub:\n    from huggingface_hub import notebook_login\n    notebook_login()\n    name = input('name? ')\n"
+        "print('done')")]), nb)
+    done = jiyu("submit", str(nb))
+    assert done.returncode == 0, done.stderr
+    assert "Warning: cell 2 calls notebook_login(): an interactive login never completes in a job" in done.stdout
+    assert "Warning: cell 2 calls input(): nobody can answer it in a job" in done.stdout
+    assert "runs the notebook whole" not in done.stdout  # one process: nothing runs twice
+    finished(done.stdout.split()[2])
 
 
 def test_more_processes_than_visible_gpus_is_refused(nvml_double, tmp_path, monkeypatch):
@@ -227,14 +255,6 @@ def test_more_processes_than_visible_gpus_is_refused(nvml_double, tmp_path, monk
     with pytest.raises(jobs.JobError, match=r"--nproc 2 is more than the 1 GPU\(s\) visible here"):
         jobs.submit(nb, nproc=2)
     assert RunStore().list() == []
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.mark.parametrize("node_ranks", [(None, None), (0, 1)], ids=["c10d", "static"])

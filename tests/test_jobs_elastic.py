@@ -13,10 +13,9 @@ from nbformat.v4 import new_code_cell, new_notebook
 from jiyu_magics import jobs
 from jiyu_magics.core.event_log import read_events
 from jiyu_magics.core.run_files import RunFiles
-from jiyu_magics.core.run_store import RunStore
 from jiyu_magics.jobs.process import rank_records as ranks
 
-from .jobs_workload import assert_no_processes, wait_for
+from .jobs_workload import assert_no_processes, finished, wait_for
 
 CKPT_EVERY = 4
 TRAIN = """%%train --max-steps {steps} --ckpt-every 4 --log-every 1 --seed 0 --name elastic
@@ -42,8 +41,7 @@ def write_train_notebook(path):
     return path
 
 
-def test_killed_rank_restarts_and_the_engine_resumes_from_the_last_checkpoint(tmp_path, monkeypatch):
-    monkeypatch.setenv("TMPDIR", str(tmp_path))
+def test_killed_rank_restarts_and_the_engine_resumes_from_the_last_checkpoint(tmp_path, torchrun_tmp):
     run = jobs.submit(write_train_notebook(tmp_path / "elastic.ipynb"), nproc=2, max_restarts=1)
     files = RunFiles.of(run.id)
 
@@ -57,7 +55,7 @@ def test_killed_rank_restarts_and_the_engine_resumes_from_the_last_checkpoint(tm
     killed_at = max(e["step"] for e in read_events(files.events)[0] if e["kind"] == "step")
     os.kill(victim.pid, signal.SIGKILL)
 
-    done = wait_for(lambda: (lambda r: r if not r.active else None)(RunStore().get(run.id)), 300, what="the end")
+    done = finished(run.id, 300)
     assert done.status == "succeeded", done.error
     events = read_events(files.events)[0]
     starts = [e for e in events if e["kind"] == "start"]

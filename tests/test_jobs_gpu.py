@@ -29,8 +29,7 @@ dist.destroy_process_group()
 """
 
 
-def test_one_rank_nccl_launch_on_the_gpu(tmp_path, monkeypatch):
-    monkeypatch.setenv("TMPDIR", str(tmp_path))
+def test_one_rank_nccl_launch_on_the_gpu(tmp_path, torchrun_tmp):
     script = tmp_path / "nccl_job.py"
     script.write_text(NCCL_SCRIPT)
     run = RunStore().create("ddp", "nccl", status="running")

@@ -16,9 +16,7 @@ from .jobs_workload import assert_no_processes, wait_for, write_notebook
 from .notebook_runner import execute, html_of, mimetypes_of, notebook, text_of
 
 
-def test_a_job_survives_its_kernel_and_shows_in_a_new_one(tmp_path, monkeypatch, artifacts):
-    monkeypatch.setenv("TMPDIR", str(tmp_path))
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+def test_a_job_survives_its_kernel_and_shows_in_a_new_one(tmp_path, torchrun_tmp, artifacts):
     workload = write_notebook(tmp_path / "train.ipynb")
     first = execute(notebook("%load_ext jiyu_magics",
                              f"%submit {workload} --nproc 2 -p steps 60 -p step_seconds 0.1 --name survivor",
@@ -68,10 +66,9 @@ def save_artifacts(artifacts, table: str, summary: str) -> None:
                        capture_output=True, timeout=60)
 
 
-def test_attach_follows_in_the_background_and_its_stop_button_stops_the_job(tmp_path, monkeypatch):
+def test_attach_follows_in_the_background_and_its_stop_button_stops_the_job(tmp_path, torchrun_tmp):
     """The kernel stays free while the dashboard follows the job; the dashboard's own Stop
     button (clicked through ipywidgets' API in the kernel) stops every process of the job."""
-    monkeypatch.setenv("TMPDIR", str(tmp_path))
     workload = write_notebook(tmp_path / "long.ipynb")
     run = jobs_submit(workload)
     wait_for(lambda: summarize(RunFiles.of(run.id).events)["step"], what="a training step")

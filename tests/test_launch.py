@@ -14,11 +14,7 @@ from jiyu_magics.jobs import Launch
 from .jobs_workload import processes_of, steps_logged, wait_for, write_script
 
 
-@pytest.fixture(autouse=True)
-def torchrun_tmp(tmp_path, monkeypatch):
-    """torchrun leaves torchelastic_* folders in TMPDIR: each test gets its own."""
-    monkeypatch.setenv("TMPDIR", str(tmp_path))
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+pytestmark = pytest.mark.usefixtures("torchrun_tmp")
 
 
 def start(tmp_path, **workload) -> Launch:

@@ -21,11 +21,6 @@ from jiyu_magics.server.handlers import ROUTES
 from .conftest import ROOT
 from .server_fixtures import body, concrete, live_run, run_routes, server_config, training_events
 
-@pytest.fixture
-def jp_server_config():
-    return server_config()
-
-
 async def fails(fetch_call) -> tuple[int, dict]:
     with pytest.raises(HTTPClientError) as caught:
         await fetch_call
@@ -248,6 +243,26 @@ def _post(jp_fetch, payload, *parts):
 async def test_bad_submissions_are_refused_with_the_reason(jp_fetch, notebooks, payload, code, words):
     got, reply = await fails(_post(jp_fetch, payload))
     assert (got, words in reply["message"]) == (code, True), reply
+
+
+@pytest.mark.parametrize("payload, words", [
+    ({"notebook": "n" * 300 + ".ipynb"}, "too long"),
+    ({"notebook": "/".join(["d"] * 2100) + "/x.ipynb"}, "too long"),
+    (b'{"notebook": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", "nested too deeply"),
+    (b'{"notebook": "train.ipynb", "name": "' + b"x" * (2 * 1024 * 1024) + b'"}', "larger than 1024 KiB"),
+])
+async def test_hostile_bodies_are_400_not_500(jp_fetch, notebooks, payload, words):
+    got, reply = await fails(_post(jp_fetch, payload))
+    assert (got, words in reply["message"]) == (400, True), reply
+
+
+@pytest.mark.parametrize("offset", ["9223372036854775808", "9" * 5000])
+async def test_offsets_beyond_any_file_are_400(jp_fetch, offset):
+    run = live_run()
+    training_events(run)
+    for what in ("events", "log"):
+        code, reply = await fails(jp_fetch("jiyu", "api", "runs", run.id, what, params={"offset": offset}))
+        assert code == 400 and "past the end" in reply["message"] and len(reply["message"]) < 200
 
 
 async def test_a_valid_submission_without_the_jobs_layer_is_503(jp_fetch, notebooks, monkeypatch):

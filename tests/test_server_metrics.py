@@ -13,11 +13,6 @@ from jiyu_magics.server import metrics
 
 from .server_fixtures import live_run, server_config, training_events
 
-@pytest.fixture
-def jp_server_config():
-    return server_config()
-
-
 def samples(text: str) -> dict[str, list]:
     """Samples by name, as a scraper would store them."""
     found: dict[str, list] = {}
@@ -73,7 +68,7 @@ async def test_a_scraper_token_opens_metrics_and_nothing_else(jp_fetch):
     bearer = {"Authorization": "Bearer scrape-secret"}
     response = await jp_fetch("jiyu", "metrics", headers=dict(bearer))
     assert response.code == 200 and b"jiyu_nvml_up" in response.body
-    for headers in ({"Authorization": "Bearer wrong"}, {"Authorization": ""}):
+    for headers in ({"Authorization": "Bearer wrong"}, {"Authorization": ""}, {"Authorization": "Bearer scrape-sécret"}):
         with pytest.raises(HTTPClientError) as refused:
             await jp_fetch("jiyu", "metrics", headers=headers)
         assert refused.value.code == 403

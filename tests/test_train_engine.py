@@ -9,18 +9,13 @@ import pytest
 import torch
 from torch import nn
 
-from jiyu_magics.core.event_log import read_events
 from jiyu_magics.core.run_files import RunFiles
 from jiyu_magics.core.run_store import RunStore
 from jiyu_magics.train import StopSignal, TrainingFailed, fit
 from jiyu_magics.train.checkpoint import load_checkpoint
 
+from .run_events import events_of
 from .train_models import blobs, digits, digits_cnn, loader, mlp
-
-
-def events_of(result, kind=None):
-    events = read_events(RunFiles.of(result.run_id).events)[0]
-    return [e for e in events if kind is None or e["kind"] == kind]
 
 
 def test_cnn_on_digits_reaches_95_percent():

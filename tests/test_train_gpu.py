@@ -14,14 +14,11 @@ from jiyu_magics.core.run_files import RunFiles
 from jiyu_magics.core.run_store import RunStore
 from jiyu_magics.train import TrainingFailed, fit
 
+from .run_events import events_of
 from .test_train_ddp import seen, torchrun
 from .train_models import blobs, loader, mlp
 
 pytestmark = pytest.mark.gpu
-
-
-def events_of(result, kind):
-    return [e for e in read_events(RunFiles.of(result.run_id).events)[0] if e["kind"] == kind]
 
 
 def test_nccl_with_one_rank_under_torchrun(tmp_path):

@@ -7,15 +7,15 @@ from __future__ import annotations
 import asyncio
 import time
 
-import psutil
 import pytest
 from IPython.core.error import UsageError
 from nbclient import NotebookClient
 
 from jiyu_magics.core.event_log import read_events
-from jiyu_magics.core.run_files import RUN_ID_ENV, RunFiles
+from jiyu_magics.core.run_files import RunFiles
 from jiyu_magics.core.run_store import RunStore
 
+from .jobs_workload import processes_of
 from .notebook_runner import first_logged_step, execute, notebook, text_of
 
 DATA = """%load_ext jiyu_magics
@@ -39,20 +39,7 @@ def train_step(model, batch):
 """
 
 
-def processes_of(run_id: str) -> list[int]:
-    found = []
-    for proc in psutil.process_iter():
-        try:
-            if proc.environ().get(RUN_ID_ENV) == run_id:
-                found.append(proc.pid)
-        except (psutil.Error, OSError):
-            continue
-    return found
-
-
-@pytest.fixture(autouse=True)
-def own_tmpdir(tmp_path, monkeypatch):
-    monkeypatch.setenv("TMPDIR", str(tmp_path))  # torchrun leaves torchelastic_* folders there
+pytestmark = pytest.mark.usefixtures("torchrun_tmp")
 
 
 def test_two_ranks_train_disjoint_samples_and_the_kernel_gets_rank0_weights(tmp_path):
@@ -83,10 +70,9 @@ def test_two_ranks_train_disjoint_samples_and_the_kernel_gets_rank0_weights(tmp_
 
 def test_interrupt_stops_every_rank_with_a_checkpoint_and_resume_continues(tmp_path, jiyu_home, monkeypatch):
     monkeypatch.setenv("JPY_SESSION_NAME", str(tmp_path / "ddp.ipynb"))  # as Jupyter names the kernel's notebook
-    body = RECORDING_BODY.replace("shuffle=True", "shuffle=True")
-    nb = notebook(DATA, "%%train --nproc 2 --epochs 100000 --log-every 5 --name ddp-stop" + body,
+    nb = notebook(DATA, "%%train --nproc 2 --epochs 100000 --log-every 5 --name ddp-stop" + RECORDING_BODY,
                   "print(train_result.status, train_result.step, train_result.last_checkpoint is not None)",
-                  "%%train --nproc 2 --resume last --max-steps 4 --name ddp-stop" + body,
+                  "%%train --nproc 2 --resume last --max-steps 4 --name ddp-stop" + RECORDING_BODY,
                   "print(train_result.status, train_result.step)")
     client = NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}})
 

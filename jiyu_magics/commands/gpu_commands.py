@@ -17,6 +17,7 @@ def add_commands(commands) -> None:
     p = commands.add_parser("doctor", help="explain why CUDA is unavailable, with fixes (exit 1 on a problem)",
                             description="Checklist of CUDA set-up problems with a concrete fix for each.")
     p.add_argument("--json", action="store_true", help="print the findings as JSON")
+    p.add_argument("--store", action="store_true", help="check the run store (jiyu.sqlite) instead of CUDA")
     p.set_defaults(handler=run_doctor)
 
 
@@ -39,6 +40,10 @@ def run_gpu(args) -> int:
 
 
 def run_doctor(args) -> int:
+    if args.store:
+        from .store_commands import run_store_check
+
+        return run_store_check(args)
     from . import print_json
     from ..views import doctor_report as view
 

@@ -63,7 +63,7 @@ def run_submit(args: argparse.Namespace) -> int:
     from ..views.run_table import submitted_message
 
     run = jobs.submit(args.notebook, **submit_kwargs(args))
-    print(submitted_message(run, control="jiyu {action} {id}"))
+    print(submitted_message(run, control="jiyu {action} {id}", notes=jobs.submit_notes(run)))
     return 0
 
 

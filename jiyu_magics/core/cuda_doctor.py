@@ -15,6 +15,7 @@ from typing import Any, Callable, Mapping
 
 from .gpu_snapshot import cuda_version_string, device_handles, init_nvml, load_nvml, nvml_failure, nvml_value
 from .torch_versions import TorchFacts, torch_facts
+from .torch_wheels import install_command
 from .visible_devices import parse_visible_devices
 
 OK, WARNING, PROBLEM = "ok", "warning", "problem"
@@ -65,7 +66,7 @@ def diagnose(probes: Probes | None = None) -> list[Finding]:
     torch = probes.torch()
     nvml = _query_nvml(probes.nvml)
     return [
-        _check_torch_build(torch),
+        _check_torch_build(torch, nvml),
         _check_nvml(nvml),
         _check_device_nodes(probes.dev_dir),
         _check_nouveau(probes.proc_modules),
@@ -106,9 +107,8 @@ def _query_nvml(load: Callable[[], Any]) -> _Nvml:
     return result
 
 
-def _check_torch_build(torch: TorchFacts | None) -> Finding:
-    fix = ("Install a CUDA build: pip install torch --index-url https://download.pytorch.org/whl/cu124 "
-           "(pick the CUDA version your driver supports; see %gpu_status for the driver's CUDA version).")
+def _check_torch_build(torch: TorchFacts | None, nvml: _Nvml) -> Finding:
+    fix = "Install a CUDA build: " + install_command(torch.version if torch else None, nvml.cuda_driver) + "."
     if torch is None:
         return Finding("torch build", PROBLEM, "torch is not installed.", fix)
     if not torch.cuda:

@@ -42,8 +42,9 @@ class GpuDevice:
     uuid: str | None             # uuid
     gpu_util: int | None = None  # utilization.gpu (%)
     mem_util: int | None = None  # utilization.memory (%)
-    mem_used: int | None = None  # memory.used (bytes)
+    mem_used: int | None = None  # memory.used (bytes; the driver's reserved memory not included)
     mem_total: int | None = None # memory.total (bytes)
+    mem_reserved: int | None = None  # memory.reserved (bytes; None where the driver reports no v2 info)
     temperature: int | None = None   # temperature.gpu (C)
     power_draw: float | None = None  # power.draw (W)
     power_limit: float | None = None # enforced.power.limit (W)
@@ -172,7 +173,7 @@ def nvml_value(fn: Callable, *args: Any) -> Any:
 def _device(nvml: Any, index: int, handle: Any, uuid: str, visible: VisibleDevices,
             mine: set[int]) -> GpuDevice:
     util = nvml_value(nvml.nvmlDeviceGetUtilizationRates, handle)
-    memory = nvml_value(nvml.nvmlDeviceGetMemoryInfo, handle)
+    memory = memory_info(nvml, handle)
     power = nvml_value(nvml.nvmlDeviceGetPowerUsage, handle)
     limit = nvml_value(nvml.nvmlDeviceGetEnforcedPowerLimit, handle)
     mig = nvml_value(nvml.nvmlDeviceGetMigMode, handle)
@@ -181,12 +182,22 @@ def _device(nvml: Any, index: int, handle: Any, uuid: str, visible: VisibleDevic
         name=nvml_value(nvml.nvmlDeviceGetName, handle), uuid=uuid or None,
         gpu_util=getattr(util, "gpu", None), mem_util=getattr(util, "memory", None),
         mem_used=getattr(memory, "used", None), mem_total=getattr(memory, "total", None),
+        mem_reserved=getattr(memory, "reserved", None),
         temperature=nvml_value(nvml.nvmlDeviceGetTemperature, handle, nvml.NVML_TEMPERATURE_GPU),
         power_draw=None if power is None else power / 1000.0,
         power_limit=None if limit is None else limit / 1000.0,
         sm_clock=nvml_value(nvml.nvmlDeviceGetClockInfo, handle, nvml.NVML_CLOCK_SM),
         mig_mode=None if mig is None else bool(mig[0]),
         processes=_processes(nvml, handle, mine))
+
+
+def memory_info(nvml: Any, handle: Any) -> Any:
+    """NVML's v2 memory info where the driver has it, as ``nvidia-smi`` reads it: its ``used``
+    leaves out the memory the driver reserves (about 600 MiB on an idle H200), which v1 counts
+    as used. Older drivers (or nvidia-ml-py) without v2 answer v1."""
+    version = getattr(nvml, "nvmlMemory_v2", None)
+    info = nvml_value(nvml.nvmlDeviceGetMemoryInfo, handle, version) if version is not None else None
+    return info if info is not None else nvml_value(nvml.nvmlDeviceGetMemoryInfo, handle)
 
 
 def _processes(nvml: Any, handle: Any, mine: set[int]) -> list[GpuProcess]:

@@ -1,9 +1,5 @@
-"""The run store: one SQLite row per run, in-kernel trainings and background jobs alike.
-
-Every process (kernel, supervisor, CLI, Jupyter server) opens its own short connection: WAL
-mode lets readers go on while a writer commits, and a busy timeout plus ``BEGIN IMMEDIATE``
-makes concurrent writers queue instead of failing with "database is locked".
-"""
+"""The run store: one SQLite row per run, in-kernel trainings and background jobs alike
+(the file itself, its schema and its connections: ``store_db``)."""
 
 from __future__ import annotations
 
@@ -13,49 +9,20 @@ import secrets
 import socket
 import sqlite3
 import time
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import psutil
 
-from .run_files import store_path
+from .run_files import run_dir, store_path
+from .store_db import StoreDatabase
 from .run_model import ACTIVE, RunKind, RunStatus
 
 STATUSES = RunStatus.values()
 KINDS = RunKind.values()
 QUEUED_GRACE_S = 120.0  # a run queued longer than this with no process behind it was never started
-SCHEMA_VERSION = 2
-MIGRATIONS = {2: "ALTER TABLE runs ADD COLUMN stop_grace REAL"}  # to version: from the one before
-_ready: set[Path] = set()  # stores this process has already created or migrated
-
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS runs (
-    id TEXT PRIMARY KEY,
-    name TEXT NOT NULL,
-    kind TEXT NOT NULL,
-    status TEXT NOT NULL,
-    nproc INTEGER NOT NULL DEFAULT 1,
-    nnodes INTEGER NOT NULL DEFAULT 1,
-    notebook TEXT,
-    cwd TEXT,
-    host TEXT NOT NULL,
-    backend TEXT NOT NULL DEFAULT 'local',
-    params TEXT NOT NULL DEFAULT '{}',
-    pid INTEGER,
-    pid_started REAL,
-    pgid INTEGER,
-    created REAL NOT NULL,
-    started REAL,
-    ended REAL,
-    exit_code INTEGER,
-    error TEXT,
-    stop_requested INTEGER NOT NULL DEFAULT 0,
-    stop_grace REAL
-);
-CREATE INDEX IF NOT EXISTS runs_by_status ON runs(status);
-"""
+RECORD_FILE = "run.json"  # a copy of the row in the run's folder: what `jiyu store repair` rebuilds from
 
 
 class UnknownRun(LookupError):
@@ -105,14 +72,31 @@ class Run:
         return data
 
     @classmethod
-    def from_row(cls, row: sqlite3.Row) -> "Run":
-        data = dict(row)
-        data["params"] = json.loads(data["params"] or "{}")
-        data["stop_requested"] = bool(data["stop_requested"])
+    def from_row(cls, row: sqlite3.Row | dict) -> "Run":
+        """From a store row, or a run folder's record of one (whose unknown keys, from a newer
+        jiyu, are ignored)."""
+        data = {k: v for k, v in dict(row).items() if k in _COLUMNS}
+        data["params"] = json.loads(data.get("params") or "{}")
+        data["stop_requested"] = bool(data.get("stop_requested"))
         return cls(**data)
+
+    from_record = from_row
 
 
 _COLUMNS = {f.name for f in fields(Run)}
+
+
+def save_record(run: Run) -> None:
+    """The row, copied into the run's folder when it is created and when it ends, so a lost or
+    corrupt store can be rebuilt (``store_repair``). Best effort: the store is the authority."""
+    folder = run_dir(run.id)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        temp = folder / f".{RECORD_FILE}.{os.getpid()}"
+        temp.write_text(json.dumps(RunStore._to_row(run)))
+        os.replace(temp, folder / RECORD_FILE)
+    except OSError:
+        pass
 
 
 def new_run_id() -> str:
@@ -146,56 +130,8 @@ class RunStore:
     def __init__(self, path: Path | str | None = None):
         self.path = Path(path) if path else store_path()
         self.host = socket.gethostname()
-        if self.path not in _ready or not self.path.exists():
-            self._create_or_migrate()
-            _ready.add(self.path)
-
-    def _create_or_migrate(self) -> None:
-        """Once per process and file: a store opened every second (``%job attach``, the
-        server) must not take the write lock each time."""
-        with self._read() as db:
-            if db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION:
-                return
-        with self._write() as db:
-            version = db.execute("PRAGMA user_version").fetchone()[0]
-            exists = db.execute("SELECT 1 FROM sqlite_master WHERE name = 'runs'").fetchone()
-            if exists:
-                for target in range(max(version, 1) + 1, SCHEMA_VERSION + 1):
-                    db.execute(MIGRATIONS[target])
-            for statement in filter(str.strip, SCHEMA.split(";")):
-                db.execute(statement)
-            db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-
-    def _connect(self) -> sqlite3.Connection:
-        db = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
-        db.row_factory = sqlite3.Row
-        db.execute("PRAGMA busy_timeout = 30000")
-        if db.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
-            db.execute("PRAGMA journal_mode = WAL")
-        db.execute("PRAGMA synchronous = NORMAL")
-        return db
-
-    @contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
-        db = self._connect()
-        try:
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                yield db
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
-            db.execute("COMMIT")
-        finally:
-            db.close()
-
-    @contextmanager
-    def _read(self) -> Iterator[sqlite3.Connection]:
-        db = self._connect()
-        try:
-            yield db
-        finally:
-            db.close()
+        self.db = StoreDatabase(self.path)
+        self._read, self._write = self.db.read, self.db.write
 
     # -- writing ---------------------------------------------------------------------------
     def create(self, kind: RunKind | str, name: str | None = None, *, status: RunStatus | str = RunStatus.QUEUED,
@@ -219,7 +155,17 @@ class RunStore:
             row = self._to_row(run)
             db.execute(f"INSERT INTO runs ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})",
                        tuple(row.values()))
+        save_record(run)
         return run
+
+    def restore(self, runs) -> int:
+        """Writes runs back as they were (``jiyu store repair``), replacing rows of the same id."""
+        rows = [self._to_row(run) for run in runs]
+        with self._write() as db:
+            for row in rows:
+                db.execute(f"INSERT OR REPLACE INTO runs ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})",
+                           tuple(row.values()))
+        return len(rows)
 
     def update(self, run_id: str, **values: Any) -> Run:
         unknown = set(values) - _COLUMNS
@@ -256,7 +202,9 @@ class RunStore:
                     status = RunStatus.STOPPED
                 db.execute("UPDATE runs SET status = ?, exit_code = ?, error = ?, ended = ? WHERE id = ?",
                            (status, exit_code, error, time.time(), run_id))
-        return self.get(run_id)
+        run = self.get(run_id)
+        save_record(run)
+        return run
 
     # -- reading ---------------------------------------------------------------------------
     def get(self, run_id: str) -> Run:

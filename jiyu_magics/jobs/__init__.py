@@ -17,7 +17,7 @@ from .job_error import JobError
 from .export.notebook_export import ExecutedCell, Export, export_history, export_notebook
 from .process.torchrun_launch import Launch
 from .export.params import parse_pairs
-from .submit import submit
+from .submit import SubmitNotes, submit, submit_notes
 
 __all__ = ["JobError", "submit", "stop", "resolve", "list_runs", "ExecutedCell", "Export", "export_history",
-           "export_notebook", "Launch", "parse_pairs"]
+           "export_notebook", "Launch", "parse_pairs", "SubmitNotes", "submit_notes"]

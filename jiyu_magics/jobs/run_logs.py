@@ -8,15 +8,22 @@ from typing import Callable, Iterator
 
 from ..core.run_files import RunFiles
 from ..core.run_store import RunStore
+from .job_error import JobError
 
 FOLLOW_POLL_S = 0.5
 CHUNK = 64 * 1024
 
 
 def tail(run_id: str, lines: int | None = None) -> tuple[str, int]:
-    """The last ``lines`` lines (all when None) and the byte offset to follow from."""
+    """The last ``lines`` lines (all when None) and the byte offset to follow from. A run whose
+    folder is gone has no log to show: a ``JobError``, not an empty answer that looks fine."""
+    if lines is not None and lines < 0:
+        raise JobError(f"--tail {lines}: expected a number of lines >= 0")
+    files = RunFiles.of(run_id)
+    if not files.root.is_dir():
+        raise JobError(f"run {run_id} has no folder any more ({files.root} was deleted): no log to show")
     try:
-        with open(RunFiles.of(run_id).log, "rb") as f:
+        with open(files.log, "rb") as f:
             size = f.seek(0, os.SEEK_END)
             data = _all(f) if lines is None else _last_lines(f, size, lines)
     except FileNotFoundError:

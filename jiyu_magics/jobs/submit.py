@@ -6,12 +6,15 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..core.run_files import RunFiles
+from ..core.run_names import BadRunName, check_run_name
 from ..core.run_store import Run, RunStore, process_start_time
 from .process import torchrun_command as torchrun
 from .job_error import JobError
+from .export import job_hazards
 from .export.notebook_export import export_notebook
 from .launch_spec import LaunchSpec, check_fits_devices
 
@@ -28,6 +31,10 @@ def submit(notebook: str | os.PathLike, *, nproc: int = 1, nnodes: int = 1, para
     ``kubernetes`` as a generated spec (submitted when ``sbatch``/``kubectl`` exist). Returns the
     run at once. Raises ``JobError`` (one line) for bad input; nothing is created then."""
     spec = LaunchSpec(nproc, nnodes, max_restarts, backend, rdzv_endpoint, node_rank, notify).validated()
+    try:
+        name = check_run_name(name)
+    except BadRunName as error:
+        raise JobError(f"--name: {error}") from None
     path = _notebook_path(notebook, cwd)
     export = export_notebook(path, params)
     if backend == "local":
@@ -40,7 +47,8 @@ def submit(notebook: str | os.PathLike, *, nproc: int = 1, nnodes: int = 1, para
                        cwd=str(workdir), backend=backend, params=export.params)
     files = RunFiles.of(run.id).create()
     export.write(files.script)
-    (files.root / EXPORT_NOTES).write_text(json.dumps({"code_cells": export.code_cells, "left_out": export.left_out}))
+    (files.root / EXPORT_NOTES).write_text(json.dumps({"code_cells": export.code_cells, "left_out": export.left_out,
+                                                       "warnings": _warnings(export, nproc * nnodes)}))
     files.params.write_text(json.dumps(export.params, indent=2, default=repr))
     spec.save(files)
     try:
@@ -86,9 +94,31 @@ def _reap() -> None:
     _started[:] = [p for p in _started if p.poll() is None]
 
 
-def left_out(run_id: str) -> list[str]:
-    """What the export of this run's notebook left out (one line each), for the submit message."""
+def _warnings(export, processes: int) -> list[str]:
+    found = list(export.warnings)
+    if processes > 1 and not export.trains:
+        found.insert(0, job_hazards.whole_notebook_per_process(processes))
+    return found
+
+
+@dataclass
+class SubmitNotes:
+    """What a submission has to tell the person who made it, as plain data for the views."""
+
+    left_out: list[str] = field(default_factory=list)   # one line per cell or command left out
+    warnings: list[str] = field(default_factory=list)   # what will likely block or misbehave
+    handover: str | None = None                         # what the scheduler said (Slurm, Kubernetes)
+
+
+def submit_notes(run: Run) -> SubmitNotes:
     try:
-        return json.loads((RunFiles.of(run_id).root / EXPORT_NOTES).read_text())["left_out"]
-    except (OSError, ValueError, KeyError):
-        return []
+        saved = json.loads((RunFiles.of(run.id).root / EXPORT_NOTES).read_text())
+    except (OSError, ValueError):
+        saved = {}
+    handover = None
+    if run.backend != "local":
+        from .backends import Handover
+
+        found = Handover.load(run.id)
+        handover = found.message if found else None
+    return SubmitNotes(list(saved.get("left_out", [])), list(saved.get("warnings", [])), handover)

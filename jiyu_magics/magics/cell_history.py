@@ -5,6 +5,8 @@ records them from the moment the extension loads."""
 
 from __future__ import annotations
 
+import time
+
 from ..jobs import ExecutedCell
 
 ATTRIBUTE = "_jiyu_cell_history"
@@ -15,6 +17,7 @@ class CellHistory:
         self.shell = shell
         self.first_recorded = shell.execution_count  # cells before this ran before we listened
         self.recorded: list[ExecutedCell] = []
+        self.last_run: float | None = None  # when the last recorded cell finished (wall clock)
         shell.events.register("post_run_cell", self.record)
 
     @classmethod
@@ -29,6 +32,7 @@ class CellHistory:
     def record(self, result) -> None:
         if getattr(result.info, "store_history", True) and result.info.raw_cell.strip():
             self.recorded.append(ExecutedCell.from_result(result))
+            self.last_run = time.time()
 
     def cells(self) -> list[ExecutedCell]:
         """Every executed cell in order. Cells from before the extension loaded come from

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 from IPython.core.error import UsageError
@@ -93,8 +94,22 @@ class JobMagics(Magics):
             run = jobs.submit(notebook, **submit_kwargs(args))
         except jobs.JobError as error:
             raise UsageError(str(error)) from None
-        print(view.submitted_message(run, control="%job {action} {id}"))
+        print(view.submitted_message(run, control="%job {action} {id}", notes=jobs.submit_notes(run)))
+        if not args.notebook:
+            self._warn_if_unsaved(Path(notebook))
         return SubmittedRunId(run.id)
+
+    def _warn_if_unsaved(self, notebook: Path) -> None:
+        """The job runs the notebook as saved; edits run here since the last save are not in it."""
+        last_run = self.history.last_run
+        try:
+            saved = notebook.stat().st_mtime
+        except OSError:
+            return
+        if last_run is not None and saved < last_run:
+            print(f"Warning: {notebook.name} was last saved at {time.strftime('%H:%M:%S', time.localtime(saved))}, "
+                  f"before the last cell you ran here: the job runs the notebook as saved (save first to include "
+                  "your latest edits).")
 
     @magic_arguments()
     @argument("--all", action="store_true", help="include finished runs")

@@ -122,7 +122,9 @@ class MetricsHandler(JiyuHandler):
     def _scraper_token_matches(self) -> bool:
         expected = self.app.metrics_token
         scheme, _, given = self.request.headers.get("Authorization", "").partition(" ")
-        return bool(expected) and scheme.lower() == "bearer" and hmac.compare_digest(given.strip(), expected)
+        # bytes: compare_digest refuses non-ASCII str (a header may hold any latin-1 text)
+        return bool(expected) and scheme.lower() == "bearer" and hmac.compare_digest(
+            given.strip().encode("utf-8", "surrogateescape"), expected.encode("utf-8"))
 
     @web.authenticated
     @answers_errors

@@ -13,6 +13,7 @@ from typing import Any, Awaitable, Callable
 from tornado import web
 
 from ..core.run_store import UnknownRun
+from ..core.store_db import StoreUnusable
 
 
 class RequestError(Exception):
@@ -43,7 +44,8 @@ Verb = Callable[..., Awaitable[Any]]
 
 
 def answers_errors(verb: Verb) -> Verb:
-    """Decorates a handler verb: ``RequestError`` → its status, ``UnknownRun`` → 404, each with
+    """Decorates a handler verb: ``RequestError`` → its status, ``UnknownRun`` → 404, an
+    unusable run store → 503, each with
     ``{"message": ...}`` (``APIHandler.write_error`` writes the JSON, as for auth errors)."""
 
     @functools.wraps(verb)
@@ -54,5 +56,7 @@ def answers_errors(verb: Verb) -> Verb:
             raise web.HTTPError(error.status, str(error)) from None
         except UnknownRun as error:
             raise web.HTTPError(404, str(error)) from None
+        except StoreUnusable as error:
+            raise web.HTTPError(503, str(error)) from None
 
     return answer

@@ -12,6 +12,8 @@ from pathlib import Path, PurePosixPath
 
 from .http_errors import Forbidden, RequestError
 
+MAX_NAME_BYTES, MAX_PATH_BYTES = 255, 4096  # Linux's NAME_MAX and PATH_MAX
+
 
 def resolve_notebook(root: str | Path, relpath: object) -> Path:
     """The real path of the notebook ``relpath`` names, guaranteed to lie under ``root``."""
@@ -19,11 +21,14 @@ def resolve_notebook(root: str | Path, relpath: object) -> Path:
     if pure.suffix != ".ipynb":
         raise RequestError(f"not a notebook (expected a .ipynb file): {relpath!r}")
     root = Path(root).resolve()
-    target = (root / pure).resolve()
-    if not target.is_relative_to(root):
-        raise Forbidden(f"{relpath!r} leads outside the server root through a symlink")
-    if not target.is_file():
-        raise RequestError(f"no notebook at {relpath!r} under the server root")
+    try:
+        target = (root / pure).resolve()
+        if not target.is_relative_to(root):
+            raise Forbidden(f"{relpath!r} leads outside the server root through a symlink")
+        if not target.is_file():
+            raise RequestError(f"no notebook at {relpath!r} under the server root")
+    except OSError as error:  # a name the file system refuses (ENAMETOOLONG, ELOOP, ...)
+        raise RequestError(f"the notebook path cannot be opened: {error.strerror or error}") from None
     return target
 
 
@@ -37,4 +42,7 @@ def _relative(relpath: object) -> PurePosixPath:
         raise RequestError(f"the notebook path must be relative to the server root, got {relpath!r}")
     if ".." in pure.parts:
         raise RequestError(f"the notebook path must not contain '..', got {relpath!r}")
+    if len(relpath.encode()) > MAX_PATH_BYTES or any(len(part.encode()) > MAX_NAME_BYTES for part in pure.parts):
+        raise RequestError(f"the notebook path is too long (names of at most {MAX_NAME_BYTES} bytes, "
+                           f"{MAX_PATH_BYTES} in all)")
     return pure

@@ -16,6 +16,8 @@ from .http_errors import RequestError
 from .notebook_paths import resolve_notebook
 
 MAX_NPROC = 1024
+MAX_BODY_BYTES = 1024 * 1024
+MAX_OFFSET = 2**63 - 1  # what a file offset can be
 MAX_NAME = 200
 SUBMIT_FIELDS = ("notebook", "nproc", "params", "name")
 
@@ -35,10 +37,14 @@ def _no_constants(name: str):
 
 
 def json_object(body: bytes) -> dict:
+    if len(body or b"") > MAX_BODY_BYTES:
+        raise RequestError(f"the request body is larger than {MAX_BODY_BYTES // 1024} KiB")
     try:
         data = json.loads(body or b"null", parse_constant=_no_constants)
     except (ValueError, UnicodeDecodeError) as error:
         raise RequestError(f"the request body is not valid JSON ({error})") from None
+    except RecursionError:
+        raise RequestError("the request body is nested too deeply") from None
     if not isinstance(data, dict):
         raise RequestError("the request body must be a JSON object")
     return data
@@ -49,7 +55,9 @@ def offset(text: str | None) -> int:
     if text is None or text == "":
         return 0
     if not (text.isascii() and text.isdigit()):
-        raise RequestError(f"'offset' must be a non-negative integer byte offset, got {text!r}")
+        raise RequestError(f"'offset' must be a non-negative integer byte offset, got {text[:40]!r}")
+    if len(text) > 19 or int(text) > MAX_OFFSET:
+        raise RequestError(f"'offset' {text[:40]}{'…' if len(text) > 40 else ''} is past the end of any log")
     return int(text)
 
 

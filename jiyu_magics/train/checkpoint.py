@@ -7,8 +7,10 @@ final name and fsyncs the folder. A writer killed mid-save leaves only a tempora
 
 from __future__ import annotations
 
+import errno
 import os
 import pickle
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +22,15 @@ from .train_errors import TrainConfigError
 FORMAT = "jiyu-checkpoint/1"
 SUFFIX = ".pt"
 TEMP_MARK = ".tmp-"
+
+
+class CheckpointWriteError(OSError):
+    """A checkpoint could not be written (a full disk, a read-only folder). torch's own error
+    for a full disk is "unexpected pos 9216 vs 9110", with the real cause two exceptions deep:
+    this says what happened, where, and what was kept, in one line."""
+
+    def _render_traceback_(self) -> list[str]:  # IPython: the line, not the engine's frames
+        return [f"CheckpointWriteError: {self}"]
 
 
 def checkpoint_name(step: int, label: str = "") -> str:
@@ -37,11 +48,57 @@ def save_atomic(state: dict[str, Any], path: Path | str) -> Path:
             f.flush()
             os.fsync(f.fileno())
         os.replace(temp, path)
-    except BaseException:
+    except BaseException as error:
         temp.unlink(missing_ok=True)
-        raise
+        cause = _os_error_in(error)
+        if cause is None:
+            raise
+        raise CheckpointWriteError(cause.errno, _write_failure(cause, path, state)) from None
     _fsync_folder(path.parent)
     return path
+
+
+def _os_error_in(error: BaseException) -> OSError | None:
+    """The OSError behind a failed save, however deep torch's writer wrapped it."""
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, OSError) and error.errno is not None:
+            return error
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return None
+
+
+def _write_failure(cause: OSError, path: Path, state: dict[str, Any]) -> str:
+    folder = path.parent
+    if cause.errno in (errno.ENOSPC, errno.EDQUOT):
+        free = shutil.disk_usage(folder).free
+        return (f"cannot write checkpoint {path.name}: no space left on the disk of {_mount_of(folder)} "
+                f"({_mib(free)} free, the checkpoint needs about {_mib(tensor_bytes(state))}) for {folder}; "
+                "free some space or pass --ckpt-dir on a larger disk")
+    return f"cannot write checkpoint {path}: {cause.strerror or cause}"
+
+
+def tensor_bytes(value: Any) -> int:
+    """The bytes of every tensor in a (nested) state: about what its file will take."""
+    if isinstance(value, torch.Tensor):
+        return value.numel() * value.element_size()
+    if isinstance(value, dict):
+        return sum(tensor_bytes(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return sum(tensor_bytes(v) for v in value)
+    return 0
+
+
+def _mount_of(folder: Path) -> Path:
+    folder = folder.resolve()
+    while not os.path.ismount(folder) and folder.parent != folder:
+        folder = folder.parent
+    return folder
+
+
+def _mib(count: int) -> str:
+    return f"{count / 2**20:.1f} MiB"
 
 
 def load_checkpoint(path: Path | str, map_location: Any = "cpu") -> dict[str, Any]:
@@ -57,7 +114,10 @@ def load_checkpoint(path: Path | str, map_location: Any = "cpu") -> dict[str, An
 
 
 def newest_checkpoint(folder: Path | str) -> Path | None:
-    """The most recently completed checkpoint in ``folder`` (temporary files excluded)."""
+    """The most recently completed checkpoint in ``folder`` (temporary files excluded; those
+    of writers that died mid-save are removed while we look)."""
+    if Path(folder).is_dir():
+        remove_stale_temps(Path(folder))
     candidates = [p for p in Path(folder).glob(f"*{SUFFIX}") if not p.name.startswith(".")]
     if not candidates:
         return None
@@ -91,7 +151,11 @@ class CheckpointKeeper:
         """Saves (rank 0) or only records (other ranks: the same paths, for their results)."""
         path = self.folder / checkpoint_name(step, self.label)
         if write:
-            save_atomic({"format": FORMAT, **state}, path)
+            try:
+                save_atomic({"format": FORMAT, **state}, path)
+            except CheckpointWriteError as error:
+                kept = f"; the last checkpoint, {self.last}, is kept" if self.last else ""
+                raise CheckpointWriteError(error.errno, f"{error.strerror}{kept}") from None
         if path in self.saved:
             self.saved.remove(path)
         self.saved.append(path)

@@ -10,12 +10,14 @@ set ``JIYU_RESUME``.
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..core.event_log import EventLog, read_events
 from ..core.run_files import RUN_ID_ENV, RunFiles
-from ..core.run_store import RunStore, process_start_time
+from ..core.run_store import RunStore, new_run_id, process_start_time
+from ..core.store_db import StoreUnusable
 from .checkpoint import newest_checkpoint
 from .process_group import DistContext
 from .train_errors import TrainConfigError
@@ -23,6 +25,7 @@ from .train_errors import TrainConfigError
 RESUME_ENV = "JIYU_RESUME"
 RESTART_ENV = "TORCHELASTIC_RESTART_COUNT"
 NOTEBOOK_ENV = "JPY_SESSION_NAME"  # jupyter_server tells the kernel its notebook's path
+UNRECORDED_PREFIX = "unrecorded-"  # the id of a run trained while the store was unusable
 
 
 @dataclass
@@ -32,13 +35,15 @@ class RunBinding:
     owned: bool                      # this call created the run and sets its final status
     events: EventLog | None = None   # rank 0 only
     fit_index: int = 0               # how many fit calls wrote into this run before this one
+    unrecorded: bool = False         # the run store was unusable: trained, but not in %jobs
 
     @classmethod
     def open(cls, name: str, dist: DistContext, params: dict) -> "RunBinding":
         attached = os.environ.get(RUN_ID_ENV)
         run_id = attached or dist.broadcast(_register(name, dist, params) if dist.is_writer else None)
+        unrecorded = run_id.startswith(UNRECORDED_PREFIX)
         files = RunFiles.of(run_id)
-        binding = cls(run_id, files, owned=not attached)
+        binding = cls(run_id, files, owned=not attached, unrecorded=unrecorded)
         if dist.is_writer:
             files.create()
             binding.fit_index = sum(e.get("kind") == "start" for e in read_events(files.events)[0])
@@ -51,8 +56,11 @@ class RunBinding:
         return f"fit{self.fit_index + 1}-" if self.fit_index else ""
 
     def finish(self, status: str, error: str | None = None) -> None:
-        if self.owned and self.events is not None:
-            RunStore().finish(self.run_id, status, exit_code=0 if status == "succeeded" else None, error=error)
+        if self.owned and self.events is not None and not self.unrecorded:
+            try:
+                RunStore().finish(self.run_id, status, exit_code=0 if status == "succeeded" else None, error=error)
+            except StoreUnusable as problem:
+                _warn_unrecorded(problem)
 
     def close(self) -> None:
         if self.events is not None:
@@ -60,11 +68,21 @@ class RunBinding:
 
 
 def _register(name: str, dist: DistContext, params: dict) -> str:
+    """The new run's id. An unusable store (corrupt, deleted, full disk) must not stop training:
+    the run gets a folder of its own, is said to be unrecorded, and trains."""
     pid = os.getpid()
-    run = RunStore().create("ddp" if dist.distributed else "kernel", name, status="running", pid=pid,
-                            pid_started=process_start_time(pid), pgid=os.getpgid(0), nproc=dist.world_size,
-                            notebook=os.environ.get(NOTEBOOK_ENV), params=params)
+    try:
+        run = RunStore().create("ddp" if dist.distributed else "kernel", name, status="running", pid=pid,
+                                pid_started=process_start_time(pid), pgid=os.getpgid(0), nproc=dist.world_size,
+                                notebook=os.environ.get(NOTEBOOK_ENV), params=params)
+    except StoreUnusable as problem:
+        _warn_unrecorded(problem)
+        return UNRECORDED_PREFIX + new_run_id()
     return run.id
+
+
+def _warn_unrecorded(problem: StoreUnusable) -> None:
+    print(f"jiyu: this run is not recorded in the run store, training goes on ({problem})", file=sys.stderr)
 
 
 def default_name(model: object) -> str:
@@ -101,7 +119,11 @@ def resume_path(requested: str | None, run: RunBinding, name: str) -> Path | Non
 
 def _last_of_name(name: str, current: str) -> Path | None:
     notebook = os.environ.get(NOTEBOOK_ENV)
-    for past in RunStore().list():
+    try:
+        runs = RunStore().list()
+    except StoreUnusable as problem:
+        raise TrainConfigError(f"--resume last needs the run store: {problem}") from None
+    for past in runs:
         if past.id != current and past.name == name and past.notebook == notebook:
             found = newest_checkpoint(RunFiles.of(past.id).ckpt)
             if found is not None:

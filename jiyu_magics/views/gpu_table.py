@@ -34,6 +34,12 @@ def _power(d: GpuDevice) -> str:
     return f"{na(d.power_draw, '{:.0f}')}/{na(d.power_limit, '{:.0f}')} W"
 
 
+def memory_text(d: GpuDevice, unit: str = "") -> str:
+    """Used / total, and the driver's reserved memory apart (as nvidia-smi separates it)."""
+    reserved = f" (+{gib(d.mem_reserved)} reserved)" if d.mem_reserved else ""
+    return f"{gib(d.mem_used)} / {gib(d.mem_total)}{unit}{reserved}"
+
+
 def _mig(d: GpuDevice) -> str:
     return NA if d.mig_mode is None else ("on" if d.mig_mode else "off")
 
@@ -43,7 +49,7 @@ def render_text(snap: GpuSnapshot, doctor_hint: str = "%gpu_doctor") -> str:
         return no_gpu_line(snap, doctor_hint)
     headers = ["GPU", "cuda", "Name", "Util", "Mem util", "Memory (GiB)", "", "Temp", "Power", "SM clock", "MIG"]
     rows = [[str(d.index), _cuda_index(d), na(d.name), na(d.gpu_util, "{}%"), na(d.mem_util, "{}%"),
-             f"{gib(d.mem_used)} / {gib(d.mem_total)}", f"[{bar(d.mem_fraction)}]",
+             memory_text(d), f"[{bar(d.mem_fraction)}]",
              na(d.temperature, "{}C"), _power(d), na(d.sm_clock, "{} MHz"), _mig(d)] for d in snap.devices]
     out = [versions_line(snap), text_table(headers, rows, right={0, 3, 4, 7})]
     out += [f"  GPU {d.index}: {na(d.uuid)}" for d in snap.devices]
@@ -88,7 +94,7 @@ def render_html(snap: GpuSnapshot) -> str:
     rows = "".join(
         f"<tr><td class=num>{d.index}</td><td>{_cuda_index(d)}</td><td>{escape(na(d.name))}</td>"
         f"<td class=num>{na(d.gpu_util, '{}%')}</td><td class=num>{na(d.mem_util, '{}%')}</td>"
-        f"<td class=num>{gib(d.mem_used)} / {gib(d.mem_total)} GiB</td><td>{_html_bar(d.mem_fraction)}</td>"
+        f"<td class=num>{memory_text(d, ' GiB')}</td><td>{_html_bar(d.mem_fraction)}</td>"
         f"<td class=num>{na(d.temperature, '{}&deg;C')}</td><td class=num>{_power(d)}</td>"
         f"<td class=num>{na(d.sm_clock, '{} MHz')}</td><td>{_mig(d)}</td><td>{escape(na(d.uuid))}</td></tr>"
         for d in snap.devices)

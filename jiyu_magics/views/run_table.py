@@ -102,22 +102,18 @@ def render_summary_text(run: Run) -> str:
     return "\n".join(f"{k.ljust(width)}  {v}" for k, v in lines)
 
 
-def submitted_message(run: Run, control: str) -> str:
+def submitted_message(run: Run, control: str, notes) -> str:
     """What a person reads right after submitting; ``control`` spells a follow-up command in
-    the front-end's syntax, e.g. ``"%job {action} {id}"`` or ``"jiyu {action} {id}"``."""
-    from ..jobs.submit import left_out
-
+    the front-end's syntax, e.g. ``"%job {action} {id}"`` or ``"jiyu {action} {id}"``; ``notes``
+    is what the submission noted (``jobs.submit_notes``: left out, warnings, scheduler handover)."""
     if run.backend != "local":
-        from ..jobs.backends import Handover
-
-        handover = Handover.load(run.id)
-        return f"Run {run.id} ({run.name}) for {run.backend}: " + (handover.message if handover else "no spec written")
+        return f"Run {run.id} ({run.name}) for {run.backend}: " + (notes.handover or "no spec written")
     follow = control.format(action="logs", id=run.id) + " -f"
     stop = control.format(action="stop", id=run.id)
     lines = [f"Submitted run {run.id} ({run.name}): {run.nproc * run.nnodes} process(es) from {run.notebook}",
              f"Follow it: {follow}    Stop it: {stop}"]
-    notes = left_out(run.id)
-    if notes:
-        more = " …" if len(notes) > 3 else ""
-        lines.append(f"Left out of the job ({len(notes)}): " + "; ".join(notes[:3]) + more)
+    if notes.left_out:
+        more = " …" if len(notes.left_out) > 3 else ""
+        lines.append(f"Left out of the job ({len(notes.left_out)}): " + "; ".join(notes.left_out[:3]) + more)
+    lines += [f"Warning: {warning}" for warning in notes.warnings]
     return "\n".join(lines)

@@ -10,6 +10,10 @@ instead. It mimics the real API's names, return shapes, units (mW, bytes) and ex
 * GPU 1 "Tesla T4": utilisation, temperature, power, clocks, MIG and process queries raise
   ``NVMLError_NotSupported`` (as on vGPU/some datacenter SKUs); memory is reported.
 
+Memory comes as NVML reports it: v2 (``version=nvmlMemory_v2``) has ``reserved`` apart and a
+``used`` without it, v1 counts the reserved memory as used. ``JIYU_NVML_DOUBLE_NO_V2=1`` makes
+the v2 call fail as on a driver without it.
+
 ``JIYU_NVML_DOUBLE_COUNT=0`` makes it report a loaded driver with no GPU; ``=missing`` makes
 ``nvmlInit`` fail like a host without the library.
 """
@@ -20,6 +24,7 @@ from types import SimpleNamespace
 NVML_TEMPERATURE_GPU = 0
 NVML_CLOCK_SM = 1
 NVML_VALUE_NOT_AVAILABLE_ulonglong = 2**64 - 1
+nvmlMemory_v2 = 0x02000028
 _DOUBLE = True  # lets tests assert the double is the module in use
 
 
@@ -37,18 +42,24 @@ class NVMLError_LibraryNotFound(NVMLError):
         return "NVML Shared Library Not Found"
 
 
+class NVMLError_FunctionNotFound(NVMLError):
+    def __str__(self):
+        return "Function Not Found"
+
+
 class NVMLError_InvalidArgument(NVMLError):
     def __str__(self):
         return "Invalid Argument"
 
 
 GIB = 2**30
+MIB = 2**20
 _DEVICES = [
     dict(name="NVIDIA H100 80GB HBM3", uuid="GPU-11111111-2222-3333-4444-555555555555",
-         total=80 * GIB, used=12 * GIB, util=(45, 30), temp=54, power=250_000, limit=700_000,
+         total=80 * GIB, used=12 * GIB, reserved=615 * MIB, util=(45, 30), temp=54, power=250_000, limit=700_000,
          sm=1980, mig=(0, 0)),
     dict(name="Tesla T4", uuid="GPU-99999999-8888-7777-6666-000000000000",
-         total=16 * GIB, used=1 * GIB, util=None, temp=None, power=None, limit=None, sm=None, mig=None),
+         total=16 * GIB, used=1 * GIB, reserved=0, util=None, temp=None, power=None, limit=None, sm=None, mig=None),
 ]
 calls = {"init": 0}
 
@@ -105,8 +116,13 @@ def nvmlDeviceGetUtilizationRates(h):
     return SimpleNamespace(gpu=gpu, memory=memory)
 
 
-def nvmlDeviceGetMemoryInfo(h):
-    return SimpleNamespace(total=h["total"], used=h["used"], free=h["total"] - h["used"])
+def nvmlDeviceGetMemoryInfo(h, version=None):
+    free = h["total"] - h["used"] - h["reserved"]
+    if not version:  # v1: the driver's reserved memory counts as used
+        return SimpleNamespace(total=h["total"], used=h["used"] + h["reserved"], free=free)
+    if os.environ.get("JIYU_NVML_DOUBLE_NO_V2"):
+        raise NVMLError_FunctionNotFound()
+    return SimpleNamespace(version=version, total=h["total"], reserved=h["reserved"], used=h["used"], free=free)
 
 
 def nvmlDeviceGetTemperature(h, sensor):

@@ -75,7 +75,7 @@ def _replica(count: int, name: str, image: str, claim: str, run: Run, spec: Laun
 def render(run: Run, spec: LaunchSpec, files: RunFiles) -> str:
     import yaml
 
-    header = f"# Kubeflow PyTorchJob for jiyu run {run.id} ({run.name}), exported from {run.notebook}.\n"
+    header = f"# Kubeflow PyTorchJob for jiyu run {run.id} ({run.name!r}), exported from {run.notebook!r}.\n"
     return header + yaml.safe_dump_all(manifests(run, spec, files), sort_keys=False, width=120)
 
 

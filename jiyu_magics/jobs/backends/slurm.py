@@ -7,6 +7,7 @@ import shlex
 from pathlib import Path
 
 from ...core.run_files import HOME_ENV, RUN_ID_ENV, RunFiles, jiyu_home
+from ...core.run_names import scheduler_slug
 from ...core.run_store import Run
 from ..process import torchrun_command as torchrun
 from ..launch_spec import LaunchSpec
@@ -22,8 +23,8 @@ def render(run: Run, spec: LaunchSpec, files: RunFiles) -> str:
                            rdzv_id="$SLURM_JOB_ID", max_restarts=spec.max_restarts, launcher=["torchrun"])
     lines = [
         "#!/bin/bash",
-        f"# Slurm job for jiyu run {run.id} ({run.name}), exported from {run.notebook}.",
-        f"#SBATCH --job-name=jiyu-{run.name}",
+        f"# Slurm job for jiyu run {run.id} ({run.name!r}), exported from {run.notebook!r}.",
+        f"#SBATCH --job-name=jiyu-{scheduler_slug(run.name)}",
         f"#SBATCH --nodes={spec.nnodes}",
         "#SBATCH --ntasks-per-node=1",
         f"#SBATCH --gpus-per-node={spec.nproc}",

@@ -18,8 +18,12 @@ DISPLAY_MAGICS = frozenset({
     "matplotlib", "html", "HTML", "javascript", "js", "latex", "markdown", "svg",
     "pinfo", "pinfo2", "pdoc", "pdef", "psource", "pfile", "who", "whos", "who_ls", "lsmagic",
     "magic", "timeit", "debug", "pdb", "page", "qtconsole", "connect_info", "load", "history",
-    "gpu_status", "gpu_doctor",
+    "gpu_status", "gpu_doctor", "tensorboard",
 })
+# Extensions a job does not load: display-only ones, and jiyu_magics, which every job script
+# loads itself (a second %load_ext would only print "already loaded" into each rank's log).
+DISPLAY_EXTENSIONS = frozenset({"tensorboard"})
+LOADED_BY_THE_SCRIPT = frozenset({"jiyu_magics"})
 # Cell magics whose body is notebook code they run: the same rules apply inside them.
 BODY_RUNNING_MAGICS = frozenset({"time", "capture", "prun", "train"})
 # Shell commands that install packages: they belong in the image, not in every rank.
@@ -27,6 +31,7 @@ INSTALLERS = frozenset({"pip", "pip3", "conda", "mamba", "micromamba", "uv", "ap
 # jiyu's own job controls: run inside a job they would submit (or stop) jobs from the job.
 CONTROL_MAGICS = frozenset({"submit", "jobs", "job"})
 KEEP_TAG, SKIP_TAG, PARAMETERS_TAG = "jiyu:keep", "jiyu:skip", "parameters"
+LOADED_BY_SCRIPT = "loaded by the job script itself"
 
 
 @dataclass(frozen=True)
@@ -48,6 +53,8 @@ class Command:
     def reason_to_leave_out(self, keep: bool) -> str | None:
         if self.kind == "getoutput":
             return None  # `files = !ls`: the code uses its value, so it must run
+        if self.loaded_by_the_script:
+            return LOADED_BY_SCRIPT
         if self.name in CONTROL_MAGICS and self.kind in ("line", "cell"):
             return "job control: a job does not submit or stop jobs"
         if keep:
@@ -56,9 +63,19 @@ class Command:
             return "package install: put it in the image"
         if self.kind == "system" or self.name in SHELL_MAGICS:
             return "shell command"
-        if self.name in DISPLAY_MAGICS:
+        if self.name in DISPLAY_MAGICS or self._extension() in DISPLAY_EXTENSIONS:
             return "display-only"
         return None
+
+    @property
+    def loaded_by_the_script(self) -> bool:
+        return self._extension() in LOADED_BY_THE_SCRIPT
+
+    def _extension(self) -> str | None:
+        if self.kind != "line" or self.name not in ("load_ext", "reload_ext"):
+            return None
+        words = self.args.split()
+        return words[0] if words else None
 
     def _installs(self) -> bool:
         words = self.name.split()

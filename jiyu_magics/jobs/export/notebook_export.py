@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from . import cell_rules, script_text as script
+from . import cell_rules, job_hazards, script_text as script
 from ..job_error import JobError
 from .params import assignment_lines, check_params
 
@@ -72,6 +72,8 @@ class Export:
     code_cells: int                       # code cells that made it into the script
     left_out: list[str] = field(default_factory=list)  # one line per cell or command left out
     params: dict[str, Any] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)  # what will likely block or fail in a job
+    trains: bool = False                  # a %%train/%train cell or a fit(...) call is in it
 
     def write(self, path: str | os.PathLike) -> Path:
         """Written whole (temp file + rename): a job never starts from half a script."""
@@ -85,7 +87,10 @@ class Export:
 def export_notebook(path: str | os.PathLike, params: Mapping[str, Any] | None = None) -> Export:
     """The job script of a ``.ipynb`` file; ``params`` override the ``parameters`` cell."""
     path = Path(path).expanduser()
-    return build(read_notebook(path), params, origin=str(path.resolve()))
+    export = build(read_notebook(path), params, origin=str(path.resolve()))
+    if not export.code_cells:
+        raise JobError(f"{path} has no code to run (a new notebook not saved yet? save it, then submit)")
+    return export
 
 
 def export_history(cells: Iterable[ExecutedCell | str], params: Mapping[str, Any] | None = None,
@@ -155,6 +160,7 @@ def _render(cell: SourceCell, transformer, export: Export) -> list[str]:
         return []
     code = python_of(cell, transformer, export)
     export.code_cells += 1
+    job_hazards.scan(code, cell.label, export)
     tags = sorted(cell.tags - {cell_rules.KEEP_TAG})
     title = cell.label + (f" (tags: {', '.join(tags)})" if tags else "")
     if cell.best_effort:
@@ -200,6 +206,8 @@ class _CellFilter:
         """The text replacing the statement and whether that leaves something out; None to
         keep the statement as it is."""
         reason = command.reason_to_leave_out(self.keep)
+        if reason == cell_rules.LOADED_BY_SCRIPT:  # nothing the user loses: not worth a note
+            return f"{' ' * node.col_offset}{'pass  ' if node.col_offset else ''}# jiyu: {command.text} ({reason})", False
         if reason:
             self.export.left_out.append(f"{self.cell.label}: {command.text.splitlines()[0]} ({reason})")
             return _comment_for(node, command, reason), True

@@ -14,8 +14,8 @@ HEADER = '''\
 #!/usr/bin/env python3
 # Exported by jiyu {version} from {origin}.
 # Edit the notebook and export again rather than this file. The cells run in order as this
-# script's top-level code; get_ipython() is a headless IPython shell bound to this module, so
-# magics (%%train included) behave as in the notebook.
+# script's top-level code; get_ipython() is a headless IPython shell bound to this module, with
+# jiyu_magics loaded, so magics (%%train included) behave as in the notebook.
 import os as _jiyu_os
 import sys as _jiyu_sys
 
@@ -28,7 +28,10 @@ def _jiyu_headless_shell():
 
     config = Config()
     config.HistoryManager.enabled = False  # ranks must not share IPython's history database
-    return InteractiveShell.instance(config=config, user_module=_jiyu_sys.modules[__name__])
+    shell = InteractiveShell.instance(config=config, user_module=_jiyu_sys.modules[__name__])
+    # always: the notebook may have loaded it through an IPython profile, not %load_ext
+    shell.extension_manager.load_extension("jiyu_magics")
+    return shell
 
 
 _jiyu_headless_shell()

@@ -1,0 +1,128 @@
+"""Checking the run store, and rebuilding it from the run folders when it is corrupt or gone.
+
+Each run folder holds what the row said (``run.json``, written when the run was created and
+when it ended) and its event log, so a store file lost to a crash, a full disk or a stray
+``rm`` costs nothing: ``jiyu store repair`` sets the broken file aside and writes every run
+back. Runs whose ``run.json`` is missing (folders from older versions) are rebuilt from their
+event log and launch spec, as well as those can tell.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import sqlite3
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .event_log import read_events
+from .run_files import jiyu_home, runs_root, store_path
+from .run_model import END_STATUSES, EventKind, RunKind, RunStatus
+from .run_store import RECORD_FILE, Run, RunStore
+from .store_db import SCHEMA_VERSION
+
+LAUNCH_FILE = "launch.json"
+
+
+@dataclass
+class StoreCheck:
+    path: Path
+    problems: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def healthy(self) -> bool:
+        return not self.problems
+
+
+def check_store(home: Path | None = None) -> StoreCheck:
+    """What `jiyu doctor --store` reports: the file's integrity and schema, and run folders the
+    store does not know (what a repair would bring back)."""
+    home = home or jiyu_home()
+    check = StoreCheck(store_path(home))
+    if not check.path.exists():
+        check.problems.append(f"{check.path} does not exist (deleted?)")
+        return _with_folders(check, home, known=set())
+    try:
+        db = sqlite3.connect(f"file:{check.path}?mode=ro", uri=True)
+        try:
+            verdict = db.execute("PRAGMA integrity_check").fetchone()[0]
+            version = db.execute("PRAGMA user_version").fetchone()[0]
+            known = {row[0] for row in db.execute("SELECT id FROM runs")}
+        finally:
+            db.close()
+    except sqlite3.DatabaseError as error:
+        check.problems.append(f"{check.path} cannot be read: {error}")
+        return _with_folders(check, home, known=set())
+    if verdict != "ok":
+        check.problems.append(f"{check.path} fails SQLite's integrity check: {verdict}")
+    if version != SCHEMA_VERSION:
+        check.notes.append(f"schema version {version}; this jiyu writes {SCHEMA_VERSION} (migrated on next use)")
+    check.notes.append(f"{len(known)} run(s) recorded")
+    return _with_folders(check, home, known)
+
+
+def _with_folders(check: StoreCheck, home: Path, known: set[str]) -> StoreCheck:
+    missing = [p.name for p in run_folders(home) if p.name not in known]
+    if missing:
+        check.problems.append(f"{len(missing)} run folder(s) have no row in the store "
+                              f"(e.g. {', '.join(missing[:3])}); `jiyu store repair` brings them back")
+    return check
+
+
+def run_folders(home: Path | None = None) -> list[Path]:
+    root = runs_root(home)
+    return sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
+
+
+@dataclass
+class RepairReport:
+    path: Path
+    set_aside: Path | None
+    restored: int
+    from_records: int
+
+
+def repair_store(home: Path | None = None) -> RepairReport:
+    """Sets a broken store file aside (never deletes it) and rebuilds the runs from their folders."""
+    home = home or jiyu_home()
+    path = store_path(home)
+    aside = _set_aside(path) if path.exists() and not check_store(home).healthy else None
+    store = RunStore(path)
+    runs = [run_from_folder(folder) for folder in run_folders(home)]
+    store.restore(run for run in runs if run is not None)
+    return RepairReport(path, aside, sum(r is not None for r in runs),
+                        sum((f / RECORD_FILE).exists() for f in run_folders(home)))
+
+
+def _set_aside(path: Path) -> Path:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    aside = path.with_name(f"{path.name}.broken-{stamp}")
+    for suffix in ("", "-wal", "-shm"):
+        companion = Path(f"{path}{suffix}")
+        if companion.exists():
+            companion.rename(f"{aside}{suffix}")
+    return aside
+
+
+def run_from_folder(folder: Path) -> Run | None:
+    """The run a folder holds: its record, else what its event log and launch spec tell."""
+    try:
+        return Run.from_record(json.loads((folder / RECORD_FILE).read_text()))
+    except (OSError, ValueError, TypeError, KeyError):
+        pass
+    events, _ = read_events(folder / "events.jsonl")
+    if not events and not (folder / LAUNCH_FILE).exists():
+        return None
+    start = next((e for e in events if e.get("kind") == EventKind.START), {})
+    end = next((e for e in reversed(events) if e.get("kind") == EventKind.END), {})
+    created = events[0].get("t") if events else folder.stat().st_mtime
+    status = end.get("status") if end.get("status") in END_STATUSES else RunStatus.LOST
+    kind = RunKind.JOB if (folder / LAUNCH_FILE).exists() else (
+        RunKind.DDP if (start.get("nproc") or 1) > 1 else RunKind.KERNEL)
+    return Run(id=folder.name, name=start.get("name") or folder.name, kind=kind, status=status,
+               nproc=start.get("nproc") or 1, host=socket.gethostname(), created=created, started=created,
+               ended=end.get("t") or (events[-1].get("t") if events else created),
+               error=None if end else "rebuilt from its folder by `jiyu store repair`: its end was never recorded")
+

@@ -1,0 +1,105 @@
+"""A corrupt or deleted run store, for real: the file overwritten with garbage or removed. Every
+entry point says so in one line, training in a kernel goes on, and `jiyu store repair` brings
+every run back from its folder."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from tornado.httpclient import HTTPClientError
+
+from jiyu_magics.core.event_log import EventLog
+from jiyu_magics.core.run_files import RunFiles, store_path
+from jiyu_magics.core.run_store import RECORD_FILE, RunStore
+
+from .cli_runner import jiyu
+from .server_fixtures import server_config
+
+
+@pytest.fixture
+def jp_server_config():
+    return server_config()
+
+
+def finished_run(name: str, status: str = "succeeded", steps: int = 3) -> str:
+    store = RunStore()
+    run = store.create("job", name, status="running", nproc=2, params={"lr": 0.1})
+    files = RunFiles.of(run.id).create()
+    with EventLog(files.events) as log:
+        log.append("start", name=name, total_steps=steps, nproc=2)
+        for step in range(1, steps + 1):
+            log.append("step", step=step, loss=1.0 / step)
+        log.append("end", status=status, step=steps)
+    store.finish(run.id, status, exit_code=0 if status == "succeeded" else 1)
+    return run.id
+
+
+def corrupt_store() -> None:
+    path = store_path()
+    for suffix in ("-wal", "-shm"):
+        path.with_name(path.name + suffix).unlink(missing_ok=True)
+    path.write_bytes(b"this is not a database " * 200)
+
+
+def listing() -> dict[str, tuple[str, str]]:
+    done = jiyu("jobs", "--all", "--json")
+    assert done.returncode == 0, done.stderr
+    return {r["id"]: (r["name"], r["status"]) for r in json.loads(done.stdout)}
+
+
+def test_a_corrupt_store_is_one_line_everywhere_and_repair_restores_every_run():
+    ids = [finished_run("first"), finished_run("second", "failed")]
+    before = listing()
+    corrupt_store()
+    for args in (["jobs"], ["jobs", "--all", "--json"], ["logs", ids[0]]):
+        done = jiyu(*args)
+        assert done.returncode == 1 and done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+        assert "is unusable" in done.stderr and "jiyu store repair" in done.stderr
+    check = jiyu("doctor", "--store")
+    assert check.returncode == 1 and "PROBLEM" in check.stdout and "cannot be read" in check.stdout
+    repaired = jiyu("store", "repair")
+    assert repaired.returncode == 0, repaired.stderr
+    assert "Set the broken store aside" in repaired.stdout and "2 run(s) restored" in repaired.stdout
+    assert listing() == before == {ids[0]: ("first", "succeeded"), ids[1]: ("second", "failed")}
+    assert RunStore().get(ids[0]).params == {"lr": 0.1}
+    assert jiyu("doctor", "--store").returncode == 0
+    assert list(store_path().parent.glob("jiyu.sqlite.broken-*")), "the broken file must be kept, set aside"
+
+
+def test_a_deleted_store_is_rebuilt_also_from_folders_without_a_saved_row():
+    kept = finished_run("kept")
+    old = finished_run("older-version", "stopped")
+    (RunFiles.of(old).root / RECORD_FILE).unlink()  # as written by a jiyu before run.json existed
+    store_path().unlink()
+    check = jiyu("doctor", "--store")
+    assert check.returncode == 1 and "does not exist" in check.stdout and "2 run folder(s) have no row" in check.stdout
+    assert jiyu("store", "repair").returncode == 0
+    runs = {r.id: r for r in RunStore().list()}
+    assert (runs[kept].name, runs[kept].status, runs[kept].nproc) == ("kept", "succeeded", 2)
+    assert (runs[old].name, runs[old].status, runs[old].kind) == ("older-version", "stopped", "ddp")
+
+
+async def test_the_rest_api_answers_503_with_the_reason(jp_fetch):
+    finished_run("served")
+    corrupt_store()
+    with pytest.raises(HTTPClientError) as refused:
+        await jp_fetch("jiyu", "api", "runs")
+    assert refused.value.code == 503
+    assert "jiyu store repair" in json.loads(refused.value.response.body)["message"]
+
+
+def test_training_in_a_kernel_goes_on_when_the_store_is_unusable(ip, capsys):
+    corrupt_store()
+    ip.run_cell("import torch\nfrom torch.utils.data import TensorDataset\ntorch.manual_seed(0)\n"
+                "model = torch.nn.Linear(4, 1)\nbefore = model.weight.detach().clone()\n"
+                "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\nloss_fn = torch.nn.MSELoss()\n"
+                "train_loader = TensorDataset(torch.randn(32, 4), torch.randn(32, 1))\n")
+    result = ip.run_cell("%train --batch-size 8 --epochs 1")
+    assert result.error_in_exec is None
+    assert ip.user_ns["train_result"].status == "succeeded"
+    assert not ip.user_ns["model"].weight.detach().equal(ip.user_ns["before"]), "the model did not train"
+    err = capsys.readouterr().err
+    assert "this run is not recorded in the run store, training goes on" in err
+    listing_magic = ip.run_cell("%jobs")
+    assert type(listing_magic.error_in_exec).__name__ == "StoreUnusable"
