@@ -190,9 +190,12 @@ class RunStore:
         """Marks the run to be stopped; its supervisor honours ``grace`` (SIGTERM → SIGKILL)."""
         return self.update(run_id, stop_requested=1, stop_grace=grace)
 
-    def finish(self, run_id: str, status: RunStatus | str, exit_code: int | None = None, error: str | None = None) -> Run:
-        """The final status. A run someone asked to stop ends ``stopped`` whatever exit code
-        the signal produced; a run already finished keeps its first final status."""
+    def finish(self, run_id: str, status: RunStatus | str, exit_code: int | None = None,
+               error: str | None = None) -> Run:
+        """The final status, as the run's owner decided it (a launched run: the one rule of
+        ``jobs.final_status``; an in-kernel run: the engine). A run someone asked to stop ends
+        ``stopped`` whatever failure the signal produced: the rule's own answer, kept here for
+        owners outside the lifecycle. A run already finished keeps its first final status."""
         with self._write() as db:
             row = db.execute("SELECT status, stop_requested FROM runs WHERE id = ?", (run_id,)).fetchone()
             if row is None:

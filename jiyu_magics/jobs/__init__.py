@@ -6,8 +6,9 @@ the server, the CLI and the magics all call these functions.
     run = jobs.submit("train.ipynb", nproc=2, params={"lr": 3e-4})
     jobs.stop(run.id)
 
-Building blocks for launchers: ``export_notebook`` / ``export_history`` (the exporter) and
-``Launch`` (torchrun as a child process group with per-rank status and a verified stop).
+Launchers hand a run to ``RunLifecycle`` (its one owner: start, follow, stop, final status,
+record), built on ``export_notebook`` / ``export_history`` (the exporter) and ``Launch``
+(torchrun as a child process group with per-rank status and a verified stop).
 """
 
 from __future__ import annotations
@@ -15,9 +16,10 @@ from __future__ import annotations
 from .run_control import list_runs, resolve, stop
 from .job_error import JobError
 from .export.notebook_export import ExecutedCell, Export, export_history, export_notebook
+from .lifecycle import RunLifecycle
 from .process.torchrun_launch import Launch
 from .export.params import parse_pairs
 from .submit import SubmitNotes, submit, submit_notes
 
 __all__ = ["JobError", "submit", "stop", "resolve", "list_runs", "ExecutedCell", "Export", "export_history",
-           "export_notebook", "Launch", "parse_pairs", "SubmitNotes", "submit_notes"]
+           "export_notebook", "Launch", "RunLifecycle", "parse_pairs", "SubmitNotes", "submit_notes"]

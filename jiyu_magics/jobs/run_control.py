@@ -5,8 +5,9 @@ from __future__ import annotations
 import time
 
 from ..core.run_store import Run, RunStore, UnknownRun, process_alive
-from .process import process_tree as processes
 from .job_error import JobError
+from .lifecycle import record_end_without_owner
+from .process import process_tree as processes
 
 SUPERVISOR_REPORT_S = 5.0
 
@@ -26,8 +27,10 @@ def list_runs(include_finished: bool = False, limit: int | None = None) -> list[
 
 
 def stop(run_id: str, grace: float = 10.0) -> Run:
-    """Stops a run and every process of it: SIGTERM to each process group, SIGKILL after
-    ``grace`` seconds, then a check of the process table. Its supervisor records ``stopped``.
+    """Stops a run and every process of it by the procedure its owner uses (SIGTERM to each
+    process group, SIGKILL after ``grace`` seconds, then a check of the process table). The
+    run's recorded process is spared (its supervisor; torchrun for ``%%train --nproc``, whose
+    kernel owns the run): the stop request in the row tells the owner, which records the end.
     A run that already ended is returned as it is."""
     if not grace >= 0:
         raise JobError(f"--grace {grace!r}: expected a number of seconds >= 0")
@@ -43,8 +46,7 @@ def stop(run_id: str, grace: float = 10.0) -> Run:
                        "stop it there (scancel / kubectl delete / jiyu stop on that host)")
     store.request_stop(run.id, grace)
     supervisor = run.pid if process_alive(run.pid, run.pid_started) else None
-    procs = processes.tree(supervisor) + processes.tagged(run.id)
-    result = processes.stop(procs, grace, spare=[supervisor] if supervisor else [])
+    result = processes.stop_run(run.id, supervisor, grace, spare=[supervisor] if supervisor else [])
     final = _await_final(store, run.id, supervisor)
     if result.remaining:
         raise JobError(f"run {run.id}: processes {result.remaining} survived SIGKILL")
@@ -52,17 +54,16 @@ def stop(run_id: str, grace: float = 10.0) -> Run:
 
 
 def _await_final(store: RunStore, run_id: str, supervisor: int | None) -> Run:
-    """The supervisor records the outcome when torchrun exits; if it cannot (gone, or not
-    started yet), the run is marked stopped here, and a supervisor that does not report is
-    stopped too."""
+    """The owner records the outcome when torchrun exits, so it is given a few seconds even
+    once the recorded process is gone (for ``%%train --nproc`` that is torchrun, and the
+    kernel records after it). An owner that does not report is stopped, and the end is
+    recorded here by the same rule (no exit code seen, a stop requested: stopped)."""
     deadline = time.monotonic() + SUPERVISOR_REPORT_S
-    while time.monotonic() < deadline:
+    while supervisor is not None and time.monotonic() < deadline:
         run = store.get(run_id)
         if not run.active:
             return run
-        if supervisor is None or not processes.alive_pid(supervisor):
-            break
         time.sleep(0.1)
     if supervisor is not None:
         processes.stop(processes.tree(supervisor), grace=1.0)
-    return store.finish(run_id, "stopped", error="stopped by request")
+    return record_end_without_owner(store, run_id)

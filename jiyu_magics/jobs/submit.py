@@ -16,6 +16,7 @@ from .process import torchrun_command as torchrun
 from .job_error import JobError
 from .export import job_hazards
 from .export.notebook_export import export_notebook
+from .lifecycle import record_end_without_owner
 from .launch_spec import LaunchSpec, check_fits_devices
 
 EXPORT_NOTES = "export.json"
@@ -54,7 +55,7 @@ def submit(notebook: str | os.PathLike, *, nproc: int = 1, nnodes: int = 1, para
     try:
         _hand_over(store, store.get(run.id), spec, files)
     except Exception as error:
-        store.finish(run.id, "failed", error=f"could not start: {error}")
+        record_end_without_owner(store, run.id, f"could not start: {error}")
         raise
     return store.get(run.id)
 

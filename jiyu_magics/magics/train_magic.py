@@ -165,13 +165,23 @@ class TrainMagics(Magics):
             raise UsageError(f"--nproc must be >= 1, got {args.nproc}")
         if args.refresh is not None and not args.refresh > 0:
             raise UsageError(f"--refresh takes a positive number of seconds, got {args.refresh:g}")
-        if args.nproc is not None and not under_torchrun():
-            from .ddp_launch import launch_ddp
+        launching = args.nproc is not None and not under_torchrun()
+        if launching:
+            from .ddp_launch import check_devices
 
-            return launch_ddp(self.shell, line, args, cell)
+            check_devices(args.nproc, args.device)
         if cell and cell.strip() and not self.shell.run_cell(cell, store_history=False).success:
-            raise UsageError("the cell body failed (traceback above); nothing was trained")
-        self._train(args, fit_kwargs(args, self.shell.user_ns))
+            raise UsageError(f"the cell body failed (traceback above); nothing was {'launched' if launching else 'trained'}")
+        kwargs = fit_kwargs(args, self.shell.user_ns)
+        if launching:
+            return self._launch(line, args, cell, kwargs["model"])
+        self._train(args, kwargs)
+
+    def _launch(self, line: str, args: Namespace, cell: str | None, model) -> None:
+        """``--nproc``: the same cell under torchrun, from this kernel's model and history."""
+        from .ddp_launch import launch_ddp
+
+        launch_ddp(self.shell, line, args, cell, model, on_monitor=lambda m: setattr(TrainMagics, "dashboard", m))
 
     def _train(self, args: Namespace, kwargs: dict) -> None:
         from ..train import StopSignal, TrainConfigError, TrainingFailed, fit

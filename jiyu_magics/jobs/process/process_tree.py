@@ -57,6 +57,11 @@ def tagged(run_id: str) -> list[psutil.Process]:
     return found
 
 
+def leftovers(run_id: str) -> list[psutil.Process]:
+    """The run's processes still alive, this one aside (a supervisor carries the run id too)."""
+    return [p for p in tagged(run_id) if p.pid != os.getpid() and alive(p)]
+
+
 def alive(proc: psutil.Process) -> bool:
     """Running and not a zombie (a zombie has exited; only its parent's bookkeeping is left)."""
     try:
@@ -89,6 +94,13 @@ def stop(procs: Iterable[psutil.Process], grace: float = 10.0, spare: Iterable[i
     remaining = _wait(killed, KILL_WAIT_S)
     killed = [p.pid for p in killed]
     return StopResult(len(procs), killed, [p.pid for p in remaining], time.monotonic() - started)
+
+
+def stop_run(run_id: str, root_pid: int | None, grace: float = 10.0, spare: Iterable[int] = ()) -> StopResult:
+    """The one way a run is stopped, whoever asks (its owner, ``jiyu stop``, the panel): the
+    tree under ``root_pid`` as it is now plus every process tagged with the run id (workers
+    torchrun no longer tracks), SIGTERM by process group, SIGKILL after ``grace``, verified."""
+    return stop(tree(root_pid) + tagged(run_id), grace, spare)
 
 
 def _signal_groups(procs: list[psutil.Process], spared_groups: set[int], sig: int) -> None:

@@ -92,8 +92,7 @@ class Launch:
 
     def stop(self, grace: float = 10.0) -> processes.StopResult:
         """Every process of the launch, including workers torchrun no longer tracks."""
-        procs = processes.tree(self.pid) + processes.tagged(self.run_id)
-        self.stop_result = processes.stop(procs, grace)
+        self.stop_result = processes.stop_run(self.run_id, self.pid, grace)
         try:
             self.proc.wait(processes.KILL_WAIT_S)
         except subprocess.TimeoutExpired:

@@ -1,0 +1,232 @@
+"""One owner of a run's lifecycle, whatever launched it.
+
+``%%train --nproc`` runs it in the kernel's thread, ``%submit``'s detached supervisor in its own
+process; both go through the same steps, so a run ends the same way whoever started it::
+
+    lifecycle = RunLifecycle.register(RunKind.DDP, "mnist", LaunchSpec(nproc=2))
+    with lifecycle:                  # an error in the owner ends the run failed, nothing left running
+        ...write lifecycle.files.script...
+        lifecycle.start(env={...})
+        lifecycle.wait()             # or poll lifecycle.running() while showing a dashboard
+        outcome = lifecycle.end()
+
+States: registered → queued → starting → running → (stopping) → ended. Nothing waits in
+``queued`` yet: a GPU queue will hold runs there until their GPUs are leased. Where the ranks
+run is the placement's business (``rank_placement``); stopping is the one procedure of
+``process_tree.stop_run``; the final status is the one rule of ``final_status``. The owner
+records the end (event log, then run row) and nothing else does while it lives.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from enum import Enum
+from typing import Callable, Mapping
+
+from ..core.event_log import EventLog, read_events
+from ..core.run_files import RunFiles
+from ..core.run_model import RunStatus
+from ..core.run_store import Run, RunStore
+from .final_status import Outcome, closing_events, decide
+from .launch_spec import LaunchSpec
+from .process import process_tree as processes, rank_records
+from .process.rank_worker import one_line
+from .rank_placement import LocalProcessGroup, RankHandle, RankPlacement
+
+STORE_CHECK_S = 2.0  # how often the run row is read for a stop request that came without a signal
+POLL_S = 0.5
+DEFAULT_STOP_GRACE_S = 10.0
+
+
+class LifecycleState(str, Enum):
+    REGISTERED = "registered"  # the run row exists
+    QUEUED = "queued"          # waiting for what it needs to start (later: its GPU lease)
+    STARTING = "starting"      # the placement is starting the ranks
+    RUNNING = "running"
+    STOPPING = "stopping"      # the stop procedure is under way: ranks checkpoint and exit
+    ENDED = "ended"            # the final status is recorded
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class RunLifecycle:
+    def __init__(self, run_id: str, spec: LaunchSpec, *, placement: RankPlacement | None = None,
+                 store: RunStore | None = None, owner: str = "launcher", owner_pid: int | None = None,
+                 announce: Callable[[Outcome], None] | None = None):
+        """``owner_pid`` is the process ``jiyu stop`` spares and waits for (the supervisor);
+        None for an owner that must never be signalled (a kernel): torchrun stands in.
+        ``announce`` hears the outcome before the run row says it (the supervisor's log line)."""
+        self.run_id, self.spec = run_id, spec
+        self.store = store or RunStore()
+        self.files = RunFiles.of(run_id).create()
+        self.placement = placement or LocalProcessGroup()
+        self.owner, self.owner_pid, self.announce = owner, owner_pid, announce
+        self.states = [LifecycleState.REGISTERED]
+        self.handle: RankHandle | None = None
+        self.stop_requested = False
+        self.stop_grace = DEFAULT_STOP_GRACE_S
+        self.outcome: Outcome | None = None
+        self._stopper: threading.Thread | None = None
+        self._store_checked = -float("inf")
+
+    @classmethod
+    def register(cls, kind: str, name: str, spec: LaunchSpec, *, notebook: str | None = None,
+                 params: dict | None = None, **options) -> "RunLifecycle":
+        """A new run row (``queued``) and its owner."""
+        store, placement = options.pop("store", None) or RunStore(), options.pop("placement", None) or LocalProcessGroup()
+        run = store.create(kind, name, nproc=spec.nproc, nnodes=spec.nnodes, notebook=notebook,
+                           params=params or {}, backend=placement.backend)
+        return cls(run.id, spec, store=store, placement=placement, **options)
+
+    @classmethod
+    def adopt(cls, run_id: str, **options) -> "RunLifecycle":
+        """The owner of a run someone else registered, with the launch spec saved in its folder."""
+        return cls(run_id, LaunchSpec.load(RunFiles.of(run_id)), **options)
+
+    @property
+    def state(self) -> LifecycleState:
+        return self.states[-1]
+
+    def _enter(self, state: LifecycleState) -> None:
+        if state is not self.state:
+            self.states.append(state)
+
+    # -- start and follow ----------------------------------------------------------------------
+    def start(self, env: Mapping[str, str] | None = None) -> bool:
+        """Starts the ranks on ``files.script`` with ``env`` added to this process's
+        environment. False when a stop request came first: then nothing starts."""
+        self._enter(LifecycleState.QUEUED)
+        run = self.store.get(self.run_id)
+        self.stop_requested |= run.stop_requested
+        if self.stop_requested:
+            return False
+        self._enter(LifecycleState.STARTING)
+        self.handle = self.placement.start(self.run_id, self.files.script, self.spec, cwd=run.cwd, env=env)
+        self.store.mark_running(self.run_id, pid=self.owner_pid or self.handle.pid, pgid=self.handle.pgid)
+        self._enter(LifecycleState.RUNNING)
+        return True
+
+    def running(self) -> bool:
+        """Whether the ranks still run. Also acts on a stop request in the run row (``jiyu
+        stop`` from another host, the panel), read at most every ``STORE_CHECK_S``."""
+        if self.handle is None or self.handle.poll() is not None:
+            return False
+        self._honour_stored_stop()
+        return True
+
+    def wait(self, stop_wanted: Callable[[], bool] = lambda: False, every: float = POLL_S) -> None:
+        """Until the ranks exit; ``stop_wanted()`` true (a signal to the owner) stops them."""
+        while self.running():
+            if stop_wanted():
+                self.request_stop()
+            time.sleep(every)
+
+    def ranks(self) -> list[rank_records.RankRecord]:
+        """Each rank's latest record (pid, restart, state, exit code), as the ranks wrote it."""
+        return rank_records.read_all(self.run_id)
+
+    # -- stop ----------------------------------------------------------------------------------
+    def request_stop(self, grace: float | None = None) -> None:
+        """The owner's stop (Stop button, interrupt, a signal to the supervisor): recorded in
+        the run row, then SIGTERM, SIGKILL after the grace, on a thread, so the caller keeps
+        showing the ranks checkpoint and exit. A second request changes nothing: see ``kill``."""
+        if not self.store.get(self.run_id).stop_requested:
+            self.store.request_stop(self.run_id, grace if grace is not None else self.stop_grace)
+        self._send_stop(grace)
+
+    def kill(self) -> None:
+        """No more waiting (a second interrupt, or the owner failing): SIGKILL what is left."""
+        if self.handle is None:
+            return
+        if self.state is LifecycleState.RUNNING:
+            self._enter(LifecycleState.STOPPING)
+        self.handle.stop(grace=0)
+
+    def _honour_stored_stop(self) -> None:
+        if self._stopper is not None or time.monotonic() - self._store_checked < STORE_CHECK_S:
+            return
+        self._store_checked = time.monotonic()
+        run = self.store.get(self.run_id)
+        if run.stop_requested:
+            self._send_stop(run.stop_grace)
+
+    def _send_stop(self, grace: float | None) -> None:
+        self.stop_requested = True
+        if grace is not None:
+            self.stop_grace = grace
+        if self._stopper is not None or self.handle is None or self.handle.poll() is not None:
+            return
+        self._enter(LifecycleState.STOPPING)
+        self._stopper = threading.Thread(target=self.handle.stop, args=(self.stop_grace,),
+                                         name=f"jiyu-stop-{self.run_id}", daemon=True)
+        self._stopper.start()
+
+    # -- end -----------------------------------------------------------------------------------
+    def end(self, error: str | None = None) -> Outcome:
+        """Leaves nothing of the run running, decides the final status by the one rule and
+        records it. ``error`` is the owner's own failure, told instead of the ranks' line.
+        Ending twice returns the first outcome."""
+        if self.outcome is not None:
+            return self.outcome
+        self._leave_nothing_running()
+        code = self.handle.wait() if self.handle is not None else None
+        self.stop_requested |= self.store.get(self.run_id).stop_requested
+        events, _ = read_events(self.files.events)
+        line = error or (self.handle.error_line() if self.handle is not None else None)
+        self.outcome = decide(code, self.stop_requested, events, line, started=self.handle is not None)
+        if self.announce is not None:
+            self.announce(self.outcome)
+        record_end(self.store, self.run_id, self.outcome, events)
+        self._enter(LifecycleState.ENDED)
+        return self.outcome
+
+    def _leave_nothing_running(self) -> None:
+        """The stop under way finishes first; then whatever is still alive (torchrun, or a
+        worker that left its tree) is stopped: with the grace when nobody stopped it yet."""
+        if self._stopper is not None:
+            self._stopper.join()
+        if self.handle is None:
+            return
+        if self.handle.poll() is None or processes.leftovers(self.run_id):
+            self.handle.stop(0 if self.stop_requested else self.stop_grace)
+
+    def __enter__(self) -> "RunLifecycle":
+        return self
+
+    def __exit__(self, kind, error, traceback) -> bool:
+        """An error in the owner (or an interrupt outside its follow loop) must not leave
+        ranks running nor the run ``running``: kill, then end with the owner's error."""
+        if error is None or self.state is LifecycleState.ENDED:
+            return False
+        if isinstance(error, KeyboardInterrupt):
+            self.stop_requested = True
+            self.store.request_stop(self.run_id, 0)
+        self.kill()
+        self.end(error=f"{self.owner} error: {one_line(error)}")
+        return False
+
+
+def record_end(store: RunStore, run_id: str, outcome: Outcome, events: list[dict] | None = None) -> Run:
+    """The end of a run, recorded in one place: the closing events first, then the run row,
+    so whoever sees the final status also finds the whole log."""
+    run = store.get(run_id)
+    if not (run.active or run.status == RunStatus.LOST):
+        return run  # the first final status stands, in the log as in the row
+    files = RunFiles.of(run_id)
+    events = read_events(files.events)[0] if events is None else events
+    added = closing_events(events, outcome)
+    if added:
+        with EventLog(files.events) as log:
+            for kind, fields in added:
+                log.append(kind, **fields)
+    return store.finish(run_id, outcome.status.value, outcome.exit_code, outcome.error)
+
+
+def record_end_without_owner(store: RunStore, run_id: str, error: str | None = None) -> Run:
+    """The end of a run whose owner never came to be or is gone (submit could not hand it
+    over, ``jiyu stop`` found no owner to report), by the same rule with no exit code seen:
+    stopped when a stop was requested, else failed with ``error``."""
+    run = store.get(run_id)
+    return record_end(store, run_id, decide(None, run.stop_requested, [], error, started=run.started is not None))
