@@ -7,12 +7,13 @@ import time
 
 from ..core.event_log import summarize
 from ..core.run_files import RunFiles
+from ..core.run_model import RunStatus
 from ..core.run_store import Run
 from .format import NA, bar, duration, text_table
 
 HEADERS = ["id", "name", "kind", "status", "nproc", "progress", "loss", "started", "duration"]
-STATUS_COLORS = {"running": "#1a7f37", "queued": "#9a6700", "succeeded": "#0969da", "failed": "#cf222e",
-                 "stopped": "#6e7781", "lost": "#bc4c00"}
+STATUS_COLORS = {RunStatus.RUNNING: "#1a7f37", RunStatus.QUEUED: "#9a6700", RunStatus.SUCCEEDED: "#0969da",
+                 RunStatus.FAILED: "#cf222e", RunStatus.STOPPED: "#6e7781", RunStatus.LOST: "#bc4c00"}
 SPARK = "▁▂▃▄▅▆▇█"
 
 
@@ -29,15 +30,15 @@ def row(run: Run, summary: dict | None = None) -> dict:
 
 def _kind(run: Run) -> str:
     """Where a job runs, when a scheduler holds it (``slurm``, ``kubernetes``)."""
-    return run.backend if run.backend != "local" else run.kind
+    return run.backend if run.backend != "local" else str(run.kind)
 
 
 def _status(run: Run, summary: dict) -> str:
-    if run.status == "lost" and summary.get("step") is not None:
+    if run.status == RunStatus.LOST and summary.get("step") is not None:
         return f"lost at step {summary['step']}"
-    if run.status == "queued" and run.queue_reason:
+    if run.status == RunStatus.QUEUED and run.queue_reason:
         return f"queued ({run.queue_reason})"
-    return run.status
+    return str(run.status)
 
 
 def _number(value) -> str:
