@@ -56,7 +56,7 @@ def measure(cluster, runs: int, repeat: int) -> None:
     from jiyu_magics.core.run_store import RunStore
     from jiyu_magics.server.run_views import RunViews
 
-    cluster.run("sbatch", f"--cpus-per-task={cluster.cpus}", "--wrap", "sleep 600", check=True)
+    cluster.run("sbatch", f"--cpus-per-task={cluster.cpus}", "--output=/dev/null", "--wrap", "sleep 600", check=True)
     notebook = Path(os.environ["JIYU_HOME"]) / "nb.ipynb"
     notebook.write_text('{"cells": [{"cell_type": "code", "id": "c1", "metadata": {}, "source": "x = 1", "outputs": [], '
                         '"execution_count": null}], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}')

@@ -124,8 +124,8 @@ def test_jiyu_stop_cancels_the_job_after_its_ranks_checkpoint(slurm, tmp_path, t
 
 
 async def test_a_pending_job_is_queued_with_slurms_reason_and_a_stop_withdraws_it(slurm, jp_fetch, ip, tmp_path):
-    blocker = slurm.run("sbatch", "--parsable", f"--cpus-per-task={slurm.cpus}", "--wrap", "sleep 300",
-                        check=True).stdout.strip()
+    blocker = slurm.run("sbatch", "--parsable", f"--cpus-per-task={slurm.cpus}", "--output=/dev/null",
+                        "--wrap", "sleep 300", check=True).stdout.strip()
     wait_for(lambda: job_state(slurm, blocker) == "RUNNING", 30, what="the blocking job to run")
     workload = write_notebook(tmp_path / "train.ipynb")
     waiting = [jobs.submit(workload, backend="slurm", nproc=2, slurm=CPU_JOB, name=f"waits-{i}") for i in (1, 2)]
