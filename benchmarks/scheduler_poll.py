@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -41,13 +42,14 @@ def main() -> int:
     if reason:
         print(f"scheduler_poll: skipped: {reason}")
         return 0
-    os.environ["JIYU_HOME"] = tempfile.mkdtemp(prefix="jiyu-bench-")
+    home = os.environ["JIYU_HOME"] = tempfile.mkdtemp(prefix="jiyu-bench-")
     cluster = SlurmCluster.start()
     os.environ.update(cluster.env)
     try:
         measure(cluster, args.runs, args.repeat)
     finally:
         cluster.stop()
+        shutil.rmtree(home, ignore_errors=True)
     return 0
 
 
