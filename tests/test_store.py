@@ -7,6 +7,7 @@ import time
 import pytest
 
 from jiyu_magics.core.run_store import RunStore, UnknownRun
+from jiyu_magics.core.store_db import SCHEMA_VERSION
 
 
 @pytest.fixture
@@ -106,4 +107,6 @@ def test_a_version_1_store_is_migrated_in_place(tmp_path):
     db.close()
     migrated = RunStore(path)
     assert migrated.get("abcd1234").stop_grace is None and migrated.get("abcd1234").name == "old"
-    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == 2
+    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+    assert (migrated.get("abcd1234").gpus_requested, migrated.get("abcd1234").priority) == (None, 0)
+    assert migrated.get("abcd1234").gpus == []  # the lease table exists, empty

@@ -15,8 +15,16 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-SCHEMA_VERSION = 2
-MIGRATIONS = {2: "ALTER TABLE runs ADD COLUMN stop_grace REAL"}  # to version: from the one before
+SCHEMA_VERSION = 3
+# to version: the statements that bring the one before to it (new tables come from SCHEMA's
+# CREATE ... IF NOT EXISTS, run after every migration)
+MIGRATIONS = {
+    2: ("ALTER TABLE runs ADD COLUMN stop_grace REAL",),
+    3: ("ALTER TABLE runs ADD COLUMN gpus_requested INTEGER",
+        "ALTER TABLE runs ADD COLUMN priority INTEGER NOT NULL DEFAULT 0",
+        "ALTER TABLE runs ADD COLUMN queue_rank REAL",
+        "ALTER TABLE runs ADD COLUMN share INTEGER NOT NULL DEFAULT 0"),
+}
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
     id TEXT PRIMARY KEY,
@@ -39,9 +47,39 @@ CREATE TABLE IF NOT EXISTS runs (
     exit_code INTEGER,
     error TEXT,
     stop_requested INTEGER NOT NULL DEFAULT 0,
-    stop_grace REAL
+    stop_grace REAL,
+    gpus_requested INTEGER,
+    priority INTEGER NOT NULL DEFAULT 0,
+    queue_rank REAL,
+    share INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS runs_by_status ON runs(status);
+CREATE TABLE IF NOT EXISTS gpu_leases (
+    uuid TEXT NOT NULL,
+    gpu_index INTEGER NOT NULL,
+    run_id TEXT NOT NULL,
+    host TEXT NOT NULL,
+    since REAL NOT NULL,
+    ended REAL,
+    shared INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS leases_by_run ON gpu_leases(run_id);
+CREATE INDEX IF NOT EXISTS live_leases ON gpu_leases(uuid) WHERE ended IS NULL;
+CREATE UNIQUE INDEX IF NOT EXISTS one_exclusive_lease ON gpu_leases(uuid) WHERE ended IS NULL AND shared = 0;
+CREATE TABLE IF NOT EXISTS gpu_usage (
+    hour REAL NOT NULL,
+    uuid TEXT NOT NULL,
+    owner TEXT NOT NULL,
+    run_id TEXT,
+    notebook TEXT,
+    held_s REAL NOT NULL DEFAULT 0,
+    idle_s REAL NOT NULL DEFAULT 0,
+    PRIMARY KEY (hour, uuid, owner)
+);
+CREATE TABLE IF NOT EXISTS gpu_sampled (
+    uuid TEXT PRIMARY KEY,
+    at REAL NOT NULL
+);
 """
 REPAIR_HINT = "`jiyu doctor --store` checks it; `jiyu store repair` rebuilds it from the run folders"
 _ready: set[Path] = set()  # files this process has already created or migrated
@@ -83,7 +121,8 @@ class StoreDatabase:
             exists = db.execute("SELECT 1 FROM sqlite_master WHERE name = 'runs'").fetchone()
             if exists:
                 for target in range(max(version, 1) + 1, SCHEMA_VERSION + 1):
-                    db.execute(MIGRATIONS[target])
+                    for statement in MIGRATIONS[target]:
+                        db.execute(statement)
             for statement in filter(str.strip, SCHEMA.split(";")):
                 db.execute(statement)
             db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
