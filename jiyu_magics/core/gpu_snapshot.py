@@ -32,6 +32,7 @@ class GpuProcess:
     command: str | None
     type: str                    # "compute" or "graphics"
     mine: bool = False           # this process or one of its children
+    owner: dict | None = None    # who it belongs to (``gpu_owners.ProcessOwner``), once attributed
 
 
 @dataclass
@@ -51,6 +52,10 @@ class GpuDevice:
     sm_clock: int | None = None      # clocks.sm (MHz)
     mig_mode: bool | None = None     # mig.mode.current
     processes: list[GpuProcess] = field(default_factory=list)
+    # filled in by ``gpu_owners.attribute`` (None/empty until then):
+    leases: list[dict] = field(default_factory=list)  # the runs leasing it: run, name, kind, notebook, since
+    foreign_memory: int | None = None  # bytes held by processes that none of its leases accounts for
+    free: bool | None = None           # no lease, and foreign memory within the threshold
 
     @property
     def mem_fraction(self) -> float | None:
