@@ -1,10 +1,12 @@
 """Where a run's ranks run: the one part of the run lifecycle that differs between backends.
 
-The lifecycle asks a placement to start the ranks and gets back a handle it can poll, stop and
-ask for the first failing rank. Today there is one placement, a local child process group (the
-kernel's ``%%train --nproc`` and the detached supervisor of ``%submit`` both use it). A
-scheduler fits the same shape: its ``start`` submits, the handle's ``poll`` reads the
-scheduler's state, and its ``stop`` cancels.
+The lifecycle asks a placement for a place (``reserve``: None while the run must wait in
+``queued``), then to start the ranks there, and gets back a handle it can poll, stop and ask for
+the first failing rank. Today there is one placement, a local child process group (the kernel's
+``%%train --nproc`` and the detached supervisor of ``%submit`` both use it): its place is a GPU
+lease from the run store's queue (``gpu_queue``), and its ranks see exactly the leased GPUs. A
+scheduler fits the same shape: its ``reserve`` grants at once (the scheduler queues), its
+``start`` submits, the handle's ``poll`` reads the scheduler's state, and its ``stop`` cancels.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import os
 from dataclasses import dataclass
 from typing import Mapping, Protocol
 
+from .gpu_queue import Grant, GpuQueue
 from .launch_spec import LaunchSpec
 from .process.process_tree import StopResult
 from .process.rank_records import RankRecord
@@ -35,8 +38,10 @@ class RankHandle(Protocol):
 class RankPlacement(Protocol):
     backend: str      # the run row's ``backend``
 
+    def reserve(self, run_id: str) -> Grant | None: ...
+    def wait_hint(self, run_id: str) -> tuple[float, str]: ...
     def start(self, run_id: str, script: os.PathLike, spec: LaunchSpec, *, cwd: str | None,
-              env: Mapping[str, str] | None) -> RankHandle: ...
+              env: Mapping[str, str] | None, grant: Grant | None = None) -> RankHandle: ...
 
 
 @dataclass
@@ -48,8 +53,18 @@ class LocalProcessGroup:
     die_with_parent: bool = False
     backend: str = "local"
 
+    def reserve(self, run_id: str) -> Grant | None:
+        """GPU leases from the store's queue, when it is the run's turn and enough are free."""
+        return GpuQueue().try_place(run_id)
+
+    def wait_hint(self, run_id: str) -> tuple[float, str]:
+        """How long to wait before asking again, and the line that says why the run waits."""
+        queue = GpuQueue()
+        return queue.poll_interval(run_id), queue.waiting_line(run_id)
+
     def start(self, run_id: str, script: os.PathLike, spec: LaunchSpec, *, cwd: str | None,
-              env: Mapping[str, str] | None) -> Launch:
+              env: Mapping[str, str] | None, grant: Grant | None = None) -> Launch:
+        env = {**(env or {}), **(grant.env() if grant is not None else {})}
         return Launch.start(script, nproc=spec.nproc, run_id=run_id, cwd=cwd, env=env, nnodes=spec.nnodes,
                             rdzv_endpoint=spec.rdzv_endpoint, node_rank=spec.node_rank,
                             max_restarts=spec.max_restarts, die_with_parent=self.die_with_parent)

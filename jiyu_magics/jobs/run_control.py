@@ -46,6 +46,8 @@ def stop(run_id: str, grace: float = 10.0) -> Run:
                        "stop it there (scancel / kubectl delete / jiyu stop on that host)")
     store.request_stop(run.id, grace)
     supervisor = run.pid if process_alive(run.pid, run.pid_started) else None
+    if run.status == "queued":  # nothing started: its owner leaves the queue and records the stop
+        return _await_final(store, run.id, supervisor, stop_owner=run.kind == "job")
     result = processes.stop_run(run.id, supervisor, grace, spare=[supervisor] if supervisor else [])
     final = _await_final(store, run.id, supervisor)
     if result.remaining:
@@ -53,17 +55,18 @@ def stop(run_id: str, grace: float = 10.0) -> Run:
     return final
 
 
-def _await_final(store: RunStore, run_id: str, supervisor: int | None) -> Run:
+def _await_final(store: RunStore, run_id: str, supervisor: int | None, stop_owner: bool = True) -> Run:
     """The owner records the outcome when torchrun exits, so it is given a few seconds even
     once the recorded process is gone (for ``%%train --nproc`` that is torchrun, and the
-    kernel records after it). An owner that does not report is stopped, and the end is
-    recorded here by the same rule (no exit code seen, a stop requested: stopped)."""
+    kernel records after it). An owner that does not report is stopped (never a kernel: a
+    queued ``%%train --nproc`` is known by its kernel's pid), and the end is recorded here by
+    the same rule (no exit code seen, a stop requested: stopped)."""
     deadline = time.monotonic() + SUPERVISOR_REPORT_S
     while supervisor is not None and time.monotonic() < deadline:
         run = store.get(run_id)
         if not run.active:
             return run
         time.sleep(0.1)
-    if supervisor is not None:
+    if supervisor is not None and stop_owner:
         processes.stop(processes.tree(supervisor), grace=1.0)
     return record_end_without_owner(store, run_id)

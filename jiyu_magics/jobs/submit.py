@@ -17,7 +17,7 @@ from .job_error import JobError
 from .export import job_hazards
 from .export.notebook_export import export_notebook
 from .lifecycle import record_end_without_owner
-from .launch_spec import LaunchSpec, check_fits_devices
+from .launch_spec import LaunchSpec, visible_gpus
 
 EXPORT_NOTES = "export.json"
 # Supervisors this process started: polled now and then so none stays a zombie in a kernel.
@@ -26,12 +26,17 @@ _started: list[subprocess.Popen] = []
 
 def submit(notebook: str | os.PathLike, *, nproc: int = 1, nnodes: int = 1, params: dict | None = None,
            name: str | None = None, max_restarts: int = 0, backend: str = "local", notify: str | None = None,
-           rdzv_endpoint: str | None = None, node_rank: int | None = None, cwd: str | None = None) -> Run:
+           rdzv_endpoint: str | None = None, node_rank: int | None = None, cwd: str | None = None,
+           gpus: int | None = None, priority: int = 0, share: bool = False) -> Run:
     """Exports ``notebook`` (with ``params`` injected after its ``parameters`` cell) and runs it
     as a torchrun job: ``local`` under a detached supervisor on this machine, ``slurm`` or
     ``kubernetes`` as a generated spec (submitted when ``sbatch``/``kubectl`` exist). Returns the
-    run at once. Raises ``JobError`` (one line) for bad input; nothing is created then."""
-    spec = LaunchSpec(nproc, nnodes, max_restarts, backend, rdzv_endpoint, node_rank, notify).validated()
+    run at once. A local run leases ``gpus`` GPUs (default: one per process where GPUs are
+    visible, else 0: a CPU job) and waits ``queued`` until they are free, first by ``priority``,
+    then in submission order; ``share`` lets it lease GPUs other sharing runs hold. Raises
+    ``JobError`` (one line) for bad input; nothing is created then."""
+    spec = LaunchSpec(nproc, nnodes, max_restarts, backend, rdzv_endpoint, node_rank, notify, gpus, priority,
+                      share).validated()
     try:
         name = check_run_name(name)
     except BadRunName as error:
@@ -39,13 +44,14 @@ def submit(notebook: str | os.PathLike, *, nproc: int = 1, nnodes: int = 1, para
     path = _notebook_path(notebook, cwd)
     export = export_notebook(path, params)
     if backend == "local":
-        check_fits_devices(nproc)
+        spec = spec.with_gpus(visible_gpus())
     workdir = Path(cwd).expanduser().resolve() if cwd else path.parent
     if not workdir.is_dir():
         raise JobError(f"cwd {workdir}: no such folder")
     store = RunStore()
+    queue = spec.queue_fields() if backend == "local" else {}
     run = store.create("job", name or path.stem, nproc=nproc, nnodes=nnodes, notebook=str(path),
-                       cwd=str(workdir), backend=backend, params=export.params)
+                       cwd=str(workdir), backend=backend, params=export.params, **queue)
     files = RunFiles.of(run.id).create()
     export.write(files.script)
     (files.root / EXPORT_NOTES).write_text(json.dumps({"code_cells": export.code_cells, "left_out": export.left_out,

@@ -1,7 +1,8 @@
 """The detached supervisor of one job: ``python -m jiyu_magics.jobs.supervisor RUN_ID``.
 
 ``submit`` starts it in a new session, so it outlives the kernel, the browser and the Jupyter
-server. It owns the run's lifecycle (``jobs.lifecycle``: torchrun as its child process group,
+server. It waits in the queue while its GPUs are taken (the run store is the arbiter, see
+``gpu_queue``), then owns the run's lifecycle (``jobs.lifecycle``: torchrun as its child process group,
 the stop procedure, the final status rule and its record), stops the run on SIGTERM/SIGINT,
 writes the job's log lines and runs the ``--notify`` command. If it is killed, the kernel tells
 torchrun to stop (parent-death signal) and the next listing marks the run ``lost``.
@@ -40,8 +41,9 @@ class Supervisor:
         signal.signal(signal.SIGINT, self._on_signal)
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
         with self.lifecycle as lifecycle:
-            if lifecycle.start():
-                self.say(f"torchrun started: {self.spec.nproc} process(es) per node, pid {lifecycle.handle.pid}")
+            if lifecycle.start(stop_wanted=lambda: self.stop_wanted, on_wait=self.say):
+                self.say(f"torchrun started: {self.spec.nproc} process(es) per node on "
+                         f"{lifecycle.grant.describe()}, pid {lifecycle.handle.pid}")
             lifecycle.wait(stop_wanted=lambda: self.stop_wanted)
             outcome = lifecycle.end()
         self._notify(outcome.status.value)
