@@ -10,7 +10,7 @@ export MKL_NUM_THREADS ?= 1
 export OMP_WAIT_POLICY ?= PASSIVE
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: setup demo test test-system-deps browser bench gpu-checks gpu-wheels screenshots clean
+.PHONY: setup demo test test-system-deps browser bench gpu-checks gpu-wheels screenshots readme clean
 
 setup: $(STAMP)
 
@@ -77,6 +77,10 @@ gpu-wheels: setup
 # The README's screenshots, as the browser tests last produced them.
 screenshots:
 	cp test-artifacts/lab_train_dashboard.png test-artifacts/lab_panel_light.png test-artifacts/jobs_table.png docs/img/
+
+# The README's %%train option list, from FitOptions and the magic's own options (the tests check it).
+readme: setup
+	$(BIN)/python scripts/readme_options.py
 
 clean:
 	rm -rf $(VENV) demo-output test-artifacts build dist jiyu_magics/labextension labextension/node_modules labextension/lib

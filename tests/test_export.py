@@ -14,7 +14,7 @@ from IPython.core.inputtransformer2 import TransformerManager
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_raw_cell
 
 from jiyu_magics.jobs import ExecutedCell, JobError, export_history, export_notebook, parse_pairs
-from jiyu_magics.jobs.export.params import check_params
+from jiyu_magics.jobs.export.params import check_params, parse_lines
 
 from .cli_runner import jiyu
 from .conftest import ROOT
@@ -193,6 +193,22 @@ def test_without_a_parameters_cell_values_are_injected_first(tmp_path):
                                          ("{'a': 1}", {"a": 1}), ("-1", -1), ("a b", "a b"), ("", "")])
 def test_parameter_values_are_literals_and_other_text_stays_a_string(text, value):
     assert parse_pairs([("x", text)]) == {"x": value}
+
+
+@pytest.mark.parametrize("text, value", [("3e-4", 3e-4), ("True", True), ("resnet", "resnet"), ("[1, 2]", [1, 2]),
+                                         ("'a = b'", "a = b"), ("a b", "a b"), ("", "")])
+def test_parameter_lines_read_values_as_the_p_option_does(text, value):
+    assert parse_lines([f"x = {text}"]) == parse_pairs([("x", text)]) == {"x": value}
+    assert parse_lines(["", "  # a comment", f"  x={text}  "]) == {"x": value}
+
+
+@pytest.mark.parametrize("line, message", [("1x = 3", "line 2 ('1x = 3'): '1x' is not a Python identifier"),
+                                           ("lr = [1, 2", "line 2 ('lr = [1, 2'): '[1, 2' is not a valid Python literal"),
+                                           ("lr 3", "line 2 ('lr 3'): expected NAME = VALUE")])
+def test_a_parameter_line_that_cannot_be_read_is_named(line, message):
+    with pytest.raises(JobError) as error:
+        parse_lines(["ok = 1", line])
+    assert str(error.value) == f"parameter {message}"
 
 
 @pytest.mark.parametrize("pair, message", [(("1x", "3"), "must be a Python identifier"),

@@ -9,7 +9,9 @@ import os
 import threading
 import subprocess
 import sys
+import time
 
+import nbformat
 import pytest
 from tornado.httpclient import HTTPClientError
 
@@ -263,6 +265,56 @@ async def test_offsets_beyond_any_file_are_400(jp_fetch, offset):
     for what in ("events", "log"):
         code, reply = await fails(jp_fetch("jiyu", "api", "runs", run.id, what, params={"offset": offset}))
         assert code == 400 and "past the end" in reply["message"] and len(reply["message"]) < 200
+
+
+@pytest.mark.parametrize("lines, words", [
+    (["lr = 3e-4", "layers = [64, 32"], "parameter line 2 ('layers = [64, 32'): '[64, 32' is not a valid Python literal"),
+    (["", "# comment", "not valid = 1"], "parameter line 3 ('not valid = 1'): 'not valid' is not a Python identifier"),
+    (["class = 1"], "parameter line 1 ('class = 1'): 'class' is not a Python identifier"),
+    (["lr 3e-4"], "parameter line 1 ('lr 3e-4'): expected NAME = VALUE"),
+])
+async def test_a_parameter_line_the_cli_grammar_cannot_read_is_a_400_naming_it(jp_fetch, notebooks, lines, words):
+    code, reply = await fails(_post(jp_fetch, {"notebook": "train.ipynb", "param_lines": lines}))
+    assert (code, reply.get("message")) == (400, words)
+    assert RunStore().list() == [], "nothing was submitted"
+
+
+@pytest.mark.parametrize("payload, words", [
+    ({"param_lines": "lr = 1"}, "'param_lines' must be a list"),
+    ({"param_lines": ["lr = 1", 2]}, "'param_lines' must be a list"),
+    ({"param_lines": ["lr = 1"], "params": {"lr": 1}}, "not both"),
+])
+async def test_param_lines_must_be_a_list_of_text(jp_fetch, notebooks, payload, words):
+    code, reply = await fails(_post(jp_fetch, {"notebook": "train.ipynb", **payload}))
+    assert code == 400 and words in reply["message"], reply
+
+
+async def test_parameter_lines_reach_the_job_as_the_cli_reads_them(jp_fetch, jp_root_dir, tmp_path, monkeypatch):
+    """The panel sends the lines as typed; the job gets what ``-p NAME VALUE`` would give it."""
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    cells = [nbformat.v4.new_code_cell("lr = 0.1\narch = 'mlp'\nlayers = []\nnote = None", metadata={"tags": ["parameters"]}),
+             nbformat.v4.new_code_cell("print('got', repr(lr), repr(arch), repr(layers), repr(note))")]
+    nbformat.write(nbformat.v4.new_notebook(cells=cells), jp_root_dir / "params.ipynb")
+    lines = ["lr = 3e-4", "", "# the model", "arch = resnet", "layers = [64, 32]", "note = 'a = b'"]
+    reply = body(await _post(jp_fetch, {"notebook": "params.ipynb", "param_lines": lines, "name": "lines"}))
+    expected = {"lr": 3e-4, "arch": "resnet", "layers": [64, 32], "note": "a = b"}
+    assert reply["params"] == expected
+    from jiyu_magics.jobs.export.params import parse_pairs
+
+    assert parse_pairs([("lr", "3e-4"), ("arch", "resnet"), ("layers", "[64, 32]"), ("note", "'a = b'")]) == expected
+    done = await asyncio.to_thread(wait_until_ended, reply["id"])
+    assert done.status == "succeeded", RunFiles.of(done.id).log.read_text()[-2000:]
+    assert "got 0.0003 'resnet' [64, 32] 'a = b'" in RunFiles.of(done.id).log.read_text()
+
+
+def wait_until_ended(run_id: str, timeout: float = 120):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        run = RunStore().get(run_id)
+        if not run.active:
+            return run
+        time.sleep(0.3)
+    raise AssertionError(f"run {run_id} still {RunStore().get(run_id).status} after {timeout} s")
 
 
 async def test_a_valid_submission_without_the_jobs_layer_is_503(jp_fetch, notebooks, monkeypatch):

@@ -29,7 +29,7 @@ def test_cnn_on_digits_reaches_95_percent():
     assert result.history[-1]["loss"] < result.history[0]["loss"] / 5
     assert result.step == 8 * math.ceil(1500 / 64) and result.epoch == 8
     assert RunStore().get(result.run_id).status == "succeeded"
-    assert RunFiles.of(result.run_id).loss_plot.read_bytes()[:4] == b"\x89PNG"
+    assert not RunFiles.of(result.run_id).loss_plot.exists(), "the engine draws nothing: whoever shows it does"
 
 
 @pytest.mark.parametrize("amp", ["bf16", "fp16"])

@@ -20,6 +20,7 @@ from jiyu_magics.widgets.event_follow import follow
 from jiyu_magics.widgets.text_progress import TextProgress
 from jiyu_magics.widgets.train_dashboard import TrainingDashboard
 
+from .cli_runner import jiyu
 from .conftest import ROOT
 
 TRAINER = textwrap.dedent("""
@@ -180,3 +181,42 @@ def test_text_progress_spaces_its_lines_by_its_own_clock():
         text.feed([{"kind": "step", "step": step, "loss": 1.0 / step}])
         text.poll()
     assert text.lines == 1 and out.getvalue().startswith("step 1/100")
+
+
+# -- the loss PNG: drawn by whoever shows the summary, never by the engine --------------------
+
+def _finished_run(name: str = "plotted"):
+    run = RunStore().create("job", name, status="running", pid=os.getpid())
+    files = RunFiles.of(run.id).create()
+    with EventLog(files.events) as log:
+        for event in _events() + [{"kind": "end", "status": "succeeded", "step": 100, "message": "Trained."}]:
+            fields = {k: v for k, v in event.items() if k not in ("t", "kind")}
+            log.append(event["kind"], **(dict(fields, run_id=run.id) if event["kind"] == "start" else fields))
+    return run, files
+
+
+def test_text_progress_leaves_the_loss_png_in_the_run_folder_when_it_shows_the_end():
+    run, files = _finished_run()
+    text = TextProgress(interval=0.01, out=io.StringIO())
+    follow(text, files.events)
+    assert not files.loss_plot.exists()
+    text.close()
+    assert text.view.run_id == run.id and files.loss_plot.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_jiyu_plot_draws_a_runs_png_from_its_events(tmp_path):
+    run, files = _finished_run()
+    done = jiyu("plot", run.id[:6])
+    assert (done.returncode, done.stdout.strip()) == (0, str(files.loss_plot)), done.stderr
+    assert files.loss_plot.read_bytes()[:4] == b"\x89PNG"
+    elsewhere = tmp_path / "curve.png"
+    assert jiyu("plot", run.id, "-o", str(elsewhere)).returncode == 0 and elsewhere.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_jiyu_plot_refusals_are_one_line_with_exit_code_2(tmp_path):
+    run, _ = _finished_run()
+    empty = RunStore().create("job", "silent", status="running", pid=os.getpid())
+    for args, words in ((["nope"], "nope"), ([empty.id], "has logged no loss yet"),
+                        ([run.id, "-o", str(tmp_path / "missing" / "x.png")], "cannot write")):
+        done = jiyu("plot", *args)
+        assert done.returncode == 2 and words in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr

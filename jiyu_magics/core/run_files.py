@@ -8,6 +8,7 @@ without talking to each other.
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
 HOME_ENV = "JIYU_HOME"
@@ -78,4 +79,12 @@ class RunFiles:
 
     @property
     def loss_plot(self) -> Path:
+        """``loss.png``: left by whoever showed the run's summary (the engine draws nothing)."""
         return self.root / "loss.png"
+
+    def write_loss_plot(self, png: bytes) -> Path:
+        """Replaces ``loss.png`` atomically: a reader never sees half a file."""
+        temp = self.loss_plot.with_name(f".loss.png.tmp-{os.getpid()}-{threading.get_ident()}")
+        temp.write_bytes(png)
+        os.replace(temp, self.loss_plot)
+        return self.loss_plot

@@ -18,8 +18,8 @@ from .job_error import JobError
 from .export.notebook_export import ExecutedCell, Export, export_history, export_notebook
 from .lifecycle import RunLifecycle
 from .process.torchrun_launch import Launch
-from .export.params import parse_pairs
+from .export.params import parse_lines, parse_pairs
 from .submit import SubmitNotes, submit, submit_notes
 
 __all__ = ["JobError", "submit", "stop", "resolve", "list_runs", "ExecutedCell", "Export", "export_history",
-           "export_notebook", "Launch", "RunLifecycle", "parse_pairs", "SubmitNotes", "submit_notes"]
+           "export_notebook", "Launch", "RunLifecycle", "parse_lines", "parse_pairs", "SubmitNotes", "submit_notes"]

@@ -16,21 +16,55 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
+from ..train.fit_options import FitOptions, OptionSpec, flag_of, option_specs
+from ..train.train_errors import TrainConfigError
 from .frontend import in_notebook
 
-# option name -> (default variable name, required)
+# The objects training takes from the notebook: option -> (default variable, required, what it holds)
 OBJECTS = {
-    "model": ("model", True),
-    "optimizer": ("optimizer", True),
-    "train_loader": ("train_loader", True),
-    "loss_fn": ("loss_fn", False),
-    "val_loader": ("val_loader", False),
-    "scheduler": ("scheduler", False),
-    "train_step": ("train_step", False),
+    "model": ("model", True, "the model"),
+    "optimizer": ("optimizer", True, "the optimizer"),
+    "train_loader": ("train_loader", True, "the training data"),
+    "val_loader": ("val_loader", False, "validation data"),
+    "loss_fn": ("loss_fn", False, "loss_fn(outputs, targets)"),
+    "scheduler": ("scheduler", False, "an LR scheduler, stepped as --scheduler-interval says"),
+    "train_step": ("train_step", False, "train_step(model, batch) -> loss, for batches that are not "
+                                        "(inputs, targets) or dicts"),
 }
 FIT_ARGUMENT = {"train_loader": "train_data", "val_loader": "val_data"}
-PASSED_OPTIONS = ("epochs", "max_steps", "batch_size", "amp", "accum", "clip", "compile", "device", "seed",
-                  "log_every", "val_every", "ckpt_every", "ckpt_dir", "keep_ckpts", "resume", "strategy", "name")
+FIT_OPTIONS = option_specs()
+
+# Options of the magic itself (fit's options come from FitOptions), declared once.
+MAGIC_OPTIONS: list[tuple[tuple[str, ...], dict]] = [
+    (("--nproc",), dict(type=int, metavar="N", help="Train with DDP in N processes (one GPU each, or gloo on the "
+                        "CPU) under torchrun, started from what this notebook executed; the kernel's model starts "
+                        "them and gets rank 0's final weights back. Without it: in this kernel.")),
+    (("--refresh",), dict(type=float, metavar="SECONDS", help="Dashboard refresh interval. Default: 1 s "
+                          "(text progress: 10 s).")),
+    *((("--" + name.replace("_", "-"),), dict(metavar="VAR", help=f"Variable holding {what}. Default: {default}"
+                                              + ("." if required else ", optional.")))
+      for name, (default, required, what) in OBJECTS.items()),
+    (("--result",), dict(metavar="VAR", default="train_result", help="Variable the result is stored in. "
+                         "Default: train_result.")),
+]
+
+
+def fit_argument(spec: OptionSpec) -> tuple[tuple[str, ...], dict]:
+    """A ``fit`` option as an ``@argument``. Its argparse default is None ("not given"), so a
+    value the user did not type comes from the declaration's own default in ``fit_kwargs``."""
+    options = dict(dest=spec.name, default=None, help=spec.described().replace("%", "%%"))
+    if spec.is_switch:
+        options["action"] = "store_false" if spec.default else "store_true"
+    else:
+        options.update(type=None if spec.type is str else spec.type, choices=spec.choices, metavar=spec.metavar)
+    return (spec.flag,), options
+
+
+def with_train_options(func):
+    """``@argument`` for every ``fit`` option, then the magic's own (in this order in ``%%train?``)."""
+    for flags, options in reversed([*map(fit_argument, FIT_OPTIONS), *MAGIC_OPTIONS]):
+        func = argument(*flags, **options)(func)
+    return magic_arguments()(func)
 
 
 def under_torchrun() -> bool:
@@ -44,16 +78,14 @@ def parse_options(line: str) -> Namespace:
 
 
 def fit_kwargs(args: Namespace, namespace: dict) -> dict:
-    """``fit`` keyword arguments from parsed ``%%train`` options and the user's variables.
-    Raises a one-line ``UsageError`` for a missing object or conflicting options."""
+    """``fit`` keyword arguments from parsed ``%%train`` options and the user's variables: every
+    ``fit`` option, as typed or else its declared default. Raises a one-line ``UsageError`` for
+    a missing object or conflicting options."""
     kwargs = _objects(args, namespace)
-    for name in PASSED_OPTIONS:
-        value = getattr(args, name)
-        if value is not None and value is not False:
-            kwargs[name] = value
-    kwargs["save_ckpts"] = not args.no_ckpt
-    kwargs["fast_data"] = not args.no_fast_data
-    if args.no_ckpt and args.ckpt_every:
+    for spec in FIT_OPTIONS:
+        given = getattr(args, spec.name)
+        kwargs[spec.name] = spec.default if given is None else given
+    if args.save_ckpts is False and args.ckpt_every:
         raise UsageError("--no-ckpt and --ckpt-every conflict: choose one")
     _check_options(kwargs)
     return kwargs
@@ -61,7 +93,7 @@ def fit_kwargs(args: Namespace, namespace: dict) -> dict:
 
 def _objects(args: Namespace, namespace: dict) -> dict:
     kwargs = {}
-    for option, (default, required) in OBJECTS.items():
+    for option, (default, required, _) in OBJECTS.items():
         given = getattr(args, option)
         name = given or default
         if name in namespace and namespace[name] is not None:
@@ -79,17 +111,15 @@ def _objects(args: Namespace, namespace: dict) -> dict:
 
 
 def _check_options(kwargs: dict) -> None:
-    from ..train import FitOptions, TrainConfigError
-
     try:
-        FitOptions.from_kwargs({k: v for k, v in kwargs.items() if k in FitOptions.__dataclass_fields__})
+        FitOptions.from_kwargs({spec.name: kwargs[spec.name] for spec in FIT_OPTIONS})
     except TrainConfigError as error:
         raise UsageError(as_flag_message(str(error))) from None
 
 
 def as_flag_message(message: str) -> str:
     """``epochs must be >= 1`` -> ``--epochs must be >= 1``: say it as the user typed it."""
-    return re.sub(r"^([a-z_]+)(?= must)", lambda m: "--" + m.group(1).replace("_", "-"), message)
+    return re.sub(r"^([a-z_]+)(?= must)", lambda m: flag_of(m.group(1)), message)
 
 
 def is_rank_zero() -> bool:
@@ -100,46 +130,7 @@ def is_rank_zero() -> bool:
 class TrainMagics(Magics):
     dashboard = None  # the latest monitor (dashboard or text progress), for inspection
 
-    @magic_arguments()
-    @argument("--epochs", type=int, help="Passes over the training data (default 1, or as many as --max-steps needs).")
-    @argument("--max-steps", type=int, help="Stop after this many optimizer steps (whichever of epochs/steps ends first).")
-    @argument("--amp", choices=("auto", "bf16", "fp16", "off"), help="Mixed precision. auto (default): bf16 on CUDA "
-              "that supports it, fp16 with a GradScaler on older CUDA, off on CPU.")
-    @argument("--accum", type=int, help="Gradient accumulation: micro-batches per optimizer step (default 1).")
-    @argument("--clip", type=float, metavar="NORM", help="Clip the gradient norm to NORM (unscaled first under fp16).")
-    @argument("--compile", action="store_true", help="torch.compile the model (first steps are slow while it compiles).")
-    @argument("--device", help="cuda, cuda:1, cpu ... (default: the GPU if there is one, else cpu).")
-    @argument("--seed", type=int, help="Seed python, numpy and torch; also fixes the data order.")
-    @argument("--batch-size", type=int, help="Batch size when train_loader is a Dataset or tensors, not a DataLoader.")
-    @argument("--log-every", type=int, metavar="STEPS", help="Read the loss every STEPS steps "
-              "(default: about every 0.5 s; reading it is the only device sync of the loop).")
-    @argument("--val-every", type=int, metavar="STEPS", help="Validate every STEPS steps (default: each epoch end).")
-    @argument("--ckpt-every", type=int, metavar="STEPS", help="Checkpoint every STEPS steps (default: each epoch end).")
-    @argument("--ckpt-dir", help="Where checkpoints go (default: the run's folder under JIYU_HOME).")
-    @argument("--keep-ckpts", type=int, metavar="N", help="Keep the newest N checkpoints of this run (default 3).")
-    @argument("--no-ckpt", action="store_true", help="Save no checkpoints.")
-    @argument("--resume", metavar="PATH|last", help="Continue from a checkpoint: a path, or 'last' (the newest "
-              "checkpoint of the last run with the same name in this notebook).")
-    @argument("--strategy", choices=("auto", "ddp", "fsdp"), help="Under torchrun: ddp (default) or fsdp.")
-    @argument("--nproc", type=int, metavar="N", help="Train with DDP in N processes (one GPU each, or gloo on the "
-              "CPU) under torchrun, started from what this notebook executed; the kernel's model starts them and "
-              "gets rank 0's final weights back. Without it: in this kernel.")
-    @argument("--no-fast-data", action="store_true", help="Iterate a TensorDataset DataLoader as it is instead of the "
-              "engine's batched gather.")
-    @argument("--refresh", type=float, metavar="SECONDS", help="Dashboard refresh interval (default 1 s; "
-              "text progress every 10 s).")
-    @argument("--name", help="Run name in %%jobs and the lab panel (default: notebook:ModelClass).")
-    @argument("--model", metavar="VAR", help="Variable holding the model (default: model).")
-    @argument("--optimizer", metavar="VAR", help="Variable holding the optimizer (default: optimizer).")
-    @argument("--train-loader", metavar="VAR", help="Variable holding the training data (default: train_loader).")
-    @argument("--val-loader", metavar="VAR", help="Variable holding validation data (default: val_loader, optional).")
-    @argument("--loss-fn", metavar="VAR", help="Variable holding loss_fn(outputs, targets) (default: loss_fn).")
-    @argument("--scheduler", metavar="VAR", help="Variable holding an LR scheduler, stepped every optimizer step "
-              "(default: scheduler, optional).")
-    @argument("--train-step", metavar="VAR", help="Variable holding train_step(model, batch) -> loss, for batches "
-              "that are not (inputs, targets) or dicts (default: train_step, optional).")
-    @argument("--result", metavar="VAR", default="train_result", help="Variable the result is stored in "
-              "(default: train_result).")
+    @with_train_options
     @line_cell_magic
     def train(self, line: str, cell: str | None = None):
         """Run the cell, then train the model it defines, with a live dashboard.

@@ -25,9 +25,12 @@ def jobs_module() -> ModuleType:
 
 
 def submit(submission: Submission) -> Run:
+    """Parameter lines are read here, by the jobs layer's ``-p`` grammar (as ``%submit`` and
+    ``jiyu submit`` read theirs); a line it cannot read is a 400 that names it."""
     jobs = jobs_module()
     try:
-        return jobs.submit(str(submission.notebook), nproc=submission.nproc, params=submission.params or None,
+        params = submission.params or jobs.parse_lines(submission.param_lines)
+        return jobs.submit(str(submission.notebook), nproc=submission.nproc, params=params or None,
                            name=submission.name, cwd=str(submission.notebook.parent))
     except jobs.JobError as error:
         raise RequestError(str(error)) from None

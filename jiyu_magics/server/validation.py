@@ -19,16 +19,20 @@ MAX_NPROC = 1024
 MAX_BODY_BYTES = 1024 * 1024
 MAX_OFFSET = 2**63 - 1  # what a file offset can be
 MAX_NAME = 200
-SUBMIT_FIELDS = ("notebook", "nproc", "params", "name")
+MAX_PARAM_LINES = 1000
+SUBMIT_FIELDS = ("notebook", "nproc", "params", "param_lines", "name")
 
 
 @dataclass
 class Submission:
-    """A checked ``POST /jiyu/api/runs`` body, ready for ``jobs.submit``."""
+    """A checked ``POST /jiyu/api/runs`` body, ready for ``jobs.submit``. Parameters come as
+    values (``params``) or as the ``NAME = VALUE`` lines a person typed (``param_lines``, read
+    by the jobs layer with the ``-p`` grammar when the run is submitted)."""
 
     notebook: Path
     nproc: int = 1
     params: dict[str, Any] = field(default_factory=dict)
+    param_lines: list[str] = field(default_factory=list)
     name: str | None = None
 
 
@@ -66,9 +70,11 @@ def submission(body: dict, root: str | Path) -> Submission:
     if unknown:
         raise RequestError(f"unknown field(s) {', '.join(map(repr, unknown))}; "
                            f"a submission takes {', '.join(SUBMIT_FIELDS)}")
+    if body.get("params") and body.get("param_lines"):
+        raise RequestError("give 'params' (values) or 'param_lines' (NAME = VALUE text), not both")
     return Submission(notebook=resolve_notebook(root, body.get("notebook")),
                       nproc=nproc(body.get("nproc", 1)), params=params(body.get("params")),
-                      name=run_name(body.get("name")))
+                      param_lines=param_lines(body.get("param_lines")), name=run_name(body.get("name")))
 
 
 def nproc(value: Any) -> int:
@@ -88,6 +94,17 @@ def params(value: Any) -> dict[str, Any]:
         if not name.isidentifier() or keyword.iskeyword(name):
             raise RequestError(f"parameter name {name!r} is not a Python identifier")
     return dict(value)
+
+
+def param_lines(value: Any) -> list[str]:
+    """The submit dialog's parameter text, one ``NAME = VALUE`` a line, as typed."""
+    if value is None:
+        return []
+    if (not isinstance(value, list) or len(value) > MAX_PARAM_LINES
+            or not all(isinstance(line, str) for line in value)):
+        raise RequestError(f"'param_lines' must be a list of at most {MAX_PARAM_LINES} strings, "
+                           "one 'NAME = VALUE' each")
+    return value
 
 
 def run_name(value: Any) -> str | None:

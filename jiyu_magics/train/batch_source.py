@@ -93,6 +93,10 @@ class LoaderBatches:
     def __len__(self) -> int:
         return len(self.loader)  # TypeError for loaders without a length
 
+    def place(self, device) -> "LoaderBatches":
+        """Nothing to move ahead: a loader's batches go to the device one by one."""
+        return self
+
     def epoch(self, epoch: int, skip: int = 0) -> Iterator[Any]:
         for holder in (getattr(self.loader, "sampler", None), getattr(self.loader, "batch_sampler", None)):
             if hasattr(holder, "set_epoch"):

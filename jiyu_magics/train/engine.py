@@ -9,16 +9,14 @@ dashboard is polled by wall clock, and the stop flag is a plain attribute.
 from __future__ import annotations
 
 import gc
-import math
 import time
-from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from . import rng_state as rng
-from .batches import BatchLoss, samples_in, to_device
+from .batches import BatchLoss
 from .checkpoint import CheckpointKeeper, load_checkpoint
 from .input_checks import check_objects, trainable_parameters
 from .stop_signal import StopSignal, signals_request_stop
@@ -28,7 +26,11 @@ from .train_errors import NonFiniteLoss, TrainConfigError, TrainingFailed
 from .evaluate import evaluate
 from .weight_handoff import final_weights_path, load_initial_weights, write_weights
 from .end_messages import input_bound_advice, nonfinite_message, oom_message, stopped_message, succeeded_message
-from .step_meter import LogClock, StepMeter
+from .step_meter import StepMeter
+from .step_cadence import StepCadence
+from .step_plan import StepPlan
+from .step_runner import StepRunner
+from .loop_position import LoopPosition
 from .fit_options import FitOptions
 from .precision import resolve_precision
 from .reporter import Reporter
@@ -38,7 +40,6 @@ from .checkpoint_state import load_model_optimizer_state, load_other_states, mod
 from .model_wrap import uses_ddp, uses_fsdp, wrap_model
 
 END = object()
-NO_CONTEXT = nullcontext()
 ADVICE_AFTER_STEPS = 20  # data wait in the first steps is warm-up (worker start), not a pattern
 
 
@@ -65,6 +66,10 @@ def fit(model: torch.nn.Module, optimizer: torch.optim.Optimizer, train_data: An
 
 
 class Trainer:
+    """One ``fit`` call. Its state lives in a few small objects, each made once: where the loop
+    is (``position``), how long it runs (``plan``), when logs, validation and checkpoints fall
+    due (``cadence``), the step itself (``steps``), precision, and the process group (``dist``)."""
+
     def __init__(self, model, optimizer, train_data, *, loss_fn=None, train_step=None, val_data=None,
                  scheduler=None, monitor=None, stop=None, options: FitOptions | None = None):
         check_objects(model, optimizer, train_data, scheduler, loss_fn, train_step)
@@ -74,12 +79,10 @@ class Trainer:
         self.monitor = monitor
         self.stop = stop or StopSignal()
         self.opts = options or FitOptions()
-        self.step, self.epoch, self.batch_in_epoch, self.start_step = 0, 1, 0, 0
-        self.last_ckpt_step: int | None = None
+        self.position = LoopPosition()
+        self.steps: StepRunner | None = None  # made when the model is wrapped, dropped before the group
         self.stop_agreed = False
         self.advised = False
-        self.epoch_rng: list[dict] | None = None
-        self.resume_rng: list[dict] | None = None
         self.resumed_from: str | None = None
 
     # -- set-up ----------------------------------------------------------------------------
@@ -89,8 +92,7 @@ class Trainer:
         failed = True
         try:
             self._prepare()
-            self.run_binding = RunBinding.open(self.name, self.dist, self._params())
-            self.report = Reporter(self.run_binding, self.dist, self.monitor, started=self.started)
+            self._open_run()
             try:
                 with signals_request_stop(self.stop):
                     result = self._execute()
@@ -99,7 +101,7 @@ class Trainer:
             finally:
                 self.run_binding.close()
         finally:
-            self.train_model = None  # the DDP wrapper (and its reducer) goes before the group it uses
+            self.steps = None  # the DDP wrapper (and its reducer) goes before the group it uses
             self.dist.close(failed=failed)
 
     def _prepare(self) -> None:
@@ -116,28 +118,17 @@ class Trainer:
                                      rank=self.dist.rank, world_size=self.dist.world_size)
         self.val_batches = validation_batches(self.val_data, batch_size=opts.batch_size, fast=opts.fast_data,
                                               rank=self.dist.rank, world_size=self.dist.world_size)
-        self._plan_steps()
+        self.plan = StepPlan.of(self.data, opts.epochs, opts.max_steps, opts.accum)
         self.precision = resolve_precision(opts.amp, self.device)
-        self.scaler = self.precision.scaler
-        self.move_batches = self.device.type != "cpu"
         self.sharded = self.dist.distributed and opts.strategy == "fsdp"
-        if self.move_batches and hasattr(self.data, "place"):
-            self.data.place(self.device)
+        self.data.place(self.device)
 
-    def _plan_steps(self) -> None:
-        try:
-            self.batches_per_epoch: int | None = len(self.data)
-        except TypeError:
-            self.batches_per_epoch = None
-        if self.batches_per_epoch == 0:
-            raise TrainConfigError("the training data has no batches (empty dataset, or drop_last with "
-                                   "fewer samples than one batch)")
-        opts = self.opts
-        self.epochs = opts.epochs or (None if opts.max_steps else 1)
-        per_epoch = math.ceil(self.batches_per_epoch / opts.accum) if self.batches_per_epoch else None
-        self.steps_per_epoch = per_epoch
-        planned = per_epoch * self.epochs if per_epoch and self.epochs else None
-        self.total_steps = min(filter(None, (planned, opts.max_steps)), default=None)
+    def _open_run(self) -> None:
+        """The run this call writes into, and what records its progress there."""
+        self.run_binding = RunBinding.open(self.name, self.dist, self._params())
+        self.report = Reporter(self.run_binding, self.dist, self.monitor, started=self.started)
+        self.keeper = CheckpointKeeper(self._ckpt_folder(), self.opts.keep_ckpts, self.run_binding.checkpoint_label)
+        self.meter = StepMeter(self.device)
 
     def _params(self) -> dict:
         return {k: v for k, v in vars(self.opts).items() if v is not None}
@@ -151,50 +142,48 @@ class Trainer:
         except torch.OutOfMemoryError as error:
             raise TrainingFailed(self._end("failed", self._release_memory(error))) from None
         except KeyboardInterrupt:  # a second interrupt: stop now, mid-step, without a checkpoint
-            return self._end("stopped", stopped_message(self.step, self.total_steps, self._last_step_epoch(),
-                                                        self.stop.reason, self._last_checkpoint()))
+            return self._end("stopped", self._stopped_message())
         except BaseException as error:
-            self.report.error(error, self.step)
+            self.report.error(error, self.position.step)
             raise
         return self._end("stopped" if self._stopping() else "succeeded")
 
     def _start(self) -> None:
-        self.params_count = sum(p.numel() for p in self.raw_model.parameters())
+        params_count = sum(p.numel() for p in self.raw_model.parameters())
         load_initial_weights(self.raw_model)  # %%train --nproc: the kernel's weights, before wrapping
-        self.train_model = wrap_model(self.raw_model, self.optimizer, self.device, self.dist, self.opts.strategy,
-                                      self.opts.compile)
-        self.params = trainable_parameters(self.raw_model)  # sharded ones under FSDP
-        self.ddp = uses_ddp(self.train_model) and self.batches_per_epoch is not None
-        self.fsdp = uses_fsdp(self.raw_model) and self.batches_per_epoch is not None
+        self.steps = self._step_runner()
         self._resume()
-        self.start_step = self.step
-        self.step_scheduler = self.scheduler is not None and self.opts.scheduler_interval == "step"
-        self.keeper = CheckpointKeeper(self._ckpt_folder(), self.opts.keep_ckpts, self.run_binding.checkpoint_label)
-        self.meter = StepMeter(self.device)
-        self.meter.reset(time.perf_counter(), self.step)
-        self.log_clock = LogClock(self.opts.log_every, self.opts.log_interval_s)
-        # read every step: plain attributes, looked up once here
-        self.clip, self.val_every, self.ckpt_every = self.opts.clip, self.opts.val_every, self.opts.ckpt_every
-        self.distributed = self.dist.distributed
-        self.plain = not self.distributed and self.precision.mode == "off" and self.opts.accum == 1
-        self.train_loss = None  # chosen from the first batch
-        self.last_step = self.total_steps if self.total_steps is not None else math.inf
-        self.next_due = self.step + 1
-        self.next_log = self.step + self.log_clock.every
-        self.train_model.train()
-        self._emit_start()
+        position, opts = self.position, self.opts
+        position.start_step = position.step
+        self.meter.reset(time.perf_counter(), position.step)
+        self.cadence = StepCadence(position.step, self.plan.last_step, opts.log_every, opts.log_interval_s,
+                                   opts.val_every, opts.ckpt_every)
+        self.steps.train_model.train()
+        self._emit_start(params_count)
         self.report.poll()
+
+    def _step_runner(self) -> StepRunner:
+        opts, dist, known_length = self.opts, self.dist, self.plan.batches_per_epoch is not None
+        train_model = wrap_model(self.raw_model, self.optimizer, self.device, dist, opts.strategy, opts.compile)
+        return StepRunner(
+            train_model, self.raw_model, self.optimizer, batch_loss=self.batch_loss, precision=self.precision,
+            device=self.device, meter=self.meter, params=trainable_parameters(self.raw_model),  # sharded under FSDP
+            clip=opts.clip, scheduler=self.scheduler if opts.scheduler_interval == "step" else None,
+            ddp=uses_ddp(train_model) and known_length, fsdp=uses_fsdp(self.raw_model) and known_length,
+            plain=not dist.distributed and self.precision.mode == "off" and opts.accum == 1)
 
     def _ckpt_folder(self) -> Path:
         return Path(self.opts.ckpt_dir).expanduser() if self.opts.ckpt_dir else self.run_binding.files.ckpt
 
-    def _emit_start(self) -> None:
+    def _emit_start(self, params_count: int) -> None:
+        plan = self.plan
         self.report.emit(
-            "start", run_id=self.run_binding.run_id, name=self.name, total_steps=self.total_steps,
-            epochs=self.epochs, steps_per_epoch=self.steps_per_epoch, nproc=self.dist.world_size,
+            "start", run_id=self.run_binding.run_id, name=self.name, total_steps=plan.total_steps,
+            epochs=plan.epochs, steps_per_epoch=plan.steps_per_epoch, nproc=self.dist.world_size,
             batch_size=self.data.batch_size, accum=self.opts.accum, amp=self.precision.mode,
-            device=str(self.device), params=self.params_count, strategy=self._strategy_name(),
-            backend=self.dist.backend, data=self.data.kind, start_step=self.step, resumed_from=self.resumed_from)
+            device=str(self.device), params=params_count, strategy=self._strategy_name(),
+            backend=self.dist.backend, data=self.data.kind, start_step=self.position.step,
+            resumed_from=self.resumed_from)
 
     def _strategy_name(self) -> str:
         if not self.dist.distributed:
@@ -203,44 +192,45 @@ class Trainer:
 
     # -- the loop --------------------------------------------------------------------------
     def _loop(self) -> None:
-        while not self._finished():
+        while not (self._stopping() or self.plan.finished(self.position)):
             self._run_epoch()
         self._log_pending()
         self._checkpoint()
-
-    def _finished(self) -> bool:
-        return (self._stopping() or (self.total_steps is not None and self.step >= self.total_steps)
-                or (self.epochs is not None and self.epoch > self.epochs))
 
     def _stopping(self) -> bool:
         return self.stop_agreed if self.dist.distributed else self.stop.requested
 
     def _run_epoch(self) -> None:
         batches = self._epoch_batches()
-        meter, clock, stop, report = self.meter, time.perf_counter, self.stop, self.report
-        micro_step, optimizer_step = self._micro_step, self._optimizer_step
-        group, micro = self._group_size(), 0
+        position, cadence, meter, clock, stop, report = (self.position, self.cadence, self.meter, time.perf_counter,
+                                                         self.stop, self.report)
+        micro_step, optimizer_step, group_size = self.steps.micro_step, self.steps.optimizer_step, self.plan.group_size
+        group, micro = group_size(position.batch_in_epoch), 0
         while True:
             waited = clock()
             batch = next(batches, END)
             meter.data_wait += clock() - waited
             if batch is END:
                 break
-            self.batch_in_epoch += 1
+            position.batch_in_epoch += 1
             micro += 1
             micro_step(batch, group, micro == group)
+            if group > 1:
+                meter.loss_steps.append(position.step + 1)
             if micro < group:
                 continue
             optimizer_step()
+            position.step += 1
             micro = 0
             # one comparison per step in the common case; the rest only when something is due
-            if self.step >= self.next_due or clock() >= report.next_poll or stop.requested:
-                if self._after_step() and not self._epoch_complete():
+            if position.step >= cadence.next_due or clock() >= report.next_poll or stop.requested:
+                if self._after_step() and not self.plan.epoch_complete(position.batch_in_epoch):
                     return
             if group != 1:
-                group = self._group_size()
+                group = group_size(position.batch_in_epoch)
         if micro:  # an iterable without a length ended inside an accumulation group
-            self._optimizer_step()
+            optimizer_step()
+            position.step += 1
             self._after_step()
         self._end_epoch()
 
@@ -248,87 +238,31 @@ class Trainer:
         """This epoch's batches. A resume mid-epoch replays the epoch's start (its RNG state,
         so a shuffling loader draws the same order), skips what was trained, then continues
         from the RNG state of the checkpoint."""
-        rank = self.dist.rank
-        if self.resume_rng is not None and self.batch_in_epoch:
-            rng.restore(_for_rank(self.epoch_rng, rank))
-            batches = self.data.epoch(self.epoch, self.batch_in_epoch)
-            rng.restore(_for_rank(self.resume_rng, rank))
+        position, rank = self.position, self.dist.rank
+        if position.resume_rng is not None and position.batch_in_epoch:
+            rng.restore(_for_rank(position.epoch_rng, rank))
+            batches = self.data.epoch(position.epoch, position.batch_in_epoch)
+            rng.restore(_for_rank(position.resume_rng, rank))
         else:
-            if self.resume_rng is not None:
-                rng.restore(_for_rank(self.resume_rng, rank))
-            self.epoch_rng = [rng.capture()]
-            batches = self.data.epoch(self.epoch)
-        self.resume_rng = None
+            if position.resume_rng is not None:
+                rng.restore(_for_rank(position.resume_rng, rank))
+            position.epoch_rng = [rng.capture()]
+            batches = self.data.epoch(position.epoch)
+        position.resume_rng = None
         return iter(batches)
-
-    def _group_size(self) -> int:
-        accum = self.opts.accum
-        if accum == 1 or self.batches_per_epoch is None:
-            return accum
-        return min(accum, self.batches_per_epoch - self.batch_in_epoch)
-
-    def _epoch_complete(self) -> bool:
-        return self.batches_per_epoch is not None and self.batch_in_epoch >= self.batches_per_epoch
-
-    def _micro_step(self, batch, group: int, sync: bool) -> None:
-        if self.move_batches:
-            batch = to_device(batch, self.device)
-        if self.train_loss is None:
-            self.train_loss = self.batch_loss.train_loss(batch)
-        if self.plain:  # one process, no AMP, no accumulation: nothing to wrap the step in
-            loss = self.train_loss(self.train_model, batch)
-            loss.backward()
-        else:
-            loss = self._forward_backward(batch, group, sync)
-        meter = self.meter
-        meter.losses.append(loss.detach())
-        if group > 1:
-            meter.loss_steps.append(self.step + 1)
-        meter.samples += samples_in(batch)
-
-    def _forward_backward(self, batch, group: int, sync: bool) -> torch.Tensor:
-        if group > 1 and self.fsdp:
-            self.raw_model.set_requires_gradient_sync(sync)  # reduce-scatter on the last micro-batch only
-        # DDP all-reduces gradients on the group's last micro-batch only
-        with self.train_model.no_sync() if self.ddp and not sync else NO_CONTEXT:
-            with self.precision.autocast():
-                loss = self.train_loss(self.train_model, batch)
-            scaled = loss / group if group > 1 else loss
-            if self.scaler is not None:
-                scaled = self.scaler.scale(scaled)
-            scaled.backward()
-        return loss
-
-    def _optimizer_step(self) -> None:
-        optimizer, scaler = self.optimizer, self.scaler
-        if self.clip is not None:
-            if scaler is not None:
-                scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
-            self.meter.norms.append(torch.nn.utils.clip_grad_norm_(self.params, self.clip))
-        if scaler is not None:
-            scaler.step(optimizer)
-            scaler.update()
-        else:
-            optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        if self.step_scheduler:
-            self.scheduler.step()
-        self.step += 1
 
     def _after_step(self) -> bool:
         """Logs, validates, checkpoints and polls the dashboard when due; True when training ends."""
-        step = self.step
-        if step >= self.next_log:
+        step, cadence = self.position.step, self.cadence
+        if cadence.log_due(step):
             self._log()
-        if self.val_every and step % self.val_every == 0:
+        if cadence.validation_due(step):
             self._validate()
-        if self.ckpt_every and step % self.ckpt_every == 0:
+        if cadence.checkpoint_due(step):
             self._checkpoint()
         self.report.poll_if_due()
-        self.next_due = min(self.next_log, self.last_step, _next_multiple(step, self.val_every),
-                            _next_multiple(step, self.ckpt_every))
-        stopping = self.stop_agreed if self.distributed else self.stop.requested
-        return stopping or step >= self.last_step
+        cadence.passed(step)
+        return self._stopping() or step >= cadence.last_step
 
     def _end_epoch(self) -> None:
         self._log_pending()
@@ -336,8 +270,7 @@ class Trainer:
             self._validate()
         if self.scheduler is not None and self.opts.scheduler_interval == "epoch":
             self._scheduler_epoch_step()
-        self.epoch += 1
-        self.batch_in_epoch = 0
+        self.position.next_epoch()
         if not self.opts.ckpt_every:
             self._checkpoint()
 
@@ -356,13 +289,13 @@ class Trainer:
             self._log()
 
     def _log(self) -> None:
-        window = self.meter.read(self.dist, self.step, self.stop.requested)
-        self.next_log = self.step + self.log_clock.next(window)
-        self.next_due = min(self.next_due, self.next_log)
+        step = self.position.step
+        window = self.meter.read(self.dist, step, self.stop.requested)
+        self.cadence.logged(step, window)
         if window.first_bad_step is not None:
             raise NonFiniteLoss(window.first_bad_step, window.bad_value)
         self.stop_agreed = self.stop_agreed or window.stop
-        self.report.step(self.step, self.epoch, self.total_steps, window, self._lr())
+        self.report.step(step, self.position.epoch, self.plan.total_steps, window, self._lr())
         self._advise(window.data_wait)
 
     def _lr(self) -> float | None:
@@ -370,36 +303,36 @@ class Trainer:
         return float(lr) if lr is not None else None
 
     def _advise(self, data_wait: float | None) -> None:
-        if self.advised or self.step < ADVICE_AFTER_STEPS:
+        if self.advised or self.position.step < ADVICE_AFTER_STEPS:
             return
         message = input_bound_advice(data_wait, self.device.type, self.train_data,
                                      local_world_size=self.dist.world_size)
         if message:
             self.advised = True
-            self.report.emit("advice", step=self.step, message=message)
+            self.report.emit("advice", step=self.position.step, message=message)
 
     def _validate(self) -> None:
-        loss, accuracy = evaluate(self.train_model, self.val_batches, self.batch_loss, self.precision, self.device,
-                                  self.dist, self.report.poll_if_due)
-        self.report.emit("val", step=self.step, epoch=self.epoch, loss=loss, accuracy=accuracy)
+        loss, accuracy = evaluate(self.steps.train_model, self.val_batches, self.batch_loss, self.precision,
+                                  self.device, self.dist, self.report.poll_if_due)
+        self.report.emit("val", step=self.position.step, epoch=self.position.epoch, loss=loss, accuracy=accuracy)
 
     def _checkpoint(self) -> None:
-        if not self.opts.save_ckpts or self.last_ckpt_step == self.step:
+        position = self.position
+        if not self.opts.save_ckpts or position.last_ckpt_step == position.step:
             return
-        state = self._state()
-        path = self.keeper.save(state, self.step, write=self.dist.is_writer)
-        self.report.emit("ckpt", step=self.step, path=str(path))
-        self.last_ckpt_step = self.step
+        path = self.keeper.save(self._state(), position.step, write=self.dist.is_writer)
+        self.report.emit("ckpt", step=position.step, path=str(path))
+        position.last_ckpt_step = position.step
 
     def _state(self) -> dict:
+        position, dist = self.position, self.dist
         model, optimizer = model_optimizer_state(self.raw_model, self.optimizer, self.sharded)
         return {
-            "model": model, "optimizer": optimizer, **other_states(self.scaler, self.scheduler),
-            "step": self.step, "epoch": self.epoch, "batch_in_epoch": self.batch_in_epoch,
-            "rng": self.dist.gather(rng.capture()),
-            "epoch_rng": self.dist.gather(_for_rank(self.epoch_rng, self.dist.rank)),
-            "data_seed": self.data_seed, "world_size": self.dist.world_size,
-            "run_id": self.run_binding.run_id, "total_steps": self.total_steps,
+            "model": model, "optimizer": optimizer, **other_states(self.precision.scaler, self.scheduler),
+            "step": position.step, "epoch": position.epoch, "batch_in_epoch": position.batch_in_epoch,
+            "rng": dist.gather(rng.capture()), "epoch_rng": dist.gather(_for_rank(position.epoch_rng, dist.rank)),
+            "data_seed": self.data_seed, "world_size": dist.world_size,
+            "run_id": self.run_binding.run_id, "total_steps": self.plan.total_steps,
         }
 
     def _resume(self) -> None:
@@ -409,55 +342,53 @@ class Trainer:
             return
         state = load_checkpoint(path, map_location=self.device)
         load_model_optimizer_state(self.raw_model, self.optimizer, state, path, self.sharded)
-        load_other_states(state, self.scaler, self.scheduler)
-        self.step, self.epoch = state["step"], state["epoch"]
-        # the same samples consumed globally when the number of ranks changed (same batch size per rank)
-        self.batch_in_epoch = state["batch_in_epoch"] * state["world_size"] // self.dist.world_size
+        load_other_states(state, self.precision.scaler, self.scheduler)
+        self.position.restore(state, self.dist.world_size)
         self.data.seed = self.data_seed = state["data_seed"]
-        self.epoch_rng, self.resume_rng = state["epoch_rng"], state["rng"]
-        self.last_ckpt_step, self.resumed_from = self.step, path
+        self.resumed_from = path
 
     # -- the end ----------------------------------------------------------------------------
     def _last_checkpoint(self) -> str | None:
-        keeper = getattr(self, "keeper", None)
-        return str(keeper.last) if keeper is not None and keeper.last else None
+        return str(self.keeper.last) if self.keeper.last else None
 
     def _end(self, status: str, message: str | None = None) -> FitResult:
         if status != "failed":
             self._hand_back_weights()
         message = message or self._message(status, self.report.elapsed)
-        self.report.end(status, self.step, message)
-        checkpoints = [str(p) for p in self.keeper.saved] if hasattr(self, "keeper") else []
-        return FitResult(run_id=self.run_binding.run_id, status=status, message=message, step=self.step,
-                         epoch=self._last_step_epoch(), total_steps=self.total_steps, elapsed=self.report.elapsed,
-                         history=self.report.history, checkpoints=checkpoints)
+        position = self.position
+        self.report.end(status, position.step, message)
+        return FitResult(run_id=self.run_binding.run_id, status=status, message=message, step=position.step,
+                         epoch=position.last_step_epoch(), total_steps=self.plan.total_steps,
+                         elapsed=self.report.elapsed, history=self.report.history,
+                         checkpoints=[str(p) for p in self.keeper.saved])
 
     def _hand_back_weights(self) -> None:
         """``%%train --nproc``: rank 0 writes the final full weights for the kernel to load
-        (every rank takes part in gathering them under FSDP)."""
+        (every rank takes part in gathering them under FSDP). Not when stopped before the
+        model was wrapped: there is nothing trained to hand back."""
         path = final_weights_path()
-        if path is None or not hasattr(self, "train_model"):
+        if path is None or self.steps is None:
             return
         model, _ = model_optimizer_state(self.raw_model, self.optimizer, self.sharded)
         if self.dist.is_writer:
-            write_weights(model, path, self.step)
-
-    def _last_step_epoch(self) -> int:
-        """The epoch the last step belonged to (the counter has moved on at an epoch end)."""
-        return self.epoch - 1 if self.batch_in_epoch == 0 and self.step > self.start_step else self.epoch
+            write_weights(model, path, self.position.step)
 
     def _message(self, status: str, elapsed: float) -> str:
         if status == "stopped":
-            return stopped_message(self.step, self.total_steps, self._last_step_epoch(), self.stop.reason,
-                                   self._last_checkpoint())
-        history = self.report.history
+            return self._stopped_message()
+        history, position = self.report.history, self.position
         last = history[-1] if history else {}
         val_acc = next((r["val_acc"] for r in reversed(history) if r.get("val_acc") is not None), None)
-        return succeeded_message(self.step, self.start_step, self._last_step_epoch(), elapsed, last.get("loss"),
-                                 val_acc)
+        return succeeded_message(position.step, position.start_step, position.last_step_epoch(), elapsed,
+                                 last.get("loss"), val_acc)
+
+    def _stopped_message(self) -> str:
+        position = self.position
+        return stopped_message(position.step, self.plan.total_steps, position.last_step_epoch(), self.stop.reason,
+                               self._last_checkpoint())
 
     def _nonfinite(self, error: NonFiniteLoss) -> str:
-        return nonfinite_message(error.step, error.value, self._last_checkpoint(), self.last_ckpt_step,
+        return nonfinite_message(error.step, error.value, self._last_checkpoint(), self.position.last_ckpt_step,
                                  self.precision.mode, self.opts.clip is not None)
 
     def _release_memory(self, error: torch.OutOfMemoryError) -> str:
@@ -465,18 +396,15 @@ class Trainer:
         allocator cache, so the kernel can go on."""
         error.__traceback__ = None
         self.optimizer.zero_grad(set_to_none=True)
-        if hasattr(self, "meter"):
-            self.meter.reset(time.perf_counter(), self.step)
+        self.meter.reset(time.perf_counter(), self.position.step)
         gc.collect()
         peak = total = None
         if self.device.type == "cuda":
             peak = torch.cuda.max_memory_allocated(self.device)
             total = torch.cuda.get_device_properties(self.device).total_memory
             torch.cuda.empty_cache()
-        return oom_message(self.step + 1, peak, total, self.data.batch_size, self.opts.accum, self.precision.mode)
-
-def _next_multiple(step: int, every: int | None) -> float:
-    return (step // every + 1) * every if every else math.inf
+        return oom_message(self.position.step + 1, peak, total, self.data.batch_size, self.opts.accum,
+                           self.precision.mode)
 
 
 def _for_rank(states: list[dict], rank: int) -> dict:

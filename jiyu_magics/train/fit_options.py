@@ -1,12 +1,16 @@
-"""Every option of ``fit`` (and so of ``%%train``), with its validation in one place.
+"""Every option of ``fit`` (and so of ``%%train``), declared once, with its validation.
 
-The magic maps its flags one to one onto these fields, so a bad value gets the same one-line
-message whichever entry point the user came through.
+Each field carries what a user reads about it (help, choices, metavar, flag): ``%%train``
+builds its ``@argument``s from these fields and the README's option list is generated from
+them, so ``%%train?``, ``fit(**options)`` and the README cannot disagree. The module imports
+neither torch nor IPython: the magic reads it at ``%load_ext`` time.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+import typing
+from dataclasses import MISSING, dataclass, field, fields
+from typing import Any
 
 from .train_errors import TrainConfigError
 
@@ -16,31 +20,58 @@ SCHEDULER_INTERVALS = ("step", "epoch")
 DEFAULT_LOG_INTERVAL_S = 0.5
 
 
+def option(default: Any, help: str, *, default_text: str | None = None, choices: tuple[str, ...] | None = None,
+           metavar: str | None = None, flag: str | None = None) -> Any:
+    """A ``FitOptions`` field and its user-facing description. ``default_text`` says what a
+    ``None`` default means; ``flag`` overrides ``--field-name`` (``--no-ckpt`` for
+    ``save_ckpts``: an option that defaults to on is a flag that turns it off)."""
+    return field(default=default, metadata=dict(help=help, default_text=default_text, choices=choices,
+                                                metavar=metavar, flag=flag))
+
+
 @dataclass
 class FitOptions:
-    epochs: int | None = None          # None: 1, or as many as max_steps needs
-    max_steps: int | None = None       # optimizer steps; training ends at whichever comes first
-    batch_size: int | None = None      # only when training data is a Dataset or tensors
-    shuffle: bool = True               # only when the engine builds the batches
-    drop_last: bool = False            # likewise
-    amp: str = "auto"                  # auto: bf16 on CUDA that supports it, fp16 on older CUDA, off on CPU
-    accum: int = 1                     # micro-batches per optimizer step
-    clip: float | None = None          # max gradient norm
-    compile: bool = False              # torch.compile the model
-    device: str | None = None          # default: cuda:LOCAL_RANK when CUDA is available, else cpu
-    seed: int | None = None
-    log_every: int | None = None       # optimizer steps between logs; None: about every log_interval_s
-    log_interval_s: float = DEFAULT_LOG_INTERVAL_S
-    val_every: int | None = None       # optimizer steps; None: at each epoch end
-    ckpt_every: int | None = None      # optimizer steps; None: at each epoch end
-    ckpt_dir: str | None = None        # default: the run's ckpt/ folder
-    keep_ckpts: int = 3                # checkpoints of this call kept on disk (the newest)
-    save_ckpts: bool = True
-    resume: str | None = None          # a checkpoint path, or "last"
-    strategy: str = "auto"             # under torchrun: ddp (default) or fsdp
-    fast_data: bool = True             # in-memory tensor data: batched gather instead of per-sample collate
-    scheduler_interval: str = "step"   # call scheduler.step() after each optimizer step or each epoch
-    name: str | None = None            # the run's name in the store
+    epochs: int | None = option(None, "Passes over the training data.",
+                                default_text="1, or as many as --max-steps needs")
+    max_steps: int | None = option(None, "Stop after this many optimizer steps (whichever of epochs and steps "
+                                         "ends first).", metavar="STEPS")
+    batch_size: int | None = option(None, "Batch size when the training data is a Dataset or tensors, not a "
+                                          "DataLoader.", metavar="N")
+    shuffle: bool = option(True, "Keep the data order (only when the engine builds the batches).",
+                           flag="--no-shuffle")
+    drop_last: bool = option(False, "Drop each epoch's last incomplete batch (only when the engine builds the "
+                                    "batches).")
+    amp: str = option("auto", "Mixed precision. auto: bf16 on CUDA that supports it, fp16 with a GradScaler on "
+                              "older CUDA, off on CPU.", choices=AMP_MODES)
+    accum: int = option(1, "Gradient accumulation: micro-batches per optimizer step.", metavar="N")
+    clip: float | None = option(None, "Clip the gradient norm to NORM (unscaled first under fp16).",
+                                metavar="NORM")
+    compile: bool = option(False, "torch.compile the model (the first steps are slow while it compiles).")
+    device: str | None = option(None, "cuda, cuda:1, cpu ...",
+                                default_text="cuda:LOCAL_RANK when CUDA is available, else cpu")
+    seed: int | None = option(None, "Seed python, numpy and torch; also fixes the data order.")
+    log_every: int | None = option(None, "Read the loss every STEPS optimizer steps (reading it is the only "
+                                         "device sync of the loop).", metavar="STEPS",
+                                   default_text="about every --log-interval seconds")
+    log_interval_s: float = option(DEFAULT_LOG_INTERVAL_S, "Seconds between loss reads when --log-every is not "
+                                                           "given.", metavar="SECONDS", flag="--log-interval")
+    val_every: int | None = option(None, "Validate every STEPS optimizer steps.", metavar="STEPS",
+                                   default_text="each epoch end")
+    ckpt_every: int | None = option(None, "Checkpoint every STEPS optimizer steps.", metavar="STEPS",
+                                    default_text="each epoch end")
+    ckpt_dir: str | None = option(None, "Where checkpoints go.", metavar="DIR",
+                                  default_text="the run's folder under JIYU_HOME")
+    keep_ckpts: int = option(3, "Keep the newest N checkpoints of this call.", metavar="N")
+    save_ckpts: bool = option(True, "Save no checkpoints.", flag="--no-ckpt")
+    resume: str | None = option(None, "Continue from a checkpoint: a path, or 'last' (the newest checkpoint of "
+                                      "the last run with the same name in this notebook).", metavar="PATH|last")
+    strategy: str = option("auto", "Under torchrun: ddp or fsdp (auto: ddp).", choices=STRATEGIES)
+    fast_data: bool = option(True, "Iterate a TensorDataset DataLoader as it is instead of the engine's batched "
+                                   "gather.", flag="--no-fast-data")
+    scheduler_interval: str = option("step", "When the scheduler steps: after each optimizer step or each epoch.",
+                                     choices=SCHEDULER_INTERVALS)
+    name: str | None = option(None, "The run's name in %jobs and the lab panel.",
+                              default_text="notebook:ModelClass")
 
     @classmethod
     def from_kwargs(cls, options: dict) -> "FitOptions":
@@ -61,6 +92,54 @@ class FitOptions:
         if not self.log_interval_s > 0:
             raise TrainConfigError(f"log_interval_s must be positive, got {self.log_interval_s:g}")
         return self
+
+
+@dataclass(frozen=True)
+class OptionSpec:
+    """One ``FitOptions`` field as a command-line option: what an adapter needs to declare it."""
+
+    name: str
+    type: type
+    default: Any
+    help: str
+    flag: str
+    choices: tuple[str, ...] | None = None
+    metavar: str | None = None
+    default_text: str | None = None
+
+    @property
+    def is_switch(self) -> bool:
+        """A flag without a value: ``--compile`` turns an off option on, ``--no-ckpt`` an on one off."""
+        return self.type is bool
+
+    def described(self) -> str:
+        """The help text with its default, as ``%%train?`` and the README show it."""
+        if self.is_switch:
+            return self.help
+        default = self.default_text or (None if self.default is None else f"{self.default:g}"
+                                        if isinstance(self.default, float) else str(self.default))
+        return f"{self.help} Default: {default}." if default else self.help
+
+
+def option_specs() -> list[OptionSpec]:
+    """The options of ``fit`` in declaration order, for adapters that parse them (``%%train``)
+    and for the README's option list."""
+    hints = typing.get_type_hints(FitOptions)
+    return [OptionSpec(name=f.name, type=_value_type(hints[f.name]), default=f.default, help=f.metadata["help"],
+                       flag=f.metadata["flag"] or "--" + f.name.replace("_", "-"), choices=f.metadata["choices"],
+                       metavar=f.metadata["metavar"], default_text=f.metadata["default_text"])
+            for f in fields(FitOptions) if f.default is not MISSING]
+
+
+def flag_of(name: str) -> str:
+    """``save_ckpts`` -> ``--no-ckpt``: an option named as the user types it."""
+    return next((spec.flag for spec in option_specs() if spec.name == name), "--" + name.replace("_", "-"))
+
+
+def _value_type(hint: Any) -> type:
+    """``int | None`` -> ``int``."""
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    return args[0] if args else hint
 
 
 def _at_least(low: int, **values: int | None) -> None:

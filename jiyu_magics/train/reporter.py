@@ -66,11 +66,11 @@ class Reporter:
         return round((total - step) * (now - since) / (step - origin), 1)
 
     def end(self, status: str, step: int, message: str) -> None:
-        """The ``end`` event, the final refresh, the loss PNG and the run's final status."""
+        """The ``end`` event, the final refresh and the run's final status. No plot: whoever
+        shows the summary draws it from the events, after ``fit`` has returned."""
         self.emit("end", status=status, step=step, message=message, elapsed=round(self.elapsed, 3))
         if self.dist.is_writer:
             self.poll()
-            save_plot(self.run)
         self.run.finish(status, error=message if status == "failed" else None)
 
     def error(self, error: BaseException, step: int) -> None:
@@ -104,17 +104,6 @@ class Reporter:
             return None
         first = min(errors, key=lambda e: e.get("t", 0))
         return f"rank {first.get('rank')}: {first.get('message')}"
-
-
-def save_plot(run: RunBinding) -> None:
-    """The final loss plot as a PNG next to the event log, for notebooks re-opened without a
-    kernel and for the lab panel. Never fails the run."""
-    try:
-        from ..views.loss_plot import save_loss_plot
-
-        save_loss_plot(run.files.events, run.files.loss_plot)
-    except Exception:
-        pass
 
 
 def _round(value: float | None, digits: int) -> float | None:

@@ -1,4 +1,6 @@
-"""The final loss plot as a PNG (matplotlib, drawn once at the end of a run).
+"""The final loss plot as a PNG (matplotlib), drawn by whoever shows a run's summary: the
+notebook dashboard when it closes, text progress at the end of a terminal or job run, and
+``jiyu plot`` on demand. The engine draws nothing.
 
 Uses a bare ``Figure`` with the Agg canvas: no pyplot, no global figure registry, no
 interaction with the notebook's inline backend, safe from any thread.
@@ -7,10 +9,7 @@ interaction with the notebook's inline backend, safe from any thread.
 from __future__ import annotations
 
 import io
-import os
-from pathlib import Path
 
-from ..core.event_log import read_events
 from .loss_chart import RAW, SMOOTH, VAL, wants_log
 from .training_view import TrainingView
 
@@ -41,12 +40,8 @@ def render_loss_png(view: TrainingView, size: tuple[float, float] = (6.0, 3.2), 
     return buffer.getvalue()
 
 
-def save_loss_plot(events_path: Path | str, png_path: Path | str) -> Path:
-    """Draws the latest fit call of an event log into ``png_path`` (atomically replaced)."""
+def events_loss_png(events: list[dict]) -> bytes | None:
+    """The latest fit call of an event log, drawn; None when it logged no loss."""
     view = TrainingView()
-    view.feed(read_events(events_path)[0])
-    png_path = Path(png_path)
-    temp = png_path.with_name(f".{png_path.name}.tmp-{os.getpid()}")
-    temp.write_bytes(render_loss_png(view))
-    os.replace(temp, png_path)
-    return png_path
+    view.feed(events)
+    return render_loss_png(view) if view.losses else None

@@ -10,6 +10,7 @@ from typing import TextIO
 
 from ..views.train_text import TEXT_INTERVAL_S, progress_line
 from ..views.training_view import TrainingView
+from .summary_plot import summary_png
 
 
 class TextProgress:
@@ -40,8 +41,11 @@ class TextProgress:
         self._write(progress_line(self.view))
 
     def close(self) -> None:
+        """The summary line and, in the run folder, the loss plot a terminal cannot show (the
+        end of a terminal or background-job run leaves ``loss.png`` as a notebook's does)."""
         if self.view.finished:
             self._write(self.view.message or progress_line(self.view))
+            summary_png(self.view)
 
     def _write(self, line: str) -> None:
         print(line, file=self.out or sys.stdout, flush=True)

@@ -5,8 +5,9 @@ directly by the engine in this kernel or by :func:`~jiyu_magics.widgets.event_fo
 tailing another process's ``events.jsonl`` (``%job attach``, ``%%train --nproc``): one
 rendering path for both. Each refresh sends only the widget values that changed, in one
 ``hold_sync`` batch per widget; the loss curve is an SVG string the browser draws. When the
-run ends the output is replaced, in place, by a static summary with the loss PNG, so a saved
-or exported notebook shows the result without a kernel or widget state.
+run ends the output is replaced, in place, by a static summary with the loss PNG (drawn here,
+from the events: the engine draws nothing), so a saved or exported notebook shows the result
+without a kernel or widget state.
 """
 
 from __future__ import annotations
@@ -22,13 +23,13 @@ from IPython.display import display
 
 from ..core import gpu_snapshot as gpu
 from ..core.event_log import read_events
-from ..core.run_files import RunFiles
 from ..views.format import duration, na
 from ..views.loss_chart import loss_svg
 from ..views.training_view import TrainingView
 from .event_follow import follow
 from ..views.train_text import header_text, stat_rows, steps_text, summary_html, summary_text
 from .comm_pump import CommPump
+from .summary_plot import summary_png
 
 if TYPE_CHECKING:  # the dashboard itself never imports torch: %job attach uses it without training
     from ..train.stop_signal import StopSignal
@@ -131,7 +132,7 @@ class TrainingDashboard:
         self.render()
         if self.handle is None:
             return
-        png = _loss_png(self.view)
+        png = summary_png(self.view)
         bundle = {"text/html": summary_html(self.view, base64.b64encode(png).decode() if png else None),
                   "text/plain": summary_text(self.view)}
         if png:
@@ -209,16 +210,3 @@ def _notes(view: TrainingView) -> str:
     elif view.checkpoint:
         lines.append(f"<div style='color:#666'>last checkpoint: {escape(na(view.checkpoint))}</div>")
     return "".join(lines)
-
-
-def _loss_png(view: TrainingView) -> bytes | None:
-    """The run's saved PNG (written by the engine), or one drawn now."""
-    if view.run_id:
-        path = RunFiles.of(view.run_id).loss_plot
-        if path.exists():
-            return path.read_bytes()
-    if not view.losses:
-        return None
-    from ..views.loss_plot import render_loss_png
-
-    return render_loss_png(view)

@@ -1,41 +1,37 @@
 /**
- * Parameters typed into the submit dialog, one `name = value` a line, as the JSON object the
- * server injects after the notebook's `parameters` cell. Values are JSON when they parse as
- * JSON (numbers, lists, quoted strings), Python's True/False/None are accepted, anything else
- * is a string: `lr = 3e-4`, `layers = [64, 32]`, `optimizer = adamw`.
+ * What the submit dialog checks itself. Parameters are not parsed here: the dialog sends the
+ * `name = value` lines as typed and the server reads them with the grammar of `-p NAME VALUE`
+ * (`jiyu submit`, `%submit`), so a value means the same whichever way a job is submitted, and
+ * a line the server cannot read comes back as an error that names it.
  */
+
+import { ISubmission } from './types';
 
 export class ParamError extends Error {}
 
-const LINE = /^([A-Za-z_][A-Za-z0-9_]*)\s*[=:]\s*(.*)$/;
-const PYTHON: Record<string, unknown> = { True: true, False: false, None: null };
-
-export function parseParams(text: string): Record<string, unknown> {
-  const params: Record<string, unknown> = {};
-  text.split('\n').forEach((raw, i) => {
-    const line = raw.trim();
-    if (!line || line.startsWith('#')) {
-      return;
-    }
-    const match = LINE.exec(line);
-    if (!match) {
-      throw new ParamError(`Line ${i + 1}: expected "name = value", got "${line}"`);
-    }
-    params[match[1]] = parseValue(match[2].trim());
-  });
-  return params;
+/** What the submit dialog's fields hold. */
+export interface ISubmitValues {
+  nproc: string;
+  name: string;
+  params: string;
 }
 
-export function parseValue(text: string): unknown {
-  if (text in PYTHON) {
-    return PYTHON[text];
+/** The `POST /jiyu/api/runs` body for a notebook and the dialog's values. */
+export function toSubmission(path: string, values: ISubmitValues): ISubmission {
+  const submission: ISubmission = {
+    notebook: path,
+    nproc: parseNproc(values.nproc),
+    param_lines: paramLines(values.params)
+  };
+  if (values.name.trim()) {
+    submission.name = values.name.trim();
   }
-  try {
-    return JSON.parse(text);
-  } catch {
-    const quoted = /^'(.*)'$/.exec(text);
-    return quoted ? quoted[1] : text;
-  }
+  return submission;
+}
+
+/** The parameter text as the lines the server reads, numbered as the user sees them. */
+export function paramLines(text: string): string[] {
+  return text.trim() ? text.split(/\r?\n/) : [];
 }
 
 /** The whole number of processes per node the dialog asked for, or an error message. */

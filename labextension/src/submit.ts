@@ -8,14 +8,8 @@ import { NotebookPanel } from '@jupyterlab/notebook';
 import { Widget } from '@lumino/widgets';
 
 import { JiyuApi } from './api';
-import { parseNproc, parseParams } from './params';
+import { ISubmitValues, toSubmission } from './params';
 import { IRun, ISubmission } from './types';
-
-export interface ISubmitValues {
-  nproc: string;
-  name: string;
-  params: string;
-}
 
 export class SubmitForm extends Widget implements Dialog.IBodyWidget<ISubmitValues> {
   constructor(notebookPath: string, nproc: number) {
@@ -65,18 +59,6 @@ function labelled(text: string, control: HTMLElement): HTMLLabelElement {
   span.textContent = text;
   label.append(span, control);
   return label;
-}
-
-export function toSubmission(path: string, values: ISubmitValues): ISubmission {
-  const submission: ISubmission = {
-    notebook: path,
-    nproc: parseNproc(values.nproc),
-    params: parseParams(values.params)
-  };
-  if (values.name.trim()) {
-    submission.name = values.name.trim();
-  }
-  return submission;
 }
 
 /** The run the server created, or null when the user cancelled or the input was invalid. */

@@ -105,6 +105,7 @@ export interface ILogChunk {
 export interface ISubmission {
   notebook: string;
   nproc: number;
-  params: Record<string, unknown>;
+  /** `name = value` lines as typed; the server reads them as `-p NAME VALUE` is read. */
+  param_lines: string[];
   name?: string;
 }

@@ -1,21 +1,31 @@
 import { describe, expect, it } from 'vitest';
 
-import { parseNproc, parseParams, ParamError } from '../src/params';
+import { paramLines, parseNproc, ParamError, toSubmission } from '../src/params';
 
-describe('parseParams', () => {
-  it('reads JSON values, Python constants and bare strings', () => {
-    expect(
-      parseParams('lr = 3e-4\nlayers: [64, 32]\namp = True\nckpt = None\noptimizer = adamw\nname = "a b"\ntag = \'x\'')
-    ).toEqual({ lr: 3e-4, layers: [64, 32], amp: true, ckpt: null, optimizer: 'adamw', name: 'a b', tag: 'x' });
+describe('paramLines', () => {
+  it('sends the lines as typed, numbered as the user sees them', () => {
+    expect(paramLines('lr = 3e-4\n\n# model\nlayers: [64, 32]\r\narch = resnet')).toEqual([
+      'lr = 3e-4',
+      '',
+      '# model',
+      'layers: [64, 32]',
+      'arch = resnet'
+    ]);
   });
 
-  it('ignores blank lines and comments', () => {
-    expect(parseParams('\n# learning rate\n  epochs = 3  \n\n')).toEqual({ epochs: 3 });
+  it('sends nothing for an empty box', () => {
+    expect(paramLines('  \n ')).toEqual([]);
   });
+});
 
-  it('names the line it cannot read', () => {
-    expect(() => parseParams('epochs = 3\n3lr = 1')).toThrow(new ParamError('Line 2: expected "name = value", got "3lr = 1"'));
-    expect(() => parseParams('just words')).toThrow(ParamError);
+describe('toSubmission', () => {
+  it('carries the raw parameter lines, not values parsed in the browser', () => {
+    expect(toSubmission('dir/train.ipynb', { nproc: '2', name: ' exp ', params: 'lr = 3e-4\nn = 600' })).toEqual({
+      notebook: 'dir/train.ipynb',
+      nproc: 2,
+      param_lines: ['lr = 3e-4', 'n = 600'],
+      name: 'exp'
+    });
   });
 });
 

@@ -1,5 +1,9 @@
 """``-p NAME VALUE`` parameters, papermill's convention: values are Python literals, and text
-that is not a literal stays a string (``-p arch resnet`` gives ``"resnet"``)."""
+that is not a literal stays a string (``-p arch resnet`` gives ``"resnet"``).
+
+One grammar for every entry point: ``%submit`` and ``jiyu submit|export`` parse ``-p`` pairs,
+the server parses the lab panel's ``NAME = VALUE`` lines, both with :func:`literal_or_text`.
+"""
 
 from __future__ import annotations
 
@@ -16,17 +20,29 @@ LITERAL_STARTS = tuple("[({'\"")
 
 def parse_value(name: str, text: str) -> Any:
     try:
+        return literal_or_text(text)
+    except ValueError as error:
+        raise JobError(f"-p {name}: {error}") from None
+
+
+def literal_or_text(text: str) -> Any:
+    """The value of ``text``; raises ``ValueError`` (the reason) for a broken literal."""
+    try:
         return ast.literal_eval(text)
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
         if text.strip().startswith(LITERAL_STARTS):
-            raise JobError(f"-p {name}: {text!r} is not a valid Python literal") from None
+            raise ValueError(f"{text!r} is not a valid Python literal") from None
         return text
 
 
 def check_name(name: str) -> str:
-    if not isinstance(name, str) or not name.isidentifier() or keyword.iskeyword(name):
+    if not is_identifier(name):
         raise JobError(f"-p {name!r}: a parameter name must be a Python identifier")
     return name
+
+
+def is_identifier(name: Any) -> bool:
+    return isinstance(name, str) and name.isidentifier() and not keyword.iskeyword(name)
 
 
 def parse_pairs(pairs: Iterable[Iterable[str]] | None) -> dict[str, Any]:
@@ -38,6 +54,25 @@ def parse_pairs(pairs: Iterable[Iterable[str]] | None) -> dict[str, Any]:
             raise JobError(f"-p takes a NAME and a VALUE, got {' '.join(map(str, pair)) or 'nothing'}")
         name, text = pair
         params[check_name(name)] = parse_value(name, text)
+    return params
+
+
+def parse_lines(lines: Iterable[str]) -> dict[str, Any]:
+    """``NAME = VALUE`` lines as typed in the lab panel's submit dialog (blank lines and ``#``
+    comments skipped): each VALUE read as ``-p NAME VALUE`` reads it. An error names the line."""
+    params: dict[str, Any] = {}
+    for number, line in enumerate(lines, 1):
+        if not line.strip() or line.strip().startswith("#"):
+            continue
+        name, equals, text = (part.strip() for part in line.partition("="))
+        try:
+            if not equals:
+                raise ValueError("expected NAME = VALUE")
+            if not is_identifier(name):
+                raise ValueError(f"{name!r} is not a Python identifier")
+            params[name] = literal_or_text(text)
+        except ValueError as error:
+            raise JobError(f"parameter line {number} ({line.strip()!r}): {error}") from None
     return params
 
 

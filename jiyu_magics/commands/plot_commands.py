@@ -1,0 +1,49 @@
+"""``jiyu plot``: a run's loss curve as a PNG, drawn on demand from its event log.
+
+Training draws nothing; the notebook dashboard and text progress leave ``loss.png`` in the run
+folder when they show a run's end. This draws it for any run, at any time (also mid-run, and
+for ``fit`` called from a script with nobody watching).
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def add_commands(commands) -> None:
+    p = commands.add_parser("plot", help="draw a run's loss curve as a PNG (default: the run's loss.png)",
+                            description="Draws the loss curve (raw, smoothed, validation) of the run's latest "
+                                        "fit call from its event log.")
+    p.add_argument("id", help="run id or unique prefix")
+    p.add_argument("-o", "--output", type=Path, metavar="FILE", help="where to write the PNG (default: loss.png in "
+                                                                      "the run's folder)")
+    p.set_defaults(handler=run_plot)
+
+
+def run_plot(args: argparse.Namespace) -> int:
+    from . import CliError
+    from ..core.event_log import read_events
+    from ..core.run_files import RunFiles
+    from ..core.run_store import RunStore, UnknownRun
+    from ..views.loss_plot import events_loss_png
+
+    try:
+        run = RunStore().resolve(args.id)
+    except UnknownRun as error:
+        raise CliError(str(error)) from None
+    files = RunFiles.of(run.id)
+    png = events_loss_png(read_events(files.events)[0])
+    if png is None:
+        raise CliError(f"run {run.id} ({run.name}) has logged no loss yet")
+    try:
+        path = files.write_loss_plot(png) if args.output is None else _write(args.output, png)
+    except OSError as error:
+        raise CliError(f"cannot write {args.output or files.loss_plot}: {error.strerror or error}") from None
+    print(path)
+    return 0
+
+
+def _write(path: Path, png: bytes) -> Path:
+    path.write_bytes(png)
+    return path
