@@ -95,9 +95,10 @@ class LeaseBook:
         """Leases for the queued run ``run_id`` on ``gpus_requested`` of ``slots`` (the GPUs its
         owner found usable, in order of preference), and the run ``running``, in one
         transaction; None when it is not the run's turn or too few of them are unleased (a
-        ``share`` run may also join GPUs whose every lease is shared)."""
-        now = time.time()
+        ``share`` run may also join GPUs whose every lease is shared). The time is read
+        inside the transaction: a lease never starts before the one it follows ended."""
         with self.db.write() as db:
+            now = time.time()
             want = _next_wanting(db, self.host, run_id)
             if not want:
                 return None
@@ -127,8 +128,8 @@ class LeaseBook:
     def record(self, run_id: str, slot: GpuSlot) -> tuple[Lease, list[str]]:
         """The lease of a run that already trains on ``slot`` (an in-kernel ``%%train``: it
         cannot wait). Shared when other runs hold the GPU; returns it and their ids."""
-        now = time.time()
         with self.db.write() as db:
+            now = time.time()
             holders = [r["run_id"] for r in db.execute(
                 f"SELECT run_id FROM gpu_leases WHERE uuid = ? AND {LIVE} AND run_id != ?", (slot.uuid, run_id))]
             if db.execute(f"SELECT 1 FROM gpu_leases WHERE uuid = ? AND run_id = ? AND {LIVE}",

@@ -26,6 +26,28 @@ def list_runs(include_finished: bool = False, limit: int | None = None) -> list[
     return RunStore().list(include_finished=include_finished, limit=limit)
 
 
+def queued_runs() -> list[Run]:
+    """The runs waiting on this host, in the order they will start (dead owners reconciled
+    first, so a vanished supervisor no longer holds a place)."""
+    store = RunStore()
+    waiting = [r for r in store.list(include_finished=False) if r.queue_position is not None]
+    order = {w.run_id: i for i, w in enumerate(store.leases.queue())}
+    return sorted(waiting, key=lambda r: order.get(r.id, len(order)))
+
+
+def move_to_top(run_id: str) -> Run:
+    """Moves a queued run ahead of every waiting run (``jiyu queue --top``)."""
+    store = RunStore()
+    run = resolve(run_id, store)
+    if run.status != "queued":
+        raise JobError(f"run {run.id} is {run.status}, not queued")
+    try:
+        store.leases.to_top(run.id)
+    except ValueError as error:
+        raise JobError(str(error)) from None
+    return store.get(run.id)
+
+
 def stop(run_id: str, grace: float = 10.0) -> Run:
     """Stops a run and every process of it by the procedure its owner uses (SIGTERM to each
     process group, SIGKILL after ``grace`` seconds, then a check of the process table). The

@@ -126,6 +126,7 @@ class Trainer:
     def _open_run(self) -> None:
         """The run this call writes into, and what records its progress there."""
         self.run_binding = RunBinding.open(self.name, self.dist, self._params())
+        self.run_binding.hold_device(self.device, self.dist.distributed)
         self.report = Reporter(self.run_binding, self.dist, self.monitor, started=self.started)
         self.keeper = CheckpointKeeper(self._ckpt_folder(), self.opts.keep_ckpts, self.run_binding.checkpoint_label)
         self.meter = StepMeter(self.device)
