@@ -22,11 +22,17 @@ class GpuBox:
         self.state, self.count = state, count
         self.processes: dict[str, list[list[int]]] = {}
         self.util: dict[str, int] = {}
+        self.host: dict[str, list[list[int]]] = {}
         self._write()
 
     def hold(self, gpu: int, pid: int, used: int) -> None:
         """Process ``pid`` holds ``used`` bytes on GPU ``gpu`` (NVML lists it while it lives)."""
         self.processes.setdefault(str(gpu), []).append([pid, used])
+        self._write()
+
+    def hold_from_host(self, gpu: int, pid: int, used: int) -> None:
+        """A pid NVML reports from outside this container's process table (listed, alive or not)."""
+        self.host.setdefault(str(gpu), []).append([pid, used])
         self._write()
 
     def release(self, gpu: int, pid: int) -> None:
@@ -39,7 +45,7 @@ class GpuBox:
 
     def _write(self) -> None:
         temp = self.state.with_suffix(".tmp")
-        temp.write_text(json.dumps({"processes": self.processes, "util": self.util}))
+        temp.write_text(json.dumps({"processes": self.processes, "util": self.util, "host_processes": self.host}))
         os.replace(temp, self.state)
 
 

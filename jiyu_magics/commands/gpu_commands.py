@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from ..core import cuda_doctor as doctor, gpu_snapshot as gpu
+from ..core import cuda_doctor as doctor
+from ..core.gpu_status import owned_snapshot
 
 
 def add_commands(commands) -> None:
@@ -28,14 +29,14 @@ def run_gpu(args) -> int:
     if args.json and args.watch:
         raise CliError("--json and --watch cannot be combined")
     if args.json:
-        print_json(gpu.snapshot().to_dict())
+        print_json(owned_snapshot().to_dict())
         return 0
     if args.watch:
         from ..widgets.terminal_redraw import watch_text
 
-        watch_text(lambda: view.render_text(gpu.snapshot(), "jiyu doctor"), args.watch)
+        watch_text(lambda: view.render_text(owned_snapshot(), "jiyu doctor"), args.watch)
         return 0
-    print(view.render_text(gpu.snapshot(), "jiyu doctor"))
+    print(view.render_text(owned_snapshot(), "jiyu doctor"))
     return 0
 
 

@@ -74,6 +74,7 @@ class GpuSnapshot:
     devices: list[GpuDevice] = field(default_factory=list)
     torch: dict | None = None            # versions, only when torch is already imported
     time: float = 0.0
+    owners_note: str | None = None       # why leases and owners are missing (an unreadable run store)
 
     def to_dict(self) -> dict:
         return asdict(self)

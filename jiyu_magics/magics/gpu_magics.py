@@ -7,7 +7,8 @@ from IPython.core.magic import Magics, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 from IPython.display import HTML, display
 
-from ..core import cuda_doctor as doctor, gpu_snapshot as gpu
+from ..core import cuda_doctor as doctor
+from ..core.gpu_status import owned_snapshot
 from ..views import doctor_report as doctor_view
 from ..views import gpu_table as gpu_view
 from .frontend import in_notebook
@@ -48,10 +49,10 @@ class GpuMagics(Magics):
         if args.json and args.watch:
             raise UsageError("--json and --watch cannot be combined")
         if args.json:
-            return gpu.snapshot().to_dict()
+            return owned_snapshot().to_dict()
         if args.watch:
             return self._watch(args.watch)
-        snap = gpu.snapshot()
+        snap = owned_snapshot()
         if in_notebook(self.shell):
             display(HTML(gpu_view.render_html(snap)))
         else:
@@ -69,7 +70,7 @@ class GpuMagics(Magics):
             return None
         from ..widgets.terminal_redraw import watch_text
 
-        watch_text(lambda: gpu_view.render_text(gpu.snapshot()), seconds)
+        watch_text(lambda: gpu_view.render_text(owned_snapshot()), seconds)
 
     @magic_arguments()
     @argument("--json", action="store_true", help="Return the findings as a list of dicts.")

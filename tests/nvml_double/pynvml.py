@@ -22,8 +22,9 @@ fully supported "NVIDIA H100 80GB HBM3" devices (UUIDs ``GPU-00000000-0000-0000-
 with no processes, 0% utilisation and nothing used, instead of the two above.
 ``JIYU_NVML_DOUBLE_PROCESSES=FILE`` then gives each device a process list, read on every call so a
 test can change it while the processes it starts run: ``{"processes": {"0": [[pid, bytes], ...]},
-"util": {"0": 80}}``. Like NVML, a pid that is no longer alive is not listed; a device's memory
-used is what its listed processes hold.
+"util": {"0": 80}, "host_processes": {"1": [[pid, bytes]]}}``. Like NVML, a pid that is no longer
+alive is not listed; ``host_processes`` are listed whatever this machine's process table says (NVML
+inside a container reports host pids). A device's memory used is what its listed processes hold.
 """
 
 import json
@@ -93,6 +94,7 @@ def _shared_box():
     for index in range(int(count)):
         device = _uniform(index)
         device["procs"] = [(pid, used) for pid, used in state.get("processes", {}).get(str(index), []) if _alive(pid)]
+        device["procs"] += [(pid, used) for pid, used in state.get("host_processes", {}).get(str(index), [])]
         device["used"] = sum(used or 0 for _, used in device["procs"])
         util = state.get("util", {}).get(str(index), 0)
         device["util"] = (util, util)
