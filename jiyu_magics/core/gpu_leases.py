@@ -18,7 +18,7 @@ GPU (``gpus_requested = 0``) queue apart, only when a limit of concurrent CPU jo
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 from .store_db import StoreDatabase
@@ -45,7 +45,7 @@ class Lease:
     shared: bool = False
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        return dict(vars(self))
 
     @classmethod
     def from_row(cls, row) -> "Lease":

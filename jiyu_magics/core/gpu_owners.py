@@ -17,19 +17,18 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Callable, Iterable, Mapping
-
-import psutil
 
 from .gpu_leases import GpuSlot, Lease
 from .gpu_snapshot import GpuDevice, GpuProcess, GpuSnapshot
+from .process_info import ancestors as process_ancestors, command_line, environ_value
 from .run_files import RUN_ID_ENV
 
 BUSY_ENV = "JIYU_GPU_BUSY_MIB"
 DEFAULT_BUSY_MIB = 1024
 OUTSIDE = "pid outside this container"
-KERNEL_FILE = re.compile(r"kernel-([0-9a-fA-F-]{8,})\.json$")
+KERNEL_FILE = re.compile(r"kernel-([0-9a-fA-F-]{8,})\.json\b")
 ANCESTORS = 6  # how far up a GPU process's parents a kernel is looked for (a DataLoader worker's kernel)
 
 
@@ -76,7 +75,7 @@ class ProcessOwner:
     idle_s: float | None = None
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        return dict(vars(self))  # flat: asdict's deep copy costs more than the whole lookup
 
 
 class Attribution:
@@ -86,8 +85,12 @@ class Attribution:
     supervisor waiting for GPUs is not foreign to itself)."""
 
     def __init__(self, runs: Iterable, leases: Iterable[Lease], kernels: Mapping[int, KernelInfo] | None = None,
-                 own_pids: Iterable[int] = (), reported: Callable[[str], int | None] | None = None):
+                 own_pids: Iterable[int] = (), reported: Callable[[str], int | None] | None = None,
+                 lookup: Callable[[str], object] | None = None):
+        """``lookup`` finds a run that is not among ``runs`` by its id (an ended run whose
+        process lingers); without it such a process is named by the id alone."""
         self.runs = {run.id: run for run in runs}
+        self.lookup = lookup or (lambda run_id: None)
         self.by_pid = {run.pid: run for run in self.runs.values() if run.pid and run.active}
         self.leases = list(leases)
         self.kernels, self.own = kernels, set(own_pids)
@@ -102,14 +105,16 @@ class Attribution:
         return snap
 
     def owner_of(self, proc: GpuProcess) -> ProcessOwner:
-        kernel = self._kernel(proc.pid)
+        """Cheapest evidence first: the store's pids, the kernels' pids, the run id in the
+        process's environment, then a kernel among its ancestors."""
+        if proc.command is None:
+            return ProcessOwner("outside", OUTSIDE)
         run = self.by_pid.get(proc.pid) or self._tagged_run(proc.pid)
+        kernel = self._kernel(proc.pid, ancestors=run is None)
         if run is not None:
             return _run_owner(run, kernel)
         if kernel is not None:
             return _kernel_owner(kernel)
-        if proc.command is None:
-            return ProcessOwner("outside", OUTSIDE)
         return ProcessOwner("other", f"other: {proc.command[:60]}")
 
     def _mark(self, device: GpuDevice, threshold: int) -> None:
@@ -127,16 +132,15 @@ class Attribution:
 
     def _tagged_run(self, pid: int):
         """The run a process carries the id of (a rank, a worker, a run's leftover process)."""
-        try:
-            run_id = psutil.Process(pid).environ().get(RUN_ID_ENV)
-        except (psutil.Error, OSError):
-            return None
+        run_id = environ_value(pid, RUN_ID_ENV)
         if not run_id:
             return None
-        return self.runs.get(run_id) or _Unlisted(run_id)
+        if run_id not in self.runs:
+            self.runs[run_id] = self.lookup(run_id) or _Unlisted(run_id)
+        return self.runs[run_id]
 
-    def _kernel(self, pid: int) -> KernelInfo | None:
-        for candidate in _self_and_parents(pid):
+    def _kernel(self, pid: int, ancestors: bool = True) -> KernelInfo | None:
+        for candidate in process_ancestors(pid, ANCESTORS if ancestors else 0):
             found = self.kernels.get(candidate) if self.kernels is not None else kernel_from_process(candidate)
             if found is not None:
                 return found
@@ -184,27 +188,8 @@ def kernel_from_process(pid: int) -> KernelInfo | None:
     """A Jupyter kernel recognised from the process table alone (no server at hand): its
     connection file names its id, and jupyter_server gives it its notebook in
     ``JPY_SESSION_NAME``."""
-    try:
-        proc = psutil.Process(pid)
-        cmdline = proc.cmdline()
-    except (psutil.Error, OSError):
-        return None
-    if not any("ipykernel" in part for part in cmdline):
-        return None
-    match = next((m for m in map(KERNEL_FILE.search, cmdline) if m), None)
+    command = command_line(pid) or ""
+    match = KERNEL_FILE.search(command) if "ipykernel" in command else None
     if match is None:
         return None
-    try:
-        notebook = proc.environ().get("JPY_SESSION_NAME")
-    except (psutil.Error, OSError):
-        notebook = None
-    return KernelInfo(match.group(1), pid, notebook=notebook)
-
-
-def _self_and_parents(pid: int) -> list[int]:
-    chain = [pid]
-    try:
-        chain += [p.pid for p in psutil.Process(pid).parents()[:ANCESTORS]]
-    except (psutil.Error, OSError):
-        pass
-    return chain
+    return KernelInfo(match.group(1), pid, notebook=environ_value(pid, "JPY_SESSION_NAME"))

@@ -15,10 +15,8 @@ from . import gpu_snapshot as gpu
 from .event_log import summarize
 from .gpu_owners import Attribution, KernelInfo
 from .run_files import RunFiles
-from .run_store import RunStore
+from .run_store import RunStore, UnknownRun
 from .store_db import StoreUnusable
-
-RECENT_RUNS = 200  # rows read to name the runs whose ids leftover processes carry
 
 
 def owned_snapshot(store: RunStore | None = None, kernels: Mapping[int, KernelInfo] | None = None,
@@ -30,14 +28,23 @@ def owned_snapshot(store: RunStore | None = None, kernels: Mapping[int, KernelIn
         return snap
     try:
         store = store or RunStore()
-        runs = {run.id: run for run in store.list(limit=RECENT_RUNS)}
-        runs.update((run.id, run) for run in store.list(include_finished=False))
+        active = store.list(include_finished=False, annotate=False)  # reconciled: dead owners' leases end
         leases = store.leases.live()
     except StoreUnusable as problem:
         snap.owners_note = f"owners unknown: {problem}"
         return snap
-    Attribution(runs.values(), leases, kernels, own_pids, reported or reported_memory).apply(snap)
+    Attribution(active, leases, kernels, own_pids, reported or reported_memory, lookup=_finder(store)).apply(snap)
     return snap
+
+
+def _finder(store: RunStore) -> Callable[[str], object]:
+    """The row of a run a leftover process names (an ended run's), read only when one does."""
+    def find(run_id: str):
+        try:
+            return store.get(run_id)
+        except (UnknownRun, StoreUnusable):
+            return None
+    return find
 
 
 def reported_memory(run_id: str) -> int | None:

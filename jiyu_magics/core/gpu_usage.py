@@ -33,10 +33,10 @@ def accrue(db: StoreDatabase, snap: GpuSnapshot, only: Iterable[str] | None = No
         return
     with db.write() as conn:
         now = time.time() if now is None else now
+        last = dict(conn.execute("SELECT uuid, at FROM gpu_sampled").fetchall())
+        conn.executemany("INSERT OR REPLACE INTO gpu_sampled (uuid, at) VALUES (?, ?)", [(d.uuid, now) for d in devices])
         for device in devices:
-            last = conn.execute("SELECT at FROM gpu_sampled WHERE uuid = ?", (device.uuid,)).fetchone()
-            conn.execute("INSERT OR REPLACE INTO gpu_sampled (uuid, at) VALUES (?, ?)", (device.uuid, now))
-            span = min(now - last["at"], MAX_GAP_S) if last is not None else 0.0
+            span = min(now - last[device.uuid], MAX_GAP_S) if device.uuid in last else 0.0
             if span > 0:
                 _credit(conn, device, span, now)
 

@@ -73,7 +73,8 @@ class Run:
         return (self.ended or time.time()) - self.started
 
     def to_dict(self) -> dict:
-        data = asdict(self)
+        """The fields as they are (no deep copy: a panel poll turns 50 runs into dicts)."""
+        data = dict(vars(self))
         data["duration"] = self.duration
         return data
 
@@ -241,8 +242,12 @@ class RunStore:
             raise UnknownRun(f"run id prefix {id_or_prefix!r} is ambiguous; give more characters")
         return self._with_gpus([Run.from_row(rows[0])])[0]
 
-    def list(self, include_finished: bool = True, limit: int | None = None) -> list[Run]:
-        self.reconcile()
+    def list(self, include_finished: bool = True, limit: int | None = None, reconcile: bool = True,
+             annotate: bool = True) -> list[Run]:
+        """Runs newest first; ``reconcile`` first marks ``lost`` those whose process is gone;
+        ``annotate`` fills in their GPUs and queue positions."""
+        if reconcile:
+            self.reconcile()
         query = "SELECT * FROM runs"
         if not include_finished:
             query += f" WHERE status IN ({', '.join('?' * len(ACTIVE))})"
@@ -251,7 +256,8 @@ class RunStore:
             query += f" LIMIT {int(limit)}"
         with self._read() as db:
             rows = db.execute(query, () if include_finished else ACTIVE).fetchall()
-        return self._with_gpus([Run.from_row(r) for r in rows])
+        runs = [Run.from_row(r) for r in rows]
+        return self._with_gpus(runs) if annotate else runs
 
     def _with_gpus(self, runs: list[Run]) -> list[Run]:
         """Each run with the GPUs it holds or held and, while queued, its place in the queue."""

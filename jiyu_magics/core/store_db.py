@@ -83,6 +83,7 @@ CREATE TABLE IF NOT EXISTS gpu_sampled (
 """
 REPAIR_HINT = "`jiyu doctor --store` checks it; `jiyu store repair` rebuilds it from the run folders"
 _ready: set[Path] = set()  # files this process has already created or migrated
+_wal: set[Path] = set()    # files this process has seen in WAL mode (it persists in the file)
 
 
 class StoreUnusable(RuntimeError):
@@ -113,6 +114,7 @@ class StoreDatabase:
     def create_or_migrate(self) -> None:
         """Once per process and file: a store opened every second (``%job attach``, the
         server) must not take the write lock each time."""
+        _wal.discard(self.path)  # a new or replaced file: check its journal mode again
         with self.read() as db:
             if db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION:
                 return
@@ -127,13 +129,18 @@ class StoreDatabase:
                 db.execute(statement)
             db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
-    def _connect(self) -> sqlite3.Connection:
+    def _connect(self, writing: bool = True) -> sqlite3.Connection:
+        """A short connection; ``timeout`` is SQLite's busy timeout. Only a writer needs the
+        synchronous setting, and WAL mode (kept in the file) is checked once per process:
+        a panel poll opens a few of these."""
         db = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
         db.row_factory = sqlite3.Row
-        db.execute("PRAGMA busy_timeout = 30000")
-        if db.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
-            db.execute("PRAGMA journal_mode = WAL")
-        db.execute("PRAGMA synchronous = NORMAL")
+        if self.path not in _wal:
+            if db.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+                db.execute("PRAGMA journal_mode = WAL")
+            _wal.add(self.path)
+        if writing:
+            db.execute("PRAGMA synchronous = NORMAL")
         return db
 
     @contextmanager
@@ -154,7 +161,7 @@ class StoreDatabase:
     @contextmanager
     def read(self) -> Iterator[sqlite3.Connection]:
         with self._translated():
-            db = self._connect()
+            db = self._connect(writing=False)
             try:
                 yield db
             finally:
@@ -169,6 +176,7 @@ class StoreDatabase:
         except sqlite3.OperationalError as error:
             if "no such table" in str(error) and self.path in _ready:
                 _ready.discard(self.path)
+                _wal.discard(self.path)
                 raise StoreUnusable(f"the run store {self.path} was deleted while in use; it starts empty "
                                     f"now ({REPAIR_HINT})") from None
             raise explain(self.path, error) from None

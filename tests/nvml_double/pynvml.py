@@ -80,26 +80,35 @@ def _uniform(index):
                 sm=1980, mig=(0, 0))
 
 
-def _shared_box():
-    """The configured devices of a shared box, with their processes, or None (the defaults)."""
-    count = os.environ.get("JIYU_NVML_DOUBLE_GPUS")
-    if not count:
+def _shared_box_device(index):
+    """Device ``index`` of a shared box, with its processes, or None (the defaults). The state
+    file is parsed once per change; which listed pids are alive is checked on every call."""
+    if not os.environ.get("JIYU_NVML_DOUBLE_GPUS"):
         return None
-    state = {}
-    path = os.environ.get("JIYU_NVML_DOUBLE_PROCESSES")
-    if path and os.path.exists(path):
+    state = _state(os.environ.get("JIYU_NVML_DOUBLE_PROCESSES"))
+    device = _uniform(index)
+    device["procs"] = [(pid, used) for pid, used in state.get("processes", {}).get(str(index), []) if _alive(pid)]
+    device["procs"] += [(pid, used) for pid, used in state.get("host_processes", {}).get(str(index), [])]
+    device["used"] = sum(used or 0 for _, used in device["procs"])
+    util = state.get("util", {}).get(str(index), 0)
+    device["util"] = (util, util)
+    return device
+
+
+_parsed = {}
+
+
+def _state(path):
+    try:
+        stat = os.stat(path)
+    except (OSError, TypeError):
+        return {}
+    key = (path, stat.st_mtime_ns, stat.st_size, stat.st_ino)
+    if key not in _parsed:
         with open(path) as f:
-            state = json.load(f)
-    devices = []
-    for index in range(int(count)):
-        device = _uniform(index)
-        device["procs"] = [(pid, used) for pid, used in state.get("processes", {}).get(str(index), []) if _alive(pid)]
-        device["procs"] += [(pid, used) for pid, used in state.get("host_processes", {}).get(str(index), [])]
-        device["used"] = sum(used or 0 for _, used in device["procs"])
-        util = state.get("util", {}).get(str(index), 0)
-        device["util"] = (util, util)
-        devices.append(device)
-    return devices
+            _parsed.clear()
+            _parsed[key] = json.load(f)
+    return _parsed[key]
 
 
 def _alive(pid):
@@ -141,8 +150,8 @@ def nvmlDeviceGetCount():
 def nvmlDeviceGetHandleByIndex(index):
     if not 0 <= index < _count():
         raise NVMLError_InvalidArgument()
-    box = _shared_box()
-    return box[index] if box is not None else _DEVICES[index]
+    device = _shared_box_device(index)
+    return device if device is not None else _DEVICES[index]
 
 
 def _supported(value):
