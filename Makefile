@@ -76,7 +76,8 @@ gpu-wheels: setup
 
 # The README's screenshots, as the browser tests last produced them.
 screenshots:
-	cp test-artifacts/lab_train_dashboard.png test-artifacts/lab_panel_light.png test-artifacts/jobs_table.png docs/img/
+	cp test-artifacts/lab_train_dashboard.png test-artifacts/lab_panel_light.png test-artifacts/jobs_table.png \
+	  test-artifacts/lab_gpu_owners.png docs/img/
 
 # The README's %%train option list, from FitOptions and the magic's own options (the tests check it).
 readme: setup

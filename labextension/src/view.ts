@@ -23,6 +23,8 @@ export interface IRunView {
   durationText: string;
   losses: Array<number | null>;
   detail: string | null;
+  /** Its GPUs ("GPU 0, 1"), what a queued run waits for ("waits for 2 GPUs"), or null. */
+  gpuText: string | null;
 }
 
 export function describeRun(run: IRun): IRunView {
@@ -32,7 +34,7 @@ export function describeRun(run: IRun): IRunView {
     id: run.id,
     name: run.name,
     status: run.status,
-    statusLabel: active && run.stop_requested ? 'stopping' : run.status,
+    statusLabel: statusLabel(run, active),
     kind: run.kind === 'job' ? `job ×${run.nproc * run.nnodes}` : run.kind,
     active,
     canStop: active && run.kind !== 'kernel' && !run.stop_requested,
@@ -42,8 +44,28 @@ export function describeRun(run: IRun): IRunView {
     rateText: fmt.rate(s.samples_per_s),
     durationText: fmt.duration(run.duration),
     losses: s.losses ?? [],
-    detail: s.error ?? run.error ?? null
+    detail: s.error ?? run.error ?? null,
+    gpuText: gpuText(run)
   };
+}
+
+function statusLabel(run: IRun, active: boolean): string {
+  if (active && run.stop_requested) {
+    return 'stopping';
+  }
+  return run.status === 'queued' && run.queue_position ? `queued #${run.queue_position}` : run.status;
+}
+
+/** The GPUs a run holds (or held), or what a queued run waits for. */
+export function gpuText(run: IRun): string | null {
+  const held = [...new Set((run.gpus ?? []).map(g => g.index))].sort((a, b) => a - b);
+  if (held.length) {
+    return `GPU ${held.join(', ')}`;
+  }
+  if (run.status === 'queued' && run.gpus_requested) {
+    return `waits for ${run.gpus_requested} GPU${run.gpus_requested === 1 ? '' : 's'}`;
+  }
+  return null;
 }
 
 function stepText(

@@ -39,6 +39,11 @@ export function run(fields: Partial<IRun> = {}, s: Partial<IRunSummary> = {}): I
     error: null,
     stop_requested: false,
     params: {},
+    gpus_requested: 2,
+    priority: 0,
+    share: false,
+    gpus: [],
+    queue_position: null,
     summary: summary(s),
     ...fields
   };
@@ -55,6 +60,10 @@ export function snapshot(fields: Partial<IGpuSnapshot> = {}): IGpuSnapshot {
     visible_devices: null,
     time: 1000,
     doctor: null,
+    owners_note: null,
+    kernels: [],
+    busy_threshold: GIB,
+    idle_warning_s: 1800,
     devices: [
       {
         index: 0,
@@ -70,7 +79,10 @@ export function snapshot(fields: Partial<IGpuSnapshot> = {}): IGpuSnapshot {
         power_limit: 700,
         sm_clock: 1980,
         mig_mode: false,
-        processes: []
+        processes: [],
+        leases: [],
+        foreign_memory: 0,
+        free: true
       },
       {
         index: 1,
@@ -86,7 +98,10 @@ export function snapshot(fields: Partial<IGpuSnapshot> = {}): IGpuSnapshot {
         power_limit: null,
         sm_clock: null,
         mig_mode: null,
-        processes: []
+        processes: [],
+        leases: [],
+        foreign_memory: 0,
+        free: true
       }
     ],
     ...fields
