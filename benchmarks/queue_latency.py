@@ -6,11 +6,15 @@ moment H's lease ended (the ``ended`` time the store recorded in the transaction
 B (direct): the same job submitted while the GPU is free. Measured: its first ``step`` event
 minus the moment ``jobs.submit`` was called.
 
+Also printed: from the GPU freeing to the waiting supervisor's lease (its poll of the store).
 Both go through real supervisors, torchrun and a gloo rank; the GPU comes from the NVML test
 double (tests/nvml_double: one GPU, no driver needed), so the figure is the queue's own cost,
 not a GPU's. Interleaved A B A B, medians, and the difference A - B (goal: at most 1 s).
 
-    python benchmarks/queue_latency.py [--repeat 5]
+    python benchmarks/queue_latency.py [--repeat 5] [--real-gpu]
+
+``--real-gpu`` (benchmarks/gpu_checks.sh on a GPU machine) leases the machine's first real GPU
+through NVML instead of the double.
 """
 
 from __future__ import annotations
@@ -25,7 +29,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 DOUBLE = ROOT / "tests" / "nvml_double"
-sys.path[:0] = [str(DOUBLE), str(ROOT)]
+REAL_GPU = "--real-gpu" in sys.argv
+sys.path[:0] = [str(ROOT)] if REAL_GPU else [str(DOUBLE), str(ROOT)]
 
 from jiyu_magics import jobs  # noqa: E402
 from jiyu_magics.core.event_log import read_events  # noqa: E402
@@ -57,15 +62,16 @@ def wait_end(run_id: str, timeout: float = 300):
     raise TimeoutError(f"run {run_id} did not end")
 
 
-def queued(notebook: Path) -> float:
+def queued(notebook: Path) -> tuple[float, float]:
     holder = jobs.submit(notebook, nproc=1, gpus=1, params=HOLD)
     waiting = jobs.submit(notebook, nproc=1, gpus=1, params=QUICK)
     assert RunStore().get(waiting.id).status == "queued"
     ended = wait_end(holder.id)
     freed = max(g["ended"] for g in ended.gpus)
     latency = first_step_time(waiting.id) - freed
+    leased = min(g["since"] for g in RunStore().get(waiting.id).gpus) - freed
     wait_end(waiting.id)
-    return latency
+    return latency, leased
 
 
 def direct(notebook: Path) -> float:
@@ -79,22 +85,30 @@ def direct(notebook: Path) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--real-gpu", action="store_true", help="the machine's real GPUs, not the NVML double")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        os.environ.update({"JIYU_HOME": str(tmp / "home"), "TMPDIR": str(tmp), "JIYU_NVML_DOUBLE_GPUS": "1",
-                           "PYTHONPATH": os.pathsep.join([str(DOUBLE), str(ROOT), os.environ.get("PYTHONPATH", "")])})
+        os.environ.update({"JIYU_HOME": str(tmp / "home"), "TMPDIR": str(tmp)})
+        if not args.real_gpu:
+            os.environ.update({"JIYU_NVML_DOUBLE_GPUS": "1", "PYTHONPATH": os.pathsep.join(
+                [str(DOUBLE), str(ROOT), os.environ.get("PYTHONPATH", "")])})
         os.environ.setdefault("OMP_NUM_THREADS", "1")
         notebook = write_notebook(tmp / "bench.ipynb")
-        a, b = [], []
+        a, b, lease = [], [], []
         for _ in range(args.repeat):
-            a.append(queued(notebook))
+            latency, leased = queued(notebook)
+            a.append(latency)
+            lease.append(leased)
             b.append(direct(notebook))
     ma, mb = statistics.median(a), statistics.median(b)
-    print(f"queue latency, 1 rank (gloo), NVML double with 1 GPU, {args.repeat} interleaved repetitions")
+    where = "the first real GPU" if args.real_gpu else "NVML double with 1 GPU"
+    print(f"queue latency, 1 rank (gloo), {where}, {args.repeat} interleaved repetitions")
     print(f"A GPU freed -> queued job's first step: median {ma:.2f} s  (all: {', '.join(f'{x:.2f}' for x in a)})")
     print(f"B submit -> first step, GPU free:       median {mb:.2f} s  (all: {', '.join(f'{x:.2f}' for x in b)})")
     print(f"A - B: {ma - mb:+.2f} s  (goal: <= +1.00 s)")
+    print(f"of A, GPU freed -> the waiting supervisor's lease: median {statistics.median(lease) * 1e3:.0f} ms "
+          f"(all: {', '.join(f'{x * 1e3:.0f}' for x in lease)})")
 
 
 if __name__ == "__main__":
