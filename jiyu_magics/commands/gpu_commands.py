@@ -9,8 +9,10 @@ from ..core.gpu_status import owned_snapshot
 def add_commands(commands) -> None:
     from . import positive_float
 
-    p = commands.add_parser("gpu", help="show GPUs, their memory/utilisation/processes, and versions",
-                            description="GPU status read through NVML (no CUDA context is created).")
+    p = commands.add_parser("gpu", help="show GPUs, who holds each (lease, process owners), memory/utilisation, versions",
+                            description="GPU status read through NVML (no CUDA context is created): each GPU's "
+                                        "lease (run, id, kind, notebook, since) or free/busy, and each process's "
+                                        "owner (a jiyu run, a Jupyter kernel and its notebook, other).")
     p.add_argument("--json", action="store_true", help="print the snapshot as JSON")
     p.add_argument("--watch", type=positive_float, metavar="SECONDS", help="refresh in place every SECONDS until Ctrl-C")
     p.set_defaults(handler=run_gpu)

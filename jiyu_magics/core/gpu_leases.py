@@ -91,15 +91,15 @@ class LeaseBook:
             return _queue(db, self.host)
 
     # -- taking and ending ---------------------------------------------------------------------
-    def acquire(self, run_id: str, slots: Sequence[GpuSlot], share: bool = False) -> list[Lease] | None:
+    def acquire(self, run_id: str, slots: Sequence[GpuSlot]) -> list[Lease] | None:
         """Leases for the queued run ``run_id`` on ``gpus_requested`` of ``slots`` (the GPUs its
         owner found usable, in order of preference), and the run ``running``, in one
-        transaction; None when it is not the run's turn or too few of them are unleased (a
-        ``share`` run may also join GPUs whose every lease is shared). The time is read
+        transaction; None when it is not the run's turn or too few of them are unleased (a run
+        asked with ``share`` may also join GPUs whose every lease is shared). The time is read
         inside the transaction: a lease never starts before the one it follows ended."""
         with self.db.write() as db:
             now = time.time()
-            want = _next_wanting(db, self.host, run_id)
+            want, share = _next_wanting(db, self.host, run_id)
             if not want:
                 return None
             chosen = _pick(slots, _live_by_uuid(db), want, share)
@@ -169,13 +169,14 @@ def _queue(db, host: str) -> list[Waiting]:
     return waiting
 
 
-def _next_wanting(db, host: str, run_id: str) -> int:
-    """How many GPUs ``run_id`` wants if it is the first run waiting for GPUs, else 0."""
-    row = db.execute("SELECT status, stop_requested FROM runs WHERE id = ?", (run_id,)).fetchone()
+def _next_wanting(db, host: str, run_id: str) -> tuple[int, bool]:
+    """How many GPUs ``run_id`` wants if it is the first run waiting for GPUs (else 0), and
+    whether it shares."""
+    row = db.execute("SELECT status, stop_requested, share FROM runs WHERE id = ?", (run_id,)).fetchone()
     if row is None or row["status"] != "queued" or row["stop_requested"]:
-        return 0
+        return 0, False
     head = next((w for w in _queue(db, host) if w.gpus > 0), None)
-    return head.gpus if head is not None and head.run_id == run_id else 0
+    return (head.gpus if head is not None and head.run_id == run_id else 0), bool(row["share"])
 
 
 def _live_by_uuid(db) -> dict[str, list[bool]]:

@@ -74,7 +74,7 @@ class GpuQueue:
             return None
         snap = gpu.snapshot()
         slots = Attribution(active, self.store.leases.live(), own_pids=self.own_pids).usable(snap)
-        leases = self.store.leases.acquire(run.id, slots, share=run.share)
+        leases = self.store.leases.acquire(run.id, slots)
         return Grant(leases, ",".join(lease.uuid for lease in leases)) if leases else None
 
     def _admit_cpu(self, run: Run) -> Grant | None:

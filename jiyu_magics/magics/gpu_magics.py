@@ -31,8 +31,11 @@ class GpuMagics(Magics):
                    "(the kernel stays free), in-place text in a terminal until Ctrl-C.")
     @line_magic
     def gpu_status(self, line: str = ""):
-        """Show the NVIDIA GPUs: utilisation, memory, temperature, power, clocks, MIG mode,
-        the processes holding GPU memory (this kernel's marked), and driver/CUDA/torch versions.
+        """Show the NVIDIA GPUs: utilisation, memory, temperature, power, clocks, MIG mode, who
+        holds each GPU (the run leasing it: name, id, kind, notebook, since; else free, or busy
+        with foreign processes above JIYU_GPU_BUSY_MIB), the processes holding GPU memory with
+        their owners (a jiyu run, a Jupyter kernel and its notebook, other, or a pid outside this
+        container; this kernel's marked), and driver/CUDA/torch versions.
 
         Reads NVML only: it never imports torch or creates a CUDA context, so it is safe to run
         before forking DataLoader workers or launching DDP. Without a driver it answers in one
