@@ -320,3 +320,35 @@ def test_without_gpus_cpu_jobs_wait_for_a_slot_when_limited(tmp_path, monkeypatc
     assert finished(second.id).status == "succeeded"
     assert RunStore().get(second.id).started >= RunStore().get(first.id).ended
     assert rank_devices(second.id, 1) == [os.environ.get("CUDA_VISIBLE_DEVICES")]  # untouched: no GPU here
+
+
+NPROC_DATA = """import torch
+from torch.utils.data import DataLoader, TensorDataset
+X = torch.randn(256, 8); y = X.sum(1, keepdim=True)
+model = torch.nn.Linear(8, 1)"""
+NPROC_BODY = """optimizer = torch.optim.SGD(model.parameters(), 0.05)
+train_loader = DataLoader(TensorDataset(X, y), batch_size=32)
+loss_fn = torch.nn.MSELoss()"""
+
+
+def test_train_nproc_waits_in_the_queue_runs_on_its_lease_and_an_interrupt_leaves_the_queue(box, tmp_path, ip,
+                                                                                          capsys):
+    import threading
+
+    box(1)
+    holder = jobs.submit(write_notebook(tmp_path / "holder.ipynb"), nproc=1,
+                         params={"steps": 60, "step_seconds": 0.1})
+    running(holder.id)
+    ip.run_cell(NPROC_DATA, store_history=True)  # what a kernel runs is what %%train --nproc replays
+    threading.Timer(4.0, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+    with pytest.raises(KeyboardInterrupt):
+        ip.run_cell_magic("train", "--nproc 1 --epochs 1 --name waits-then-leaves", NPROC_BODY)
+    assert "jiyu: queued at position 1, waiting for 1 GPU(s)" in capsys.readouterr().out
+    (left,) = [r for r in RunStore().list() if r.name == "waits-then-leaves"]
+    assert (left.status, left.error, left.started, left.gpus) == ("stopped", "stopped before it started", None, [])
+
+    ip.run_cell_magic("train", "--nproc 1 --epochs 1 --name waits-then-runs", NPROC_BODY)  # until the holder ends
+    (ran,) = [r for r in RunStore().list() if r.name == "waits-then-runs"]
+    assert ran.status == "succeeded" and ip.user_ns["train_result"].status == "succeeded"
+    assert [r.cuda_visible_devices for r in ranks.read_all(ran.id)] == [uuid_of(0)]
+    assert ran.started >= RunStore().get(holder.id).gpus[0]["ended"]
