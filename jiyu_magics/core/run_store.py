@@ -59,7 +59,7 @@ class Run:
     queue_rank: float | None = None    # the order among waiting runs of one priority (submission time)
     share: bool = False                # its GPUs may hold other sharing runs' leases too
     # not columns: filled in from the lease book when read
-    gpus: list = field(default_factory=list)   # the GPUs it holds or held: index, uuid, since, ended
+    gpus: list[dict] = field(default_factory=list)  # the GPUs it holds or held: index, uuid, since, ended
     queue_position: int | None = None          # 1-based, while queued
 
     @property

@@ -50,6 +50,8 @@ export interface IRun {
   /** GPUs the run waits for or leased (0: a CPU job; null: it never queues, e.g. in a kernel). */
   gpus_requested: number | null;
   priority: number;
+  /** Its order among waiting runs of one priority (the submission time unless moved up). */
+  queue_rank: number | null;
   share: boolean;
   /** The GPUs it holds (live leases) or held (ended ones). */
   gpus: IRunGpu[];

@@ -41,6 +41,7 @@ export function run(fields: Partial<IRun> = {}, s: Partial<IRunSummary> = {}): I
     params: {},
     gpus_requested: 2,
     priority: 0,
+    queue_rank: 1000,
     share: false,
     gpus: [],
     queue_position: null,
