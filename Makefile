@@ -10,7 +10,7 @@ export MKL_NUM_THREADS ?= 1
 export OMP_WAIT_POLICY ?= PASSIVE
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: setup demo test test-system-deps browser bench gpu-checks gpu-wheels screenshots readme clean
+.PHONY: setup demo test test-system-deps browser bench gpu-checks gpu-wheels screenshots readme api-schema clean
 
 setup: $(STAMP)
 
@@ -75,6 +75,12 @@ gpu-wheels: setup
 	  --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
 	  --platform any -d .whl ipython ipykernel ipywidgets nbformat nbclient jupyter_server prometheus_client \
 	  pyyaml pytest-timeout 'pytest-jupyter[server]'
+
+# The REST API's JSON Schema (run record with its summary, event kinds and fields), generated
+# from the Python types; tests/test_panel_types.py checks labextension/src/types.ts against it.
+api-schema: setup
+	mkdir -p build
+	$(BIN)/python -m jiyu_magics.server.rest_schema build/rest-api.schema.json
 
 # The README's screenshots, as the browser tests last produced them.
 screenshots:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -196,6 +197,7 @@ def test_cli_bad_input_exits_2_with_one_line(args, message, tmp_path):
     run = store.create("job", "with-log", status="succeeded")
     RunFiles.of(run.id).create().log.write_text("one\ntwo\n")
     gone = store.create("job", "folder-deleted", status="succeeded")
+    shutil.rmtree(RunFiles.of(gone.id).root)
     done = jiyu(*[a.format(nb=nb, dir=tmp_path, run=run.id, gone=gone.id) for a in args])
     assert done.returncode == 2 and "Traceback" not in done.stderr
     last = done.stderr.strip().splitlines()[-1]  # argparse may print its usage first; the error is one line

@@ -4,22 +4,10 @@ It is the one source of truth for a run's progress. Rank 0 appends; every view (
 server, ``/metrics``) tails it by byte offset, so training never waits on a reader and a
 reader that comes late (a re-attached notebook, a reloaded browser) still sees the whole run.
 
-Schema: ``{"t": unix time, "kind": start|step|val|ckpt|gpu|advice|end|error, ...}``. Fields by
-kind, as the training engine (``jiyu_magics.train``) writes them, at its log interval only:
-
-- ``start`` (one per ``fit`` call; a run may hold several): ``run_id``, ``name``, ``total_steps``
-  (None when unknown), ``epochs``, ``steps_per_epoch``, ``nproc``, ``batch_size`` (per process and
-  micro-batch), ``accum``, ``amp`` (bf16|fp16|off), ``device``, ``params`` (parameter count),
-  ``strategy`` (single|ddp|fsdp), ``data`` (how batches are made), ``start_step`` (> 0 when
-  resumed), ``resumed_from`` (checkpoint path).
-- ``step``: ``step`` (optimizer steps so far), ``epoch`` (1-based), ``loss`` (mean since the last
-  log, over ranks), ``lr``, ``samples_per_s`` (all ranks), ``mem_alloc``/``mem_reserved``/
-  ``mem_peak`` (bytes, CUDA only), ``data_wait`` (share 0..1 of wall time waiting for batches),
-  ``grad_norm`` (before clipping, when clipping), ``elapsed`` and ``eta`` (seconds).
-- ``val``: ``step``, ``epoch``, ``loss``, ``accuracy`` (None when not a classification).
-- ``ckpt``: ``step``, ``path``.  ``advice``: ``step``, ``message``.
-- ``end``: ``status`` (succeeded|stopped|failed), ``step``, ``message``, ``elapsed``.
-- ``error``: ``message``, ``step``, ``rank``.
+What a line holds, kind by kind, is declared in ``event_model``; how a stream of them reads as
+a run's state, in ``run_state``. Every reader here returns event objects only: a line that is
+not one (a torn write, ``42``, ``{"kind": "nope"}``) is skipped and counted in the list's
+``skipped``, so one bad line never takes down a view of the whole run.
 """
 
 from __future__ import annotations
@@ -31,10 +19,12 @@ import time
 from pathlib import Path
 from typing import Any, Iterable
 
+from .event_model import KINDS, is_event
 from .run_model import EventKind
+from .run_state import SPARKLINE_POINTS, RunState, RunSummary
 
-KINDS = EventKind.values()
 TAIL_BYTES = 64 * 1024
+START_MARKER = f'"kind": "{EventKind.START}"'.encode()  # as json.dumps writes it
 
 
 def _finite(value: Any) -> Any:
@@ -74,7 +64,30 @@ class EventLog:
         self.close()
 
 
-def read_events(path: Path | str, offset: int = 0, limit_bytes: int | None = None) -> tuple[list[dict], int]:
+class Events(list):
+    """Event dicts, plus how many lines were skipped on the way because they were not event
+    objects (``RunState.feed`` adds the count to its own)."""
+
+    skipped: int = 0
+
+
+def _parse_lines(lines: Iterable[bytes]) -> Events:
+    """The event objects among ``lines``; the rest (a torn line from a killed writer, a line
+    someone appended by hand) is counted and left out, and the log stays readable."""
+    events = Events()
+    for line in lines:
+        try:
+            event = json.loads(line)
+        except ValueError:
+            event = None
+        if is_event(event):
+            events.append(event)
+        elif line.strip():
+            events.skipped += 1
+    return events
+
+
+def read_events(path: Path | str, offset: int = 0, limit_bytes: int | None = None) -> tuple[Events, int]:
     """Events from byte ``offset`` up to the last complete line, and the offset to continue
     from. A line still being written is left for the next call."""
     try:
@@ -82,20 +95,12 @@ def read_events(path: Path | str, offset: int = 0, limit_bytes: int | None = Non
             f.seek(offset)
             data = f.read() if limit_bytes is None else f.read(limit_bytes)
     except FileNotFoundError:
-        return [], offset
+        return Events(), offset
     end = data.rfind(b"\n") + 1
-    return list(_parse_lines(data[:end].splitlines())), offset + end
+    return _parse_lines(data[:end].splitlines()), offset + end
 
 
-def _parse_lines(lines: Iterable[bytes]) -> Iterable[dict]:
-    for line in lines:
-        try:
-            yield json.loads(line)
-        except ValueError:
-            continue  # a torn line from a killed writer; the rest of the log stays readable
-
-
-def tail_events(path: Path | str, tail_bytes: int = TAIL_BYTES) -> list[dict]:
+def tail_events(path: Path | str, tail_bytes: int = TAIL_BYTES) -> Events:
     """The events in the last ``tail_bytes`` of the log: enough for a summary at O(1) cost
     however long the run has been going."""
     try:
@@ -105,17 +110,16 @@ def tail_events(path: Path | str, tail_bytes: int = TAIL_BYTES) -> list[dict]:
             f.seek(start)
             data = f.read()
     except FileNotFoundError:
-        return []
+        return Events()
     if start:
         data = data[data.find(b"\n") + 1:]
     data = data[: data.rfind(b"\n") + 1]
-    return list(_parse_lines(data.splitlines()))
+    return _parse_lines(data.splitlines())
 
 
 def last_start(path: Path | str, chunk: int = TAIL_BYTES) -> dict | None:
     """The newest ``start`` event (a notebook job calls ``fit`` once per ``%%train`` cell),
     searched backwards chunk by chunk: usually found in the last chunk, never a full read."""
-    marker = b'"kind": "start"'
     try:
         with open(path, "rb") as f:
             end = f.seek(0, os.SEEK_END)
@@ -127,9 +131,9 @@ def last_start(path: Path | str, chunk: int = TAIL_BYTES) -> dict | None:
                 lines = block.split(b"\n")
                 carry = lines.pop(0) if begin else b""  # maybe a partial line: joined to the next chunk
                 for line in reversed(lines):
-                    if marker in line:
-                        found = list(_parse_lines([line]))
-                        if found and found[0].get("kind") == "start":
+                    if START_MARKER in line:
+                        found = _parse_lines([line])
+                        if found and found[0]["kind"] == EventKind.START:
                             return found[0]
                 end = begin
             return None
@@ -137,38 +141,13 @@ def last_start(path: Path | str, chunk: int = TAIL_BYTES) -> dict | None:
         return None
 
 
-def summarize(path: Path | str, sparkline_points: int = 60) -> dict:
-    """The latest progress of a run, as every list view shows it: step, total, epoch, last
-    loss, validation metrics, throughput, a short loss series, and how it ended."""
-    start = last_start(path) or {}
-    summary: dict[str, Any] = {
-        "total_steps": start.get("total_steps"),
-        "step": None, "epoch": None, "loss": None, "lr": None, "samples_per_s": None,
-        "val_loss": None, "val_acc": None, "mem_peak": None, "updated": start.get("t"),
-        "end_status": None, "error": None, "losses": [],
-    }
-    losses: list[float] = []
-    for event in tail_events(path):
-        kind = event.get("kind")
-        summary["updated"] = event.get("t", summary["updated"])
-        if kind == "start":  # a new fit in the same run: its own total, its own curve
-            summary["total_steps"] = event.get("total_steps")
-            losses = []
-        elif kind == "step":
-            for key in ("step", "epoch", "loss", "lr", "samples_per_s", "mem_peak"):
-                if event.get(key) is not None:
-                    summary[key] = event[key]
-            if event.get("loss") is not None:
-                losses.append(event["loss"])
-        elif kind == "val":
-            summary["val_loss"] = event.get("loss", summary["val_loss"])
-            summary["val_acc"] = event.get("accuracy", summary["val_acc"])
-        elif kind == "end":
-            summary["end_status"] = event.get("status")
-            summary["step"] = event.get("step", summary["step"])
-        elif kind == "error":
-            summary["error"] = event.get("message")
-    summary["losses"] = losses[-sparkline_points:]
-    total, step = summary["total_steps"], summary["step"]
-    summary["progress"] = min(1.0, step / total) if total and step is not None else None
-    return summary
+def summarize(path: Path | str, sparkline_points: int = SPARKLINE_POINTS) -> RunSummary:
+    """The latest progress of a run, as every list view shows it, folded from the newest
+    ``start`` event and the log's tail: step, total, epoch, last loss, validation metrics,
+    throughput, a short loss series, and how it ended."""
+    state = RunState()
+    start = last_start(path)
+    if start is not None:  # older than the tail in a long call (when the tail holds it, it starts afresh there)
+        state.feed([start])
+    state.feed(tail_events(path))
+    return state.summary(sparkline_points)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Iterable, Sequence, TypedDict
 
 from .store_db import StoreDatabase
 
@@ -35,6 +35,17 @@ class GpuSlot:
     index: int
 
 
+class RunGpu(TypedDict):
+    """A lease as a run record carries it (``Run.gpus``, the REST API's ``IRunGpu``)."""
+
+    uuid: str
+    index: int
+    run_id: str
+    since: float
+    ended: float | None
+    shared: bool
+
+
 @dataclass
 class Lease:
     uuid: str
@@ -44,8 +55,8 @@ class Lease:
     ended: float | None = None
     shared: bool = False
 
-    def to_dict(self) -> dict:
-        return dict(vars(self))
+    def to_dict(self) -> RunGpu:
+        return RunGpu(**vars(self))
 
     @classmethod
     def from_row(cls, row) -> "Lease":

@@ -15,13 +15,12 @@ from typing import Any
 
 import psutil
 
-from .gpu_leases import LeaseBook, end_leases
+from .gpu_leases import LeaseBook, RunGpu, end_leases
 from .run_files import run_dir, store_path
 from .store_db import StoreDatabase
-from .run_model import ACTIVE as ACTIVE_STATUSES, RunKind, RunStatus
+from .run_model import ACTIVE, RunKind, RunStatus
 
 STATUSES = RunStatus.values()
-ACTIVE = tuple(s.value for s in ACTIVE_STATUSES)
 KINDS = RunKind.values()
 QUEUED_GRACE_S = 120.0  # a run queued longer than this with no process behind it was never started
 RECORD_FILE = "run.json"  # a copy of the row in the run's folder: what `jiyu store repair` rebuilds from
@@ -35,8 +34,8 @@ class UnknownRun(LookupError):
 class Run:
     id: str
     name: str
-    kind: str
-    status: str
+    kind: RunKind          # stored, sent and shown as its string value
+    status: RunStatus
     nproc: int = 1
     nnodes: int = 1
     notebook: str | None = None
@@ -59,12 +58,15 @@ class Run:
     queue_rank: float | None = None    # the order among waiting runs of one priority (submission time)
     share: bool = False                # its GPUs may hold other sharing runs' leases too
     # not columns: filled in from the lease book when read
-    gpus: list[dict] = field(default_factory=list)  # the GPUs it holds or held: index, uuid, since, ended
+    gpus: list[RunGpu] = field(default_factory=list)  # the GPUs it holds or held: index, uuid, since, ended
     queue_position: int | None = None          # 1-based, while queued
+
+    def __post_init__(self) -> None:
+        self.kind, self.status = RunKind(self.kind), RunStatus(self.status)
 
     @property
     def active(self) -> bool:
-        return self.status in ACTIVE
+        return self.status.active
 
     @property
     def duration(self) -> float | None:
@@ -144,7 +146,8 @@ class RunStore:
         self.leases = LeaseBook(self.db, self.host)
 
     # -- writing ---------------------------------------------------------------------------
-    def create(self, kind: str, name: str | None = None, *, status: str = "queued", **values: Any) -> Run:
+    def create(self, kind: RunKind | str, name: str | None = None, *, status: RunStatus | str = RunStatus.QUEUED,
+               **values: Any) -> Run:
         if kind not in KINDS:
             raise ValueError(f"unknown run kind {kind!r}")
         if status not in STATUSES:
@@ -159,7 +162,7 @@ class RunStore:
                 run_id = new_run_id()
             run = Run(id=run_id, name=name or f"{kind}-{run_id}", kind=kind, status=status,
                       host=self.host, created=now, **{"cwd": os.getcwd(), "queue_rank": now, **values})
-            if status == "running" and run.started is None:
+            if run.status == RunStatus.RUNNING and run.started is None:
                 run.started = now
             row = self._to_row(run)
             db.execute(f"INSERT INTO runs ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})",
@@ -192,14 +195,15 @@ class RunStore:
         return self.get(run_id)
 
     def mark_running(self, run_id: str, pid: int, pgid: int | None = None) -> Run:
-        return self.update(run_id, status="running", pid=pid, pid_started=process_start_time(pid),
+        return self.update(run_id, status=RunStatus.RUNNING, pid=pid, pid_started=process_start_time(pid),
                            pgid=pgid, started=time.time())
 
     def request_stop(self, run_id: str, grace: float | None = None) -> Run:
         """Marks the run to be stopped; its supervisor honours ``grace`` (SIGTERM → SIGKILL)."""
         return self.update(run_id, stop_requested=1, stop_grace=grace)
 
-    def finish(self, run_id: str, status: str, exit_code: int | None = None, error: str | None = None) -> Run:
+    def finish(self, run_id: str, status: RunStatus | str, exit_code: int | None = None,
+               error: str | None = None) -> Run:
         """The final status, as the run's owner decided it (a launched run: the one rule of
         ``jobs.final_status``; an in-kernel run: the engine). A run someone asked to stop ends
         ``stopped`` whatever failure the signal produced: the rule's own answer, kept here for
@@ -208,9 +212,9 @@ class RunStore:
             row = db.execute("SELECT status, stop_requested FROM runs WHERE id = ?", (run_id,)).fetchone()
             if row is None:
                 raise UnknownRun(f"no run with id {run_id!r}")
-            if row["status"] in ACTIVE or row["status"] == "lost":
-                if row["stop_requested"] and status != "succeeded":
-                    status = "stopped"
+            if RunStatus(row["status"]) in (*ACTIVE, RunStatus.LOST):
+                if row["stop_requested"] and status != RunStatus.SUCCEEDED:
+                    status = RunStatus.STOPPED
                 ended = time.time()
                 db.execute("UPDATE runs SET status = ?, exit_code = ?, error = ?, ended = ? WHERE id = ?",
                            (status, exit_code, error, ended, run_id))
@@ -291,10 +295,10 @@ class RunStore:
         if lost:
             with self._write() as db:
                 db.executemany(
-                    f"UPDATE runs SET status = 'lost', ended = COALESCE(ended, ?), "
+                    f"UPDATE runs SET status = ?, ended = COALESCE(ended, ?), "
                     f"error = COALESCE(error, 'its process ended without reporting') "
                     f"WHERE id = ? AND status IN ({', '.join('?' * len(ACTIVE))})",
-                    [(now, run_id, *ACTIVE) for run_id in lost])
+                    [(RunStatus.LOST, now, run_id, *ACTIVE) for run_id in lost])
                 end_leases(db, lost, now)
         return lost
 

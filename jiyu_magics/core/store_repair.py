@@ -18,7 +18,8 @@ from pathlib import Path
 
 from .event_log import read_events
 from .run_files import jiyu_home, runs_root, store_path
-from .run_model import END_STATUSES, EventKind, RunKind, RunStatus
+from .run_model import RunKind, RunStatus
+from .run_state import RunState
 from .run_store import RECORD_FILE, Run, RunStore
 from .store_db import SCHEMA_VERSION
 
@@ -107,7 +108,8 @@ def _set_aside(path: Path) -> Path:
 
 
 def run_from_folder(folder: Path) -> Run | None:
-    """The run a folder holds: its record, else what its event log and launch spec tell."""
+    """The run a folder holds: its record, else what its launch spec and its event log tell
+    (folded: the last fit call says how the run ended, or that its end was never recorded)."""
     try:
         return Run.from_record(json.loads((folder / RECORD_FILE).read_text()))
     except (OSError, ValueError, TypeError, KeyError):
@@ -115,14 +117,12 @@ def run_from_folder(folder: Path) -> Run | None:
     events, _ = read_events(folder / "events.jsonl")
     if not events and not (folder / LAUNCH_FILE).exists():
         return None
-    start = next((e for e in events if e.get("kind") == EventKind.START), {})
-    end = next((e for e in reversed(events) if e.get("kind") == EventKind.END), {})
+    state = RunState.of(events)
     created = events[0].get("t") if events else folder.stat().st_mtime
-    status = end.get("status") if end.get("status") in END_STATUSES else RunStatus.LOST
     kind = RunKind.JOB if (folder / LAUNCH_FILE).exists() else (
-        RunKind.DDP if (start.get("nproc") or 1) > 1 else RunKind.KERNEL)
-    return Run(id=folder.name, name=start.get("name") or folder.name, kind=kind, status=status,
-               nproc=start.get("nproc") or 1, host=socket.gethostname(), created=created, started=created,
-               ended=end.get("t") or (events[-1].get("t") if events else created),
-               error=None if end else "rebuilt from its folder by `jiyu store repair`: its end was never recorded")
+        RunKind.DDP if (state.nproc or 1) > 1 else RunKind.KERNEL)
+    unended = None if state.end_status else "rebuilt from its folder by `jiyu store repair`: its end was never recorded"
+    return Run(id=folder.name, name=state.name or folder.name, kind=kind, status=state.end_status or RunStatus.LOST,
+               nproc=state.nproc or 1, host=socket.gethostname(), created=created, started=created,
+               ended=state.updated or created, error=unended)
 

@@ -18,6 +18,7 @@ from jupyter_server.base.handlers import APIHandler
 from jupyter_server.extension.handler import ExtensionHandlerMixin
 from tornado import web
 
+from ..core.run_model import RunStatus
 from . import jobs_bridge as bridge, metrics, validation
 from .http_errors import answers_errors
 from .log_chunks import read_chunk
@@ -136,7 +137,7 @@ class MetricsHandler(JiyuHandler):
 
 
 def _active(run: dict) -> bool:
-    return run["status"] in ("queued", "running")
+    return RunStatus(run["status"]).active
 
 
 RUN = r"/jiyu/api/runs/(?P<run_id>[^/]+)"

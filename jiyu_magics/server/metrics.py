@@ -14,7 +14,7 @@ from typing import Iterable, Iterator
 from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily, Metric, StateSetMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
-from ..core.run_store import STATUSES
+from ..core.run_model import RunStatus
 
 RECENT_S = 3600.0
 GPU_LABELS = ["gpu", "uuid"]
@@ -87,14 +87,14 @@ def _gpu_labels(device: dict) -> list[str]:
 
 
 def recent(runs: list[dict], now: float) -> list[dict]:
-    return [r for r in runs if r["status"] in ("queued", "running") or (r.get("ended") or 0) >= now - RECENT_S]
+    return [r for r in runs if RunStatus(r["status"]).active or (r.get("ended") or 0) >= now - RECENT_S]
 
 
 def run_families(runs: list[dict]) -> Iterable[Metric]:
     status = StateSetMetricFamily("jiyu_run_status", "Status of each recent run (one state is 1).", labels=RUN_LABELS)
     duration = GaugeMetricFamily("jiyu_run_duration_seconds", "Wall time since the run started.", labels=RUN_LABELS)
     for run in runs:
-        status.add_metric(_run_labels(run), {s: s == run["status"] for s in STATUSES})
+        status.add_metric(_run_labels(run), {s.value: s == run["status"] for s in RunStatus})
         if run.get("duration") is not None:
             duration.add_metric(_run_labels(run), float(run["duration"]))
     yield status
@@ -109,12 +109,12 @@ def run_families(runs: list[dict]) -> Iterable[Metric]:
 
 
 def _run_labels(run: dict) -> list[str]:
-    return [run["id"], run.get("name") or "", run.get("kind") or ""]
+    return [run["id"], run.get("name") or "", str(run.get("kind") or "")]
 
 
 def runs_by_status(counts: dict[str, int]) -> Metric:
     family = GaugeMetricFamily("jiyu_runs", "Runs in the run store by status.", labels=["status"])
-    for status in STATUSES:
-        family.add_metric([status], float(counts.get(status, 0)))
+    for status in RunStatus:
+        family.add_metric([status.value], float(counts.get(status, 0)))
     return family
 

@@ -1,6 +1,6 @@
 """Runs as REST, the panel and ``/metrics`` show them: the store's row plus its progress.
 
-The progress comes from the run's event log through ``core.events.summarize``; a summary is
+The progress comes from the run's event log through ``core.event_log.summarize``; a summary is
 kept while the log's size and modification time stay the same, so polling fifty finished runs
 reads no log twice. Every method blocks (SQLite, files): handlers call them on a worker thread.
 """

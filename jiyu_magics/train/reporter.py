@@ -12,9 +12,9 @@ import time
 from typing import Any
 
 from ..core.event_log import EventLog, read_events
+from ..core.run_state import RunState, add_to_history
 from .process_group import DistContext, record_rank_error
 from .step_meter import Window
-from .fit_result import add_to_history
 from .monitor import NullMonitor
 from .run_binding import RunBinding
 
@@ -97,13 +97,7 @@ class Reporter:
         next with "connection closed by peer", and the user should read rank 1's message."""
         if not self.dist.distributed:
             return None
-        events = read_events(self.run.files.events)[0]
-        starts = [i for i, e in enumerate(events) if e.get("kind") == "start"]
-        errors = [e for e in events[starts[-1] if starts else 0:] if e.get("kind") == "error"]
-        if not errors:
-            return None
-        first = min(errors, key=lambda e: e.get("t", 0))
-        return f"rank {first.get('rank')}: {first.get('message')}"
+        return RunState.of(read_events(self.run.files.events)[0]).first_error
 
 
 def _round(value: float | None, digits: int) -> float | None:

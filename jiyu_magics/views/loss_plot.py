@@ -34,7 +34,7 @@ def render_loss_png(view: TrainingView, size: tuple[float, float] = (6.0, 3.2), 
     ax.grid(alpha=0.3)
     if ax.lines:
         ax.legend(loc="upper right", fontsize=8)
-    ax.set_title(f"{view.name or ''} · {view.status}", fontsize=9)
+    ax.set_title(f"{view.name or ''} · {view.status_text}", fontsize=9)
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png")
     return buffer.getvalue()

@@ -7,12 +7,13 @@ import time
 
 from ..core.event_log import summarize
 from ..core.run_files import RunFiles
+from ..core.run_model import RunStatus
 from ..core.run_store import Run
 from .format import NA, bar, duration, text_table
 
 HEADERS = ["id", "name", "kind", "status", "nproc", "gpus", "progress", "loss", "started", "duration"]
-STATUS_COLORS = {"running": "#1a7f37", "queued": "#9a6700", "succeeded": "#0969da", "failed": "#cf222e",
-                 "stopped": "#6e7781", "lost": "#bc4c00"}
+STATUS_COLORS = {RunStatus.RUNNING: "#1a7f37", RunStatus.QUEUED: "#9a6700", RunStatus.SUCCEEDED: "#0969da",
+                 RunStatus.FAILED: "#cf222e", RunStatus.STOPPED: "#6e7781", RunStatus.LOST: "#bc4c00"}
 SPARK = "▁▂▃▄▅▆▇█"
 
 
@@ -21,18 +22,19 @@ def row(run: Run, summary: dict | None = None) -> dict:
     summary = summary if summary is not None else summarize(RunFiles.of(run.id).events)
     step, total = summary.get("step"), summary.get("total_steps")
     progress = f"{step}/{total}" if step is not None and total else (f"step {step}" if step is not None else NA)
-    return {"id": run.id, "name": run.name, "kind": run.kind, "status": _status(run, summary),
-            "nproc": str(run.nproc * run.nnodes), "gpus": gpus_text(run), "progress": progress, "fraction": summary.get("progress"),
+    return {"id": run.id, "name": run.name, "kind": str(run.kind), "status": _status(run, summary),
+            "nproc": str(run.nproc * run.nnodes), "gpus": gpus_text(run), "progress": progress,
+            "fraction": summary.get("progress"),
             "loss": _number(summary.get("loss")), "started": _clock(run.started),
             "duration": duration(run.duration)}
 
 
 def _status(run: Run, summary: dict) -> str:
-    if run.status == "lost" and summary.get("step") is not None:
+    if run.status == RunStatus.LOST and summary.get("step") is not None:
         return f"lost at step {summary['step']}"
-    if run.status == "queued" and run.queue_position:
+    if run.status == RunStatus.QUEUED and run.queue_position:
         return f"queued #{run.queue_position}"
-    return run.status
+    return str(run.status)
 
 
 def gpus_text(run: Run) -> str:
@@ -45,7 +47,7 @@ def gpus_text(run: Run) -> str:
         return NA
     if run.gpus_requested == 0:
         return "cpu"
-    return f"{run.gpus_requested} wanted" if run.status == "queued" else NA
+    return f"{run.gpus_requested} wanted" if run.status == RunStatus.QUEUED else NA
 
 
 def _number(value) -> str:

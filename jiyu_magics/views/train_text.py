@@ -6,10 +6,12 @@ from __future__ import annotations
 import html
 import math
 
+from ..core.run_model import RunStatus
 from .format import duration, human_bytes, na
 from .training_view import TrainingView
 
 TEXT_INTERVAL_S = 10.0
+STATUS_COLOURS = {RunStatus.SUCCEEDED: "#2e7d32", RunStatus.STOPPED: "#ef6c00", RunStatus.FAILED: "#c62828"}
 
 
 def num(value: float | None, digits: int = 4) -> str:
@@ -79,8 +81,9 @@ def summary_text(view: TrainingView) -> str:
     lines = [header_text(view), progress_line(view)]
     if view.message:
         lines.append(view.message)
-    if view.error and view.error not in (view.message or ""):
-        lines.append(f"error: {view.error}")
+    error = view.first_error
+    if error and error not in (view.message or ""):
+        lines.append(f"error: {error}")
     return "\n".join(lines)
 
 
@@ -91,8 +94,8 @@ def summary_html(view: TrainingView, png_base64: str | None = None) -> str:
                    f"<td>{html.escape(v)}</td></tr>" for k, v in stat_rows(view))
     image = (f"<img alt='loss curve' style='max-width:100%' src='data:image/png;base64,{png_base64}'/>"
              if png_base64 else "")
-    colour = {"succeeded": "#2e7d32", "stopped": "#ef6c00", "failed": "#c62828"}.get(view.status, "#555")
-    return (f"<div class='jiyu-train-summary'><div><b style='color:{colour}'>{html.escape(view.status)}</b> · "
+    colour = STATUS_COLOURS.get(view.status, "#555")
+    return (f"<div class='jiyu-train-summary'><div><b style='color:{colour}'>{html.escape(view.status_text)}</b> · "
             f"{html.escape(header_text(view))}</div><div>{html.escape(view.message or '')}</div>"
             f"<div style='display:flex;gap:1em;align-items:flex-start'>{image}"
             f"<table style='font-size:90%'>{rows}</table></div></div>")

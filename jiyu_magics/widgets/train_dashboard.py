@@ -23,6 +23,7 @@ from IPython.display import display
 
 from ..core import gpu_snapshot as gpu
 from ..core.event_log import read_events
+from ..core.run_model import RunStatus
 from ..views.format import duration, na
 from ..views.loss_chart import loss_svg
 from ..views.training_view import TrainingView
@@ -38,6 +39,7 @@ WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
 DEFAULT_REFRESH_S = 1.0
 MAX_RENDER_SHARE = 0.01   # a slow front-end link stretches the interval to keep rendering under 1%
 GPU_EVERY_S = 5.0
+BAR_STYLES = {RunStatus.SUCCEEDED: "success", RunStatus.FAILED: "danger", RunStatus.STOPPED: "warning"}
 
 
 class TrainingDashboard:
@@ -114,10 +116,9 @@ class TrainingDashboard:
         view = self.view
         self._drawn_version = view.version
         self.renders += 1
-        self._set(self.header, "value", f"<b>{view.status}</b> · {escape(header_text(view))}")
+        self._set(self.header, "value", f"<b>{view.status_text}</b> · {escape(header_text(view))}")
         self._set(self.progress, "value", view.progress or 0.0)
-        self._set(self.progress, "bar_style", {"succeeded": "success", "failed": "danger",
-                                               "stopped": "warning"}.get(view.status, ""))
+        self._set(self.progress, "bar_style", BAR_STYLES.get(view.status, ""))
         self._set(self.progress_label, "value", self._progress_text())
         self._set(self.chart, "value", loss_svg(view))
         self._set(self.stats, "value", _stats_table(view))
@@ -203,8 +204,8 @@ def _stats_table(view: TrainingView) -> str:
 
 def _notes(view: TrainingView) -> str:
     lines = [f"<div style='color:#8a6d00'>⚠ {escape(a)}</div>" for a in view.advice]
-    if view.error:
-        lines.append(f"<div style='color:#c62828'>{escape(view.error)}</div>")
+    if view.first_error:
+        lines.append(f"<div style='color:#c62828'>{escape(view.first_error)}</div>")
     if view.message:
         lines.append(f"<div>{escape(view.message)}</div>")
     elif view.checkpoint:

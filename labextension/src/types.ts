@@ -1,7 +1,10 @@
 /**
  * The shapes the jiyu server extension answers with (jiyu_magics/server). One GPU snapshot
  * record is the same as `%gpu_status --json`; one run is the store's row plus `summary`, the
- * condensed event log (`core.events.summarize`).
+ * run state folded from its event log (`core.run_state.RunSummary`).
+ *
+ * The run's shapes and the status/kind unions mirror the Python side: tests/test_panel_types.py
+ * checks them against the JSON Schema `python -m jiyu_magics.server.rest_schema` writes.
  */
 
 export type RunStatus =
@@ -14,9 +17,23 @@ export type RunStatus =
 
 export const ACTIVE_STATUSES: ReadonlyArray<RunStatus> = ['queued', 'running'];
 
+export type RunKind = 'kernel' | 'ddp' | 'job';
+
+/** The kinds of line in a run's `events.jsonl` (`/jiyu/api/runs/{id}/events`). */
+export type EventKind =
+  | 'start'
+  | 'step'
+  | 'val'
+  | 'ckpt'
+  | 'gpu'
+  | 'advice'
+  | 'stall'
+  | 'end'
+  | 'error';
+
 export interface IRunSummary {
-  step: number | null;
   total_steps: number | null;
+  step: number | null;
   epoch: number | null;
   loss: number | null;
   lr: number | null;
@@ -25,28 +42,36 @@ export interface IRunSummary {
   val_acc: number | null;
   mem_peak: number | null;
   updated: number | null;
-  end_status: string | null;
+  /** How the current `fit` call ended; null while it runs. */
+  end_status: RunStatus | null;
+  /** The current call's first error across ranks ("rank 1: ..."). */
   error: string | null;
-  losses: Array<number | null>;
+  losses: number[];
   progress: number | null;
 }
 
 export interface IRun {
   id: string;
   name: string;
-  kind: 'kernel' | 'ddp' | 'job';
+  kind: RunKind;
   status: RunStatus;
   nproc: number;
   nnodes: number;
   notebook: string | null;
+  cwd: string | null;
+  host: string;
+  backend: string;
+  params: Record<string, unknown>;
+  pid: number | null;
+  pid_started: number | null;
+  pgid: number | null;
   created: number;
   started: number | null;
   ended: number | null;
-  duration: number | null;
   exit_code: number | null;
   error: string | null;
   stop_requested: boolean;
-  params: Record<string, unknown>;
+  stop_grace: number | null;
   /** GPUs the run waits for or leased (0: a CPU job; null: it never queues, e.g. in a kernel). */
   gpus_requested: number | null;
   priority: number;
@@ -57,6 +82,7 @@ export interface IRun {
   gpus: IRunGpu[];
   /** 1-based place in the queue while queued, else null. */
   queue_position: number | null;
+  duration: number | null;
   summary: IRunSummary;
 }
 
