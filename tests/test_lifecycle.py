@@ -13,7 +13,7 @@ from jiyu_magics.core.event_log import read_events
 from jiyu_magics.core.run_model import RunKind, RunStatus
 from jiyu_magics.core.run_store import RunStore
 from jiyu_magics.core.run_files import RunFiles
-from jiyu_magics.jobs.final_status import Outcome, closing_events, decide, final_status, last_fit_end
+from jiyu_magics.jobs.final_status import Outcome, closing_events, decide, final_status, fit_end_status
 from jiyu_magics.jobs.launch_spec import LaunchSpec
 from jiyu_magics.jobs.lifecycle import LifecycleState as S, RunLifecycle, record_end, record_end_without_owner
 
@@ -229,9 +229,9 @@ def test_final_status_rule(code, stop, events, expected):
     assert final_status(code, stop, events) == expected
 
 
-def test_last_fit_end_is_the_end_after_the_last_start():
-    assert last_fit_end([start(), end("succeeded"), start()]) is None
-    assert last_fit_end([start(), end("stopped"), start(), end("succeeded", step=9)])["step"] == 9
+def test_the_fit_end_is_the_end_after_the_last_start():
+    assert fit_end_status([start(), end("succeeded"), start()]) is None
+    assert fit_end_status([start(), end("succeeded"), start(), end("stopped", step=9)]) == "stopped"
 
 
 def test_closing_events_add_only_what_rank0_did_not_write():

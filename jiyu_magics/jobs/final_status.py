@@ -6,8 +6,8 @@ rank 0's word counts (a stop that crossed the last step still succeeded; a stop 
 honoured says ``stopped``). A non-zero exit after a stop request is the stop's own doing
 (SIGTERM makes torchrun exit 1); without one it is a failure, told by the first failing rank.
 
-The event reading lives in :func:`last_fit_end` alone, so it can later come from the event
-fold in ``core`` without touching the rule.
+Rank 0's word comes from the one event fold in ``core`` (``RunState.fit_end_status``: the end
+the engine wrote for its last ``fit``, never one an owner appended).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from ..core.run_model import EventKind, RunStatus
+from ..core.run_state import RunState
 
 OWNER_SOURCE = "lifecycle"  # marks the events the run's owner wrote, not rank 0
 OWNER_SOURCES = (OWNER_SOURCE, "supervisor")  # "supervisor": logs written before the lifecycle existed
@@ -30,22 +31,15 @@ class Outcome:
     error: str | None        # one line: the first failing rank's error, or why it stopped
 
 
-def last_fit_end(events: Iterable[dict]) -> dict | None:
-    """Rank 0's ``end`` event of its last ``fit`` (a notebook job fits once per ``%%train``
+def fit_end_status(events: Iterable[dict]) -> RunStatus | None:
+    """How rank 0's engine ended its last ``fit`` (a notebook job fits once per ``%%train``
     cell): None when that fit never ended (its ranks were killed) or no fit ran at all."""
-    end = None
-    for event in events:
-        kind = event.get("kind")
-        if kind == EventKind.START:
-            end = None
-        elif kind == EventKind.END and event.get("source") not in OWNER_SOURCES:
-            end = event
-    return end
+    return RunState.of(events).fit_end_status
 
 
 def final_status(exit_code: int | None, stop_requested: bool, events: Iterable[dict]) -> RunStatus:
     if exit_code == 0:
-        said = (last_fit_end(events) or {}).get("status")
+        said = fit_end_status(events)
         return RunStatus(said) if said in (RunStatus.SUCCEEDED, RunStatus.STOPPED) else RunStatus.SUCCEEDED
     return RunStatus.STOPPED if stop_requested else RunStatus.FAILED
 
@@ -72,8 +66,7 @@ def closing_events(events: list[dict], outcome: Outcome) -> list[tuple[str, dict
     errors = [e for e in events if e.get("kind") == EventKind.ERROR]
     if outcome.status is RunStatus.FAILED and (not errors or errors[-1].get("message") != outcome.error):
         added.append((EventKind.ERROR.value, {"message": outcome.error, "source": OWNER_SOURCE}))
-    ended = last_fit_end(events)
-    if added or ended is None or ended.get("status") != outcome.status:
+    if added or fit_end_status(events) != outcome.status:
         added.append((EventKind.END.value, {"status": outcome.status.value, "exit_code": outcome.exit_code,
                                             "message": outcome.error, "source": OWNER_SOURCE}))
     return added

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from ..core.event_log import EventLog, read_events
 from ..core.run_files import RUN_ID_ENV, RunFiles
+from ..core.run_model import EventKind
 from ..core.run_store import RunStore, new_run_id, process_start_time
 from ..core.store_db import StoreUnusable
 from .checkpoint import newest_checkpoint
@@ -46,7 +47,7 @@ class RunBinding:
         binding = cls(run_id, files, owned=not attached, unrecorded=unrecorded)
         if dist.is_writer:
             files.create()
-            binding.fit_index = sum(e.get("kind") == "start" for e in read_events(files.events)[0])
+            binding.fit_index = sum(e.get("kind") == EventKind.START for e in read_events(files.events)[0])
             binding.events = EventLog(files.events)
         binding.fit_index = dist.broadcast(binding.fit_index)
         return binding

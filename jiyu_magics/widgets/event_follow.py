@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from ..core.event_log import read_events
+from ..core.run_model import EventKind
 
 if TYPE_CHECKING:  # the engine's protocol; importing jiyu_magics.train would import torch
     from ..train.monitor import Monitor
@@ -24,7 +25,7 @@ def follow(monitor: "Monitor", path: Path | str, offset: int = 0, *, until: Call
         if events:
             monitor.feed(events)
         monitor.poll()
-        ended = stop_at_end and any(e.get("kind") == "end" for e in events)
+        ended = stop_at_end and any(e.get("kind") == EventKind.END for e in events)
         if ended or (until is not None and until()):
             events, offset = read_events(path, offset)
             monitor.feed(events)
