@@ -71,6 +71,8 @@ bench: setup
 	$(BIN)/python benchmarks/submit_latency.py
 	$(BIN)/python benchmarks/train_overhead.py
 	$(BIN)/python benchmarks/dashboard_share.py
+	$(BIN)/python benchmarks/panel_gpus.py
+	$(BIN)/python benchmarks/queue_latency.py
 
 # On a GPU machine: every gpu-marked test and the benchmarks (see benchmarks/gpu_checks.sh).
 gpu-checks:
@@ -93,7 +95,7 @@ api-schema: setup
 # The README's screenshots, as the browser tests last produced them.
 screenshots:
 	cp test-artifacts/lab_train_dashboard.png test-artifacts/lab_panel_light.png test-artifacts/jobs_table.png \
-	  test-artifacts/slurm_jobs_table.png test-artifacts/lab_panel_slurm.png docs/img/
+	  test-artifacts/slurm_jobs_table.png test-artifacts/lab_panel_slurm.png test-artifacts/lab_gpu_owners.png docs/img/
 
 # The README's %%train option list, from FitOptions and the magic's own options (the tests check it).
 readme: setup

@@ -18,8 +18,11 @@ nvidia-smi -L
 $PY -c "import torch; print('torch', torch.__version__, 'CUDA', torch.version.cuda, 'available', torch.cuda.is_available())"
 echo "== gpu-marked tests"
 $PY -m pytest -q -m gpu -p no:cacheprovider -o addopts="" -rs \
-  tests/test_gpu_real.py tests/test_train_gpu.py tests/test_jobs_gpu.py tests/test_server_gpu.py tests/test_train_nproc.py
+  tests/test_gpu_real.py tests/test_train_gpu.py tests/test_jobs_gpu.py tests/test_server_gpu.py tests/test_train_nproc.py \
+  tests/test_gpu_leases_real.py
 echo "== benchmarks/gpu_status.py"
 $PY benchmarks/gpu_status.py
+echo "== benchmarks/queue_latency.py --real-gpu"
+$PY benchmarks/queue_latency.py --real-gpu --repeat 3
 echo "== benchmarks/train_overhead.py --device cuda"
 $PY benchmarks/train_overhead.py --device cuda --repeat 7

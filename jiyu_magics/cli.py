@@ -10,10 +10,11 @@ from __future__ import annotations
 import argparse
 
 from . import __version__
-from .commands import CliError, gpu_commands, job_commands, plot_commands, store_commands
+from .commands import (CliError, gpu_commands, job_commands, plot_commands, queue_commands, store_commands,
+                       usage_commands)
 from .core.store_db import StoreUnusable
 
-COMMAND_MODULES = (gpu_commands, job_commands, plot_commands, store_commands)
+COMMAND_MODULES = (gpu_commands, job_commands, plot_commands, queue_commands, store_commands, usage_commands)
 
 
 def build_parser() -> argparse.ArgumentParser:

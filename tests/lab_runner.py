@@ -58,21 +58,22 @@ def write_user_settings(folder: Path, panel: dict) -> None:
 
 
 @contextmanager
-def jupyter_lab(workdir: Path, panel_settings: dict, timeout: float = 90,
-                env: dict[str, str] | None = None) -> Iterator[Lab]:
-    """``env``: what the server sees besides this process's environment (a Slurm's SLURM_CONF)."""
+def jupyter_lab(workdir: Path, panel_settings: dict, timeout: float = 90, env: dict | None = None,
+                args: tuple[str, ...] = ()) -> Iterator[Lab]:
+    """``env`` adds to the server's environment (e.g. the NVML double's shared-box settings),
+    ``args`` to its command line (e.g. ``--JiyuApp.kernel_idle_warning=0``)."""
     root, home, jupyter = workdir / "root", workdir / "jiyu_home", workdir / "jupyter"
     for folder in (root, home, jupyter / "config", jupyter / "runtime"):
         folder.mkdir(parents=True, exist_ok=True)
     write_user_settings(jupyter / "settings", panel_settings)
     port, token = free_port(), secrets.token_hex(16)
-    env = {**os.environ, **(env or {}), "JIYU_HOME": str(home), "JUPYTER_CONFIG_DIR": str(jupyter / "config"),
+    env = {**os.environ, "JIYU_HOME": str(home), "JUPYTER_CONFIG_DIR": str(jupyter / "config"),
            "JUPYTER_RUNTIME_DIR": str(jupyter / "runtime"),
-           "PYTHONPATH": os.pathsep.join([str(NVML_DOUBLE_DIR), str(ROOT)])}
+           "PYTHONPATH": os.pathsep.join([str(NVML_DOUBLE_DIR), str(ROOT)]), **(env or {})}
     command = [sys.executable, "-m", "jupyterlab", "--no-browser", "--allow-root", f"--port={port}",
                "--ServerApp.ip=127.0.0.1", "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}",
                f"--ServerApp.root_dir={root}", f"--LabApp.user_settings_dir={jupyter / 'settings'}",
-               f"--LabApp.workspaces_dir={jupyter / 'workspaces'}", "--LabApp.expose_app_in_browser=True"]
+               f"--LabApp.workspaces_dir={jupyter / 'workspaces'}", "--LabApp.expose_app_in_browser=True", *args]
     log = open(workdir / "jupyter_lab.log", "wb")
     process = subprocess.Popen(command, cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT,
                                start_new_session=True)

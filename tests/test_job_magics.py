@@ -38,7 +38,7 @@ def test_submit_without_a_path_runs_the_notebook_jupyter_named(ip, tmp_path, mon
     ip.run_line_magic("submit", "--name from-session")
     out = capsys.readouterr().out
     run = only_run()
-    assert out.startswith(f"Submitted run {run.id} (from-session): 1 process(es) from {nb}")
+    assert out.startswith(f"Submitted run {run.id} (from-session): 1 process(es) on the CPU from {nb}")
     assert f"%job logs {run.id} -f" in out and f"%job stop {run.id}" in out
     assert finished(run.id).status == "succeeded"
 

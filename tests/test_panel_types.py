@@ -20,7 +20,7 @@ from .server_fixtures import body, live_run, server_config, training_events
 from .ts_types import SchemaTypes, TsTypes, disagreements
 
 TYPES_TS = ROOT / "labextension" / "src" / "types.ts"
-MIRRORED = ("Run", "RunSummary")  # $defs/X is the panel's interface IX
+MIRRORED = ("Run", "RunSummary", "RunGpu")  # $defs/X is the panel's interface IX
 
 
 @pytest.fixture

@@ -100,10 +100,10 @@ async def test_a_slow_nvml_read_blocks_neither_the_server_nor_a_second_read(jp_s
 
     release, reads = threading.Event(), []
 
-    def held_read() -> dict:
+    def held_read(holders) -> dict:
         reads.append(threading.current_thread().name)
         assert release.wait(60)
-        return read_gpus()
+        return read_gpus(holders=holders)
 
     app = jp_serverapp.web_app.settings["jiyu_magics"]  # the JiyuApp the handlers use
     app.sampler = GpuSampler(max_age=60, read=held_read)

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-from ..core import cuda_doctor as doctor, gpu_snapshot as gpu
+from ..core import cuda_doctor as doctor
+from ..core.gpu_status import owned_snapshot
 
 
 def add_commands(commands) -> None:
     from . import positive_float
 
-    p = commands.add_parser("gpu", help="show GPUs, their memory/utilisation/processes, and versions",
-                            description="GPU status read through NVML (no CUDA context is created).")
+    p = commands.add_parser("gpu", help="show GPUs, who holds each (lease, process owners), memory/utilisation, versions",
+                            description="GPU status read through NVML (no CUDA context is created): each GPU's "
+                                        "lease (run, id, kind, notebook, since) or free/busy, and each process's "
+                                        "owner (a jiyu run, a Jupyter kernel and its notebook, other).")
     p.add_argument("--json", action="store_true", help="print the snapshot as JSON")
     p.add_argument("--watch", type=positive_float, metavar="SECONDS", help="refresh in place every SECONDS until Ctrl-C")
     p.set_defaults(handler=run_gpu)
@@ -28,14 +31,14 @@ def run_gpu(args) -> int:
     if args.json and args.watch:
         raise CliError("--json and --watch cannot be combined")
     if args.json:
-        print_json(gpu.snapshot().to_dict())
+        print_json(owned_snapshot().to_dict())
         return 0
     if args.watch:
         from ..widgets.terminal_redraw import watch_text
 
-        watch_text(lambda: view.render_text(gpu.snapshot(), "jiyu doctor"), args.watch)
+        watch_text(lambda: view.render_text(owned_snapshot(), "jiyu doctor"), args.watch)
         return 0
-    print(view.render_text(gpu.snapshot(), "jiyu doctor"))
+    print(view.render_text(owned_snapshot(), "jiyu doctor"))
     return 0
 
 

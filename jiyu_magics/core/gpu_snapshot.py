@@ -13,14 +13,14 @@ import importlib
 import os
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-import psutil
-
+from .process_info import ancestors, command_line
 from .torch_versions import torch_facts
 from .visible_devices import VisibleDevices, parse_visible_devices
 
+MINE_DEPTH = 4  # how far up a GPU process's parents this process is looked for ("mine")
 _init_lock = threading.Lock()
 _initialised: set[int] = set()   # ids of NVML modules this process has initialised
 
@@ -32,6 +32,7 @@ class GpuProcess:
     command: str | None
     type: str                    # "compute" or "graphics"
     mine: bool = False           # this process or one of its children
+    owner: dict | None = None    # who it belongs to (``gpu_owners.ProcessOwner``), once attributed
 
 
 @dataclass
@@ -51,6 +52,10 @@ class GpuDevice:
     sm_clock: int | None = None      # clocks.sm (MHz)
     mig_mode: bool | None = None     # mig.mode.current
     processes: list[GpuProcess] = field(default_factory=list)
+    # filled in by ``gpu_owners.attribute`` (None/empty until then):
+    leases: list[dict] = field(default_factory=list)  # the runs leasing it: run, name, kind, notebook, since
+    foreign_memory: int | None = None  # bytes held by processes that none of its leases accounts for
+    free: bool | None = None           # no lease, and foreign memory within the threshold
 
     @property
     def mem_fraction(self) -> float | None:
@@ -69,9 +74,14 @@ class GpuSnapshot:
     devices: list[GpuDevice] = field(default_factory=list)
     torch: dict | None = None            # versions, only when torch is already imported
     time: float = 0.0
+    owners_note: str | None = None       # why leases and owners are missing (an unreadable run store)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """As plain data (flat copies: ``asdict``'s deep recursion costs more than the NVML
+        read on a box with many processes)."""
+        data = dict(vars(self))
+        data["devices"] = [{**vars(d), "processes": [dict(vars(p)) for p in d.processes]} for d in self.devices]
+        return data
 
 
 def load_nvml() -> Any:
@@ -119,8 +129,7 @@ def snapshot(nvml: Any = None, env: Mapping[str, str] | None = None,
     handles = device_handles(nvml, count)  # a lost GPU's handle is None: its fields read as n/a
     uuids = [nvml_value(nvml.nvmlDeviceGetUUID, h) or "" for h in handles]
     visible = parse_visible_devices(env.get("CUDA_VISIBLE_DEVICES"), uuids)
-    mine = _own_process_tree(own_pid or os.getpid())
-    devices = [_device(nvml, i, h, uuids[i], visible, mine) for i, h in enumerate(handles)]
+    devices = [_device(nvml, i, h, uuids[i], visible, own_pid or os.getpid()) for i, h in enumerate(handles)]
     cuda = nvml_value(nvml.nvmlSystemGetCudaDriverVersion)
     return GpuSnapshot(
         available=count > 0,
@@ -171,7 +180,7 @@ def nvml_value(fn: Callable, *args: Any) -> Any:
 
 
 def _device(nvml: Any, index: int, handle: Any, uuid: str, visible: VisibleDevices,
-            mine: set[int]) -> GpuDevice:
+            mine: int) -> GpuDevice:
     util = nvml_value(nvml.nvmlDeviceGetUtilizationRates, handle)
     memory = memory_info(nvml, handle)
     power = nvml_value(nvml.nvmlDeviceGetPowerUsage, handle)
@@ -200,7 +209,7 @@ def memory_info(nvml: Any, handle: Any) -> Any:
     return info if info is not None else nvml_value(nvml.nvmlDeviceGetMemoryInfo, handle)
 
 
-def _processes(nvml: Any, handle: Any, mine: set[int]) -> list[GpuProcess]:
+def _processes(nvml: Any, handle: Any, own: int) -> list[GpuProcess]:
     found: dict[int, GpuProcess] = {}
     for kind, query in (("compute", nvml.nvmlDeviceGetComputeRunningProcesses),
                         ("graphics", nvml.nvmlDeviceGetGraphicsRunningProcesses)):
@@ -209,21 +218,6 @@ def _processes(nvml: Any, handle: Any, mine: set[int]) -> list[GpuProcess]:
                 continue
             used = getattr(proc, "usedGpuMemory", None)
             found[proc.pid] = GpuProcess(pid=proc.pid, used_memory=used if isinstance(used, int) else None,
-                                         command=_command_line(proc.pid), type=kind,
-                                         mine=proc.pid in mine)
+                                         command=command_line(proc.pid), type=kind,
+                                         mine=own in ancestors(proc.pid, MINE_DEPTH))
     return list(found.values())
-
-
-def _command_line(pid: int) -> str | None:
-    """None when the pid is not in our PID namespace (NVML reports host pids in containers)."""
-    try:
-        return " ".join(psutil.Process(pid).cmdline()) or None
-    except psutil.Error:
-        return None
-
-
-def _own_process_tree(pid: int) -> set[int]:
-    try:
-        return {pid, *(p.pid for p in psutil.Process(pid).children(recursive=True))}
-    except psutil.Error:
-        return {pid}

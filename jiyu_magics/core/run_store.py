@@ -15,6 +15,7 @@ from typing import Any
 
 import psutil
 
+from .gpu_leases import LeaseBook, RunGpu, end_leases
 from .run_files import run_dir, store_path
 from .store_db import StoreDatabase
 from .run_model import ACTIVE, RunKind, RunStatus
@@ -55,6 +56,13 @@ class Run:
     scheduler_id: str | None = None   # the job's id where a scheduler holds it (Slurm job id, Kubernetes name)
     queue_reason: str | None = None   # why a queued run waits, in the words of whoever holds it
     polled: float | None = None       # when a scheduler was last asked about this run
+    gpus_requested: int | None = None  # GPUs the run waits for (0: a CPU job; None: it never queues)
+    priority: int = 0                  # higher starts first among waiting runs
+    queue_rank: float | None = None    # the order among waiting runs of one priority (submission time)
+    share: bool = False                # its GPUs may hold other sharing runs' leases too
+    # not columns: filled in from the lease book when read
+    gpus: list[RunGpu] = field(default_factory=list)  # the GPUs it holds or held: index, uuid, since, ended
+    queue_position: int | None = None          # 1-based, while queued
 
     def __post_init__(self) -> None:
         self.kind, self.status = RunKind(self.kind), RunStatus(self.status)
@@ -70,7 +78,8 @@ class Run:
         return (self.ended or time.time()) - self.started
 
     def to_dict(self) -> dict:
-        data = asdict(self)
+        """The fields as they are (no deep copy: a panel poll turns 50 runs into dicts)."""
+        data = dict(vars(self))
         data["duration"] = self.duration
         return data
 
@@ -81,12 +90,14 @@ class Run:
         data = {k: v for k, v in dict(row).items() if k in _COLUMNS}
         data["params"] = json.loads(data.get("params") or "{}")
         data["stop_requested"] = bool(data.get("stop_requested"))
+        data["share"] = bool(data.get("share"))
         return cls(**data)
 
     from_record = from_row
 
 
-_COLUMNS = {f.name for f in fields(Run)}
+DERIVED = frozenset({"gpus", "queue_position"})
+_COLUMNS = {f.name for f in fields(Run)} - DERIVED
 
 
 def save_record(run: Run) -> None:
@@ -135,6 +146,7 @@ class RunStore:
         self.host = socket.gethostname()
         self.db = StoreDatabase(self.path)
         self._read, self._write = self.db.read, self.db.write
+        self.leases = LeaseBook(self.db, self.host)
 
     # -- writing ---------------------------------------------------------------------------
     def create(self, kind: RunKind | str, name: str | None = None, *, status: RunStatus | str = RunStatus.QUEUED,
@@ -152,7 +164,7 @@ class RunStore:
             while db.execute("SELECT 1 FROM runs WHERE id = ?", (run_id,)).fetchone():
                 run_id = new_run_id()
             run = Run(id=run_id, name=name or f"{kind}-{run_id}", kind=kind, status=status,
-                      host=self.host, created=now, **{"cwd": os.getcwd(), **values})
+                      host=self.host, created=now, **{"cwd": os.getcwd(), "queue_rank": now, **values})
             if run.status == RunStatus.RUNNING and run.started is None:
                 run.started = now
             row = self._to_row(run)
@@ -216,8 +228,10 @@ class RunStore:
             if RunStatus(row["status"]) in (*ACTIVE, RunStatus.LOST):
                 if row["stop_requested"] and status != RunStatus.SUCCEEDED:
                     status = RunStatus.STOPPED
+                ended = time.time()
                 db.execute("UPDATE runs SET status = ?, exit_code = ?, error = ?, ended = ? WHERE id = ?",
-                           (status, exit_code, error, time.time(), run_id))
+                           (status, exit_code, error, ended, run_id))
+                end_leases(db, [run_id], ended)
         run = self.get(run_id)
         save_record(run)
         return run
@@ -228,7 +242,7 @@ class RunStore:
             row = db.execute("SELECT * FROM runs WHERE id = ?", (run_id,)).fetchone()
         if row is None:
             raise UnknownRun(f"no run with id {run_id!r}")
-        return Run.from_row(row)
+        return self._with_gpus([Run.from_row(row)])[0]
 
     def resolve(self, id_or_prefix: str) -> Run:
         """A run by its id or a unique prefix of it (``%job logs 3fa``)."""
@@ -243,10 +257,14 @@ class RunStore:
             raise UnknownRun(f"no run with id {id_or_prefix!r}")
         if len(rows) > 1 and rows[0]["id"] != prefix.lower():
             raise UnknownRun(f"run id prefix {id_or_prefix!r} is ambiguous; give more characters")
-        return Run.from_row(rows[0])
+        return self._with_gpus([Run.from_row(rows[0])])[0]
 
-    def list(self, include_finished: bool = True, limit: int | None = None) -> list[Run]:
-        self.reconcile()
+    def list(self, include_finished: bool = True, limit: int | None = None, reconcile: bool = True,
+             annotate: bool = True) -> list[Run]:
+        """Runs newest first; ``reconcile`` first marks ``lost`` those whose process is gone;
+        ``annotate`` fills in their GPUs and queue positions."""
+        if reconcile:
+            self.reconcile()
         query = "SELECT * FROM runs"
         if not include_finished:
             query += f" WHERE status IN ({', '.join('?' * len(ACTIVE))})"
@@ -255,7 +273,17 @@ class RunStore:
             query += f" LIMIT {int(limit)}"
         with self._read() as db:
             rows = db.execute(query, () if include_finished else ACTIVE).fetchall()
-        return [Run.from_row(r) for r in rows]
+        runs = [Run.from_row(r) for r in rows]
+        return self._with_gpus(runs) if annotate else runs
+
+    def _with_gpus(self, runs: list[Run]) -> list[Run]:
+        """Each run with the GPUs it holds or held and, while queued, its place in the queue."""
+        held = self.leases.of_runs([r.id for r in runs])
+        places = {w.run_id: w.position for w in self.leases.queue()} if any(r.status == "queued" for r in runs) else {}
+        for run in runs:
+            run.gpus = [lease.to_dict() for lease in held.get(run.id, [])]
+            run.queue_position = places.get(run.id)
+        return runs
 
     def count_by_status(self) -> dict[str, int]:
         """How many runs are in each status, counted by SQLite (``/metrics`` scrapes this)."""
@@ -284,11 +312,13 @@ class RunStore:
                     f"error = COALESCE(error, 'its process ended without reporting') "
                     f"WHERE id = ? AND status IN ({', '.join('?' * len(ACTIVE))})",
                     [(RunStatus.LOST, now, run_id, *ACTIVE) for run_id in lost])
+                end_leases(db, lost, now)
         return lost
 
     @staticmethod
     def _to_row(run: Run) -> dict:
-        row = asdict(run)
+        row = {k: v for k, v in asdict(run).items() if k not in DERIVED}
         row["params"] = json.dumps(row["params"])
         row["stop_requested"] = int(row["stop_requested"])
+        row["share"] = int(row["share"])
         return row

@@ -15,11 +15,18 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-SCHEMA_VERSION = 3
-MIGRATIONS = {  # to version: from the one before
-    2: "ALTER TABLE runs ADD COLUMN stop_grace REAL",
-    3: "ALTER TABLE runs ADD COLUMN scheduler_id TEXT; ALTER TABLE runs ADD COLUMN queue_reason TEXT; "
-       "ALTER TABLE runs ADD COLUMN polled REAL",
+SCHEMA_VERSION = 4
+# to version: the statements that bring the one before to it (new tables come from SCHEMA's
+# CREATE ... IF NOT EXISTS, run after every migration)
+MIGRATIONS = {
+    2: ("ALTER TABLE runs ADD COLUMN stop_grace REAL",),
+    3: ("ALTER TABLE runs ADD COLUMN scheduler_id TEXT",
+        "ALTER TABLE runs ADD COLUMN queue_reason TEXT",
+        "ALTER TABLE runs ADD COLUMN polled REAL"),
+    4: ("ALTER TABLE runs ADD COLUMN gpus_requested INTEGER",
+        "ALTER TABLE runs ADD COLUMN priority INTEGER NOT NULL DEFAULT 0",
+        "ALTER TABLE runs ADD COLUMN queue_rank REAL",
+        "ALTER TABLE runs ADD COLUMN share INTEGER NOT NULL DEFAULT 0"),
 }
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -46,12 +53,43 @@ CREATE TABLE IF NOT EXISTS runs (
     stop_grace REAL,
     scheduler_id TEXT,
     queue_reason TEXT,
-    polled REAL
+    polled REAL,
+    gpus_requested INTEGER,
+    priority INTEGER NOT NULL DEFAULT 0,
+    queue_rank REAL,
+    share INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS runs_by_status ON runs(status);
+CREATE TABLE IF NOT EXISTS gpu_leases (
+    uuid TEXT NOT NULL,
+    gpu_index INTEGER NOT NULL,
+    run_id TEXT NOT NULL,
+    host TEXT NOT NULL,
+    since REAL NOT NULL,
+    ended REAL,
+    shared INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS leases_by_run ON gpu_leases(run_id);
+CREATE INDEX IF NOT EXISTS live_leases ON gpu_leases(uuid) WHERE ended IS NULL;
+CREATE UNIQUE INDEX IF NOT EXISTS one_exclusive_lease ON gpu_leases(uuid) WHERE ended IS NULL AND shared = 0;
+CREATE TABLE IF NOT EXISTS gpu_usage (
+    hour REAL NOT NULL,
+    uuid TEXT NOT NULL,
+    owner TEXT NOT NULL,
+    run_id TEXT,
+    notebook TEXT,
+    held_s REAL NOT NULL DEFAULT 0,
+    idle_s REAL NOT NULL DEFAULT 0,
+    PRIMARY KEY (hour, uuid, owner)
+);
+CREATE TABLE IF NOT EXISTS gpu_sampled (
+    uuid TEXT PRIMARY KEY,
+    at REAL NOT NULL
+);
 """
 REPAIR_HINT = "`jiyu doctor --store` checks it; `jiyu store repair` rebuilds it from the run folders"
 _ready: set[Path] = set()  # files this process has already created or migrated
+_wal: set[Path] = set()    # files this process has seen in WAL mode (it persists in the file)
 
 
 class StoreUnusable(RuntimeError):
@@ -82,6 +120,7 @@ class StoreDatabase:
     def create_or_migrate(self) -> None:
         """Once per process and file: a store opened every second (``%job attach``, the
         server) must not take the write lock each time."""
+        _wal.discard(self.path)  # a new or replaced file: check its journal mode again
         with self.read() as db:
             if db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION:
                 return
@@ -90,19 +129,24 @@ class StoreDatabase:
             exists = db.execute("SELECT 1 FROM sqlite_master WHERE name = 'runs'").fetchone()
             if exists:
                 for target in range(max(version, 1) + 1, SCHEMA_VERSION + 1):
-                    for statement in MIGRATIONS[target].split(";"):
+                    for statement in MIGRATIONS[target]:
                         db.execute(statement)
             for statement in filter(str.strip, SCHEMA.split(";")):
                 db.execute(statement)
             db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
-    def _connect(self) -> sqlite3.Connection:
+    def _connect(self, writing: bool = True) -> sqlite3.Connection:
+        """A short connection; ``timeout`` is SQLite's busy timeout. Only a writer needs the
+        synchronous setting, and WAL mode (kept in the file) is checked once per process:
+        a panel poll opens a few of these."""
         db = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
         db.row_factory = sqlite3.Row
-        db.execute("PRAGMA busy_timeout = 30000")
-        if db.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
-            db.execute("PRAGMA journal_mode = WAL")
-        db.execute("PRAGMA synchronous = NORMAL")
+        if self.path not in _wal:
+            if db.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+                db.execute("PRAGMA journal_mode = WAL")
+            _wal.add(self.path)
+        if writing:
+            db.execute("PRAGMA synchronous = NORMAL")
         return db
 
     @contextmanager
@@ -123,7 +167,7 @@ class StoreDatabase:
     @contextmanager
     def read(self) -> Iterator[sqlite3.Connection]:
         with self._translated():
-            db = self._connect()
+            db = self._connect(writing=False)
             try:
                 yield db
             finally:
@@ -138,6 +182,7 @@ class StoreDatabase:
         except sqlite3.OperationalError as error:
             if "no such table" in str(error) and self.path in _ready:
                 _ready.discard(self.path)
+                _wal.discard(self.path)
                 raise StoreUnusable(f"the run store {self.path} was deleted while in use; it starts empty "
                                     f"now ({REPAIR_HINT})") from None
             raise explain(self.path, error) from None

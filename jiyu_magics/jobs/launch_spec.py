@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import shlex
 import shutil
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from ..core.run_files import RunFiles
 from .job_error import JobError
@@ -27,11 +27,18 @@ class LaunchSpec:
     notify: str | None = None
     slurm: dict | None = None        # SlurmOptions as a dict (backends/slurm_options), for --backend slurm
     k8s_kind: str | None = None      # for --backend kubernetes: trainjob (default) or pytorchjob
+    gpus: int | None = None        # GPUs per node to lease; None: one per process where GPUs are visible, else 0
+    priority: int = 0              # higher starts first among waiting runs
+    share: bool = False            # may lease GPUs other sharing runs lease too
 
     def validated(self) -> "LaunchSpec":
         _count("--nproc", self.nproc, 1)
         _count("--nnodes", self.nnodes, 1)
         _count("--max-restarts", self.max_restarts, 0)
+        if self.gpus is not None:
+            _count("--gpus", self.gpus, 0)
+        if isinstance(self.priority, bool) or not isinstance(self.priority, int):
+            raise JobError(f"--priority {self.priority!r}: expected a whole number")
         if self.backend not in BACKENDS:
             raise JobError(f"--backend {self.backend!r}: expected one of {', '.join(BACKENDS)}")
         self._check_rendezvous()
@@ -60,6 +67,25 @@ class LaunchSpec:
                 raise JobError(f"--k8s-kind {self.k8s_kind}: for --backend kubernetes only")
             if self.k8s_kind not in K8S_KINDS:
                 raise JobError(f"--k8s-kind {self.k8s_kind!r}: expected one of {', '.join(K8S_KINDS)}")
+
+    def with_gpus(self, visible: int | None) -> "LaunchSpec":
+        """The spec with its GPU count decided against the ``visible`` GPUs (None: none here)
+        and checked: more than the machine has, or fewer than one per process, is refused."""
+        if self.gpus is None and visible:
+            check_fits_devices(self.nproc, visible)
+        gpus = (self.nproc if visible else 0) if self.gpus is None else self.gpus
+        if gpus and not visible:
+            raise JobError(f"--gpus {gpus}: no GPU is visible on this machine (--gpus 0 runs on the CPU)")
+        if gpus and gpus > visible:
+            raise JobError(f"--gpus {gpus} is more than the {visible} GPU(s) this machine has; it could never start")
+        if 0 < gpus < self.nproc:
+            raise JobError(f"--gpus {gpus} with --nproc {self.nproc}: each process drives a GPU of its own "
+                           "(--gpus 0 runs every process on the CPU)")
+        return replace(self, gpus=gpus)
+
+    def queue_fields(self) -> dict:
+        """What the run store's queue needs of the spec (the run row's columns)."""
+        return {"gpus_requested": self.gpus, "priority": self.priority, "share": bool(self.share)}
 
     def save(self, files: RunFiles) -> None:
         (files.root / LAUNCH_FILE).write_text(json.dumps(asdict(self), indent=2))
@@ -99,7 +125,7 @@ def visible_gpus() -> int | None:
     return count or None
 
 
-def check_fits_devices(nproc: int) -> None:
-    gpus = visible_gpus()
+def check_fits_devices(nproc: int, gpus: int | None = None) -> None:
+    gpus = visible_gpus() if gpus is None else gpus
     if gpus is not None and nproc > gpus:
         raise JobError(f"--nproc {nproc} is more than the {gpus} GPU(s) visible here; one process drives one GPU")

@@ -10,22 +10,25 @@ process; both go through the same steps, so a run ends the same way whoever star
         lifecycle.wait()             # or poll lifecycle.running() while showing a dashboard
         outcome = lifecycle.end()
 
-States: registered → queued → starting → running → (stopping) → ended. Nothing waits in
-``queued`` yet: a GPU queue will hold runs there until their GPUs are leased. Where the ranks
-run is the placement's business (``rank_placement``); stopping is the one procedure of
-``process_tree.stop_run``; the final status is the one rule of ``final_status``. The owner
-records the end (event log, then run row) and nothing else does while it lives.
+States: registered → queued → starting → running → (stopping) → ended. A run waits in
+``queued`` until its placement grants it a place (locally: GPU leases from the run store's
+queue, ``gpu_queue``); a stop request while it waits ends it ``stopped`` and nothing starts.
+Where the ranks run is the placement's business (``rank_placement``); stopping is the one
+procedure of ``process_tree.stop_run``; the final status is the one rule of ``final_status``.
+The owner records the end (event log, then run row); its leases end in the same transaction
+as the run row, and nothing else records while the owner lives.
 
-A scheduler's placement (Slurm, Kubernetes) submits in ``start``; the scheduler then holds the
-run, so no owner process waits on it: whoever asks about the run makes its owner again from
-the row and calls ``follow``, which records the scheduler's state and, once the job ended,
-the end by the same rule::
+A scheduler's placement (Slurm, Kubernetes) grants at once and submits in ``start``; the
+scheduler then holds the run, so no owner process waits on it: whoever asks about the run
+makes its owner again from the row and calls ``follow``, which records the scheduler's state
+and, once the job ended, the end by the same rule::
 
     RunLifecycle.adopt(run_id, placement=SlurmPlacement()).follow()
 """
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from enum import Enum
@@ -34,8 +37,9 @@ from typing import Callable, Mapping
 from ..core.event_log import EventLog, read_events
 from ..core.run_files import RunFiles
 from ..core.run_model import RunStatus
-from ..core.run_store import Run, RunStore
+from ..core.run_store import Run, RunStore, process_start_time
 from .final_status import Outcome, closing_events, decide
+from .gpu_queue import Grant
 from .launch_spec import LaunchSpec
 from .process import process_tree as processes, rank_records
 from .process.process_tree import StopResult
@@ -49,7 +53,7 @@ DEFAULT_STOP_GRACE_S = 10.0
 
 class LifecycleState(str, Enum):
     REGISTERED = "registered"  # the run row exists
-    QUEUED = "queued"          # waiting for what it needs to start (later: its GPU lease)
+    QUEUED = "queued"          # waiting for its place: GPU leases, or a CPU job slot
     STARTING = "starting"      # the placement is starting the ranks
     RUNNING = "running"
     STOPPING = "stopping"      # the stop procedure is under way: ranks checkpoint and exit
@@ -73,6 +77,7 @@ class RunLifecycle:
         self.owner, self.owner_pid, self.announce = owner, owner_pid, announce
         self.states = [LifecycleState.REGISTERED]
         self.handle: RankHandle | None = None
+        self.grant: Grant | None = None
         self.stop_requested = False
         self.stop_grace = DEFAULT_STOP_GRACE_S
         self.outcome: Outcome | None = None
@@ -83,10 +88,12 @@ class RunLifecycle:
     @classmethod
     def register(cls, kind: str, name: str, spec: LaunchSpec, *, notebook: str | None = None,
                  params: dict | None = None, **options) -> "RunLifecycle":
-        """A new run row (``queued``) and its owner."""
+        """A new run row (``queued``, in line for ``spec.gpus``) and its owner, this process:
+        while the run waits, the store knows it by this pid (a dead owner frees its place)."""
         store, placement = options.pop("store", None) or RunStore(), options.pop("placement", None) or LocalProcessGroup()
         run = store.create(kind, name, nproc=spec.nproc, nnodes=spec.nnodes, notebook=notebook,
-                           params=params or {}, backend=placement.backend)
+                           params=params or {}, backend=placement.backend, pid=os.getpid(),
+                           pid_started=process_start_time(os.getpid()), **spec.queue_fields())
         return cls(run.id, spec, store=store, placement=placement, **options)
 
     @classmethod
@@ -103,16 +110,18 @@ class RunLifecycle:
             self.states.append(state)
 
     # -- start and follow ----------------------------------------------------------------------
-    def start(self, env: Mapping[str, str] | None = None) -> bool:
-        """Starts the ranks on ``files.script`` with ``env`` added to this process's
-        environment. False when a stop request came first: then nothing starts."""
+    def start(self, env: Mapping[str, str] | None = None, stop_wanted: Callable[[], bool] = lambda: False,
+              on_wait: Callable[[str], None] | None = None) -> bool:
+        """Waits in ``queued`` for a place (``on_wait`` hears each new line saying why), then
+        starts the ranks on ``files.script`` with ``env`` added to this process's environment.
+        False when a stop request (or ``stop_wanted()``) came first: then nothing starts."""
         self._enter(LifecycleState.QUEUED)
-        run = self.store.get(self.run_id)
-        self.stop_requested |= run.stop_requested
-        if self.stop_requested:
+        if not self._wait_for_place(stop_wanted, on_wait):
             return False
         self._enter(LifecycleState.STARTING)
-        self.handle = self.placement.start(self.run_id, self.files.script, self.spec, cwd=run.cwd, env=env)
+        run = self.store.get(self.run_id)
+        self.handle = self.placement.start(self.run_id, self.files.script, self.spec, cwd=run.cwd, env=env,
+                                           grant=self.grant)
         if self.placement.scheduled:
             self.follow()
             return True
@@ -150,6 +159,22 @@ class RunLifecycle:
             run = self.store.update(self.run_id, **changes)
         return run
 
+    def _wait_for_place(self, stop_wanted: Callable[[], bool], on_wait: Callable[[str], None] | None) -> bool:
+        said = None
+        while True:
+            run = self.store.get(self.run_id)
+            self.stop_requested |= run.stop_requested or stop_wanted()
+            if self.stop_requested or run.status != RunStatus.QUEUED:
+                return False
+            self.grant = self.placement.reserve(self.run_id)
+            if self.grant is not None:
+                return True
+            every, line = self.placement.wait_hint(self.run_id)
+            if on_wait is not None and line != said:
+                on_wait(line)
+                said = line
+            time.sleep(every)
+
     def running(self) -> bool:
         """Whether the ranks still run. Also acts on a stop request in the run row (``jiyu
         stop`` from another host, the panel), read at most every ``STORE_CHECK_S``."""
@@ -158,11 +183,15 @@ class RunLifecycle:
         self._honour_stored_stop()
         return True
 
-    def wait(self, stop_wanted: Callable[[], bool] = lambda: False, every: float = POLL_S) -> None:
-        """Until the ranks exit; ``stop_wanted()`` true (a signal to the owner) stops them."""
+    def wait(self, stop_wanted: Callable[[], bool] = lambda: False, every: float = POLL_S,
+             tick: Callable[[], None] | None = None) -> None:
+        """Until the ranks exit; ``stop_wanted()`` true (a signal to the owner) stops them.
+        ``tick`` runs once per poll (the supervisor's GPU usage sampling)."""
         while self.running():
             if stop_wanted():
                 self.request_stop()
+            if tick is not None:
+                tick()
             time.sleep(every)
 
     def ranks(self) -> list[rank_records.RankRecord]:

@@ -1,12 +1,14 @@
 """Where a run's ranks run: the one part of the run lifecycle that differs between backends.
 
-The lifecycle asks a placement to start the ranks and gets back a handle it can poll, stop and
-ask for the first failing rank. Today there is one placement, a local child process group (the
-kernel's ``%%train --nproc`` and the detached supervisor of ``%submit`` both use it). A
-scheduler (``backends/slurm_placement``, ``backends/kubernetes_placement``) fits the same
-shape: its ``start`` submits, its handle's ``state`` reads the scheduler's state, and its
-``stop`` cancels; nobody waits on it, so its placement can ``attach`` to the job again from
-the run row whenever someone asks how the run is doing.
+The lifecycle asks a placement for a place (``reserve``: None while the run must wait in
+``queued``), then to start the ranks there, and gets back a handle it can poll, stop and ask for
+the first failing rank. A local child process group (the kernel's ``%%train --nproc`` and the
+detached supervisor of ``%submit``) takes its place from the run store's GPU queue
+(``gpu_queue``), and its ranks see exactly the leased GPUs. A scheduler
+(``backends/slurm_placement``, ``backends/kubernetes_placement``) fits the same shape: its
+``reserve`` grants at once (the scheduler queues), its ``start`` submits, its handle's ``state``
+reads the scheduler's state, and its ``stop`` cancels; nobody waits on it, so its placement can
+``attach`` to the job again from the run row whenever someone asks how the run is doing.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from enum import Enum
 from typing import Mapping, Protocol
 
 from ..core.run_store import Run
+from .gpu_queue import Grant, GpuQueue
 from .launch_spec import LaunchSpec
 from .process.process_tree import StopResult
 from .process.rank_records import RankRecord
@@ -72,8 +75,21 @@ class RankPlacement(Protocol):
     backend: str      # the run row's ``backend``
     scheduled: bool   # a scheduler holds the ranks: the lifecycle follows them with ``attach`` + ``state``
 
+    def reserve(self, run_id: str) -> Grant | None: ...
+    def wait_hint(self, run_id: str) -> tuple[float, str]: ...
     def start(self, run_id: str, script: os.PathLike, spec: LaunchSpec, *, cwd: str | None,
-              env: Mapping[str, str] | None) -> RankHandle: ...
+              env: Mapping[str, str] | None, grant: Grant | None = None) -> RankHandle: ...
+
+
+class SchedulerGrantsAtOnce:
+    """For a scheduler's placement: the scheduler keeps its own queue (Slurm's PENDING, a
+    Kubernetes job's pods waiting for nodes), so the lifecycle never waits for a place here."""
+
+    def reserve(self, run_id: str) -> Grant | None:
+        return Grant()
+
+    def wait_hint(self, run_id: str) -> tuple[float, str]:
+        return 0.0, "the scheduler queues it"
 
 
 class ScheduledPlacement(RankPlacement, Protocol):
@@ -92,8 +108,18 @@ class LocalProcessGroup:
     backend: str = "local"
     scheduled: bool = False
 
+    def reserve(self, run_id: str) -> Grant | None:
+        """GPU leases from the store's queue, when it is the run's turn and enough are free."""
+        return GpuQueue().try_place(run_id)
+
+    def wait_hint(self, run_id: str) -> tuple[float, str]:
+        """How long to wait before asking again, and the line that says why the run waits."""
+        queue = GpuQueue()
+        return queue.poll_interval(run_id), queue.waiting_line(run_id)
+
     def start(self, run_id: str, script: os.PathLike, spec: LaunchSpec, *, cwd: str | None,
-              env: Mapping[str, str] | None) -> Launch:
+              env: Mapping[str, str] | None, grant: Grant | None = None) -> Launch:
+        env = {**(env or {}), **(grant.env() if grant is not None else {})}
         return Launch.start(script, nproc=spec.nproc, run_id=run_id, cwd=cwd, env=env, nnodes=spec.nnodes,
                             rdzv_endpoint=spec.rdzv_endpoint, node_rank=spec.node_rank,
                             max_restarts=spec.max_restarts, die_with_parent=self.die_with_parent)

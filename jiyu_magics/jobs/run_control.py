@@ -33,6 +33,28 @@ def list_runs(include_finished: bool = False, limit: int | None = None) -> list[
     return store.list(include_finished=include_finished, limit=limit)
 
 
+def queued_runs() -> list[Run]:
+    """The runs waiting on this host, in the order they will start (dead owners reconciled
+    first, so a vanished supervisor no longer holds a place)."""
+    store = RunStore()
+    waiting = [r for r in store.list(include_finished=False) if r.queue_position is not None]
+    order = {w.run_id: i for i, w in enumerate(store.leases.queue())}
+    return sorted(waiting, key=lambda r: order.get(r.id, len(order)))
+
+
+def move_to_top(run_id: str) -> Run:
+    """Moves a queued run ahead of every waiting run (``jiyu queue --top``)."""
+    store = RunStore()
+    run = resolve(run_id, store)
+    if run.status != "queued":
+        raise JobError(f"run {run.id} is {run.status}, not queued")
+    try:
+        store.leases.to_top(run.id)
+    except ValueError as error:
+        raise JobError(str(error)) from None
+    return store.get(run.id)
+
+
 def stop(run_id: str, grace: float = 10.0) -> Run:
     """Stops a run and every process of it by the procedure its owner uses (SIGTERM to each
     process group, SIGKILL after ``grace`` seconds, then a check of the process table). The
@@ -55,6 +77,8 @@ def stop(run_id: str, grace: float = 10.0) -> Run:
         raise JobError(f"run {run.id} runs on {run.host}; stop it there (jiyu stop on that host)")
     store.request_stop(run.id, grace)
     supervisor = run.pid if process_alive(run.pid, run.pid_started) else None
+    if run.status == "queued":  # nothing started: its owner leaves the queue and records the stop
+        return _await_final(store, run.id, supervisor, stop_owner=run.kind == "job")
     result = processes.stop_run(run.id, supervisor, grace, spare=[supervisor] if supervisor else [])
     final = _await_final(store, run.id, supervisor)
     if result.remaining:
@@ -62,17 +86,18 @@ def stop(run_id: str, grace: float = 10.0) -> Run:
     return final
 
 
-def _await_final(store: RunStore, run_id: str, supervisor: int | None) -> Run:
+def _await_final(store: RunStore, run_id: str, supervisor: int | None, stop_owner: bool = True) -> Run:
     """The owner records the outcome when torchrun exits, so it is given a few seconds even
     once the recorded process is gone (for ``%%train --nproc`` that is torchrun, and the
-    kernel records after it). An owner that does not report is stopped, and the end is
-    recorded here by the same rule (no exit code seen, a stop requested: stopped)."""
+    kernel records after it). An owner that does not report is stopped (never a kernel: a
+    queued ``%%train --nproc`` is known by its kernel's pid), and the end is recorded here by
+    the same rule (no exit code seen, a stop requested: stopped)."""
     deadline = time.monotonic() + SUPERVISOR_REPORT_S
     while supervisor is not None and time.monotonic() < deadline:
         run = store.get(run_id)
         if not run.active:
             return run
         time.sleep(0.1)
-    if supervisor is not None:
+    if supervisor is not None and stop_owner:
         processes.stop(processes.tree(supervisor), grace=1.0)
     return record_end_without_owner(store, run_id)

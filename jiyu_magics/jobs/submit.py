@@ -19,7 +19,7 @@ from .export.notebook_export import export_notebook
 from .backends import placement_for
 from .backends.slurm_options import SlurmOptions
 from .lifecycle import RunLifecycle, record_end_without_owner
-from .launch_spec import LaunchSpec, check_fits_devices
+from .launch_spec import LaunchSpec, visible_gpus
 
 EXPORT_NOTES = "export.json"
 # Supervisors this process started: polled now and then so none stays a zombie in a kernel.
@@ -29,16 +29,20 @@ _started: list[subprocess.Popen] = []
 def submit(notebook: str | os.PathLike, *, nproc: int = 1, nnodes: int = 1, params: dict | None = None,
            name: str | None = None, max_restarts: int = 0, backend: str = "local", notify: str | None = None,
            rdzv_endpoint: str | None = None, node_rank: int | None = None, cwd: str | None = None,
-           slurm: dict | None = None, k8s_kind: str | None = None) -> Run:
+           slurm: dict | None = None, k8s_kind: str | None = None, gpus: int | None = None, priority: int = 0,
+           share: bool = False) -> Run:
     """Exports ``notebook`` (with ``params`` injected after its ``parameters`` cell) and runs it
     as a torchrun job: ``local`` under a detached supervisor on this machine, ``slurm`` as a
     batch job (``slurm``: the ``SlurmOptions`` fields, e.g. ``{"time": "2:00:00", "partition":
     "gpu"}``), ``kubernetes`` as a Kubeflow ``TrainJob`` (``k8s_kind="pytorchjob"``: a
     ``PyTorchJob``). A scheduler's job is submitted when ``sbatch``/``kubectl`` can reach one,
-    else its spec is written with how to submit it. Returns the run at once. Raises ``JobError``
-    (one line) for bad input; nothing is created then."""
-    spec = LaunchSpec(nproc, nnodes, max_restarts, backend, rdzv_endpoint, node_rank, notify, slurm or None,
-                      k8s_kind).validated()
+    else its spec is written with how to submit it. A local run leases ``gpus`` GPUs (default:
+    one per process where GPUs are visible, else 0: a CPU job) and waits ``queued`` until they
+    are free, first by ``priority``, then in submission order; ``share`` lets it lease GPUs other
+    sharing runs hold. Returns the run at once. Raises ``JobError`` (one line) for bad input;
+    nothing is created then."""
+    spec = LaunchSpec(nproc, nnodes, max_restarts, backend, rdzv_endpoint, node_rank, notify, slurm=slurm or None,
+                      k8s_kind=k8s_kind, gpus=gpus, priority=priority, share=share).validated()
     if backend == "slurm":
         spec.slurm = SlurmOptions.from_dict(slurm).validated().to_dict()
     try:
@@ -48,13 +52,14 @@ def submit(notebook: str | os.PathLike, *, nproc: int = 1, nnodes: int = 1, para
     path = _notebook_path(notebook, cwd)
     export = export_notebook(path, params)
     if backend == "local":
-        check_fits_devices(nproc)
+        spec = spec.with_gpus(visible_gpus())
     workdir = Path(cwd).expanduser().resolve() if cwd else path.parent
     if not workdir.is_dir():
         raise JobError(f"cwd {workdir}: no such folder")
     store = RunStore()
+    queue = spec.queue_fields() if backend == "local" else {}
     run = store.create("job", name or path.stem, nproc=nproc, nnodes=nnodes, notebook=str(path),
-                       cwd=str(workdir), backend=backend, params=export.params)
+                       cwd=str(workdir), backend=backend, params=export.params, **queue)
     files = RunFiles.of(run.id).create()
     export.write(files.script)
     (files.root / EXPORT_NOTES).write_text(json.dumps({"code_cells": export.code_cells, "left_out": export.left_out,

@@ -18,6 +18,15 @@ SUBMIT_OPTIONS: list[tuple[tuple[str, ...], dict[str, Any]]] = [
     (("--nproc", "--nproc-per-node"), dict(type=int, default=1, metavar="N",
                                             help="processes (ranks) per node; one per GPU (default 1)")),
     (("--nnodes",), dict(type=int, default=1, metavar="N", help="nodes (default 1); more needs --rdzv-endpoint")),
+    (("--gpus",), dict(type=int, default=None, metavar="N",
+                       help="GPUs per node to lease (default: one per process where GPUs are visible, else 0; "
+                            "0 runs on the CPU); the run waits queued until N GPUs are free, and its ranks see "
+                            "exactly those (CUDA_VISIBLE_DEVICES)")),
+    (("--priority",), dict(type=int, default=0, metavar="P",
+                           help="higher starts first among queued runs; equal priorities start in submission "
+                                "order (default 0)")),
+    (("--share",), dict(action="store_true",
+                        help="may lease GPUs that other --share runs lease too (never one a run holds alone)")),
     PARAM_OPTION,
     (("--name",), dict(help="a name for the run (default: the notebook's file name)")),
     (("--max-restarts",), dict(type=int, default=0, metavar="K",
@@ -69,4 +78,4 @@ def submit_kwargs(args) -> dict[str, Any]:
     return dict(nproc=args.nproc, nnodes=args.nnodes, params=parse_pairs(args.params), name=args.name,
                 max_restarts=args.max_restarts, backend=args.backend, notify=args.notify,
                 rdzv_endpoint=args.rdzv_endpoint, node_rank=args.node_rank, slurm=slurm or None,
-                k8s_kind=args.k8s_kind)
+                k8s_kind=args.k8s_kind, gpus=args.gpus, priority=args.priority, share=args.share)

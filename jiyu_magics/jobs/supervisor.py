@@ -1,7 +1,8 @@
 """The detached supervisor of one job: ``python -m jiyu_magics.jobs.supervisor RUN_ID``.
 
 ``submit`` starts it in a new session, so it outlives the kernel, the browser and the Jupyter
-server. It owns the run's lifecycle (``jobs.lifecycle``: torchrun as its child process group,
+server. It waits in the queue while its GPUs are taken (the run store is the arbiter, see
+``gpu_queue``), then owns the run's lifecycle (``jobs.lifecycle``: torchrun as its child process group,
 the stop procedure, the final status rule and its record), stops the run on SIGTERM/SIGINT,
 writes the job's log lines and runs the ``--notify`` command. If it is killed, the kernel tells
 torchrun to stop (parent-death signal) and the next listing marks the run ``lost``.
@@ -16,12 +17,16 @@ import subprocess
 import sys
 import time
 
+from ..core.gpu_status import owned_snapshot
+from ..core.gpu_usage import accrue
 from ..core.run_store import RunStore, UnknownRun
+from ..core.store_db import StoreUnusable
 from .final_status import Outcome
 from .lifecycle import RunLifecycle, record_end_without_owner
 from .rank_placement import LocalProcessGroup
 
 NOTIFY_TIMEOUT_S = 60.0
+USAGE_SAMPLE_S = 5.0  # how often the supervisor samples its GPUs' utilisation for idle GPU time
 
 
 class Supervisor:
@@ -34,18 +39,33 @@ class Supervisor:
         self.lifecycle = RunLifecycle.adopt(run_id, placement=LocalProcessGroup(die_with_parent=True),
                                             owner="supervisor", owner_pid=os.getpid(), announce=self._announce)
         self.spec = self.lifecycle.spec
+        self._sampled = -float("inf")
 
     def run(self) -> int:
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
         with self.lifecycle as lifecycle:
-            if lifecycle.start():
-                self.say(f"torchrun started: {self.spec.nproc} process(es) per node, pid {lifecycle.handle.pid}")
-            lifecycle.wait(stop_wanted=lambda: self.stop_wanted)
+            if lifecycle.start(stop_wanted=lambda: self.stop_wanted, on_wait=self.say):
+                self.say(f"torchrun started: {self.spec.nproc} process(es) per node on "
+                         f"{lifecycle.grant.describe()}, pid {lifecycle.handle.pid}")
+            lifecycle.wait(stop_wanted=lambda: self.stop_wanted, tick=self._sample_usage)
             outcome = lifecycle.end()
         self._notify(outcome.status.value)
         return 0
+
+    def _sample_usage(self) -> None:
+        """Idle GPU time of this job's GPUs, sampled here (NVML, every few seconds) rather than
+        in the ranks: training does no extra work for it."""
+        grant = self.lifecycle.grant
+        if grant is None or not grant.leases or time.monotonic() - self._sampled < USAGE_SAMPLE_S:
+            return
+        self._sampled = time.monotonic()
+        try:
+            accrue(self.lifecycle.store.db, owned_snapshot(self.lifecycle.store, own_pids=[os.getpid()]),
+                   only=[lease.uuid for lease in grant.leases])
+        except StoreUnusable:
+            pass
 
     def _announce(self, outcome: Outcome) -> None:
         """The job's last log line, written before the run row says it ended: ``jiyu logs -f``

@@ -4,8 +4,9 @@ The kernel is never forked (fork-based launchers break once anything touched CUD
 ``%%train`` magic has already run the cell body here, as in single-process training, so bad
 objects failed before any process started. This adapter exports what the kernel executed plus
 this cell to a script, saves the model's current weights for every rank to start from, and
-hands the run to its lifecycle owner (``jobs.lifecycle``, in this thread), which starts torchrun
-as a child process group and decides and records how it ended. Meanwhile the dashboard follows
+hands the run to its lifecycle owner (``jobs.lifecycle``, in this thread), which waits in the GPU
+queue while the GPUs it needs are leased by others (a kernel interrupt leaves the queue), starts
+torchrun as a child process group on its leased GPUs and decides and records how it ended. Meanwhile the dashboard follows
 rank 0's event log and each rank's state; Stop or a kernel interrupt asks the owner to stop
 (the ranks agree on a step, checkpoint and exit), a second interrupt kills them. At the end
 rank 0's final weights are loaded into the kernel's ``model`` and the result is bound as after
@@ -24,7 +25,7 @@ from .. import jobs
 from ..core.event_log import read_events
 from ..core.run_model import RunKind, RunStatus
 from ..jobs.export.kernel_replay import relaunch_history
-from ..jobs.launch_spec import LaunchSpec, check_fits_devices
+from ..jobs.launch_spec import LaunchSpec, visible_gpus
 from ..jobs.lifecycle import RunLifecycle
 from .cell_history import CellHistory
 from .frontend import in_notebook
@@ -33,10 +34,15 @@ from .frontend import in_notebook
 def check_devices(nproc: int, device: str | None) -> None:
     """One GPU per rank (the jobs' own check, through NVML: the kernel's CUDA state is never
     touched). Ranks on the CPU use gloo, any number of them."""
-    if device and device.startswith("cpu"):
-        return
+    launch_spec(nproc, device)
+
+
+def launch_spec(nproc: int, device: str | None) -> LaunchSpec:
+    """The launch, with the GPUs it will lease: one per rank where GPUs are visible, none for
+    ``--device cpu`` (or on a machine without GPUs)."""
+    on_cpu = bool(device and device.startswith("cpu"))
     try:
-        check_fits_devices(nproc)
+        return LaunchSpec(nproc=nproc, gpus=0 if on_cpu else None).validated().with_gpus(visible_gpus())
     except jobs.JobError as error:
         raise UsageError(str(error)) from None
 
@@ -51,12 +57,13 @@ class DdpLaunch:
     def run(self) -> None:
         from ..train.run_binding import NOTEBOOK_ENV, default_name
 
-        self.lifecycle = RunLifecycle.register(RunKind.DDP, self.args.name or default_name(self.model),
-                                               LaunchSpec(nproc=self.args.nproc), owner="kernel",
-                                               notebook=os.environ.get(NOTEBOOK_ENV), params={"train": self.line})
+        spec = launch_spec(self.args.nproc, self.args.device)
+        self.lifecycle = RunLifecycle.register(RunKind.DDP, self.args.name or default_name(self.model), spec,
+                                               owner="kernel", notebook=os.environ.get(NOTEBOOK_ENV),
+                                               params={"train": self.line})
         with self.lifecycle:
             self._prepare()
-            self.lifecycle.start(env=self._environment())
+            self.lifecycle.start(env=self._environment(), on_wait=lambda line: print(f"jiyu: {line}", flush=True))
             self.monitor = self._monitor()
             self._follow()
             outcome = self.lifecycle.end()

@@ -7,7 +7,8 @@ from IPython.core.magic import Magics, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 from IPython.display import HTML, display
 
-from ..core import cuda_doctor as doctor, gpu_snapshot as gpu
+from ..core import cuda_doctor as doctor
+from ..core.gpu_status import owned_snapshot
 from ..views import doctor_report as doctor_view
 from ..views import gpu_table as gpu_view
 from .frontend import in_notebook
@@ -30,8 +31,11 @@ class GpuMagics(Magics):
                    "(the kernel stays free), in-place text in a terminal until Ctrl-C.")
     @line_magic
     def gpu_status(self, line: str = ""):
-        """Show the NVIDIA GPUs: utilisation, memory, temperature, power, clocks, MIG mode,
-        the processes holding GPU memory (this kernel's marked), and driver/CUDA/torch versions.
+        """Show the NVIDIA GPUs: utilisation, memory, temperature, power, clocks, MIG mode, who
+        holds each GPU (the run leasing it: name, id, kind, notebook, since; else free, or busy
+        with foreign processes above JIYU_GPU_BUSY_MIB), the processes holding GPU memory with
+        their owners (a jiyu run, a Jupyter kernel and its notebook, other, or a pid outside this
+        container; this kernel's marked), and driver/CUDA/torch versions.
 
         Reads NVML only: it never imports torch or creates a CUDA context, so it is safe to run
         before forking DataLoader workers or launching DDP. Without a driver it answers in one
@@ -48,10 +52,10 @@ class GpuMagics(Magics):
         if args.json and args.watch:
             raise UsageError("--json and --watch cannot be combined")
         if args.json:
-            return gpu.snapshot().to_dict()
+            return owned_snapshot().to_dict()
         if args.watch:
             return self._watch(args.watch)
-        snap = gpu.snapshot()
+        snap = owned_snapshot()
         if in_notebook(self.shell):
             display(HTML(gpu_view.render_html(snap)))
         else:
@@ -69,7 +73,7 @@ class GpuMagics(Magics):
             return None
         from ..widgets.terminal_redraw import watch_text
 
-        watch_text(lambda: gpu_view.render_text(gpu.snapshot()), seconds)
+        watch_text(lambda: gpu_view.render_text(owned_snapshot()), seconds)
 
     @magic_arguments()
     @argument("--json", action="store_true", help="Return the findings as a list of dicts.")

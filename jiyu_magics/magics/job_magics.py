@@ -77,13 +77,16 @@ class JobMagics(Magics):
         jiyu:keep, cells tagged jiyu:skip are dropped, and -p values are injected after the
         cell tagged "parameters". The job runs under a detached supervisor in the notebook's
         folder; its run id prints at once and is returned (``run = %submit ...``, then
-        ``%job attach {run}``). With --backend slurm it is a Slurm batch job (sbatch; requeued
-        from a checkpoint when its --time runs out), with --backend kubernetes a Kubeflow
-        TrainJob (kubectl apply); %jobs, %job logs and %job stop follow and cancel it there.
+        ``%job attach {run}``). It leases --gpus GPUs (default: one per process where GPUs are
+        visible) and waits queued until they are free (first by --priority, then in order).
+        With --backend slurm it is a Slurm batch job (sbatch; requeued from a checkpoint when
+        its --time runs out), with --backend kubernetes a Kubeflow TrainJob (kubectl apply);
+        %jobs, %job logs and %job stop follow and cancel it there.
 
         Examples::
 
             %submit --nproc 2 -p lr 3e-4 -p arch resnet50
+            %submit --nproc 4 --gpus 4 --priority 5
             %submit train.ipynb --nproc 8 --max-restarts 3 --notify "notify-send"
             %submit train.ipynb --backend slurm --nnodes 4 --nproc 8 --time 12:00:00 --partition gpu
         """
@@ -117,8 +120,10 @@ class JobMagics(Magics):
     @argument("--all", action="store_true", help="include finished runs")
     @line_magic
     def jobs(self, line: str = ""):
-        """List runs: id, name, kind, status, processes, progress, last loss, start, duration.
-        A run whose process vanished (reboot, kill -9) shows as lost, at its last step."""
+        """List runs: id, name, kind, status, processes, GPUs, progress, last loss, start,
+        duration. A queued run shows its place ("queued #1") and how many GPUs it waits for, a
+        running one the indices of its GPUs. A run whose process vanished (reboot, kill -9)
+        shows as lost, at its last step."""
         args = parse_argstring(self.jobs, line)
         runs = jobs.list_runs(include_finished=args.all)
         if in_notebook(self.shell):

@@ -12,13 +12,17 @@ import os
 from pathlib import Path
 
 from jupyter_server.extension.application import ExtensionApp
+from tornado.ioloop import PeriodicCallback
 from traitlets import Float, Int, TraitError, Unicode, default, validate
 
+from ..core.gpu_owners import BUSY_ENV, DEFAULT_BUSY_MIB, check_busy_mib
 from ..core.run_files import HOME_ENV
+from .gpu_sampler import GpuSampler, Holders
 from .handlers import ROUTES
+from .kernel_owners import kernel_infos
 from .run_views import RunViews
-from .gpu_sampler import GpuSampler
 
+CPU_LIMIT_ENV = "JIYU_MAX_CPU_JOBS"  # read by the jobs layer's queue
 TOKEN_ENV = "JIYU_METRICS_TOKEN"
 
 
@@ -46,6 +50,40 @@ class JiyuApp(ExtensionApp):
         f"'Authorization: Bearer <token>' header). Empty (the default, unless ${TOKEN_ENV} is "
         "set): /jiyu/metrics needs Jupyter's own authentication like every other route."))
 
+    gpu_busy_mib = Float(config=True, help=(
+        "MiB of GPU memory that processes outside jiyu (other users' programs, notebooks holding "
+        f"memory) may hold on a GPU before it counts as busy: queued runs never lease a busy GPU. "
+        f"Default: ${BUSY_ENV}, else {DEFAULT_BUSY_MIB}. Exported as ${BUSY_ENV} for the jobs this "
+        "server submits."))
+    max_cpu_jobs = Int(0, config=True, help=(
+        "How many runs that want no GPU (--gpus 0) may run at once; more wait queued. 0: no "
+        f"limit (the default, unless ${CPU_LIMIT_ENV} is set). Exported as ${CPU_LIMIT_ENV}."))
+    kernel_idle_warning = Float(30.0, config=True, help=(
+        "Minutes a kernel may hold GPU memory while idle before the panel warns about it (with "
+        "its 'Shut down kernel' action)."))
+    usage_sample_interval = Float(10.0, config=True, help=(
+        "Seconds between the server's own GPU samples for `jiyu usage` (idle GPU time, and GPU "
+        "time of kernels that hold a GPU without a run); panel polls sample too. 0 turns the "
+        "background sampling off."))
+
+    @default("gpu_busy_mib")
+    def _busy_from_env(self) -> float:
+        try:
+            return float(check_busy_mib(os.environ.get(BUSY_ENV, "") or DEFAULT_BUSY_MIB))
+        except ValueError:
+            return float(DEFAULT_BUSY_MIB)
+
+    @default("max_cpu_jobs")
+    def _cpu_jobs_from_env(self) -> int:
+        raw = os.environ.get(CPU_LIMIT_ENV, "")
+        return int(raw) if raw.isdigit() else 0
+
+    @validate("gpu_busy_mib", "kernel_idle_warning", "usage_sample_interval", "max_cpu_jobs")
+    def _not_negative(self, proposal):
+        if not proposal["value"] >= 0:
+            raise TraitError(f"{proposal['trait'].name} must be >= 0")
+        return proposal["value"]
+
     @default("metrics_token")
     def _metrics_token_from_env(self) -> str:
         return os.environ.get(TOKEN_ENV, "")
@@ -67,12 +105,30 @@ class JiyuApp(ExtensionApp):
         if home is not None:
             home.mkdir(parents=True, exist_ok=True)
             os.environ[HOME_ENV] = str(home)
+        os.environ[BUSY_ENV] = f"{self.gpu_busy_mib:g}"
+        if self.max_cpu_jobs:
+            os.environ[CPU_LIMIT_ENV] = str(self.max_cpu_jobs)
         self.runs = RunViews(home, limit=self.runs_limit)
-        self.sampler = GpuSampler(self.refresh_interval)
+        self.sampler = GpuSampler(self.refresh_interval, holders=self._holders)
+        self.usage_sampling = None
+        if self.usage_sample_interval:
+            self.usage_sampling = PeriodicCallback(self.sample_gpus, self.usage_sample_interval * 1000)
+            self.usage_sampling.start()
         self.log.info("jiyu_magics: run store %s", self.runs.store.path)
+
+    def _holders(self) -> Holders:
+        return Holders(store=self.runs.store, reported=lambda run_id: self.runs.summary(run_id).get("mem_peak"),
+                       idle_warning_s=self.kernel_idle_warning * 60)
+
+    async def sample_gpus(self) -> dict:
+        """The GPU snapshot with the server's kernels as owners (every request and the
+        background sampler go through here, so the shared snapshot always names them)."""
+        return await self.sampler.snapshot(await kernel_infos(self.serverapp))
 
     def initialize_handlers(self) -> None:
         self.handlers.extend(ROUTES)
 
     async def stop_extension(self) -> None:
+        if self.usage_sampling is not None:
+            self.usage_sampling.stop()
         self.sampler.close()

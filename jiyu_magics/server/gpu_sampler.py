@@ -4,6 +4,11 @@ NVML calls block (milliseconds per device, seconds on a GPU that fell off the bu
 event loop they would stall every kernel's websocket. Reads run on one dedicated thread, so
 NVML is never entered twice at once, and a snapshot younger than ``max_age`` is reused: ten
 open panels and a Prometheus scraper cost one NVML read per interval, not one per request.
+
+Each read also says who holds what (``core.gpu_status``: leases, and processes mapped to runs
+and to the server's kernels), lists the kernels holding GPU memory with their idle time, and
+credits GPU and idle GPU time to the holders (``core.gpu_usage``): the server is the one that
+samples NVML already, so nothing else polls for it.
 """
 
 from __future__ import annotations
@@ -11,18 +16,66 @@ from __future__ import annotations
 import asyncio
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable
+from dataclasses import dataclass, replace
+from typing import Callable, Mapping
 
 from ..core import cuda_doctor as doctor, gpu_snapshot as gpu
+from ..core.gpu_owners import KernelInfo, busy_threshold
+from ..core.gpu_status import owned_snapshot
+from ..core.gpu_usage import accrue
+from ..core.run_store import RunStore
+from ..core.store_db import StoreUnusable
 
 
-def read_gpus(first_finding: Callable[[], dict | None] | None = None) -> dict:
-    """The ``%gpu_status`` snapshot as data, plus the doctor's first finding when no GPU is
-    visible (the panel shows why, not just that)."""
-    snap = gpu.snapshot()
+@dataclass
+class Holders:
+    """What a read needs to name owners: the run store, the kernels the server knows (by
+    pid), a reader of what runs report, and when an idle kernel earns a warning."""
+
+    store: RunStore | None = None
+    kernels: Mapping[int, KernelInfo] | None = None
+    reported: Callable[[str], int | None] | None = None
+    idle_warning_s: float = 1800.0
+
+
+def read_gpus(first_finding: Callable[[], dict | None] | None = None, holders: Holders | None = None) -> dict:
+    """The ``%gpu_status`` snapshot as data with owners, the kernels holding GPU memory, plus
+    the doctor's first finding when no GPU is visible (the panel shows why, not just that)."""
+    holders = holders or Holders()
+    snap = owned_snapshot(holders.store, holders.kernels, holders.reported, snap=gpu.snapshot())
+    if snap.available and snap.owners_note is None:
+        try:
+            accrue((holders.store or RunStore()).db, snap)
+        except StoreUnusable:
+            pass
     data = snap.to_dict()
     data["doctor"] = None if snap.available else (first_finding or doctor_finding)()
+    data["kernels"] = kernels_on_gpus(data["devices"], holders.idle_warning_s)
+    data["busy_threshold"] = busy_threshold()
+    data["idle_warning_s"] = holders.idle_warning_s
     return data
+
+
+def kernels_on_gpus(devices: list[dict], idle_warning_s: float) -> list[dict]:
+    """Each kernel that holds GPU memory: where, how much, how long idle, and whether that is
+    long enough to warn about (memory held by a kernel nobody uses blocks everyone else)."""
+    found: dict[str, dict] = {}
+    for device in devices:
+        for proc in device["processes"]:
+            owner = proc.get("owner") or {}
+            if not owner.get("kernel_id"):
+                continue
+            entry = found.setdefault(owner["kernel_id"], {
+                "kernel_id": owner["kernel_id"], "session_id": owner.get("session_id"),
+                "notebook": owner.get("notebook"), "execution_state": owner.get("execution_state"),
+                "idle_s": owner.get("idle_s"), "run_id": owner.get("run_id"), "memory": 0, "gpus": []})
+            entry["memory"] += proc.get("used_memory") or 0
+            if device["index"] not in entry["gpus"]:
+                entry["gpus"].append(device["index"])
+    for entry in found.values():
+        idle = entry["idle_s"]
+        entry["idle_warning"] = bool(entry["memory"]) and idle is not None and idle >= idle_warning_s
+    return sorted(found.values(), key=lambda k: -k["memory"])
 
 
 def doctor_finding() -> dict | None:
@@ -44,20 +97,24 @@ def once(compute: Callable[[], dict | None]) -> Callable[[], dict | None]:
 
 
 class GpuSampler:
-    def __init__(self, max_age: float, read: Callable[[], dict] | None = None):
+    def __init__(self, max_age: float, read: Callable[[Holders], dict] | None = None,
+                 holders: Callable[[], Holders] | None = None):
         self.max_age = max_age
         finding = once(doctor_finding)
-        self._read = read or (lambda: read_gpus(finding))
+        self._read = read or (lambda found: read_gpus(finding, found))
+        self._holders = holders or Holders
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="jiyu-nvml")
         self._lock = asyncio.Lock()
         self._latest: dict | None = None
         self._taken = float("-inf")
 
-    async def snapshot(self) -> dict:
+    async def snapshot(self, kernels: Mapping[int, KernelInfo] | None = None) -> dict:
+        """The latest snapshot; a new one (owners named with ``kernels``) when it is stale."""
         async with self._lock:
             if self._latest is None or time.monotonic() - self._taken >= self.max_age:
                 loop = asyncio.get_running_loop()
-                self._latest = await loop.run_in_executor(self._executor, self._read)
+                found = replace(self._holders(), kernels=kernels)
+                self._latest = await loop.run_in_executor(self._executor, self._read, found)
                 self._taken = time.monotonic()
             return self._latest
 

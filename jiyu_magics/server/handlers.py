@@ -46,7 +46,7 @@ class GpusHandler(JiyuHandler):
     @web.authenticated
     @answers_errors
     async def get(self) -> None:
-        self.reply(await self.app.sampler.snapshot())
+        self.reply(await self.app.sample_gpus())
 
 
 class RunsHandler(JiyuHandler):
@@ -129,7 +129,7 @@ class MetricsHandler(JiyuHandler):
     @web.authenticated
     @answers_errors
     async def get(self) -> None:
-        gpus = await self.app.sampler.snapshot()
+        gpus = await self.app.sample_gpus()
         runs = await self.blocking(self.app.runs.list)
         counts = await self.blocking(self.app.runs.status_counts)
         self.set_status(200)

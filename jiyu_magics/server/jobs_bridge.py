@@ -31,7 +31,8 @@ def submit(submission: Submission) -> Run:
     try:
         params = submission.params or jobs.parse_lines(submission.param_lines)
         return jobs.submit(str(submission.notebook), nproc=submission.nproc, params=params or None,
-                           name=submission.name, cwd=str(submission.notebook.parent))
+                           name=submission.name, cwd=str(submission.notebook.parent), gpus=submission.gpus,
+                           priority=submission.priority, share=submission.share)
     except jobs.JobError as error:
         raise RequestError(str(error)) from None
 

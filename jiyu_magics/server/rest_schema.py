@@ -1,6 +1,6 @@
 """The REST API's run record and event log as JSON Schema, generated from the Python types they
-are made of, so it cannot fall behind them: ``Run`` (the store's row, ``Run.to_dict``), the
-summary ``RunViews.record`` adds (``RunSummary``, the fold's), the enums of ``core.run_model``
+are made of, so it cannot fall behind them: ``Run`` (the store's row, ``Run.to_dict``, with its
+GPU leases, ``RunGpu``), the summary ``RunViews.record`` adds (``RunSummary``, the fold's), the enums of ``core.run_model``
 and each event kind's fields (``core.event_model``).
 
 The panel's TypeScript types (``labextension/src/types.ts``) are checked against it by a test:
@@ -18,6 +18,7 @@ from enum import Enum
 from typing import Any, Union, get_args, get_origin, get_type_hints, is_typeddict
 
 from ..core.event_model import COMMON, FIELDS
+from ..core.gpu_leases import RunGpu
 from ..core.run_model import EventKind, RunKind, RunStatus
 from ..core.run_state import RunSummary
 from ..core.run_store import Run
@@ -41,6 +42,7 @@ def api_schema() -> dict:
     """One document: ``$defs`` holds ``Run``, ``RunSummary``, ``Event`` and the enums."""
     defs = {enum.__name__: {"type": "string", "enum": list(enum.values())} for enum in ENUMS}
     defs["RunSummary"] = _object(get_type_hints(RunSummary))
+    defs["RunGpu"] = _object(get_type_hints(RunGpu))
     defs["Run"] = _object(run_record_fields())
     defs["Event"] = {"oneOf": [_event(kind) for kind in EventKind]}
     return {"$schema": SCHEMA_DIALECT, "title": "jiyu REST API", "$defs": defs}

@@ -22,6 +22,7 @@ class RunViews:
         self.limit = limit
         self.store = RunStore(store_path(home))
         self._summaries: dict[str, tuple[tuple[int, int], dict]] = {}
+        self._events: dict[str, Path] = {}  # each run's event log path, worked out once
         self._lock = threading.Lock()
 
     def files(self, run_id: str) -> RunFiles:
@@ -52,7 +53,7 @@ class RunViews:
         return {**run.to_dict(), "summary": self.summary(run.id)}
 
     def summary(self, run_id: str) -> dict:
-        path = self.files(run_id).events
+        path = self._events.get(run_id) or self._events.setdefault(run_id, self.files(run_id).events)
         try:
             stat = path.stat()
             key = (stat.st_size, stat.st_mtime_ns)
@@ -66,6 +67,7 @@ class RunViews:
         with self._lock:
             if len(self._summaries) > 4 * self.limit:
                 self._summaries.clear()
+                self._events.clear()
             self._summaries[run_id] = (key, summary)
         return summary
 

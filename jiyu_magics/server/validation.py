@@ -20,7 +20,9 @@ MAX_BODY_BYTES = 1024 * 1024
 MAX_OFFSET = 2**63 - 1  # what a file offset can be
 MAX_NAME = 200
 MAX_PARAM_LINES = 1000
-SUBMIT_FIELDS = ("notebook", "nproc", "params", "param_lines", "name")
+SUBMIT_FIELDS = ("notebook", "nproc", "params", "param_lines", "name", "gpus", "priority", "share")
+MAX_GPUS = 1024
+MAX_PRIORITY = 10**6
 
 
 @dataclass
@@ -34,6 +36,9 @@ class Submission:
     params: dict[str, Any] = field(default_factory=dict)
     param_lines: list[str] = field(default_factory=list)
     name: str | None = None
+    gpus: int | None = None      # None: one per process where GPUs are visible
+    priority: int = 0
+    share: bool = False
 
 
 def _no_constants(name: str):
@@ -74,7 +79,30 @@ def submission(body: dict, root: str | Path) -> Submission:
         raise RequestError("give 'params' (values) or 'param_lines' (NAME = VALUE text), not both")
     return Submission(notebook=resolve_notebook(root, body.get("notebook")),
                       nproc=nproc(body.get("nproc", 1)), params=params(body.get("params")),
-                      param_lines=param_lines(body.get("param_lines")), name=run_name(body.get("name")))
+                      param_lines=param_lines(body.get("param_lines")), name=run_name(body.get("name")),
+                      gpus=gpus(body.get("gpus")), priority=priority(body.get("priority", 0)),
+                      share=flag("share", body.get("share", False)))
+
+
+def gpus(value: Any) -> int | None:
+    """GPUs to lease per node: absent or null for the default (one per process)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_GPUS:
+        raise RequestError(f"'gpus' must be an integer from 0 to {MAX_GPUS} (0 runs on the CPU), got {value!r}")
+    return value
+
+
+def priority(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or abs(value) > MAX_PRIORITY:
+        raise RequestError(f"'priority' must be an integer from -{MAX_PRIORITY} to {MAX_PRIORITY}, got {value!r}")
+    return value
+
+
+def flag(name: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise RequestError(f"'{name}' must be true or false, got {value!r}")
+    return value
 
 
 def nproc(value: Any) -> int:

@@ -22,7 +22,7 @@ from .input_checks import check_objects, trainable_parameters
 from .stop_signal import StopSignal, leave_for_requeue, signals_request_stop
 from .batch_source import training_batches, validation_batches
 from .process_group import join_process_group
-from .train_errors import NonFiniteLoss, TrainConfigError, TrainingFailed
+from .train_errors import NonFiniteLoss, TrainingFailed
 from .evaluate import evaluate
 from .weight_handoff import final_weights_path, load_initial_weights, write_weights
 from .end_messages import input_bound_advice, nonfinite_message, oom_message, stopped_message, succeeded_message
@@ -129,6 +129,7 @@ class Trainer:
     def _open_run(self) -> None:
         """The run this call writes into, and what records its progress there."""
         self.run_binding = RunBinding.open(self.name, self.dist, self._params())
+        self.run_binding.hold_device(self.device, self.dist.distributed)
         self.report = Reporter(self.run_binding, self.dist, self.monitor, started=self.started)
         self.keeper = CheckpointKeeper(self._ckpt_folder(), self.opts.keep_ckpts, self.run_binding.checkpoint_label)
         self.meter = StepMeter(self.device)

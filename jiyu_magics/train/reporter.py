@@ -7,7 +7,6 @@ rank's result has the full history; only rank 0 writes them and talks to a monit
 
 from __future__ import annotations
 
-import math
 import time
 from typing import Any
 

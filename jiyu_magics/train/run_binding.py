@@ -52,6 +52,17 @@ class RunBinding:
         binding.fit_index = dist.broadcast(binding.fit_index)
         return binding
 
+    def hold_device(self, device, distributed: bool) -> None:
+        """A run this call registered in a kernel records a lease on the GPU it trains on
+        (launched runs hold theirs from the queue); it says so when other runs hold it too."""
+        if not self.owned or self.unrecorded or self.events is None or distributed:
+            return
+        from .device_lease import record_device_lease
+
+        line = record_device_lease(self.run_id, device)
+        if line:
+            print(f"jiyu: {line}", file=sys.stderr)
+
     @property
     def checkpoint_label(self) -> str:
         return f"fit{self.fit_index + 1}-" if self.fit_index else ""

@@ -1,11 +1,13 @@
-"""``%gpu_status`` / ``jiyu gpu`` as text (terminals) and HTML (notebooks)."""
+"""``%gpu_status`` / ``jiyu gpu`` as text (terminals) and HTML (notebooks): the devices, who
+holds each (its lease, or free, or busy with foreign processes) and each process's owner."""
 
 from __future__ import annotations
 
+import time
 from html import escape
 
 from ..core.gpu_snapshot import GpuDevice, GpuSnapshot
-from .format import NA, bar, gib, human_bytes, na, text_table
+from .format import NA, bar, duration, gib, human_bytes, na, text_table
 
 NO_GPU = "No NVIDIA GPU visible: {reason}. Run %gpu_doctor."
 
@@ -53,11 +55,15 @@ def render_text(snap: GpuSnapshot, doctor_hint: str = "%gpu_doctor") -> str:
              na(d.temperature, "{}C"), _power(d), na(d.sm_clock, "{} MHz"), _mig(d)] for d in snap.devices]
     out = [versions_line(snap), text_table(headers, rows, right={0, 3, 4, 7})]
     out += [f"  GPU {d.index}: {na(d.uuid)}" for d in snap.devices]
+    if any(d.free is not None for d in snap.devices):
+        out += ["", text_table(["GPU", "Held by"], [[str(d.index), holder_text(d)] for d in snap.devices], right={0})]
+    if snap.owners_note:
+        out.append(snap.owners_note)
     procs = [[str(d.index), f"{p.pid}{'*' if p.mine else ''}", p.type, human_bytes(p.used_memory),
-              (p.command or NA)[:80]] for d in snap.devices for p in d.processes]
+              owner_text(p), (p.command or NA)[:60]] for d in snap.devices for p in d.processes]
     out.append("")
     if procs:
-        out.append(text_table(["GPU", "PID", "Type", "Memory", "Command"], procs, right={0, 3}))
+        out.append(text_table(["GPU", "PID", "Type", "Memory", "Owner", "Command"], procs, right={0, 3}))
         if any(p.mine for d in snap.devices for p in d.processes):
             out.append("* this process or its children")
     else:
@@ -75,6 +81,32 @@ _STYLE = """<style>
 .jiyu-gpu tr.mine td{font-weight:bold}
 .jiyu-gpu .meta{font-size:11px;opacity:.8;margin:4px 0}
 </style>"""
+
+
+def holder_text(d: GpuDevice) -> str:
+    """Who holds a GPU: its leases (run, id, kind, notebook, since), else free or busy."""
+    if d.leases:
+        return "; ".join(lease_text(lease) for lease in d.leases)
+    if d.free is None:
+        return NA
+    return "free" if d.free else f"busy: {human_bytes(d.foreign_memory)} held by processes outside jiyu"
+
+
+def lease_text(lease: dict) -> str:
+    notebook = f" · {lease['notebook'].rsplit('/', 1)[-1]}" if lease.get("notebook") else ""
+    since = time.strftime("%H:%M", time.localtime(lease["since"]))
+    shared = ", shared" if lease.get("shared") else ""
+    reports = f", reports {human_bytes(lease['reported_memory'])}" if lease.get("reported_memory") else ""
+    return (f"run {lease.get('run_name') or lease['run_id']} ({lease['run_id']}, {lease.get('run_kind') or NA})"
+            f"{notebook} since {since}{shared}{reports}")
+
+
+def owner_text(p) -> str:
+    owner = p.owner or {}
+    label = owner.get("label") or NA
+    if owner.get("idle_s") is not None and owner.get("execution_state") == "idle":
+        label += f", idle {duration(owner['idle_s'])}"
+    return label
 
 
 def _html_bar(fraction: float | None) -> str:
@@ -100,10 +132,13 @@ def render_html(snap: GpuSnapshot) -> str:
         for d in snap.devices)
     procs = "".join(
         f"<tr class=\"{'mine' if p.mine else ''}\"><td class=num>{d.index}</td><td class=num>{p.pid}</td>"
-        f"<td>{p.type}</td><td class=num>{human_bytes(p.used_memory)}</td>"
+        f"<td>{p.type}</td><td class=num>{human_bytes(p.used_memory)}</td><td>{escape(owner_text(p))}</td>"
         f"<td>{escape((p.command or NA)[:120])}{' (this kernel)' if p.mine else ''}</td></tr>"
         for d in snap.devices for p in d.processes)
-    proc_table = (f"<table><tr><th>GPU</th><th>PID</th><th>Type</th><th>Memory</th><th>Command</th></tr>{procs}</table>"
-                  if procs else "<div class=meta>No processes are using the GPUs.</div>")
+    proc_table = (f"<table><tr><th>GPU</th><th>PID</th><th>Type</th><th>Memory</th><th>Owner</th><th>Command</th>"
+                  f"</tr>{procs}</table>" if procs else "<div class=meta>No processes are using the GPUs.</div>")
+    holders = "".join(f"<tr><td class=num>{d.index}</td><td>{escape(holder_text(d))}</td></tr>" for d in snap.devices)
+    holder_table = (f"<table><tr><th>GPU</th><th>Held by</th></tr>{holders}</table>"
+                    if any(d.free is not None for d in snap.devices) else "")
     return (f'{_STYLE}<div class="jiyu-gpu"><div class="meta">{escape(versions_line(snap))}</div>'
-            f"<table><tr>{head}</tr>{rows}</table>{proc_table}</div>")
+            f"<table><tr>{head}</tr>{rows}</table>{holder_table}{proc_table}</div>")

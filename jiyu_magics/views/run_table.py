@@ -11,7 +11,7 @@ from ..core.run_model import RunStatus
 from ..core.run_store import Run
 from .format import NA, bar, duration, text_table
 
-HEADERS = ["id", "name", "kind", "status", "nproc", "progress", "loss", "started", "duration"]
+HEADERS = ["id", "name", "kind", "status", "nproc", "gpus", "progress", "loss", "started", "duration"]
 STATUS_COLORS = {RunStatus.RUNNING: "#1a7f37", RunStatus.QUEUED: "#9a6700", RunStatus.SUCCEEDED: "#0969da",
                  RunStatus.FAILED: "#cf222e", RunStatus.STOPPED: "#6e7781", RunStatus.LOST: "#bc4c00"}
 SPARK = "▁▂▃▄▅▆▇█"
@@ -23,7 +23,8 @@ def row(run: Run, summary: dict | None = None) -> dict:
     step, total = summary.get("step"), summary.get("total_steps")
     progress = f"{step}/{total}" if step is not None and total else (f"step {step}" if step is not None else NA)
     return {"id": run.id, "name": run.name, "kind": _kind(run), "status": _status(run, summary),
-            "nproc": str(run.nproc * run.nnodes), "progress": progress, "fraction": summary.get("progress"),
+            "nproc": str(run.nproc * run.nnodes), "gpus": gpus_text(run), "progress": progress,
+            "fraction": summary.get("progress"),
             "loss": _number(summary.get("loss")), "started": _clock(run.started),
             "duration": duration(run.duration)}
 
@@ -36,9 +37,24 @@ def _kind(run: Run) -> str:
 def _status(run: Run, summary: dict) -> str:
     if run.status == RunStatus.LOST and summary.get("step") is not None:
         return f"lost at step {summary['step']}"
-    if run.status == RunStatus.QUEUED and run.queue_reason:
-        return f"queued ({run.queue_reason})"
+    if run.status == RunStatus.QUEUED and (run.queue_position or run.queue_reason):
+        where = f" #{run.queue_position}" if run.queue_position else ""
+        why = f" ({run.queue_reason})" if run.queue_reason else ""
+        return f"queued{where}{why}"
     return str(run.status)
+
+
+def gpus_text(run: Run) -> str:
+    """The GPU indices a run holds (or held); what a queued run waits for; ``cpu`` for a run
+    that wants none."""
+    held = sorted({g["index"] for g in run.gpus})
+    if held:
+        return ",".join(map(str, held))
+    if run.gpus_requested is None:
+        return NA
+    if run.gpus_requested == 0:
+        return "cpu"
+    return f"{run.gpus_requested} wanted" if run.status == RunStatus.QUEUED else NA
 
 
 def _number(value) -> str:
@@ -53,7 +69,7 @@ def render_text(runs: list[Run], everything: bool = False) -> str:
     if not runs:
         return "No runs." if everything else "No active runs (--all shows finished ones)."
     rows = [row(r) for r in runs]
-    return text_table(HEADERS, [[r[h] for h in HEADERS] for r in rows], right={4, 6})
+    return text_table(HEADERS, [[r[h] for h in HEADERS] for r in rows], right={4, 7})
 
 
 def render_html(runs: list[Run], everything: bool = False) -> str:
@@ -110,6 +126,12 @@ def render_summary_text(run: Run) -> str:
     return "\n".join(f"{k.ljust(width)}  {v}" for k, v in lines)
 
 
+def _wants(run: Run) -> str:
+    if not run.gpus_requested:
+        return " on the CPU" if run.gpus_requested == 0 else ""
+    return f" on {run.gpus_requested} GPU(s) (queued until they are free)"
+
+
 def submitted_message(run: Run, control: str, notes) -> str:
     """What a person reads right after submitting; ``control`` spells a follow-up command in
     the front-end's syntax, e.g. ``"%job {action} {id}"`` or ``"jiyu {action} {id}"``; ``notes``
@@ -120,7 +142,7 @@ def submitted_message(run: Run, control: str, notes) -> str:
         said, _, more = (notes.handover or "no spec written").partition("\n")
         lines = [f"Run {run.id} ({run.name}) for {run.backend}: {said}", f"Follow it: {follow}    Stop it: {stop}"]
         return "\n".join(lines) + (f"\n{more}" if more else "")
-    lines = [f"Submitted run {run.id} ({run.name}): {run.nproc * run.nnodes} process(es) from {run.notebook}",
+    lines = [f"Submitted run {run.id} ({run.name}): {run.nproc * run.nnodes} process(es){_wants(run)} from {run.notebook}",
              f"Follow it: {follow}    Stop it: {stop}"]
     if notes.left_out:
         more = " …" if len(notes.left_out) > 3 else ""

@@ -11,14 +11,14 @@ import time
 
 import ipywidgets as widgets
 
-from ..core import gpu_snapshot as gpu
+from ..core.gpu_status import owned_snapshot
 from ..views import gpu_table as gpu_view
 
 
 class GpuWatch:
     def __init__(self, seconds: float):
         self.seconds = seconds
-        self.html = widgets.HTML(gpu_view.render_html(gpu.snapshot()))
+        self.html = widgets.HTML(gpu_view.render_html(owned_snapshot()))
         self.stop_button = widgets.Button(description="Stop", icon="stop", tooltip="Stop refreshing",
                                           layout=widgets.Layout(width="90px"))
         self.label = widgets.Label(f"refreshing every {seconds:g} s")
@@ -38,7 +38,7 @@ class GpuWatch:
 
     def _run(self) -> None:
         while not self._stopped.wait(self.seconds):
-            html = gpu_view.render_html(gpu.snapshot())
+            html = gpu_view.render_html(owned_snapshot())
             if html != self.html.value:  # an unchanged table costs no message to the front-end
                 self.html.value = html
             self.refreshes += 1

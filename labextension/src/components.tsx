@@ -6,8 +6,9 @@
 import * as React from 'react';
 
 import * as fmt from './format';
+import { GpuHolder, IdleKernelWarnings, IKernelActions, ProcessList } from './owners';
 import { sparkline } from './sparkline';
-import { IGpuDevice, IGpuSnapshot, IRun } from './types';
+import { IGpuDevice, IGpuKernel, IGpuSnapshot, IRun } from './types';
 import { describeRun, IRunView, visibleRuns } from './view';
 
 export interface IRunActions {
@@ -15,7 +16,9 @@ export interface IRunActions {
   onLogs(run: IRun): void;
 }
 
-export interface IPanelBodyProps extends IRunActions {
+const noShutdown = (_: IGpuKernel) => undefined;
+
+export interface IPanelBodyProps extends IRunActions, Partial<IKernelActions> {
   gpus: IGpuSnapshot | null;
   runs: IRun[] | null;
   error: string | null;
@@ -34,7 +37,7 @@ export function PanelBody(props: IPanelBodyProps): JSX.Element {
         <h2 id="jp-JiyuPanel-gpus" className="jp-JiyuPanel-heading">
           GPUs
         </h2>
-        <GpuSection snapshot={props.gpus} />
+        <GpuSection snapshot={props.gpus} onShutdownKernel={props.onShutdownKernel ?? noShutdown} />
       </section>
       <section className="jp-JiyuPanel-section" aria-labelledby="jp-JiyuPanel-runs">
         <h2 id="jp-JiyuPanel-runs" className="jp-JiyuPanel-heading">
@@ -51,7 +54,9 @@ export function PanelBody(props: IPanelBodyProps): JSX.Element {
   );
 }
 
-export function GpuSection(props: { snapshot: IGpuSnapshot | null }): JSX.Element {
+export function GpuSection(
+  props: { snapshot: IGpuSnapshot | null } & Partial<IKernelActions>
+): JSX.Element {
   const snap = props.snapshot;
   if (snap === null) {
     return <p className="jp-JiyuPanel-placeholder">Reading GPUs…</p>;
@@ -59,12 +64,22 @@ export function GpuSection(props: { snapshot: IGpuSnapshot | null }): JSX.Elemen
   if (!snap.available) {
     return <NoGpu snapshot={snap} />;
   }
+  const kernels = snap.kernels ?? [];
   return (
-    <ul className="jp-JiyuGpuList" aria-label="GPUs">
-      {snap.devices.map(d => (
-        <GpuCard key={d.index} device={d} />
-      ))}
-    </ul>
+    <>
+      <IdleKernelWarnings kernels={kernels} />
+      {snap.owners_note && <p className="jp-JiyuPanel-placeholder">{snap.owners_note}</p>}
+      <ul className="jp-JiyuGpuList" aria-label="GPUs">
+        {snap.devices.map(d => (
+          <GpuCard
+            key={d.index}
+            device={d}
+            kernels={kernels}
+            onShutdownKernel={props.onShutdownKernel ?? noShutdown}
+          />
+        ))}
+      </ul>
+    </>
   );
 }
 
@@ -84,7 +99,9 @@ function NoGpu(props: { snapshot: IGpuSnapshot }): JSX.Element {
   );
 }
 
-export function GpuCard(props: { device: IGpuDevice }): JSX.Element {
+export function GpuCard(
+  props: { device: IGpuDevice; kernels?: IGpuKernel[] } & Partial<IKernelActions>
+): JSX.Element {
   const d = props.device;
   const title = `GPU ${d.index}`;
   const cuda = d.visible_index === null ? 'hidden' : `cuda:${d.visible_index}`;
@@ -110,6 +127,12 @@ export function GpuCard(props: { device: IGpuDevice }): JSX.Element {
         fraction={memFraction}
         text={`${fmt.gib(d.mem_used)} / ${fmt.gib(d.mem_total)} GiB`}
         warn={memFraction !== null && memFraction > 0.9}
+      />
+      {d.leases !== undefined && <GpuHolder device={d} />}
+      <ProcessList
+        device={d}
+        kernels={props.kernels ?? []}
+        onShutdownKernel={props.onShutdownKernel ?? noShutdown}
       />
       <div className="jp-JiyuGpu-foot">
         <span title="temperature">
@@ -201,6 +224,7 @@ export function RunRow(props: { run: IRun } & IRunActions): JSX.Element {
           {v.kind}
         </span>
       </div>
+      {v.gpuText && <div className="jp-JiyuRun-gpus">{v.gpuText}</div>}
       <RunProgress view={v} />
       <Sparkline values={v.losses} />
       <div className="jp-JiyuRun-numbers">

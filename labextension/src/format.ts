@@ -70,3 +70,13 @@ export function watts(draw: number | null, limit: number | null): string {
   const w = (v: number | null) => (v === null ? NA : Math.round(v).toString());
   return limit === null ? `${w(draw)} W` : `${w(draw)} / ${w(limit)} W`;
 }
+
+/** A unix time as the local wall clock, HH:MM. */
+export function clock(seconds: number | null | undefined): string {
+  if (seconds === null || seconds === undefined || !isFinite(seconds)) {
+    return NA;
+  }
+  const t = new Date(seconds * 1000);
+  const pad = (n: number) => String(n).padStart(2, '0');
+  return `${pad(t.getHours())}:${pad(t.getMinutes())}`;
+}

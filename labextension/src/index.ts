@@ -55,7 +55,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
     const logs = new WidgetTracker<MainAreaWidget<LogView>>({ namespace: 'jiyu-log' });
     const openLog = (run: Pick<IRun, 'id' | 'name'>) =>
       app.commands.execute(CommandIDs.openLog, { id: run.id, name: run.name });
-    panel = new JiyuPanel(model, openLog);
+    panel = new JiyuPanel(model, openLog, id => app.serviceManager.kernels.shutdown(id));
     app.shell.add(panel, 'left', { rank: 850 });
     restorer?.add(panel, panel.id);
 

@@ -10,14 +10,17 @@ import * as React from 'react';
 import { PanelBody } from './components';
 import { jiyuIcon } from './icons';
 import { PanelModel } from './model';
-import { IRun } from './types';
+import { notebookName } from './owners';
+import * as fmt from './format';
+import { IGpuKernel, IRun } from './types';
 
 export const PANEL_ID = 'jiyu-panel';
 
 export class JiyuPanel extends ReactWidget {
   constructor(
     readonly model: PanelModel,
-    private readonly openLog: (run: IRun) => void
+    private readonly openLog: (run: IRun) => void,
+    private readonly shutdownKernel: (kernelId: string) => Promise<void>
   ) {
     super();
     this.id = PANEL_ID;
@@ -39,6 +42,7 @@ export class JiyuPanel extends ReactWidget {
             finished={this.model.finished}
             onStop={run => void this.confirmStop(run)}
             onLogs={this.openLog}
+            onShutdownKernel={kernel => void this.confirmShutdown(kernel)}
           />
         )}
       </UseSignal>
@@ -61,6 +65,30 @@ export class JiyuPanel extends ReactWidget {
       Notification.info(`${stopped.name}: ${stopped.status}`, { autoClose: 4000 });
     } catch (error) {
       Notification.error(`Could not stop ${run.name}: ${(error as Error).message}`);
+    }
+    this.model.refreshSoon();
+    return true;
+  }
+
+  /** Asks first: shutting a kernel down frees its GPU memory and loses its variables. */
+  async confirmShutdown(kernel: IGpuKernel): Promise<boolean> {
+    const name = notebookName(kernel.notebook) ?? `kernel ${kernel.kernel_id.slice(0, 8)}`;
+    const answer = await showDialog({
+      title: `Shut down the kernel of ${name}?`,
+      body:
+        `Kernel ${kernel.kernel_id.slice(0, 8)} holds ${fmt.gib(kernel.memory)} GiB on GPU ` +
+        `${kernel.gpus.join(', ')}. Shutting it down frees that memory; everything defined in it is lost.`,
+      buttons: [Dialog.cancelButton(), Dialog.warnButton({ label: 'Shut down kernel' })],
+      defaultButton: 0 // Enter cancels: losing a kernel's state is the deliberate choice
+    });
+    if (!answer.button.accept) {
+      return false;
+    }
+    try {
+      await this.shutdownKernel(kernel.kernel_id);
+      Notification.info(`Shut down the kernel of ${name}`, { autoClose: 4000 });
+    } catch (error) {
+      Notification.error(`Could not shut down the kernel of ${name}: ${(error as Error).message}`);
     }
     this.model.refreshSoon();
     return true;

@@ -78,8 +78,27 @@ export interface IRun {
   queue_reason: string | null;
   /** When a scheduler was last asked about the run (epoch seconds). */
   polled: number | null;
+  /** GPUs the run waits for or leased (0: a CPU job; null: it never queues, e.g. in a kernel). */
+  gpus_requested: number | null;
+  priority: number;
+  /** Its order among waiting runs of one priority (the submission time unless moved up). */
+  queue_rank: number | null;
+  share: boolean;
+  /** The GPUs it holds (live leases) or held (ended ones). */
+  gpus: IRunGpu[];
+  /** 1-based place in the queue while queued, else null. */
+  queue_position: number | null;
   duration: number | null;
   summary: IRunSummary;
+}
+
+export interface IRunGpu {
+  uuid: string;
+  index: number;
+  run_id: string;
+  since: number;
+  ended: number | null;
+  shared: boolean;
 }
 
 export interface IGpuProcess {
@@ -88,6 +107,43 @@ export interface IGpuProcess {
   command: string | null;
   type: string;
   mine: boolean;
+  owner: IProcessOwner | null;
+}
+
+/** Who a GPU process belongs to (jiyu_magics/core/gpu_owners.py). */
+export interface IProcessOwner {
+  kind: 'run' | 'kernel' | 'other' | 'outside';
+  label: string;
+  run_id: string | null;
+  run_name: string | null;
+  run_kind: string | null;
+  notebook: string | null;
+  kernel_id: string | null;
+  session_id: string | null;
+  execution_state: string | null;
+  idle_s: number | null;
+}
+
+/** A run's lease on a GPU, with what the panel shows of the run. */
+export interface IGpuLease extends IRunGpu {
+  run_name: string | null;
+  run_kind: string | null;
+  notebook: string | null;
+  /** GPU memory the run itself reports (torch's peak), bytes. */
+  reported_memory: number | null;
+}
+
+/** A kernel holding GPU memory, across GPUs. */
+export interface IGpuKernel {
+  kernel_id: string;
+  session_id: string | null;
+  notebook: string | null;
+  execution_state: string | null;
+  idle_s: number | null;
+  run_id: string | null;
+  memory: number;
+  gpus: number[];
+  idle_warning: boolean;
 }
 
 export interface IGpuDevice {
@@ -105,6 +161,11 @@ export interface IGpuDevice {
   sm_clock: number | null;
   mig_mode: boolean | null;
   processes: IGpuProcess[];
+  leases: IGpuLease[];
+  /** Bytes held by processes none of its leases accounts for. */
+  foreign_memory: number | null;
+  /** Not leased and foreign memory within the busy threshold; null when unknown. */
+  free: boolean | null;
 }
 
 export interface IFinding {
@@ -124,6 +185,13 @@ export interface IGpuSnapshot {
   time: number;
   /** The doctor's first finding, present when no GPU is visible. */
   doctor: IFinding | null;
+  /** Why leases and owners are missing (the run store cannot be read), else null. */
+  owners_note: string | null;
+  kernels: IGpuKernel[];
+  /** Bytes of foreign memory above which a GPU is busy. */
+  busy_threshold: number;
+  /** Seconds a kernel may hold GPU memory while idle before the panel warns. */
+  idle_warning_s: number;
 }
 
 export interface ILogChunk {
@@ -140,4 +208,6 @@ export interface ISubmission {
   /** `name = value` lines as typed; the server reads them as `-p NAME VALUE` is read. */
   param_lines: string[];
   name?: string;
+  /** GPUs to lease; absent: one per process. */
+  gpus?: number;
 }

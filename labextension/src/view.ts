@@ -27,6 +27,8 @@ export interface IRunView {
   detail: string | null;
   /** Why a queued run waits where a scheduler holds it ("waiting: Resources"). */
   note: string | null;
+  /** Its GPUs ("GPU 0, 1"), what a queued run waits for ("waits for 2 GPUs"), or null. */
+  gpuText: string | null;
 }
 
 export function describeRun(run: IRun): IRunView {
@@ -36,7 +38,7 @@ export function describeRun(run: IRun): IRunView {
     id: run.id,
     name: run.name,
     status: run.status,
-    statusLabel: active && run.stop_requested ? 'stopping' : run.status,
+    statusLabel: statusLabel(run, active),
     kind: kindText(run),
     where: run.backend !== 'local' && run.scheduler_id ? `${schedulerName(run.backend)} job ${run.scheduler_id}` : null,
     active,
@@ -48,7 +50,8 @@ export function describeRun(run: IRun): IRunView {
     durationText: fmt.duration(run.duration),
     losses: s.losses ?? [],
     detail: s.error ?? run.error ?? null,
-    note: waiting(run)
+    note: waiting(run),
+    gpuText: gpuText(run)
   };
 }
 
@@ -67,6 +70,25 @@ function schedulerName(backend: string): string {
 
 function waiting(run: IRun): string | null {
   return run.status === 'queued' && run.queue_reason ? `waiting: ${run.queue_reason}` : null;
+}
+
+function statusLabel(run: IRun, active: boolean): string {
+  if (active && run.stop_requested) {
+    return 'stopping';
+  }
+  return run.status === 'queued' && run.queue_position ? `queued #${run.queue_position}` : run.status;
+}
+
+/** The GPUs a run holds (or held), or what a queued run waits for. */
+export function gpuText(run: IRun): string | null {
+  const held = [...new Set((run.gpus ?? []).map(g => g.index))].sort((a, b) => a - b);
+  if (held.length) {
+    return `GPU ${held.join(', ')}`;
+  }
+  if (run.status === 'queued' && run.gpus_requested) {
+    return `waits for ${run.gpus_requested} GPU${run.gpus_requested === 1 ? '' : 's'}`;
+  }
+  return null;
 }
 
 function stepText(

@@ -49,6 +49,12 @@ export function run(fields: Partial<IRun> = {}, s: Partial<IRunSummary> = {}): I
     queue_reason: null,
     polled: null,
     params: {},
+    gpus_requested: 2,
+    priority: 0,
+    queue_rank: 1000,
+    share: false,
+    gpus: [],
+    queue_position: null,
     summary: summary(s),
     ...fields
   };
@@ -65,6 +71,10 @@ export function snapshot(fields: Partial<IGpuSnapshot> = {}): IGpuSnapshot {
     visible_devices: null,
     time: 1000,
     doctor: null,
+    owners_note: null,
+    kernels: [],
+    busy_threshold: GIB,
+    idle_warning_s: 1800,
     devices: [
       {
         index: 0,
@@ -80,7 +90,10 @@ export function snapshot(fields: Partial<IGpuSnapshot> = {}): IGpuSnapshot {
         power_limit: 700,
         sm_clock: 1980,
         mig_mode: false,
-        processes: []
+        processes: [],
+        leases: [],
+        foreign_memory: 0,
+        free: true
       },
       {
         index: 1,
@@ -96,7 +109,10 @@ export function snapshot(fields: Partial<IGpuSnapshot> = {}): IGpuSnapshot {
         power_limit: null,
         sm_clock: null,
         mig_mode: null,
-        processes: []
+        processes: [],
+        leases: [],
+        foreign_memory: 0,
+        free: true
       }
     ],
     ...fields

@@ -16,8 +16,18 @@ the v2 call fail as on a driver without it.
 
 ``JIYU_NVML_DOUBLE_COUNT=0`` makes it report a loaded driver with no GPU; ``=missing`` makes
 ``nvmlInit`` fail like a host without the library.
+
+A shared box (the GPU lease and queue tests): ``JIYU_NVML_DOUBLE_GPUS=N`` reports N identical,
+fully supported "NVIDIA H100 80GB HBM3" devices (UUIDs ``GPU-00000000-0000-0000-0000-00000000000<i>``)
+with no processes, 0% utilisation and nothing used, instead of the two above.
+``JIYU_NVML_DOUBLE_PROCESSES=FILE`` then gives each device a process list, read on every call so a
+test can change it while the processes it starts run: ``{"processes": {"0": [[pid, bytes], ...]},
+"util": {"0": 80}, "host_processes": {"1": [[pid, bytes]]}}``. Like NVML, a pid that is no longer
+alive is not listed; ``host_processes`` are listed whatever this machine's process table says (NVML
+inside a container reports host pids). A device's memory used is what its listed processes hold.
 """
 
+import json
 import os
 from types import SimpleNamespace
 
@@ -64,7 +74,61 @@ _DEVICES = [
 calls = {"init": 0}
 
 
+def _uniform(index):
+    return dict(name="NVIDIA H100 80GB HBM3", uuid=f"GPU-00000000-0000-0000-0000-{index:012d}", index=index,
+                total=80 * GIB, used=0, reserved=0, util=(0, 0), temp=40, power=70_000, limit=700_000,
+                sm=1980, mig=(0, 0))
+
+
+def _shared_box_device(index):
+    """Device ``index`` of a shared box, with its processes, or None (the defaults). The state
+    file is parsed once per change; which listed pids are alive is checked on every call."""
+    if not os.environ.get("JIYU_NVML_DOUBLE_GPUS"):
+        return None
+    state = _state(os.environ.get("JIYU_NVML_DOUBLE_PROCESSES"))
+    device = _uniform(index)
+    device["procs"] = [(pid, used) for pid, used in state.get("processes", {}).get(str(index), []) if _alive(pid)]
+    device["procs"] += [(pid, used) for pid, used in state.get("host_processes", {}).get(str(index), [])]
+    device["used"] = sum(used or 0 for _, used in device["procs"])
+    util = state.get("util", {}).get(str(index), 0)
+    device["util"] = (util, util)
+    return device
+
+
+_parsed = {}
+
+
+def _state(path):
+    try:
+        stat = os.stat(path)
+    except (OSError, TypeError):
+        return {}
+    key = (path, stat.st_mtime_ns, stat.st_size, stat.st_ino)
+    if key not in _parsed:
+        with open(path) as f:
+            _parsed.clear()
+            _parsed[key] = json.load(f)
+    return _parsed[key]
+
+
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie is dead to NVML: its memory is freed
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
 def _count():
+    box = os.environ.get("JIYU_NVML_DOUBLE_GPUS")
+    if box:
+        return int(box)
     value = os.environ.get("JIYU_NVML_DOUBLE_COUNT", "2")
     return None if value == "missing" else int(value)
 
@@ -86,7 +150,8 @@ def nvmlDeviceGetCount():
 def nvmlDeviceGetHandleByIndex(index):
     if not 0 <= index < _count():
         raise NVMLError_InvalidArgument()
-    return _DEVICES[index]
+    device = _shared_box_device(index)
+    return device if device is not None else _DEVICES[index]
 
 
 def _supported(value):
@@ -146,6 +211,8 @@ def nvmlDeviceGetMigMode(h):
 
 
 def nvmlDeviceGetComputeRunningProcesses(h):
+    if "procs" in h:
+        return [SimpleNamespace(pid=pid, usedGpuMemory=used) for pid, used in h["procs"]]
     if h is not _DEVICES[0]:
         raise NVMLError_NotSupported()
     return [SimpleNamespace(pid=os.getpid(), usedGpuMemory=3 * GIB),

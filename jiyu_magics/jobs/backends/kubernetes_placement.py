@@ -21,7 +21,8 @@ from ...core.run_store import Run, RunStore
 from ..launch_spec import LaunchSpec
 from ..process import rank_records
 from ..process.process_tree import StopResult
-from ..rank_placement import Phase, SchedulerState
+from ..gpu_queue import Grant
+from ..rank_placement import Phase, SchedulerGrantsAtOnce, SchedulerState
 from . import Handover, kubectl_commands as kubectl, kubernetes_states as states
 from .kubernetes_manifests import MANIFEST_NAME, job_name, render
 
@@ -30,12 +31,12 @@ GONE_WAIT_S = 120.0  # the pods' termination grace (30 s by default) and the con
 
 
 @dataclass
-class KubernetesPlacement:
+class KubernetesPlacement(SchedulerGrantsAtOnce):
     backend: str = "kubernetes"
     scheduled: bool = True
 
     def start(self, run_id: str, script: os.PathLike, spec: LaunchSpec, *, cwd: str | None,
-              env: Mapping[str, str] | None) -> "KubernetesJob":
+              env: Mapping[str, str] | None, grant: Grant | None = None) -> "KubernetesJob":
         files = RunFiles.of(run_id)
         path = files.root / MANIFEST_NAME
         path.write_text(render(RunStore().get(run_id), spec, files))

@@ -19,7 +19,8 @@ from ...core.run_store import Run, RunStore
 from ..launch_spec import LaunchSpec
 from ..process import process_tree as processes, rank_records
 from ..process.process_tree import StopResult
-from ..rank_placement import Phase, SchedulerState
+from ..gpu_queue import Grant
+from ..rank_placement import Phase, SchedulerGrantsAtOnce, SchedulerState
 from . import Handover, slurm_commands as slurm, slurm_states as states
 from .slurm_options import SlurmOptions
 from .slurm_script import JOB_ID_FILE, SCRIPT_NAME, render
@@ -30,12 +31,12 @@ QUEUE_CHECK_S = 0.5
 
 
 @dataclass
-class SlurmPlacement:
+class SlurmPlacement(SchedulerGrantsAtOnce):
     backend: str = "slurm"
     scheduled: bool = True
 
     def start(self, run_id: str, script: os.PathLike, spec: LaunchSpec, *, cwd: str | None,
-              env: Mapping[str, str] | None) -> "SlurmJob":
+              env: Mapping[str, str] | None, grant: Grant | None = None) -> "SlurmJob":
         """Writes the batch script into the run folder and submits it. Where Slurm is missing
         or unconfigured the run waits for the script to be submitted on the cluster (it says
         how); a refusal by ``sbatch`` raises ``JobError`` in Slurm's words."""

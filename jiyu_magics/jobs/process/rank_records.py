@@ -1,8 +1,8 @@
 """What each rank reports about itself: ``runs/<id>/ranks/<rank>.json``.
 
 torchrun reaps its workers, so their exit codes are invisible to anyone else; the worker entry
-point (``jobs.worker``) therefore writes its pid when it starts and its exit code and one-line
-error when it ends. A rank killed by a signal never writes its end: its record still says
+point (``jobs.worker``) therefore writes its pid and the ``CUDA_VISIBLE_DEVICES`` it saw when it
+starts and its exit code and one-line error when it ends. A rank killed by a signal never writes its end: its record still says
 ``running`` while its pid is gone, which is how we tell it was killed.
 """
 
@@ -27,6 +27,7 @@ class RankRecord:
     ended: float | None = None
     exit_code: int | None = None
     error: str | None = None
+    cuda_visible_devices: str | None = None   # the GPUs this rank saw (its lease), None when unset
 
     @property
     def state(self) -> str:

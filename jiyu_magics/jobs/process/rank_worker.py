@@ -70,7 +70,9 @@ def _start_record() -> ranks.RankRecord:
     env = os.environ
     rank = int(env.get("RANK", "0"))
     return ranks.RankRecord(rank=rank, local_rank=int(env.get("LOCAL_RANK", rank)), pid=os.getpid(),
-                            restart=int(env.get("TORCHELASTIC_RESTART_COUNT", "0")), started=process_start_time(os.getpid()) or time.time())
+                            restart=int(env.get("TORCHELASTIC_RESTART_COUNT", "0")),
+                            started=process_start_time(os.getpid()) or time.time(),
+                            cuda_visible_devices=env.get("CUDA_VISIBLE_DEVICES"))
 
 
 def _print_user_traceback(error: BaseException, script: str) -> None:

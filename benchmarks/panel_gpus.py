@@ -1,0 +1,121 @@
+"""What one panel poll costs the server on a shared box: 8 GPUs, 50 runs, 10 kernels.
+
+One poll is ``GET /jiyu/api/gpus`` (a fresh NVML snapshot, every process mapped to its owner:
+runs by pid and run id, the 10 kernels by the server's kernel map, the rest by the process
+table; each GPU's leases and freedom; the kernels' memory and idle time; the usage sample
+written to the store) plus ``GET /jiyu/api/runs`` (50 runs with their leases, queue positions
+and cached summaries). Both are timed as the handlers call them, on this thread, without HTTP.
+
+The 10 kernels are real ipykernel processes (jupyter_client); the GPUs come from the NVML test
+double (tests/nvml_double: no driver needed), whose process lists name the kernels' pids and
+the running runs' pids. 8 of the 50 runs are running and lease one GPU each. Goal: <= 10 ms.
+
+    python benchmarks/panel_gpus.py [--repeat 51]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+DOUBLE = ROOT / "tests" / "nvml_double"
+sys.path[:0] = [str(DOUBLE), str(ROOT)]
+
+GIB = 2**30
+
+
+def start_kernels(count: int) -> list:
+    from jupyter_client.manager import start_new_kernel
+
+    return [start_new_kernel(kernel_name="python3") for _ in range(count)]
+
+
+def populate(runs: int, gpus: int) -> list:
+    """``runs`` runs with event logs; the last ``gpus`` running (this process) with a lease each."""
+    from jiyu_magics.core.event_log import EventLog
+    from jiyu_magics.core.gpu_leases import GpuSlot
+    from jiyu_magics.core.run_files import RunFiles
+    from jiyu_magics.core.run_store import RunStore, process_start_time
+
+    store, live = RunStore(), []
+    for i in range(runs):
+        run = store.create("job", f"run-{i}", status="running", pid=os.getpid(), notebook=f"/lab/nb{i % 7}.ipynb",
+                           pid_started=process_start_time(os.getpid()), gpus_requested=1)
+        with EventLog(RunFiles.of(run.id).create().events) as log:
+            log.append("start", total_steps=1000)
+            for step in range(1, 200):
+                log.append("step", step=step, loss=1.0 / step, samples_per_s=1000.0, mem_peak=3 * GIB)
+        if i < runs - gpus:
+            store.finish(run.id, "succeeded", exit_code=0)
+        else:
+            index = len(live)
+            store.leases.record(run.id, GpuSlot(f"GPU-00000000-0000-0000-0000-{index:012d}", index))
+            live.append(run)
+    return live
+
+
+def timed(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeat", type=int, default=51)
+    parser.add_argument("--gpus", type=int, default=8)
+    parser.add_argument("--runs", type=int, default=50)
+    parser.add_argument("--kernels", type=int, default=10)
+    args = parser.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="jiyu-bench-"))
+    state = tmp / "nvml.json"
+    os.environ.update({"JIYU_HOME": str(tmp / "home"), "JIYU_NVML_DOUBLE_GPUS": str(args.gpus),
+                       "JIYU_NVML_DOUBLE_PROCESSES": str(state)})
+    from jiyu_magics.core.gpu_owners import KernelInfo
+    from jiyu_magics.server.gpu_sampler import Holders, read_gpus
+    from jiyu_magics.server.run_views import RunViews
+
+    kernels = start_kernels(args.kernels)
+    try:
+        pids = [manager.provisioner.pid for manager, _ in kernels]
+        processes: dict[str, list] = {}
+        for i, pid in enumerate(pids):
+            processes.setdefault(str(i % args.gpus), []).append([pid, 2 * GIB])
+        live = populate(args.runs, args.gpus)
+        for i, _ in enumerate(live):
+            processes.setdefault(str(i), []).append([os.getpid(), 10 * GIB])
+        state.write_text(json.dumps({"processes": processes}))
+        views = RunViews(limit=args.runs)
+        known = {pid: KernelInfo(f"{i:08x}-kernel", pid, notebook=f"nb{i}.ipynb", session_id=f"s{i}",
+                                 execution_state="idle", idle_s=60.0 * i) for i, pid in enumerate(pids)}
+        holders = Holders(store=views.store, kernels=known,
+                          reported=lambda run_id: views.summary(run_id).get("mem_peak"))
+        views.list()
+        read_gpus(holders=holders)  # warm: imports, the summary cache, NVML's first init
+        gpus_s, runs_s = [], []
+        for _ in range(args.repeat):  # interleaved, as a panel poll does both
+            gpus_s.append(timed(lambda: read_gpus(holders=holders)))
+            runs_s.append(timed(views.list))
+        snap = read_gpus(holders=holders)
+    finally:
+        for manager, client in kernels:
+            client.stop_channels()
+            manager.shutdown_kernel(now=True)
+    owners = sum(len(d["processes"]) for d in snap["devices"])
+    g, r = statistics.median(gpus_s), statistics.median(runs_s)
+    print(f"panel poll, {args.gpus} GPUs, {args.runs} runs ({len(live)} leasing), {args.kernels} real kernels, "
+          f"{owners} GPU processes, median of {args.repeat}:")
+    print(f"  GET gpus (fresh NVML read, owners, usage sample): {g * 1e3:6.2f} ms")
+    print(f"  GET runs (50 rows, leases, summaries cached)     : {r * 1e3:6.2f} ms")
+    print(f"  one poll                                        : {(g + r) * 1e3:6.2f} ms  (goal: <= 10 ms)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,47 @@
+"""``jiyu usage``: GPU-hours and idle GPU-hours per run, notebook or day."""
+
+from __future__ import annotations
+
+import argparse
+import re
+import time
+from datetime import datetime
+
+UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def add_commands(commands) -> None:
+    p = commands.add_parser("usage", help="GPU-hours and idle GPU-hours per run, notebook or day",
+                            description="GPU time is each run's lease time x its GPUs; idle GPU time is time "
+                                        "a leased GPU (or one a kernel holds memory on) ran under 5% utilisation, "
+                                        "as sampled by the Jupyter server and the job supervisors.")
+    p.add_argument("--since", type=since_time, default="7d", metavar="WHEN",
+                   help="how far back: 30m, 12h, 7d, 2w, or a date (2026-11-01); default 7d")
+    p.add_argument("--by", choices=("run", "notebook", "day"), default="run", help="how to group (default run)")
+    p.add_argument("--json", action="store_true", help="print the rows as JSON")
+    p.set_defaults(handler=run_usage)
+
+
+def since_time(text: str) -> float:
+    """A unix time from ``7d``-style spans or a date."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*", text)
+    if match:
+        return time.time() - float(match.group(1)) * UNITS[match.group(2)]
+    try:
+        return datetime.fromisoformat(text.strip()).timestamp()
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a span such as 7d, 12h, 30m, or a date, got {text!r}") from None
+
+
+def run_usage(args: argparse.Namespace) -> int:
+    from . import print_json
+    from ..core.gpu_usage import report
+    from ..core.run_store import RunStore
+    from ..views import usage_table as view
+
+    rows = report(RunStore().db, args.since, args.by)
+    if args.json:
+        print_json([row.to_dict() for row in rows])
+    else:
+        print(view.render_text(rows, args.by, args.since))
+    return 0

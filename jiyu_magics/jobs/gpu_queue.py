@@ -1,0 +1,94 @@
+"""A queued run's turn: what its owner asks the store each time it checks whether the run may
+start, and what the ranks then see.
+
+The owner (a job's supervisor, a kernel's ``%%train --nproc``) calls ``try_place`` until it
+returns a ``Grant``. Each call first lets the store mark runs whose owner died ``lost`` (their
+leases end with them, so the queue moves on), then, only when the run is first in line, reads
+the GPUs through NVML and asks the store for leases on the usable ones (see
+``core.gpu_leases`` for the rules). The ranks get ``CUDA_VISIBLE_DEVICES`` set to exactly the
+leased GPUs (by UUID, so CUDA's own enumeration order cannot map ``cuda:N`` elsewhere); a run
+that wants no GPU gets an empty one on a machine that has GPUs.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Iterable
+
+from ..core import gpu_snapshot as gpu
+from ..core.gpu_leases import Lease
+from ..core.gpu_owners import Attribution
+from ..core.run_store import Run, RunStore
+from .job_error import JobError
+
+CPU_LIMIT_ENV = "JIYU_MAX_CPU_JOBS"
+VISIBLE_ENV = "CUDA_VISIBLE_DEVICES"
+HEAD_POLL_S = 0.2   # how often the first run in line checks for GPUs
+WAIT_POLL_S = 1.0   # how often the others check whether they moved up
+
+
+@dataclass
+class Grant:
+    """What a run got: its leases and the ranks' ``CUDA_VISIBLE_DEVICES`` (None: leave the
+    variable as it is, on a machine without GPUs)."""
+
+    leases: list[Lease] = field(default_factory=list)
+    visible_devices: str | None = None
+
+    def env(self) -> dict[str, str]:
+        return {} if self.visible_devices is None else {VISIBLE_ENV: self.visible_devices}
+
+    def describe(self) -> str:
+        if not self.leases:
+            return "no GPU"
+        return "GPU " + ",".join(str(lease.index) for lease in self.leases)
+
+
+def cpu_job_limit(env=None) -> int | None:
+    """``JIYU_MAX_CPU_JOBS``: how many runs that want no GPU may run at once (unset: no limit)."""
+    raw = (os.environ if env is None else env).get(CPU_LIMIT_ENV, "").strip()
+    if not raw:
+        return None
+    if not raw.isdigit() or int(raw) < 1:
+        raise JobError(f"{CPU_LIMIT_ENV}={raw!r}: expected a whole number >= 1")
+    return int(raw)
+
+
+class GpuQueue:
+    def __init__(self, store: RunStore | None = None, own_pids: Iterable[int] = ()):
+        self.store = store or RunStore()
+        self.own_pids = {os.getpid(), *own_pids}
+
+    def try_place(self, run_id: str) -> Grant | None:
+        """The run's grant if it may start now, else None (not its turn, or too few GPUs)."""
+        active = self.store.list(include_finished=False)  # reconciles: dead owners free their GPUs
+        run = next((r for r in active if r.id == run_id), None)
+        if run is None or run.status != "queued":
+            return None
+        if run.gpus_requested is None:
+            return Grant()
+        if run.gpus_requested == 0:
+            return self._admit_cpu(run)
+        if run.queue_position != 1:
+            return None
+        snap = gpu.snapshot()
+        slots = Attribution(active, self.store.leases.live(), own_pids=self.own_pids).usable(snap)
+        leases = self.store.leases.acquire(run.id, slots)
+        return Grant(leases, ",".join(lease.uuid for lease in leases)) if leases else None
+
+    def _admit_cpu(self, run: Run) -> Grant | None:
+        if not self.store.leases.admit(run.id, cpu_job_limit()):
+            return None
+        return Grant(visible_devices="" if gpu.snapshot().available else None)
+
+    def poll_interval(self, run_id: str) -> float:
+        position = self.store.get(run_id).queue_position
+        return HEAD_POLL_S if position in (None, 1) else WAIT_POLL_S
+
+    def waiting_line(self, run_id: str) -> str:
+        """One line for the run's log or cell: its place and what it waits for."""
+        run = self.store.get(run_id)
+        what = f"{run.gpus_requested} GPU(s)" if run.gpus_requested else "a CPU job slot"
+        place = f"position {run.queue_position}" if run.queue_position else "in line"
+        return f"queued at {place}, waiting for {what}"

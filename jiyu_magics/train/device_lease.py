@@ -1,0 +1,56 @@
+"""The lease an in-kernel ``%%train`` / ``fit`` records on the GPU it trains on.
+
+A kernel cannot wait in a queue: the user chose the device and the model is already there.
+So the run records a lease on that GPU (by UUID, found through NVML: ``cuda:N`` under the
+kernel's ``CUDA_VISIBLE_DEVICES``) for as long as it trains, which keeps queued jobs off the
+GPU, and says so when other runs hold it too (the lease is then a shared one). The lease ends
+with the run, in the transaction that records its end.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from ..core import gpu_snapshot as gpu
+from ..core.gpu_leases import GpuSlot
+from ..core.run_store import RunStore
+from ..core.store_db import StoreUnusable
+from ..core.visible_devices import parse_visible_devices
+
+
+def record_device_lease(run_id: str, device: torch.device, store: RunStore | None = None) -> str | None:
+    """Leases the GPU of ``device`` for ``run_id``; returns a line for the user when other
+    runs hold that GPU, else None. A CPU device, or a GPU NVML cannot name, records nothing."""
+    slot = _slot_of(device)
+    if slot is None:
+        return None
+    store = store or RunStore()
+    try:
+        _, holders = store.leases.record(run_id, slot)
+    except StoreUnusable:
+        return None
+    if not holders:
+        return None
+    held = [store.get(other) for other in holders]
+    names = ", ".join(f"run {r.name} ({r.id}, {r.kind}{_where(r.notebook)})" for r in held)
+    return f"GPU {slot.index} is leased by {names}; this training shares it"
+
+
+def _slot_of(device: torch.device) -> GpuSlot | None:
+    if device.type != "cuda" or device.index is None:
+        return None
+    snap = gpu.snapshot()
+    if not snap.available:
+        return None
+    uuids = [d.uuid or "" for d in snap.devices]
+    order = parse_visible_devices(os.environ.get("CUDA_VISIBLE_DEVICES"), uuids).order
+    if device.index >= len(order):
+        return None
+    physical = order[device.index]
+    return GpuSlot(uuids[physical], physical) if uuids[physical] else None
+
+
+def _where(notebook: str | None) -> str:
+    return f", {os.path.basename(notebook)}" if notebook else ""
