@@ -145,3 +145,12 @@ def test_a_schedule_that_fits_gets_no_advice(shell):
          "scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, 0.01, total_steps=2 * len(train_loader) // 4)\n")
     assert shell.user_ns["train_result"].status == "succeeded"
     assert not [e for e in events_of(shell) if e["kind"] == "advice"]
+
+
+def test_the_dashboard_header_names_them_in_a_real_kernel(tmp_path):
+    """Where it is shown: the dashboard's header, kept in the static summary the cell ends with."""
+    from .notebook_runner import execute, html_of, notebook
+
+    nb = execute(notebook("%load_ext jiyu_magics\n" + SETUP, LEFTOVERS, "%%train --epochs 1" + MODEL), tmp_path)
+    summary = html_of(nb.cells[2])
+    assert "from the notebook: val_loader (cell 2), loss_fn (cell 2)" in summary, summary
