@@ -61,6 +61,7 @@ bench: setup
 	$(BIN)/python benchmarks/submit_latency.py
 	$(BIN)/python benchmarks/train_overhead.py
 	$(BIN)/python benchmarks/dashboard_share.py
+	$(BIN)/python benchmarks/ckpt_check.py
 
 # On a GPU machine: every gpu-marked test and the benchmarks (see benchmarks/gpu_checks.sh).
 gpu-checks:

@@ -23,3 +23,5 @@ echo "== benchmarks/gpu_status.py"
 $PY benchmarks/gpu_status.py
 echo "== benchmarks/train_overhead.py --device cuda"
 $PY benchmarks/train_overhead.py --device cuda --repeat 7
+echo "== benchmarks/ckpt_check.py --device cuda"
+$PY benchmarks/ckpt_check.py --device cuda

@@ -3,7 +3,8 @@
 Losses are read only at log time (about every 0.5 s), so without this a NaN between two logs
 was saved as a checkpoint, and with ``--ckpt-every 1`` the rotation then deleted every good one.
 A checkpoint copies every tensor to the host anyway, so the check adds no sync to the loop: one
-``isfinite().all()`` per tensor on its device, and one host read per device.
+sum per tensor on its device, and one host read per device (``benchmarks/ckpt_check.py``
+measures it against the save it guards).
 """
 
 from __future__ import annotations
@@ -26,12 +27,21 @@ def state_tensors(model: torch.nn.Module) -> list[torch.Tensor]:
 
 
 def all_finite(losses: list[torch.Tensor], tensors: Iterable[torch.Tensor]) -> bool:
-    """True when every pending loss and every tensor is free of NaN and Inf."""
-    flags: dict[torch.device, list[torch.Tensor]] = {}
+    """True when every pending loss and every tensor is free of NaN and Inf.
+
+    A tensor is checked through its sum (NaN and Inf carry through a sum; +Inf and -Inf make
+    NaN): one vectorised pass, ~20x faster on a CPU than ``isfinite().all()``, which writes a
+    mask first. fp16 is summed in fp32, whose range a sum of finite weights cannot leave."""
+    sums: dict[torch.device, list[torch.Tensor]] = {}
     if losses:
         stacked = torch.stack([loss.detach().float().reshape(()) for loss in losses])
-        flags.setdefault(stacked.device, []).append(torch.isfinite(stacked).all())
+        sums.setdefault(stacked.device, []).append(stacked.sum())
     for tensor in tensors:
         if tensor.numel():
-            flags.setdefault(tensor.device, []).append(torch.isfinite(tensor).all())
-    return all(bool(torch.stack(group).all()) for group in flags.values())
+            sums.setdefault(tensor.device, []).append(_sum(tensor))
+    return all(bool(torch.isfinite(torch.stack(group)).all()) for group in sums.values())
+
+
+def _sum(tensor: torch.Tensor) -> torch.Tensor:
+    total = tensor.sum(dtype=torch.float32) if tensor.dtype == torch.float16 else tensor.sum()
+    return (total.abs() if total.is_complex() else total).float()
