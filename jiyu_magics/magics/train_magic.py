@@ -21,7 +21,7 @@ from ..train.train_errors import TrainConfigError
 from .defining_cell import defining_cells
 from .frontend import in_notebook
 from .train_objects import NONE, OBJECTS, choose, identities, rebound, watched
-from .user_traceback import without_jiyu_frames
+from .user_traceback import raise_without_jiyu_frames
 
 FIT_OPTIONS = option_specs()
 
@@ -134,7 +134,17 @@ class TrainMagics(Magics):
 
             %train --resume last --epochs 6     # line form: no set-up code, same options
         """
+        __tracebackhide__ = True  # noqa: F841 (IPython hides this frame: an error shows the user's)
         args = parse_argstring(self.train, line)
+        launching = self._check(args)
+        kwargs = self._run_body(args, cell, launching)
+        if launching:
+            return self._launch(line, args, cell, kwargs["model"])
+        self._train(args, kwargs)
+
+    @staticmethod
+    def _check(args: Namespace) -> bool:
+        """The magic's own options; True when this call launches ranks (``--nproc``)."""
         if args.nproc is not None and args.nproc < 1:
             raise UsageError(f"--nproc must be >= 1, got {args.nproc}")
         if args.refresh is not None and not args.refresh > 0:
@@ -144,23 +154,17 @@ class TrainMagics(Magics):
             from .ddp_launch import check_devices
 
             check_devices(args.nproc, args.device)
+        return launching
+
+    def _run_body(self, args: Namespace, cell: str | None, launching: bool) -> dict:
+        """Runs the cell body, then ``fit``'s arguments, knowing which variables the body bound."""
         namespace = self.shell.user_ns
         before = identities(namespace, watched(args))
         body = bool(cell and cell.strip())
         if body and not self.shell.run_cell(cell, store_history=False).success:
             raise UsageError(f"the cell body failed (traceback above); nothing was {'launched' if launching else 'trained'}")
-        kwargs = fit_kwargs(args, namespace, rebound(namespace, before) if body else frozenset(),
-                            defining_cells(self.shell))
-        if launching:
-            return self._launch(line, args, cell, kwargs["model"])
-        try:
-            self._train(args, kwargs)
-        except Exception as error:
-            __tracebackhide__ = True  # noqa: F841 (IPython hides this frame; the user's stay)
-            trimmed = without_jiyu_frames(error.__traceback__)
-            if trimmed is None:
-                raise
-            raise error.with_traceback(trimmed)
+        return fit_kwargs(args, namespace, rebound(namespace, before) if body else frozenset(),
+                          defining_cells(self.shell))
 
     def _launch(self, line: str, args: Namespace, cell: str | None, model) -> None:
         """``--nproc``: the same cell under torchrun, from this kernel's model and history."""
@@ -171,6 +175,7 @@ class TrainMagics(Magics):
     def _train(self, args: Namespace, kwargs: dict) -> None:
         from ..train import StopSignal, TrainConfigError, TrainingFailed, fit
 
+        __tracebackhide__ = True  # noqa: F841
         stop = StopSignal()
         monitor = self._monitor(args, stop)
         try:
@@ -180,6 +185,9 @@ class TrainMagics(Magics):
             raise
         except TrainConfigError as error:
             raise UsageError(str(error)) from None
+        except Exception as error:
+            raise_without_jiyu_frames(error)
+            raise
         finally:
             if monitor is not None:
                 monitor.close()

@@ -32,3 +32,12 @@ def without_jiyu_frames(tb: TracebackType | None) -> TracebackType | None:
     for frame in reversed([f for f in frames if not is_jiyu_frame(f)]):
         trimmed = TracebackType(trimmed, frame.tb_frame, frame.tb_lasti, frame.tb_lineno)
     return trimmed
+
+
+def raise_without_jiyu_frames(error: BaseException) -> None:
+    """Raises ``error`` with the user's frames only; returns when there is nothing to trim (the
+    caller re-raises it as it is). Frames that re-raise it set ``__tracebackhide__``."""
+    __tracebackhide__ = True  # noqa: F841
+    trimmed = without_jiyu_frames(error.__traceback__)
+    if trimmed is not None:
+        raise error.with_traceback(trimmed)
