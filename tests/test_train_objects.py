@@ -154,3 +154,29 @@ def test_the_dashboard_header_names_them_in_a_real_kernel(tmp_path):
     nb = execute(notebook("%load_ext jiyu_magics\n" + SETUP, LEFTOVERS, "%%train --epochs 1" + MODEL), tmp_path)
     summary = html_of(nb.cells[2])
     assert "from the notebook: val_loader (cell 2), loss_fn (cell 2)" in summary, summary
+
+
+@pytest.mark.parametrize("source, names", [
+    ("a = 1\nb, (c, *d) = 2, (3, 4)\ne += 1\nf: int = 1", {"a", "b", "c", "d", "e", "f"}),
+    ("if x:\n    g = 1\nfor h in []: pass\nwith open(p) as i: pass", {"g", "h", "i"}),
+    ("import torch.nn as nn\nimport os.path\nfrom x import y as z", {"nn", "os", "z"}),
+    ("def fn():\n    inner = 1\nclass K:\n    attr = 1\nsq = [k for k in range(3)]", {"fn", "K", "sq"}),
+    ("%%train --epochs 1\nval_loader = 1\nloss_fn = 2", {"val_loader", "loss_fn"}),
+    ("%time scheduler = 3", {"scheduler"}),
+    ("%%time\nloss_fn = 1\n%timeit q = 2", {"loss_fn"}),
+    ("x = (", set()),
+])
+def test_which_names_a_cell_binds(source, names):
+    from jiyu_magics.magics.defining_cell import names_bound_by
+
+    assert names_bound_by(source) == names
+
+
+def test_an_error_raised_by_jiyu_keeps_its_frames():
+    """Only errors of the user's code lose jiyu's frames: one raised by jiyu is ours to read."""
+    from jiyu_magics.magics.user_traceback import without_jiyu_frames
+    from jiyu_magics.train.fit_options import FitOptions
+
+    with pytest.raises(ValueError) as error:
+        FitOptions(epochs=-1).validate()
+    assert without_jiyu_frames(error.value.__traceback__) is None

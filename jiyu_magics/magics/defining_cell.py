@@ -12,37 +12,42 @@ then says "from the notebook".
 from __future__ import annotations
 
 import ast
+import functools
 from typing import Callable
 
 from .cell_history import CellHistory
 
-CELL_MAGIC_CALLS = ("run_cell_magic",)
+CODE_CELL_MAGICS = ("train", "time", "capture")  # cell magics whose body binds names in the notebook
+CODE_LINE_MAGICS = ("time",)
 
 
 def defining_cells(shell) -> Callable[[str], int | None]:
     """``name -> execution count`` over this kernel's history as it is now."""
     cells = CellHistory.of(shell).cells()
-    parsed: dict[int, set[str]] = {}
-
-    def python(source: str) -> str:
-        try:
-            return shell.transform_cell(source)
-        except Exception:  # IPython's transformers reject some odd input: that cell binds nothing we see
-            return ""
 
     def defined_in(name: str) -> int | None:
-        for index in range(len(cells) - 1, -1, -1):
-            if index not in parsed:
-                parsed[index] = bound_names(python(cells[index].source), python)
-            if name in parsed[index]:
-                return cells[index].execution_count
-        return None
+        return next((cell.execution_count for cell in reversed(cells) if name in names_bound_by(cell.source)), None)
     return defined_in
 
 
+@functools.lru_cache(maxsize=4096)
+def names_bound_by(source: str) -> frozenset[str]:
+    """A cell's top-level names, once per distinct source: each ``%%train`` asks again."""
+    return frozenset(bound_names(_python(source), _python))
+
+
+def _python(source: str) -> str:
+    from IPython.core.inputtransformer2 import TransformerManager
+
+    try:
+        return TransformerManager().transform_cell(source)
+    except Exception:  # IPython's transformers reject some odd input: that cell binds nothing we see
+        return ""
+
+
 def bound_names(code: str, python: Callable[[str], str]) -> set[str]:
-    """The names ``code`` binds at its top level, ``%%train`` bodies (turned into Python by
-    ``python``) included."""
+    """The names ``code`` binds at its top level, the code of ``%%train``, ``%%time`` and the
+    like (turned into Python by ``python``) included."""
     try:
         tree = ast.parse(code)
     except (SyntaxError, ValueError):
@@ -82,13 +87,17 @@ class _Bindings(ast.NodeVisitor):
 
 
 def _cell_magic_bodies(tree: ast.Module) -> list[str]:
-    """The bodies of ``get_ipython().run_cell_magic('train', line, body)`` calls: a ``%%train``
-    cell's set-up code, as IPython turned the cell into Python."""
+    """The code of magics that run it in the notebook's namespace, as IPython turned the cell
+    into Python: ``get_ipython().run_cell_magic('train', line, body)`` (a ``%%train`` cell's
+    set-up; ``%%time``, ``%%capture``) and ``run_line_magic('time', code)``."""
     bodies = []
     for node in ast.walk(tree):
-        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-                and node.func.attr in CELL_MAGIC_CALLS and len(node.args) == 3
-                and all(isinstance(a, ast.Constant) and isinstance(a.value, str) for a in node.args)
-                and node.args[0].value == "train"):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and all(isinstance(a, ast.Constant) and isinstance(a.value, str) for a in node.args)):
+            continue
+        magic = node.args[0].value if node.args else None
+        if node.func.attr == "run_cell_magic" and len(node.args) == 3 and magic in CODE_CELL_MAGICS:
             bodies.append(node.args[2].value)
+        elif node.func.attr == "run_line_magic" and len(node.args) == 2 and magic in CODE_LINE_MAGICS:
+            bodies.append(node.args[1].value)
     return bodies
