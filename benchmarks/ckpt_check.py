@@ -1,7 +1,7 @@
 """What the NaN check before each checkpoint costs, against the checkpoint it guards.
 
 Before every checkpoint the engine checks the pending losses and every floating-point parameter
-and buffer for NaN/Inf (``train.finite_check``), so a non-finite state is never written. Nothing
+and buffer that started finite for NaN/Inf (``train.finite_check``), so a non-finite state is never written. Nothing
 runs per step; this measures the check against the atomic save it precedes (``save_atomic``:
 ``torch.save`` of model and AdamW state, fsync, rename), for models of a few sizes. Check and
 save alternate (A B A B ...), and we print medians and the ratio check/save per model.
@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from jiyu_magics.train.checkpoint import FORMAT, save_atomic
-from jiyu_magics.train.finite_check import all_finite, state_tensors
+from jiyu_magics.train.finite_check import FiniteGuard
 
 MODELS = {  # name -> (width, depth): parameter tensors = 2 * depth (+ BatchNorm's)
     "digits CNN-size (0.03 M)": (64, 4),
@@ -53,9 +53,9 @@ def measure(name: str, width: int, depth: int, device: torch.device, repeat: int
     model, optimizer = model_of(width, depth, device)
     losses = [torch.rand((), device=device) for _ in range(50)]  # the losses pending since the last log
     state = {"format": FORMAT, "model": model.state_dict(), "optimizer": optimizer.state_dict()}
-    checks, saves = [], []
+    guard, checks, saves = FiniteGuard(model), [], []
     for index in range(repeat + 1):
-        check = timed(lambda: all_finite(losses, state_tensors(model)), device)
+        check = timed(lambda: guard.holds(losses), device)
         save = timed(lambda: save_atomic(state, folder / f"step-{index:08d}.pt"), device)
         if index:  # the first pair warms caches and the allocator
             checks.append(check)

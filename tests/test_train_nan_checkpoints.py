@@ -114,3 +114,17 @@ def test_the_nan_step_is_the_results_step(shell, capsys):
     result = shell.user_ns["train_result"]
     assert "Loss became nan at step 2;" in result.message
     assert result.step == 2
+
+
+def test_a_buffer_meant_to_hold_inf_is_no_nan(shell):
+    """A causal mask kept as a buffer of -inf (as transformer tutorials write it) is how the
+    model started: only what started finite must stay finite."""
+    shell.run_cell("class Masked(nn.Module):\n"
+                   "    def __init__(self):\n"
+                   "        super().__init__(); self.net = nn.Linear(20, 2)\n"
+                   "        self.register_buffer('mask', torch.triu(torch.full((4, 4), float('-inf')), 1))\n"
+                   "    def forward(self, x):\n"
+                   "        return self.net(x)\n")
+    shell.run_cell("%%train --max-steps 20 --ckpt-every 5" + BODY.replace("NanOnce(bad_step=60)", "Masked()"))
+    result = shell.user_ns["train_result"]
+    assert result.status == "succeeded" and len(result.checkpoints) == 3

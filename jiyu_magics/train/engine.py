@@ -28,7 +28,7 @@ from .evaluate import evaluate
 from .weight_handoff import final_weights_path, load_initial_weights, write_weights
 from .end_messages import (input_bound_advice, nonfinite_message, oom_message, resume_command, stopped_message,
                            succeeded_message)
-from .finite_check import all_finite, state_tensors
+from .finite_check import FiniteGuard
 from .schedule_check import schedule_mismatch
 from .step_meter import StepMeter
 from .step_cadence import StepCadence
@@ -160,6 +160,7 @@ class Trainer:
         load_initial_weights(self.raw_model)  # %%train --nproc: the kernel's weights, before wrapping
         self.steps = self._step_runner()
         self._resume()
+        self.finite = FiniteGuard(self.raw_model)  # what must stay finite: the weights as they start
         position, opts = self.position, self.opts
         position.start_step = position.step
         self.meter.reset(time.perf_counter(), position.step)
@@ -338,7 +339,7 @@ class Trainer:
         """Before every checkpoint: a NaN written there would rotate the good checkpoints out.
         The check reads one flag (a checkpoint syncs anyway); when it fails, the pending losses
         name the exact step, else the weights went bad while the loss still looked finite."""
-        finite = all_finite(self.meter.losses, state_tensors(self.raw_model))
+        finite = self.finite.holds(self.meter.losses)
         if not self.dist.reduce([0.0 if finite else 1.0], "max", self.device)[0]:
             return
         if self.meter.losses:
