@@ -73,6 +73,7 @@ bench: setup
 	$(BIN)/python benchmarks/dashboard_share.py
 	$(BIN)/python benchmarks/panel_gpus.py
 	$(BIN)/python benchmarks/queue_latency.py
+	$(BIN)/python benchmarks/ckpt_check.py
 
 # On a GPU machine: every gpu-marked test and the benchmarks (see benchmarks/gpu_checks.sh).
 gpu-checks:

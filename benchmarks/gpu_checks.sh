@@ -26,3 +26,5 @@ echo "== benchmarks/queue_latency.py --real-gpu"
 $PY benchmarks/queue_latency.py --real-gpu --repeat 3
 echo "== benchmarks/train_overhead.py --device cuda"
 $PY benchmarks/train_overhead.py --device cuda --repeat 7
+echo "== benchmarks/ckpt_check.py --device cuda"
+$PY benchmarks/ckpt_check.py --device cuda

@@ -120,15 +120,15 @@ TRAINING_NOTEBOOK_CELLS = [
     "steps = 150\npace = 0.2",
     "import time, torch\nfrom sklearn.datasets import load_digits\nfrom torch.utils.data import DataLoader, TensorDataset\n"
     "x, y = load_digits(return_X_y=True)\n"
-    "data = TensorDataset(torch.tensor(x / 16.0, dtype=torch.float32), torch.tensor(y))",
-    "%%train --max-steps {steps} --refresh 1 --seed 0 --name {name}\n"
-    "model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10))\n"
-    "optimizer = torch.optim.AdamW(model.parameters(), 3e-3)\n"
-    "train_loader = DataLoader(data, batch_size=32, shuffle=True)\n"
-    "def train_step(model, batch):\n"
+    "data = TensorDataset(torch.tensor(x / 16.0, dtype=torch.float32), torch.tensor(y))\n"
+    "def train_step(model, batch):  # from an earlier cell: %%train names it in its header\n"
     "    time.sleep(pace)  # paced, so the panel's progress visibly moves\n"
     "    inputs, targets = batch\n"
     "    return torch.nn.functional.cross_entropy(model(inputs), targets)",
+    "%%train --max-steps {steps} --refresh 1 --seed 0 --name {name}\n"
+    "model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10))\n"
+    "optimizer = torch.optim.AdamW(model.parameters(), 3e-3)\n"
+    "train_loader = DataLoader(data, batch_size=32, shuffle=True)",
 ]
 
 

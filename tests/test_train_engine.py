@@ -142,7 +142,7 @@ def test_nan_loss_stops_with_step_and_last_good_checkpoint():
         fit(model, torch.optim.SGD(model.parameters(), 0.1), loader(blobs()), train_step=train_step, epochs=3,
             ckpt_every=5, log_every=4)
     result = failure.value.result
-    assert result.status == "failed" and result.step == 8
+    assert result.status == "failed" and result.step == 7  # one step count: the NaN's, not the log's (8)
     assert "Loss became nan at step 7" in result.message
     assert "step-00000005.pt (step 5)" in result.message and "--clip" in result.message
     assert failure.value._render_traceback_() == [f"TrainingFailed: {result.message}"]

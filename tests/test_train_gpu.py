@@ -77,3 +77,41 @@ def test_an_input_bound_cuda_run_gets_loader_advice():
     (advice,) = events_of(result, "advice")
     for setting in ("num_workers=", "pin_memory=True", "persistent_workers=True", "prefetch_factor="):
         assert setting in advice["message"]
+
+
+class NanAt(nn.Module):
+    """An MLP whose output is NaN at one training step."""
+
+    def __init__(self, bad_step: int):
+        super().__init__()
+        self.net, self.bad_step, self.calls = mlp(), bad_step, 0
+
+    def forward(self, x):
+        out = self.net(x)
+        self.calls += self.training
+        return out * float("nan") if self.calls == self.bad_step else out
+
+
+def test_a_nan_on_cuda_keeps_the_good_checkpoints():
+    """The check before each checkpoint on CUDA tensors (bf16/fp16 autocast): nothing after the NaN saved."""
+    from jiyu_magics.train.checkpoint import load_checkpoint
+
+    model = NanAt(bad_step=12)
+    with pytest.raises(TrainingFailed) as failure:
+        fit(model, torch.optim.AdamW(model.parameters(), 1e-2), loader(blobs(512)), loss_fn=nn.CrossEntropyLoss(),
+            epochs=1, ckpt_every=1)
+    result = failure.value.result
+    assert result.step == 12 and "(step 11)" in result.message
+    state = load_checkpoint(result.checkpoints[-1])
+    assert state["step"] == 11 and all(torch.isfinite(t).all() for t in state["model"].values()
+                                       if t.is_floating_point())
+
+
+def test_a_device_that_is_not_there_is_one_line():
+    from jiyu_magics.train import TrainConfigError
+
+    model = mlp()
+    beyond = f"cuda:{torch.cuda.device_count()}"
+    with pytest.raises(TrainConfigError, match=f"^device {beyond}: only {torch.cuda.device_count()} CUDA device"):
+        fit(model, torch.optim.AdamW(model.parameters(), 1e-2), loader(blobs()), loss_fn=nn.CrossEntropyLoss(),
+            device=beyond)

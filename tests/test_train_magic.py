@@ -79,6 +79,10 @@ def test_resume_last_continues_the_previous_run(shell):
     ("", "model = 'not a model'", "model must be a torch.nn.Module, got str"),
     ("--resume /nowhere/ckpt.pt", "", "resume checkpoint /nowhere/ckpt.pt does not exist"),
     ("--batch-size 8", "", "batch_size conflicts with the DataLoader's own batch size"),
+    ("--device bogus", "", "device 'bogus' is not a device torch knows; use cpu, cuda, cuda:N or mps"),
+    pytest.param("--device cuda", "", "use --device cpu", marks=pytest.mark.driverless),
+    ("--name a\x1b[31mred", "", "name: a run name must be one line of printable text"),
+    ("--no-val --val-loader val_loader", "", "--no-val and --val-loader conflict"),
 ])
 def test_bad_input_is_a_one_line_usage_error(shell, line, prepare, message):
     shell.run_cell(BODY + "\n" + prepare)
@@ -86,6 +90,37 @@ def test_bad_input_is_a_one_line_usage_error(shell, line, prepare, message):
         shell.run_line_magic("train", line)
     assert message in str(error.value) and "\n" not in str(error.value).strip()
     assert all(run.status != "running" for run in RunStore().list()), "nothing left running"
+
+
+def test_fit_checks_the_run_name_by_the_one_rule():
+    from torch import nn
+
+    from jiyu_magics.train import TrainConfigError, fit
+
+    model = nn.Linear(2, 2)
+    with pytest.raises(TrainConfigError, match="^name: a run name must be one line of printable text"):
+        fit(model, __import__("torch").optim.SGD(model.parameters(), 0.1), [], name="a\ntouch pwned")
+    assert RunStore().list() == []
+
+
+BROKEN = """
+class Broken(nn.Module):
+    def __init__(self):
+        super().__init__(); self.net = nn.Linear(20, 2)
+    def forward(self, x):
+        raise ValueError("shapes do not fit")
+"""
+
+
+def test_an_error_in_user_code_shows_the_users_frames_not_jiyus(shell, capsys):
+    shell.run_cell(BROKEN)
+    shell.run_cell("%%train --epochs 1" + BODY.replace("nn.Sequential(nn.Linear(20, 32), nn.ReLU(), nn.Linear(32, 2))",
+                                                       "Broken()"))
+    out = re.sub(r"\x1b\[[0-9;]*m", "", capsys.readouterr().out)
+    assert "ValueError: shapes do not fit" in out and "in Broken.forward" in out
+    assert 'raise ValueError("shapes do not fit")' in out
+    assert "jiyu_magics" not in out, out
+    assert shell.user_ns.get("train_result") is None
 
 
 def test_resume_from_a_file_that_is_not_a_checkpoint_is_one_line(shell, tmp_path):

@@ -61,8 +61,8 @@ def test_readme_lists_the_declared_options():
     readme = (ROOT / "README.md").read_text()
     for spec in option_specs():
         assert f"- `{spec.flag}" in readme
-    for flags, _ in MAGIC_OPTIONS:
-        assert f"- `{flags[0]} " in readme
+    for flags, options in MAGIC_OPTIONS:
+        assert f"- `{flags[0]}{'`' if 'action' in options else ' '}" in readme
 
 
 def test_a_stale_readme_fails_the_check(tmp_path):

@@ -7,7 +7,7 @@ import sys
 
 
 def add_commands(commands) -> None:
-    from ..jobs.submit_options import PARAM_OPTION, SUBMIT_OPTIONS
+    from ..jobs.submit_options import PARAM_OPTIONS, SUBMIT_OPTIONS
 
     p = commands.add_parser("submit", help="run a notebook as a detached torchrun job",
                             description="Export NOTEBOOK to a script and run it under torchrun, detached from "
@@ -40,8 +40,8 @@ def add_commands(commands) -> None:
                                         "display commands left out unless tagged jiyu:keep, -p injected.")
     p.add_argument("notebook", help="the .ipynb to export")
     p.add_argument("-o", "--output", required=True, metavar="FILE", help="where to write the script ('-' for stdout)")
-    flags, options = PARAM_OPTION
-    p.add_argument(*flags, **options)
+    for flags, options in PARAM_OPTIONS:
+        p.add_argument(*flags, **options)
     p.set_defaults(handler=run_export)
 
 
@@ -110,9 +110,10 @@ def run_stop(args: argparse.Namespace) -> int:
 
 @_job_errors
 def run_export(args: argparse.Namespace) -> int:
-    from ..jobs import JobError, export_notebook, parse_pairs
+    from ..jobs import JobError, export_notebook
+    from ..jobs.submit_options import params_of
 
-    export = export_notebook(args.notebook, parse_pairs(args.params))
+    export = export_notebook(args.notebook, params_of(args))
     if args.output == "-":
         sys.stdout.write(export.script)
         return 0

@@ -15,7 +15,9 @@ here are allowed and passed on unchecked:
   (None when unknown), ``epochs``, ``steps_per_epoch``, ``nproc``, ``batch_size`` (per process and
   micro-batch), ``accum``, ``amp`` (bf16|fp16|off), ``device``, ``params`` (parameter count),
   ``strategy`` (single|ddp|fsdp), ``backend`` (the process group's), ``data`` (how batches are
-  made), ``start_step`` (> 0 when resumed), ``resumed_from`` (checkpoint path).
+  made), ``start_step`` (> 0 when resumed), ``resumed_from`` (checkpoint path), ``from_notebook``
+  (which optional objects ``%%train`` took from the notebook rather than its cell, e.g.
+  ``from the notebook: val_loader (cell 7)``; None when none).
 - ``step``: ``step`` (optimizer steps so far), ``epoch`` (1-based), ``loss`` (mean since the last
   log, over ranks), ``lr``, ``samples_per_s`` (all ranks), ``mem_alloc``/``mem_reserved``/
   ``mem_peak`` (bytes, CUDA only), ``data_wait`` (share 0..1 of wall time waiting for batches),
@@ -38,7 +40,8 @@ COMMON: dict[str, type] = {"t": float}
 FIELDS: dict[EventKind, dict[str, type]] = {
     EventKind.START: {"run_id": str, "name": str, "total_steps": int, "epochs": int, "steps_per_epoch": int,
                       "nproc": int, "batch_size": int, "accum": int, "amp": str, "device": str, "params": int,
-                      "strategy": str, "backend": str, "data": str, "start_step": int, "resumed_from": str},
+                      "strategy": str, "backend": str, "data": str, "start_step": int, "resumed_from": str,
+                      "from_notebook": str},
     EventKind.STEP: {"step": int, "epoch": int, "loss": float, "lr": float, "samples_per_s": float,
                      "mem_alloc": float, "mem_reserved": float, "mem_peak": float, "data_wait": float,
                      "grad_norm": float, "elapsed": float, "eta": float},

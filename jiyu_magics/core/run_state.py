@@ -66,6 +66,7 @@ class RunState:
     data: str | None = None
     start_step: int | None = None
     resumed_from: str | None = None
+    from_notebook: str | None = None         # what %%train took from the notebook, not its cell
     # its progress, from the newest step event
     step: int | None = None
     epoch: int | None = None

@@ -6,13 +6,23 @@ from __future__ import annotations
 from typing import Any
 
 from .backends.slurm_options import DEFAULT_CHECKPOINT_GRACE_S, DEFAULT_MAX_REQUEUES
-from .export.params import parse_pairs
+from .export.params import parse_pairs, parse_yaml, read_params_file
 from .launch_spec import BACKENDS, K8S_KINDS
 
-PARAM_OPTION: tuple[tuple[str, ...], dict[str, Any]] = (
-    ("-p", "--param"), dict(nargs=2, action="append", dest="params", metavar=("NAME", "VALUE"),
-                            help="override a variable of the cell tagged 'parameters'; VALUE is a Python "
-                                 "literal, other text stays a string (repeatable)"))
+PARAM_OPTIONS: list[tuple[tuple[str, ...], dict[str, Any]]] = [
+    (("-p", "--param"), dict(nargs=2, action="append", dest="params", metavar=("NAME", "VALUE"),
+                             help="override a variable of the cell tagged 'parameters' (repeatable). VALUE is "
+                                  "read as a Python literal (numbers, True/False/None, 'quoted text', lists, "
+                                  "dicts); other text stays a string. papermill's -p reads only numbers and "
+                                  "True/False/None and keeps the rest as text: '\"Hello\"' gives Hello here, "
+                                  "\"Hello\" with its quotes there; [1, 2] a list here, text there")),
+    (("-y", "--params-yaml"), dict(action="append", dest="params_yaml", metavar="YAML",
+                                   help="parameters as a YAML mapping, as papermill's -y: "
+                                        "-y '{lr: 0.001, layers: [64, 128]}' (repeatable)")),
+    (("-f", "--params-file"), dict(action="append", dest="params_files", metavar="FILE",
+                                   help="parameters from a YAML file, as papermill's -f (repeatable); "
+                                        "-f files apply first, then -y, then -p: the last one given wins")),
+]
 
 SUBMIT_OPTIONS: list[tuple[tuple[str, ...], dict[str, Any]]] = [
     (("--nproc", "--nproc-per-node"), dict(type=int, default=1, metavar="N",
@@ -27,7 +37,7 @@ SUBMIT_OPTIONS: list[tuple[tuple[str, ...], dict[str, Any]]] = [
                                 "order (default 0)")),
     (("--share",), dict(action="store_true",
                         help="may lease GPUs that other --share runs lease too (never one a run holds alone)")),
-    PARAM_OPTION,
+    *PARAM_OPTIONS,
     (("--name",), dict(help="a name for the run (default: the notebook's file name)")),
     (("--max-restarts",), dict(type=int, default=0, metavar="K",
                                help="let torchrun restart failed workers K times; training resumes from its "
@@ -72,10 +82,22 @@ SLURM_FIELDS = ("time", "partition", "account", "qos", "constraint", "mem", "gpu
                 "max_requeues", "checkpoint_grace")
 
 
+def params_of(args) -> dict[str, Any]:
+    """The parameters of ``-f``, ``-y`` and ``-p`` options, in papermill's order: files, then
+    YAML texts, then pairs; a name given again takes the later value."""
+    params: dict[str, Any] = {}
+    for path in args.params_files or ():
+        params.update(read_params_file(path))
+    for text in args.params_yaml or ():
+        params.update(parse_yaml(text))
+    params.update(parse_pairs(args.params))
+    return params
+
+
 def submit_kwargs(args) -> dict[str, Any]:
     """``jobs.submit`` keyword arguments from parsed options (without the notebook)."""
     slurm = {name: getattr(args, name) for name in SLURM_FIELDS if getattr(args, name) is not None}
-    return dict(nproc=args.nproc, nnodes=args.nnodes, params=parse_pairs(args.params), name=args.name,
+    return dict(nproc=args.nproc, nnodes=args.nnodes, params=params_of(args), name=args.name,
                 max_restarts=args.max_restarts, backend=args.backend, notify=args.notify,
                 rdzv_endpoint=args.rdzv_endpoint, node_rank=args.node_rank, slurm=slurm or None,
                 k8s_kind=args.k8s_kind, gpus=args.gpus, priority=args.priority, share=args.share)

@@ -74,8 +74,10 @@ class JobMagics(Magics):
 
         The notebook (this one when no path is given, as last saved) is exported to a script:
         shell commands, %pip and display-only magics are left out unless the cell is tagged
-        jiyu:keep, cells tagged jiyu:skip are dropped, and -p values are injected after the
-        cell tagged "parameters". The job runs under a detached supervisor in the notebook's
+        jiyu:keep, cells tagged jiyu:skip are dropped, and parameters (-f files, then -y YAML,
+        then -p pairs) are injected after the cell tagged "parameters". A -p VALUE is a Python
+        literal, other text a string: more than papermill's -p (see -p below); -y and -f read
+        YAML as papermill does. The job runs under a detached supervisor in the notebook's
         folder; its run id prints at once and is returned (``run = %submit ...``, then
         ``%job attach {run}``). It leases --gpus GPUs (default: one per process where GPUs are
         visible) and waits queued until they are free (first by --priority, then in order).
@@ -87,6 +89,7 @@ class JobMagics(Magics):
 
             %submit --nproc 2 -p lr 3e-4 -p arch resnet50
             %submit --nproc 4 --gpus 4 --priority 5
+            %submit -y "{lr: 3e-4, layers: [64, 128]}" -f base.yaml
             %submit train.ipynb --nproc 8 --max-restarts 3 --notify "notify-send"
             %submit train.ipynb --backend slurm --nnodes 4 --nproc 8 --time 12:00:00 --partition gpu
         """

@@ -18,20 +18,11 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 
 from ..train.fit_options import FitOptions, OptionSpec, flag_of, option_specs
 from ..train.train_errors import TrainConfigError
+from .defining_cell import defining_cells
 from .frontend import in_notebook
+from .train_objects import NONE, OBJECTS, choose, identities, rebound, watched
+from .user_traceback import raise_without_jiyu_frames
 
-# The objects training takes from the notebook: option -> (default variable, required, what it holds)
-OBJECTS = {
-    "model": ("model", True, "the model"),
-    "optimizer": ("optimizer", True, "the optimizer"),
-    "train_loader": ("train_loader", True, "the training data"),
-    "val_loader": ("val_loader", False, "validation data"),
-    "loss_fn": ("loss_fn", False, "loss_fn(outputs, targets)"),
-    "scheduler": ("scheduler", False, "an LR scheduler, stepped as --scheduler-interval says"),
-    "train_step": ("train_step", False, "train_step(model, batch) -> loss, for batches that are not "
-                                        "(inputs, targets) or dicts"),
-}
-FIT_ARGUMENT = {"train_loader": "train_data", "val_loader": "val_data"}
 FIT_OPTIONS = option_specs()
 
 # Options of the magic itself (fit's options come from FitOptions), declared once.
@@ -42,8 +33,12 @@ MAGIC_OPTIONS: list[tuple[tuple[str, ...], dict]] = [
     (("--refresh",), dict(type=float, metavar="SECONDS", help="Dashboard refresh interval. Default: 1 s "
                           "(text progress: 10 s).")),
     *((("--" + name.replace("_", "-"),), dict(metavar="VAR", help=f"Variable holding {what}. Default: {default}"
-                                              + ("." if required else ", optional.")))
+                                              + ("." if required else f", from this cell, or from the notebook"
+                                                 f"{' when it steps this optimizer' if name == 'scheduler' else ''} "
+                                                 f"(then named in the run's header); {NONE}: none.")))
       for name, (default, required, what) in OBJECTS.items()),
+    (("--no-val",), dict(action="store_true", help="Validate nothing, even when the notebook has a val_loader "
+                         f"(as --val-loader {NONE}).")),
     (("--result",), dict(metavar="VAR", default="train_result", help="Variable the result is stored in. "
                          "Default: train_result.")),
 ]
@@ -77,36 +72,20 @@ def parse_options(line: str) -> Namespace:
     return parse_argstring(TrainMagics.train, line)
 
 
-def fit_kwargs(args: Namespace, namespace: dict) -> dict:
+def fit_kwargs(args: Namespace, namespace: dict, fresh: frozenset[str] = frozenset(),
+               defined_in=lambda name: None) -> dict:
     """``fit`` keyword arguments from parsed ``%%train`` options and the user's variables: every
-    ``fit`` option, as typed or else its declared default. Raises a one-line ``UsageError`` for
-    a missing object or conflicting options."""
-    kwargs = _objects(args, namespace)
+    ``fit`` option, as typed or else its declared default, and the objects (``train_objects``:
+    ``fresh`` are the variables the cell body bound, ``defined_in`` finds an earlier cell).
+    Raises a one-line ``UsageError`` for a missing object or conflicting options."""
+    chosen = choose(args, namespace, fresh, defined_in)
+    kwargs = {**chosen.fit_arguments(), "from_notebook": chosen.note()}
     for spec in FIT_OPTIONS:
         given = getattr(args, spec.name)
         kwargs[spec.name] = spec.default if given is None else given
     if args.save_ckpts is False and args.ckpt_every:
         raise UsageError("--no-ckpt and --ckpt-every conflict: choose one")
     _check_options(kwargs)
-    return kwargs
-
-
-def _objects(args: Namespace, namespace: dict) -> dict:
-    kwargs = {}
-    for option, (default, required, _) in OBJECTS.items():
-        given = getattr(args, option)
-        name = given or default
-        if name in namespace and namespace[name] is not None:
-            kwargs[FIT_ARGUMENT.get(option, option)] = namespace[name]
-        elif given or required:
-            flag = "--" + option.replace("_", "-")
-            raise UsageError(f"no {option} named {name!r} in the notebook: define it in the cell or pass {flag} NAME")
-    if "loss_fn" in kwargs and "train_step" in kwargs:
-        if args.loss_fn and args.train_step:
-            raise UsageError("--loss-fn and --train-step conflict: train_step computes the loss itself")
-        if not (args.loss_fn or args.train_step):
-            raise UsageError("both loss_fn and train_step are defined: pass --loss-fn or --train-step to choose")
-        kwargs.pop("train_step" if args.loss_fn else "loss_fn")
     return kwargs
 
 
@@ -137,7 +116,11 @@ class TrainMagics(Magics):
 
         The cell body runs once in the notebook's namespace; then training takes ``model``,
         ``optimizer``, ``train_loader`` and, when present, ``loss_fn``, ``val_loader``,
-        ``scheduler``, ``train_step`` from it (rename with --model etc.). The dashboard shows
+        ``scheduler``, ``train_step`` from it (rename with --model etc.). Those optional objects
+        come from this cell, or else from the notebook, and the run's header then names them
+        with the cell that made them ("from the notebook: val_loader (cell 7)"); a scheduler
+        of another optimizer is left out when it is a leftover, refused when this cell or
+        --scheduler names it; --loss-fn NONE, --no-val etc. leave one out. The dashboard shows
         the loss curve, progress and ETA, samples/s, LR, GPU memory and a Stop button; Stop
         or a kernel interrupt ends at the next step with a checkpoint. The trained model stays
         in the notebook and the result (history, run id, checkpoints) goes to ``train_result``.
@@ -151,7 +134,17 @@ class TrainMagics(Magics):
 
             %train --resume last --epochs 6     # line form: no set-up code, same options
         """
+        __tracebackhide__ = True  # noqa: F841 (IPython hides this frame: an error shows the user's)
         args = parse_argstring(self.train, line)
+        launching = self._check(args)
+        kwargs = self._run_body(args, cell, launching)
+        if launching:
+            return self._launch(line, args, cell, kwargs["model"])
+        self._train(args, kwargs)
+
+    @staticmethod
+    def _check(args: Namespace) -> bool:
+        """The magic's own options; True when this call launches ranks (``--nproc``)."""
         if args.nproc is not None and args.nproc < 1:
             raise UsageError(f"--nproc must be >= 1, got {args.nproc}")
         if args.refresh is not None and not args.refresh > 0:
@@ -161,12 +154,17 @@ class TrainMagics(Magics):
             from .ddp_launch import check_devices
 
             check_devices(args.nproc, args.device)
-        if cell and cell.strip() and not self.shell.run_cell(cell, store_history=False).success:
+        return launching
+
+    def _run_body(self, args: Namespace, cell: str | None, launching: bool) -> dict:
+        """Runs the cell body, then ``fit``'s arguments, knowing which variables the body bound."""
+        namespace = self.shell.user_ns
+        before = identities(namespace, watched(args))
+        body = bool(cell and cell.strip())
+        if body and not self.shell.run_cell(cell, store_history=False).success:
             raise UsageError(f"the cell body failed (traceback above); nothing was {'launched' if launching else 'trained'}")
-        kwargs = fit_kwargs(args, self.shell.user_ns)
-        if launching:
-            return self._launch(line, args, cell, kwargs["model"])
-        self._train(args, kwargs)
+        return fit_kwargs(args, namespace, rebound(namespace, before) if body else frozenset(),
+                          defining_cells(self.shell))
 
     def _launch(self, line: str, args: Namespace, cell: str | None, model) -> None:
         """``--nproc``: the same cell under torchrun, from this kernel's model and history."""
@@ -177,6 +175,7 @@ class TrainMagics(Magics):
     def _train(self, args: Namespace, kwargs: dict) -> None:
         from ..train import StopSignal, TrainConfigError, TrainingFailed, fit
 
+        __tracebackhide__ = True  # noqa: F841
         stop = StopSignal()
         monitor = self._monitor(args, stop)
         try:
@@ -186,6 +185,9 @@ class TrainMagics(Magics):
             raise
         except TrainConfigError as error:
             raise UsageError(str(error)) from None
+        except Exception as error:
+            raise_without_jiyu_frames(error)
+            raise
         finally:
             if monitor is not None:
                 monitor.close()

@@ -146,6 +146,7 @@ class CheckpointKeeper:
     def __init__(self, folder: Path, keep: int, label: str = ""):
         self.folder, self.keep, self.label = Path(folder), keep, label
         self.saved: list[Path] = []
+        self.last_step: int | None = None  # the step of ``last``
 
     def save(self, state: dict[str, Any], step: int, write: bool = True) -> Path:
         """Saves (rank 0) or only records (other ranks: the same paths, for their results)."""
@@ -159,6 +160,7 @@ class CheckpointKeeper:
         if path in self.saved:
             self.saved.remove(path)
         self.saved.append(path)
+        self.last_step = step
         while len(self.saved) > self.keep:
             old = self.saved.pop(0)
             if write:

@@ -7,19 +7,35 @@ fix the problem; the user should never need the traceback of the engine to act.
 from __future__ import annotations
 
 import os
+import shlex
 
 INPUT_BOUND_SHARE = 0.20
 
 
-def resume_hint(checkpoint: str | None) -> str:
+def resume_command(name: str | None, epochs: int | None, max_steps: int | None) -> str:
+    """The line that continues this call, as typed in the notebook: ``--resume last`` finds the
+    checkpoint by the run's name, so a name the user gave must be in it (without one, the name
+    is the default again), and the length makes it train to the same end."""
+    parts = ["%train --resume last"]
+    if name:
+        parts.append(f"--name {shlex.quote(name)}")
+    if epochs:
+        parts.append(f"--epochs {epochs}")
+    if max_steps:
+        parts.append(f"--max-steps {max_steps}")
+    return " ".join(parts)
+
+
+def resume_hint(checkpoint: str | None, command: str = "%train --resume last") -> str:
     if not checkpoint:
         return "No checkpoint was saved."
-    return f"Checkpoint: {checkpoint}. Continue with %%train --resume last (or fit(..., resume=path))."
+    return f"Checkpoint: {checkpoint}. Continue with {command} (or fit(..., resume=path))."
 
 
-def stopped_message(step: int, total: int | None, epoch: int, reason: str | None, checkpoint: str | None) -> str:
+def stopped_message(step: int, total: int | None, epoch: int, reason: str | None, checkpoint: str | None,
+                    command: str = "%train --resume last") -> str:
     of = f"/{total}" if total else ""
-    return f"Stopped at step {step}{of} (epoch {epoch}) by {reason or 'request'}. {resume_hint(checkpoint)}"
+    return f"Stopped at step {step}{of} (epoch {epoch}) by {reason or 'request'}. {resume_hint(checkpoint, command)}"
 
 
 def succeeded_message(step: int, start_step: int, epochs: int, elapsed: float, loss: float | None,
@@ -37,7 +53,7 @@ def succeeded_message(step: int, start_step: int, epochs: int, elapsed: float, l
 
 
 def nonfinite_message(step: int, value: float, checkpoint: str | None, checkpoint_step: int | None,
-                      amp: str, clipping: bool) -> str:
+                      amp: str, clipping: bool, what: str = "loss") -> str:
     last = (f"last good checkpoint: {checkpoint} (step {checkpoint_step})" if checkpoint
             else "no checkpoint was saved before it")
     fixes = ["lower the learning rate"]
@@ -45,7 +61,9 @@ def nonfinite_message(step: int, value: float, checkpoint: str | None, checkpoin
         fixes.append("clip gradients (--clip 1.0)")
     if amp == "fp16":
         fixes.append("use --amp bf16")
-    return f"Loss became {value} at step {step}; training stopped, {last}. Try: {', '.join(fixes)}."
+    went_bad = (f"Loss became {value} at step {step}" if what == "loss" else
+                f"The weights became NaN/Inf by step {step} while the loss was still finite")
+    return f"{went_bad}; training stopped, {last}. Try: {', '.join(fixes)}."
 
 
 def oom_message(step: int, peak: int | None, total: int | None, batch_size: int | None, accum: int, amp: str) -> str:

@@ -9,6 +9,7 @@ dashboard is polled by wall clock, and the stop flag is a plain attribute.
 from __future__ import annotations
 
 import gc
+import math
 import time
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,10 @@ from .process_group import join_process_group
 from .train_errors import NonFiniteLoss, TrainingFailed
 from .evaluate import evaluate
 from .weight_handoff import final_weights_path, load_initial_weights, write_weights
-from .end_messages import input_bound_advice, nonfinite_message, oom_message, stopped_message, succeeded_message
+from .end_messages import (input_bound_advice, nonfinite_message, oom_message, resume_command, stopped_message,
+                           succeeded_message)
+from .finite_check import FiniteGuard
+from .schedule_check import schedule_mismatch
 from .step_meter import StepMeter
 from .step_cadence import StepCadence
 from .step_plan import StepPlan
@@ -45,7 +49,7 @@ ADVICE_AFTER_STEPS = 20  # data wait in the first steps is warm-up (worker start
 
 def fit(model: torch.nn.Module, optimizer: torch.optim.Optimizer, train_data: Any, *, loss_fn=None,
         train_step=None, val_data=None, scheduler=None, monitor=None, stop: StopSignal | None = None,
-        **options) -> FitResult:
+        from_notebook: str | None = None, **options) -> FitResult:
     """Train ``model`` and return a :class:`FitResult` (history, run id, checkpoints, status).
 
     ``train_data``: a DataLoader, a Dataset or tensors with ``batch_size=``, or any re-iterable
@@ -53,7 +57,8 @@ def fit(model: torch.nn.Module, optimizer: torch.optim.Optimizer, train_data: An
     for ``model(**batch)`` (its ``.loss``, or ``loss_fn(logits, batch["labels"])``), or anything
     with ``train_step(model, batch) -> loss``. Options: see :class:`FitOptions` (epochs,
     max_steps, amp, accum, clip, compile, device, seed, log_every, val_every, ckpt_every,
-    ckpt_dir, resume, strategy, ...).
+    ckpt_dir, resume, strategy, ...). ``from_notebook``: a line for the run's header naming the
+    objects the caller took from a notebook's namespace rather than its own cell (``%%train``).
 
     Stopped runs (Stop button, kernel interrupt, SIGTERM in jobs) return with status
     ``stopped`` and a checkpoint; a stop for a scheduler's time limit (SIGUSR1 in jobs) ends the
@@ -62,7 +67,7 @@ def fit(model: torch.nn.Module, optimizer: torch.optim.Optimizer, train_data: An
     """
     opts = FitOptions.from_kwargs(options)
     trainer = Trainer(model, optimizer, train_data, loss_fn=loss_fn, train_step=train_step, val_data=val_data,
-                      scheduler=scheduler, monitor=monitor, stop=stop, options=opts)
+                      scheduler=scheduler, monitor=monitor, stop=stop, options=opts, from_notebook=from_notebook)
     result = trainer.run()
     leave_for_requeue(trainer.stop)
     return result
@@ -74,8 +79,10 @@ class Trainer:
     due (``cadence``), the step itself (``steps``), precision, and the process group (``dist``)."""
 
     def __init__(self, model, optimizer, train_data, *, loss_fn=None, train_step=None, val_data=None,
-                 scheduler=None, monitor=None, stop=None, options: FitOptions | None = None):
+                 scheduler=None, monitor=None, stop=None, options: FitOptions | None = None,
+                 from_notebook: str | None = None):
         check_objects(model, optimizer, train_data, scheduler, loss_fn, train_step)
+        self.from_notebook = from_notebook
         self.raw_model, self.optimizer, self.scheduler = model, optimizer, scheduler
         self.train_data, self.val_data = train_data, val_data
         self.batch_loss = BatchLoss(loss_fn, train_step)
@@ -141,8 +148,8 @@ class Trainer:
         try:
             self._start()
             self._loop()
-        except NonFiniteLoss as error:
-            raise TrainingFailed(self._end("failed", self._nonfinite(error))) from None
+        except NonFiniteLoss as error:  # one step count: the result ends where the loss went bad
+            raise TrainingFailed(self._end("failed", self._nonfinite(error), step=error.step)) from None
         except torch.OutOfMemoryError as error:
             raise TrainingFailed(self._end("failed", self._release_memory(error))) from None
         except KeyboardInterrupt:  # a second interrupt: stop now, mid-step, without a checkpoint
@@ -157,6 +164,7 @@ class Trainer:
         load_initial_weights(self.raw_model)  # %%train --nproc: the kernel's weights, before wrapping
         self.steps = self._step_runner()
         self._resume()
+        self.finite = FiniteGuard(self.raw_model)  # what must stay finite: the weights as they start
         position, opts = self.position, self.opts
         position.start_step = position.step
         self.meter.reset(time.perf_counter(), position.step)
@@ -164,6 +172,7 @@ class Trainer:
                                    opts.val_every, opts.ckpt_every)
         self.steps.train_model.train()
         self._emit_start(params_count)
+        self._advise_on_schedule()
         self.report.poll()
 
     def _step_runner(self) -> StepRunner:
@@ -177,7 +186,8 @@ class Trainer:
             plain=not dist.distributed and self.precision.mode == "off" and opts.accum == 1)
 
     def _ckpt_folder(self) -> Path:
-        return Path(self.opts.ckpt_dir).expanduser() if self.opts.ckpt_dir else self.run_binding.files.ckpt
+        """Absolute: the ``ckpt`` events record where each checkpoint is, for ``--resume last``."""
+        return Path(self.opts.ckpt_dir).expanduser().absolute() if self.opts.ckpt_dir else self.run_binding.files.ckpt
 
     def _emit_start(self, params_count: int) -> None:
         plan = self.plan
@@ -187,7 +197,7 @@ class Trainer:
             batch_size=self.data.batch_size, accum=self.opts.accum, amp=self.precision.mode,
             device=str(self.device), params=params_count, strategy=self._strategy_name(),
             backend=self.dist.backend, data=self.data.kind, start_step=self.position.step,
-            resumed_from=self.resumed_from)
+            resumed_from=self.resumed_from, from_notebook=self.from_notebook)
 
     def _strategy_name(self) -> str:
         if not self.dist.distributed:
@@ -324,9 +334,28 @@ class Trainer:
         position = self.position
         if not self.opts.save_ckpts or position.last_ckpt_step == position.step:
             return
+        self._refuse_nonfinite()
         path = self.keeper.save(self._state(), position.step, write=self.dist.is_writer)
         self.report.emit("ckpt", step=position.step, path=str(path))
         position.last_ckpt_step = position.step
+
+    def _refuse_nonfinite(self) -> None:
+        """Before every checkpoint: a NaN written there would rotate the good checkpoints out.
+        The check reads one flag (a checkpoint syncs anyway); when it fails, the pending losses
+        name the exact step, else the weights went bad while the loss still looked finite."""
+        finite = self.finite.holds(self.meter.losses)
+        if not self.dist.reduce([0.0 if finite else 1.0], "max", self.device)[0]:
+            return
+        if self.meter.losses:
+            self._log()  # raises NonFiniteLoss at the first bad loss
+        raise NonFiniteLoss(self.position.step, math.nan, what="weights")
+
+    def _advise_on_schedule(self) -> None:
+        remaining = self.plan.total_steps - self.position.step if self.plan.total_steps is not None else None
+        message = schedule_mismatch(self.scheduler, self.opts.scheduler_interval, remaining, self.opts.accum,
+                                    self.dist.world_size)
+        if message:
+            self.report.emit("advice", step=self.position.step, message=message)
 
     def _state(self) -> dict:
         position, dist = self.position, self.dist
@@ -355,13 +384,14 @@ class Trainer:
     def _last_checkpoint(self) -> str | None:
         return str(self.keeper.last) if self.keeper.last else None
 
-    def _end(self, status: str, message: str | None = None) -> FitResult:
+    def _end(self, status: str, message: str | None = None, step: int | None = None) -> FitResult:
         if status != "failed":
             self._hand_back_weights()
         message = message or self._message(status, self.report.elapsed)
         position = self.position
-        self.report.end(status, position.step, message)
-        return FitResult(run_id=self.run_binding.run_id, status=status, message=message, step=position.step,
+        step = position.step if step is None else step
+        self.report.end(status, step, message)
+        return FitResult(run_id=self.run_binding.run_id, status=status, message=message, step=step,
                          epoch=position.last_step_epoch(), total_steps=self.plan.total_steps,
                          elapsed=self.report.elapsed, history=self.report.history,
                          checkpoints=[str(p) for p in self.keeper.saved])
@@ -389,11 +419,14 @@ class Trainer:
     def _stopped_message(self) -> str:
         position = self.position
         return stopped_message(position.step, self.plan.total_steps, position.last_step_epoch(), self.stop.reason,
-                               self._last_checkpoint())
+                               self._last_checkpoint(), self._resume_command())
+
+    def _resume_command(self) -> str:
+        return resume_command(self.opts.name, self.plan.epochs, self.opts.max_steps)
 
     def _nonfinite(self, error: NonFiniteLoss) -> str:
-        return nonfinite_message(error.step, error.value, self._last_checkpoint(), self.position.last_ckpt_step,
-                                 self.precision.mode, self.opts.clip is not None)
+        return nonfinite_message(error.step, error.value, self._last_checkpoint(), self.keeper.last_step,
+                                 self.precision.mode, self.opts.clip is not None, error.what)
 
     def _release_memory(self, error: torch.OutOfMemoryError) -> str:
         """Frees what the failed step held (its traceback pins the activations) and the

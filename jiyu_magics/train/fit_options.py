@@ -12,6 +12,7 @@ import typing
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
+from ..core.run_names import BadRunName, check_run_name
 from .train_errors import TrainConfigError
 
 AMP_MODES = ("auto", "bf16", "fp16", "off")
@@ -64,7 +65,8 @@ class FitOptions:
     keep_ckpts: int = option(3, "Keep the newest N checkpoints of this call.", metavar="N")
     save_ckpts: bool = option(True, "Save no checkpoints.", flag="--no-ckpt")
     resume: str | None = option(None, "Continue from a checkpoint: a path, or 'last' (the newest checkpoint of "
-                                      "the last run with the same name in this notebook).", metavar="PATH|last")
+                                      "the last run with the same name in this notebook, wherever it was written).",
+                                metavar="PATH|last")
     strategy: str = option("auto", "Under torchrun: ddp or fsdp (auto: ddp).", choices=STRATEGIES)
     fast_data: bool = option(True, "Iterate a TensorDataset DataLoader as it is instead of the engine's batched "
                                    "gather.", flag="--no-fast-data")
@@ -91,6 +93,10 @@ class FitOptions:
             raise TrainConfigError(f"clip must be a positive gradient norm, got {self.clip:g}")
         if not self.log_interval_s > 0:
             raise TrainConfigError(f"log_interval_s must be positive, got {self.log_interval_s:g}")
+        try:  # the one rule for run names: they end up in tables, terminals and batch scripts
+            self.name = check_run_name(self.name)
+        except BadRunName as error:
+            raise TrainConfigError(f"name: {error}") from None
         return self
 
 

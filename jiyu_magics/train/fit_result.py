@@ -13,7 +13,7 @@ class FitResult:
     run_id: str
     status: RunStatus                # succeeded | stopped | failed
     message: str
-    step: int = 0
+    step: int = 0                    # optimizer steps; after a NaN/Inf loss, the step where it went bad
     epoch: int = 0
     total_steps: int | None = None
     elapsed: float = 0.0

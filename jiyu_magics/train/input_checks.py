@@ -29,6 +29,9 @@ def check_objects(model: Any, optimizer: Any, train_data: Any, scheduler: Any = 
             raise TrainConfigError(f"{name} must be callable, got {type(fn).__name__}")
     if scheduler is not None and not callable(getattr(scheduler, "step", None)):
         raise TrainConfigError(f"scheduler must have a step() method, got {type(scheduler).__name__}")
+    if getattr(scheduler, "optimizer", optimizer) is not optimizer:  # stepping it would raise, or change the LR
+        raise TrainConfigError(f"the scheduler ({type(scheduler).__name__}) steps another optimizer than the one "
+                               "being trained; create it from this optimizer")
 
 
 def trainable_parameters(model: torch.nn.Module) -> list[torch.nn.Parameter]:

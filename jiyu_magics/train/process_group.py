@@ -16,6 +16,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from .train_errors import TrainConfigError
+
 
 GLOO_DRAIN_S = 0.05
 
@@ -29,13 +31,36 @@ def torchrun_world() -> tuple[int, int, int] | None:
 
 def resolve_device(requested: str | None, local_rank: int = 0) -> torch.device:
     if requested:
-        device = torch.device(requested)
+        device = _parse_device(requested)
         if device.type == "cuda" and device.index is None:
             device = torch.device("cuda", local_rank)
+        _check_available(device)
         return device
     if torch.cuda.is_available():
         return torch.device("cuda", local_rank)
     return torch.device("cpu")
+
+
+def _parse_device(requested: str) -> torch.device:
+    try:
+        return torch.device(requested)
+    except (RuntimeError, ValueError, TypeError):
+        raise TrainConfigError(f"device {requested!r} is not a device torch knows; use cpu, cuda, cuda:N "
+                               "or mps") from None
+
+
+def _check_available(device: torch.device) -> None:
+    """A device this process cannot use, said in one line before anything moves to it (torch's
+    own answer is an assertion from deep inside ``Module.to``)."""
+    if device.type == "cuda" and not torch.cuda.is_available():
+        why = "this torch is a CPU-only build" if torch.version.cuda is None else "no CUDA device is visible"
+        raise TrainConfigError(f"device {device}: {why}; run %gpu_doctor (jiyu doctor) to see why, or use "
+                               "--device cpu")
+    if device.type == "cuda" and device.index >= torch.cuda.device_count():
+        raise TrainConfigError(f"device {device}: only {torch.cuda.device_count()} CUDA device(s) are visible "
+                               "(numbered from 0, under CUDA_VISIBLE_DEVICES)")
+    if device.type == "mps" and not torch.backends.mps.is_available():
+        raise TrainConfigError(f"device {device}: MPS is not available on this machine; use --device cpu")
 
 
 @dataclass

@@ -137,7 +137,29 @@ def _last_of_name(name: str, current: str) -> Path | None:
         raise TrainConfigError(f"--resume last needs the run store: {problem}") from None
     for past in runs:
         if past.id != current and past.name == name and past.notebook == notebook:
-            found = newest_checkpoint(RunFiles.of(past.id).ckpt)
+            found = _newest_of(RunFiles.of(past.id), name)
             if found is not None:
                 return found
     return None
+
+
+def _newest_of(files: RunFiles, name: str) -> Path | None:
+    """The newest checkpoint a past run left, wherever it wrote it: its ``ckpt`` events record
+    each path (a ``--ckpt-dir`` outside the run folder included); its own folder covers runs
+    whose events do not."""
+    recorded = [Path(path) for path in _recorded_checkpoints(files.events, name)]
+    candidates = [path for path in recorded if path.is_file()]
+    own = newest_checkpoint(files.ckpt) if files.ckpt.is_dir() else None
+    candidates += [own] if own is not None else []
+    return max(candidates, key=lambda path: path.stat().st_mtime_ns, default=None)
+
+
+def _recorded_checkpoints(events_path: Path, name: str) -> list[str]:
+    """The checkpoint paths of the run's ``fit`` calls named ``name``, oldest first."""
+    paths, calling = [], None
+    for event in read_events(events_path)[0]:
+        if event["kind"] == EventKind.START:
+            calling = event.get("name")
+        elif event["kind"] == EventKind.CKPT and event.get("path") and calling in (name, None):
+            paths.append(event["path"])
+    return paths

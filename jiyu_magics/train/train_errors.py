@@ -30,9 +30,11 @@ class TrainingFailed(RuntimeError):
 
 
 class NonFiniteLoss(ArithmeticError):
-    """Raised inside the loop when a logged loss is NaN or infinite."""
+    """Raised inside the loop when a logged loss is NaN or infinite, or (``what="weights"``)
+    when the weights are, found before a checkpoint would have saved them."""
 
-    def __init__(self, step: int, value: float):
-        super().__init__(f"loss became {value} at step {step}")
+    def __init__(self, step: int, value: float, what: str = "loss"):
+        super().__init__(f"{what} became {value} at step {step}")
         self.step = step
         self.value = value
+        self.what = what

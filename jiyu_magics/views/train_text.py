@@ -74,7 +74,8 @@ def header_text(view: TrainingView) -> str:
     strategy = f" ({view.strategy})" if view.strategy else ""
     procs = f"{view.nproc} processes{strategy}" if view.nproc and view.nproc > 1 else "1 process"
     return (f"run {na(view.run_id)} · {na(view.name)} · {na(view.device)} · amp {na(view.amp)} · {procs}"
-            f" · batch {na(view.batch_size)}" + (f" × accum {view.accum}" if view.accum and view.accum > 1 else ""))
+            f" · batch {na(view.batch_size)}" + (f" × accum {view.accum}" if view.accum and view.accum > 1 else "")
+            + (f" · {view.from_notebook}" if view.from_notebook else ""))
 
 
 def summary_text(view: TrainingView) -> str:

@@ -26,6 +26,10 @@ class TextProgress:
 
     def feed(self, events: list[dict]) -> None:
         self.view.feed(events)
+        for event in events:
+            notice = _notice(event)
+            if notice:
+                self._write(notice)
 
     def poll(self) -> None:
         """Callers poll as often as they like (a tailing loop checks every second): the clock
@@ -50,3 +54,14 @@ class TextProgress:
     def _write(self, line: str) -> None:
         print(line, file=self.out or sys.stdout, flush=True)
         self.lines += 1
+
+
+def _notice(event: dict) -> str | None:
+    """What a terminal prints at once, as the dashboard shows it in its header and notes: the
+    objects taken from the notebook, and advice (a schedule that does not fit the run, input-bound)."""
+    kind = event.get("kind") if isinstance(event, dict) else None
+    if kind == "start" and event.get("from_notebook"):
+        return event["from_notebook"]
+    if kind == "advice" and event.get("message"):
+        return f"advice: {event['message']}"
+    return None

@@ -2,8 +2,8 @@
 
 A notebook (read with nbformat) or a live kernel's history becomes one Python script: IPython's
 own input transformer turns each cell into Python, the commands a job cannot or must not run
-are left out with a comment (see ``cell_rules``), ``-p`` parameters are injected after the
-``parameters`` cell (papermill's convention), and the script runs the cells under a headless
+are left out with a comment (see ``cell_rules``), parameters (``-p``/``-y``/``-f``: ``params``) are
+injected after the ``parameters`` cell (as papermill does), and the script runs the cells under a headless
 IPython shell so magics behave as in the notebook.
 
 IPython is imported when a cell is transformed, never at import: the server and the CLI import

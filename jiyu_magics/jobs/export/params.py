@@ -1,5 +1,12 @@
-"""``-p NAME VALUE`` parameters, papermill's convention: values are Python literals, and text
-that is not a literal stays a string (``-p arch resnet`` gives ``"resnet"``).
+"""Parameters for a notebook's ``parameters`` cell: ``-p NAME VALUE``, ``-y YAML`` and ``-f FILE``.
+
+``-p`` values are Python literals, and text that is not a literal stays a string (``-p arch
+resnet`` gives ``"resnet"``, ``-p sizes [64, 128]`` a list). That is more than papermill's ``-p``,
+which turns only numbers and True/False/None into values and keeps all other text as it is
+(``-p msg '"Hello"'`` stays ``"Hello"`` with its quotes there, ``Hello`` here; ``[1, 2]`` stays
+text there): the values land in Python code, and lists and tuples are what people pass. The
+README, ``--help`` and ``%submit?`` say so. ``-y``/``-f`` are papermill's: a YAML mapping, as
+text or in a file (dates stay text, as papermill reads them), applied before ``-p``.
 
 One grammar for every entry point: ``%submit`` and ``jiyu submit|export`` parse ``-p`` pairs,
 the server parses the lab panel's ``NAME = VALUE`` lines, both with :func:`literal_or_text`.
@@ -8,10 +15,16 @@ the server parses the lab panel's ``NAME = VALUE`` lines, both with :func:`liter
 from __future__ import annotations
 
 import ast
+import functools
 import keyword
+import re
+from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from ..job_error import JobError
+
+QUOTES = ("'", '"')
+EXPONENT_NUMBER = re.compile(r"^[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)[eE][-+]?[0-9]+$")
 
 # Text that starts like a container or a quoted string was meant as a literal: a typo in it
 # is an error, not a string the job would silently receive.
@@ -94,3 +107,63 @@ def check_params(params: Mapping[str, Any] | None) -> dict[str, Any]:
 
 def assignment_lines(params: Mapping[str, Any]) -> list[str]:
     return [f"{name} = {value!r}" for name, value in params.items()]
+
+
+def parse_yaml(text: str, origin: str = "-y") -> dict[str, Any]:
+    """A YAML mapping of parameter names to values (papermill's ``-y``/``-f``). Text quoted as
+    a whole (IPython's magics keep the quotes a shell would remove) is read without them."""
+    import yaml
+
+    if len(text) > 1 and text[0] == text[-1] and text[0] in QUOTES:
+        text = text[1:-1]
+    try:
+        data = yaml.load(text, Loader=_loader())
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise JobError(f"{origin}: cannot read it as YAML{where}: {getattr(error, 'problem', None) or error}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise JobError(f"{origin}: expected a mapping of parameter names to values (lr: 0.1), "
+                       f"got a {type(data).__name__}")
+    return _checked_mapping(data, origin)
+
+
+def read_params_file(path: str) -> dict[str, Any]:
+    """``-f params.yaml``."""
+    file = Path(path).expanduser()
+    if not file.is_file() and len(path) > 1 and path[0] == path[-1] and path[0] in QUOTES:
+        file = Path(path[1:-1]).expanduser()
+    try:
+        text = file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise JobError(f"-f {path}: cannot read it ({getattr(error, 'strerror', None) or error})") from None
+    return parse_yaml(text, f"-f {path}")
+
+
+def _checked_mapping(data: dict, origin: str) -> dict[str, Any]:
+    for name in data:
+        if not is_identifier(name):
+            raise JobError(f"{origin}: {name!r} is not a parameter name (a Python identifier)")
+    try:
+        return check_params(data)
+    except JobError as error:
+        raise JobError(f"{origin}: {error}") from None
+
+
+@functools.cache
+def _loader():
+    """PyYAML's safe loader, less its timestamp rule (``date: 2024-01-01`` stays text, as
+    papermill reads it; a ``datetime.date`` could not be written into the script anyway), plus
+    YAML 1.2's exponent numbers: PyYAML (YAML 1.1) reads ``lr: 3e-4`` as the text "3e-4"."""
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        pass
+
+    Loader.yaml_implicit_resolvers = {
+        first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
+        for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+    Loader.add_implicit_resolver("tag:yaml.org,2002:float", EXPONENT_NUMBER, list("-+0123456789."))
+    return Loader
