@@ -17,13 +17,17 @@ here are allowed and passed on unchecked:
   ``strategy`` (single|ddp|fsdp), ``backend`` (the process group's), ``data`` (how batches are
   made), ``start_step`` (> 0 when resumed), ``resumed_from`` (checkpoint path), ``from_notebook``
   (which optional objects ``%%train`` took from the notebook rather than its cell, e.g.
-  ``from the notebook: val_loader (cell 7)``; None when none).
+  ``from the notebook: val_loader (cell 7)``; None when none), ``stall_timeout`` (seconds the
+  step may stand still before the run's owner flags it stalled; None: the default rule, 0: off).
 - ``step``: ``step`` (optimizer steps so far), ``epoch`` (1-based), ``loss`` (mean since the last
   log, over ranks), ``lr``, ``samples_per_s`` (all ranks), ``mem_alloc``/``mem_reserved``/
   ``mem_peak`` (bytes, CUDA only), ``data_wait`` (share 0..1 of wall time waiting for batches),
   ``grad_norm`` (before clipping, when clipping), ``elapsed`` and ``eta`` (seconds).
 - ``val``: ``step``, ``epoch``, ``loss``, ``accuracy`` (None when not a classification).
-- ``ckpt``: ``step``, ``path``.  ``advice``: ``step``, ``message``.  ``gpu``, ``stall``: reserved.
+- ``ckpt``: ``step``, ``path``.  ``advice``: ``step``, ``message``.  ``gpu``: reserved.
+- ``stall`` (written by the run's owner, not a rank, when the step stood still for ``timeout``
+  seconds while the ranks lived): ``step`` (the last one logged), ``since`` (its time),
+  ``timeout``, ``stacks`` (the folder holding every rank's stack dumped then).
 - ``end``: ``status`` (succeeded|stopped|failed), ``step``, ``message``, ``elapsed``; a run's
   launcher (a job's supervisor) may add its own after it, with ``exit_code`` and ``source``.
 - ``error``: ``message``, ``step``, ``rank`` (the failing rank writes it: the one exception to
@@ -41,7 +45,7 @@ FIELDS: dict[EventKind, dict[str, type]] = {
     EventKind.START: {"run_id": str, "name": str, "total_steps": int, "epochs": int, "steps_per_epoch": int,
                       "nproc": int, "batch_size": int, "accum": int, "amp": str, "device": str, "params": int,
                       "strategy": str, "backend": str, "data": str, "start_step": int, "resumed_from": str,
-                      "from_notebook": str},
+                      "from_notebook": str, "stall_timeout": float},
     EventKind.STEP: {"step": int, "epoch": int, "loss": float, "lr": float, "samples_per_s": float,
                      "mem_alloc": float, "mem_reserved": float, "mem_peak": float, "data_wait": float,
                      "grad_norm": float, "elapsed": float, "eta": float},
@@ -49,7 +53,7 @@ FIELDS: dict[EventKind, dict[str, type]] = {
     EventKind.CKPT: {"step": int, "path": str},
     EventKind.GPU: {},
     EventKind.ADVICE: {"step": int, "message": str},
-    EventKind.STALL: {},
+    EventKind.STALL: {"step": int, "since": float, "timeout": float, "stacks": str},
     EventKind.END: {"status": RunStatus, "step": int, "message": str, "elapsed": float, "exit_code": int,
                     "source": str},
     EventKind.ERROR: {"message": str, "step": int, "rank": int, "source": str},

@@ -15,6 +15,9 @@ HOME_ENV = "JIYU_HOME"
 # Set by a launcher (``%%train --nproc``, ``%submit``) for the processes it starts: training in
 # those processes writes into that existing run instead of registering a new one.
 RUN_ID_ENV = "JIYU_RUN_ID"
+# The signal on which a launched rank writes every thread's Python stack into its
+# ``stack_live`` file (SIGUSR1 is the scheduler's time limit, SIGTERM the stop).
+STACK_SIGNAL_NAME = "SIGUSR2"
 
 
 def jiyu_home() -> Path:
@@ -76,6 +79,15 @@ class RunFiles:
     @property
     def ckpt(self) -> Path:
         return self.root / "ckpt"
+
+    @property
+    def stacks(self) -> Path:
+        """``stacks/``: each rank's ``rank<N>.live`` (where its stack goes on ``STACK_SIGNAL``)
+        and one ``<time>/rank<N>.txt`` folder per dump its owner took (``jobs.stack_dump``)."""
+        return self.root / "stacks"
+
+    def stack_live(self, rank: int) -> Path:
+        return self.stacks / f"rank{rank}.live"
 
     @property
     def loss_plot(self) -> Path:

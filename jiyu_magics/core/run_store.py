@@ -60,6 +60,8 @@ class Run:
     priority: int = 0                  # higher starts first among waiting runs
     queue_rank: float | None = None    # the order among waiting runs of one priority (submission time)
     share: bool = False                # its GPUs may hold other sharing runs' leases too
+    stalled_since: float | None = None  # while running: the time of the last step, which has not moved since
+    #   for the run's stall timeout while its ranks live (``jobs.stall_watch``); a flag, not a status
     # not columns: filled in from the lease book when read
     gpus: list[RunGpu] = field(default_factory=list)  # the GPUs it holds or held: index, uuid, since, ended
     queue_position: int | None = None          # 1-based, while queued
@@ -70,6 +72,11 @@ class Run:
     @property
     def active(self) -> bool:
         return self.status.active
+
+    @property
+    def stalled(self) -> bool:
+        """Running, but its step has not moved for its stall timeout: shown beside ``running``."""
+        return self.status == RunStatus.RUNNING and self.stalled_since is not None
 
     @property
     def duration(self) -> float | None:
@@ -201,6 +208,11 @@ class RunStore:
         return self.update(run_id, status=RunStatus.RUNNING, pid=pid, pid_started=process_start_time(pid),
                            pgid=pgid, started=time.time())
 
+    def mark_stalled(self, run_id: str, since: float | None) -> Run:
+        """The stall flag of a running run: ``since`` the time of the step that stopped moving,
+        None when it moved again."""
+        return self.update(run_id, stalled_since=since)
+
     def request_stop(self, run_id: str, grace: float | None = None) -> Run:
         """Marks the run to be stopped; its supervisor honours ``grace`` (SIGTERM → SIGKILL)."""
         return self.update(run_id, stop_requested=1, stop_grace=grace)
@@ -229,7 +241,8 @@ class RunStore:
                 if row["stop_requested"] and status != RunStatus.SUCCEEDED:
                     status = RunStatus.STOPPED
                 ended = time.time()
-                db.execute("UPDATE runs SET status = ?, exit_code = ?, error = ?, ended = ? WHERE id = ?",
+                db.execute("UPDATE runs SET status = ?, exit_code = ?, error = ?, ended = ?, stalled_since = NULL "
+                           "WHERE id = ?",
                            (status, exit_code, error, ended, run_id))
                 end_leases(db, [run_id], ended)
         run = self.get(run_id)

@@ -30,6 +30,7 @@ class LaunchSpec:
     gpus: int | None = None        # GPUs per node to lease; None: one per process where GPUs are visible, else 0
     priority: int = 0              # higher starts first among waiting runs
     share: bool = False            # may lease GPUs other sharing runs lease too
+    stall_timeout: float | None = None  # the default of the job's fit calls (seconds; 0: off; None: the rule)
 
     def validated(self) -> "LaunchSpec":
         _count("--nproc", self.nproc, 1)
@@ -39,6 +40,10 @@ class LaunchSpec:
             _count("--gpus", self.gpus, 0)
         if isinstance(self.priority, bool) or not isinstance(self.priority, int):
             raise JobError(f"--priority {self.priority!r}: expected a whole number")
+        if self.stall_timeout is not None and (isinstance(self.stall_timeout, bool) or
+                                               not isinstance(self.stall_timeout, (int, float)) or
+                                               self.stall_timeout < 0):
+            raise JobError(f"--stall-timeout {self.stall_timeout!r}: expected seconds >= 0 (0: off)")
         if self.backend not in BACKENDS:
             raise JobError(f"--backend {self.backend!r}: expected one of {', '.join(BACKENDS)}")
         self._check_rendezvous()

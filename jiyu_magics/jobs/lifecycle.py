@@ -45,6 +45,7 @@ from .process import process_tree as processes, rank_records
 from .process.process_tree import StopResult
 from .process.error_line import one_line
 from .rank_placement import LocalProcessGroup, Phase, RankHandle, RankPlacement
+from .stall_watch import StallWatch
 
 STORE_CHECK_S = 2.0  # how often the run row is read for a stop request that came without a signal
 POLL_S = 0.5
@@ -84,6 +85,7 @@ class RunLifecycle:
         self._stopper: threading.Thread | None = None
         self.stop_result: StopResult | None = None
         self._store_checked = -float("inf")
+        self.stall_watch: StallWatch | None = None  # made when local ranks run
 
     @classmethod
     def register(cls, kind: str, name: str, spec: LaunchSpec, *, notebook: str | None = None,
@@ -126,6 +128,7 @@ class RunLifecycle:
             self.follow()
             return True
         self.store.mark_running(self.run_id, pid=self.owner_pid or self.handle.pid, pgid=self.handle.pgid)
+        self.stall_watch = StallWatch(self.run_id, self.store, self.spec.stall_timeout)
         self._enter(LifecycleState.RUNNING)
         return True
 
@@ -177,10 +180,13 @@ class RunLifecycle:
 
     def running(self) -> bool:
         """Whether the ranks still run. Also acts on a stop request in the run row (``jiyu
-        stop`` from another host, the panel), read at most every ``STORE_CHECK_S``."""
+        stop`` from another host, the panel), read at most every ``STORE_CHECK_S``, and
+        watches for a stall (``stall_watch``)."""
         if self.handle is None or self.handle.poll() is not None:
             return False
         self._honour_stored_stop()
+        if self.stall_watch is not None and self._stopper is None:
+            self.stall_watch.check()  # flags a stall, with every rank's stack; at most every few seconds
         return True
 
     def wait(self, stop_wanted: Callable[[], bool] = lambda: False, every: float = POLL_S,

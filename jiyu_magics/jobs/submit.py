@@ -30,7 +30,7 @@ def submit(notebook: str | os.PathLike, *, nproc: int = 1, nnodes: int = 1, para
            name: str | None = None, max_restarts: int = 0, backend: str = "local", notify: str | None = None,
            rdzv_endpoint: str | None = None, node_rank: int | None = None, cwd: str | None = None,
            slurm: dict | None = None, k8s_kind: str | None = None, gpus: int | None = None, priority: int = 0,
-           share: bool = False) -> Run:
+           share: bool = False, stall_timeout: float | None = None) -> Run:
     """Exports ``notebook`` (with ``params`` injected after its ``parameters`` cell) and runs it
     as a torchrun job: ``local`` under a detached supervisor on this machine, ``slurm`` as a
     batch job (``slurm``: the ``SlurmOptions`` fields, e.g. ``{"time": "2:00:00", "partition":
@@ -39,10 +39,12 @@ def submit(notebook: str | os.PathLike, *, nproc: int = 1, nnodes: int = 1, para
     else its spec is written with how to submit it. A local run leases ``gpus`` GPUs (default:
     one per process where GPUs are visible, else 0: a CPU job) and waits ``queued`` until they
     are free, first by ``priority``, then in submission order; ``share`` lets it lease GPUs other
-    sharing runs hold. Returns the run at once. Raises ``JobError`` (one line) for bad input;
+    sharing runs hold. ``stall_timeout``: the default of the job's ``fit`` calls for flagging
+    it stalled (``core.stall_clock``). Returns the run at once. Raises ``JobError`` (one line) for bad input;
     nothing is created then."""
     spec = LaunchSpec(nproc, nnodes, max_restarts, backend, rdzv_endpoint, node_rank, notify, slurm=slurm or None,
-                      k8s_kind=k8s_kind, gpus=gpus, priority=priority, share=share).validated()
+                      k8s_kind=k8s_kind, gpus=gpus, priority=priority, share=share,
+                      stall_timeout=stall_timeout).validated()
     if backend == "slurm":
         spec.slurm = SlurmOptions.from_dict(slurm).validated().to_dict()
     try:

@@ -47,6 +47,11 @@ SUBMIT_OPTIONS: list[tuple[tuple[str, ...], dict[str, Any]]] = [
                                "Kubeflow TrainJob (kubectl apply). A scheduler's job is submitted when its tool "
                                "reaches a cluster, else its spec is printed with the command to submit it; "
                                "either way the run is followed in %%jobs / jiyu jobs and stopped with jiyu stop")),
+    (("--stall-timeout",), dict(type=float, default=None, metavar="S",
+                                help="flag the run 'stalled' and dump every rank's stack (jiyu stacks ID) when "
+                                     "no optimizer step was logged for S seconds while its ranks live; the "
+                                     "default of the job's %%%%train/fit calls, which may set their own (default: "
+                                     "the larger of 10x the median step time and 300; 0: off)")),
     (("--notify",), dict(metavar="CMD", help="run CMD RUN_ID STATUS when the job ends")),
     (("--rdzv-endpoint",), dict(metavar="HOST:PORT", help="multi-node rendezvous address (torchrun's)")),
     (("--node-rank",), dict(type=int, metavar="R", help="this node's rank (static rendezvous)")),
@@ -100,4 +105,5 @@ def submit_kwargs(args) -> dict[str, Any]:
     return dict(nproc=args.nproc, nnodes=args.nnodes, params=params_of(args), name=args.name,
                 max_restarts=args.max_restarts, backend=args.backend, notify=args.notify,
                 rdzv_endpoint=args.rdzv_endpoint, node_rank=args.node_rank, slurm=slurm or None,
-                k8s_kind=args.k8s_kind, gpus=args.gpus, priority=args.priority, share=args.share)
+                k8s_kind=args.k8s_kind, gpus=args.gpus, priority=args.priority, share=args.share,
+                stall_timeout=args.stall_timeout)

@@ -20,6 +20,7 @@ from . import rng_state as rng
 from .batches import BatchLoss
 from .checkpoint import CheckpointKeeper, load_checkpoint
 from .input_checks import check_objects, trainable_parameters
+from .stack_signal import stacks_on_signal
 from .stop_signal import StopSignal, leave_for_requeue, signals_request_stop
 from .batch_source import training_batches, validation_batches
 from .process_group import join_process_group
@@ -104,7 +105,7 @@ class Trainer:
             self._prepare()
             self._open_run()
             try:
-                with signals_request_stop(self.stop):
+                with signals_request_stop(self.stop), stacks_on_signal(self.dist.rank):
                     result = self._execute()
                     failed = False
                     return result
@@ -197,7 +198,8 @@ class Trainer:
             batch_size=self.data.batch_size, accum=self.opts.accum, amp=self.precision.mode,
             device=str(self.device), params=params_count, strategy=self._strategy_name(),
             backend=self.dist.backend, data=self.data.kind, start_step=self.position.step,
-            resumed_from=self.resumed_from, from_notebook=self.from_notebook)
+            resumed_from=self.resumed_from, from_notebook=self.from_notebook,
+            stall_timeout=self.opts.stall_timeout)
 
     def _strategy_name(self) -> str:
         if not self.dist.distributed:

@@ -74,6 +74,11 @@ class FitOptions:
                                      choices=SCHEDULER_INTERVALS)
     name: str | None = option(None, "The run's name in %jobs and the lab panel.",
                               default_text="notebook:ModelClass")
+    stall_timeout: float | None = option(None, "Under --nproc or a job: flag the run 'stalled' and dump every "
+                                               "rank's Python stack (jiyu stacks ID) when no optimizer step "
+                                               "was logged for this long; 0 turns it off.", metavar="SECONDS",
+                                         default_text="the job's --stall-timeout, else the larger of 10x the "
+                                                      "median step time and 300")
 
     @classmethod
     def from_kwargs(cls, options: dict) -> "FitOptions":
@@ -91,6 +96,9 @@ class FitOptions:
                 scheduler_interval=(self.scheduler_interval, SCHEDULER_INTERVALS))
         if self.clip is not None and not self.clip > 0:
             raise TrainConfigError(f"clip must be a positive gradient norm, got {self.clip:g}")
+        if self.stall_timeout is not None and not (isinstance(self.stall_timeout, (int, float))
+                                                   and self.stall_timeout >= 0):
+            raise TrainConfigError(f"stall_timeout must be seconds >= 0 (0: off), got {self.stall_timeout!r}")
         if not self.log_interval_s > 0:
             raise TrainConfigError(f"log_interval_s must be positive, got {self.log_interval_s:g}")
         try:  # the one rule for run names: they end up in tables, terminals and batch scripts

@@ -78,6 +78,9 @@ export interface IRun {
   queue_reason: string | null;
   /** When a scheduler was last asked about the run (epoch seconds). */
   polled: number | null;
+  /** While running: when its last optimizer step was logged, which has not moved since for the
+   * run's stall timeout (a flag beside `running`, not a status); null otherwise. */
+  stalled_since: number | null;
   /** GPUs the run waits for or leased (0: a CPU job; null: it never queues, e.g. in a kernel). */
   gpus_requested: number | null;
   priority: number;

@@ -1,0 +1,92 @@
+"""Every rank's stack, taken by the run's owner: ``runs/<id>/stacks/<time>/rank<N>.txt``.
+
+Each launched rank's engine has registered ``faulthandler`` on ``STACK_SIGNAL`` into its own
+``stacks/rank<N>.live`` file (``train.stack_signal``); the owner notes each file's size, sends
+the signal to every live rank that registered (never to one that did not: the signal's default
+would end it), waits until the files stop growing, and copies what each rank appended. Where
+``py-spy`` is installed (an optional extra; it needs ptrace permission) its ``dump --native``
+follows, for the frames faulthandler cannot see (C++ inside a collective).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+from ..core.run_files import STACK_SIGNAL_NAME, RunFiles
+from .process import rank_records
+
+WAIT_S = 3.0       # for every rank's dump to arrive
+SETTLE_S = 0.3     # files unchanged this long: the dumps are complete
+PY_SPY_TIMEOUT_S = 20.0
+
+
+def dump_stacks(run_id: str, now: float | None = None) -> Path | None:
+    """The folder of this dump, or None when no live rank can be asked (none registered yet)."""
+    files = RunFiles.of(run_id)
+    ranks = [r for r in rank_records.read_all(run_id) if r.state == "running" and files.stack_live(r.rank).exists()]
+    if not ranks:
+        return None
+    offsets = {r.rank: files.stack_live(r.rank).stat().st_size for r in ranks}
+    asked = [r for r in ranks if _signal(r.pid)]
+    _wait_until_settled({files.stack_live(r.rank): offsets[r.rank] for r in asked})
+    folder = _new_folder(files.stacks, now or time.time())
+    for record in asked:
+        text = _appended(files.stack_live(record.rank), offsets[record.rank]) + _native_frames(record.pid)
+        (folder / f"rank{record.rank}.txt").write_text(text)
+    return folder
+
+
+def _signal(pid: int) -> bool:
+    try:
+        os.kill(pid, getattr(signal, STACK_SIGNAL_NAME))
+        return True
+    except OSError:
+        return False  # it ended since its record was read
+
+
+def _wait_until_settled(offsets: dict[Path, int]) -> None:
+    """Until every file grew past its offset and none changed for ``SETTLE_S``, at most ``WAIT_S``."""
+    deadline, last, steady_since = time.monotonic() + WAIT_S, None, time.monotonic()
+    while time.monotonic() < deadline:
+        sizes = [path.stat().st_size for path in offsets]
+        grown = all(size > offset for size, offset in zip(sizes, offsets.values()))
+        if sizes != last:
+            last, steady_since = sizes, time.monotonic()
+        elif grown and time.monotonic() - steady_since >= SETTLE_S:
+            return
+        time.sleep(0.05)
+
+
+def _new_folder(stacks: Path, now: float) -> Path:
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.localtime(now))
+    folder, n = stacks / stamp, 1
+    while folder.exists():
+        n += 1
+        folder = stacks / f"{stamp}-{n}"
+    folder.mkdir(parents=True)
+    return folder
+
+
+def _appended(path: Path, offset: int) -> str:
+    with open(path, "rb") as f:
+        f.seek(offset)
+        return f.read().decode(errors="replace")
+
+
+def _native_frames(pid: int) -> str:
+    """``py-spy dump --native``'s view, or nothing where py-spy is missing or not allowed."""
+    tool = shutil.which("py-spy")
+    if tool is None:
+        return ""
+    try:
+        done = subprocess.run([tool, "dump", "--native", "--pid", str(pid)], capture_output=True, text=True,
+                              timeout=PY_SPY_TIMEOUT_S)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    body = done.stdout if done.returncode == 0 else done.stderr
+    return f"\n--- py-spy dump --native (exit {done.returncode}) ---\n{body}"

@@ -1,0 +1,52 @@
+"""The run owner's eye on a stall: a run whose step has not moved for its stall timeout while
+its ranks live is flagged ``stalled`` in the run store (beside ``running``: not a status),
+every rank's stack is dumped (``stack_dump``) and a ``stall`` event names the folder. When the
+step moves again the flag goes.
+
+The owner calls ``check`` from its follow loop; it does its work at most every ``CHECK_S``,
+reading only what the event log gained since (``core.stall_clock`` folds it).
+"""
+
+from __future__ import annotations
+
+import time
+
+from ..core.event_log import EventLog, read_events
+from ..core.run_files import RunFiles
+from ..core.run_store import RunStore
+from ..core.stall_clock import StallClock
+from .stack_dump import dump_stacks
+
+CHECK_S = 2.0
+
+
+class StallWatch:
+    def __init__(self, run_id: str, store: RunStore, default_timeout: float | None = None,
+                 every: float = CHECK_S):
+        self.run_id, self.store, self.every = run_id, store, every
+        self.files = RunFiles.of(run_id)
+        self.clock = StallClock(default_timeout)
+        self.offset = 0
+        self.flagged: float | None = None   # the ``since`` of the stall flagged now
+        self._next = 0.0
+
+    def check(self) -> None:
+        """Flags a new stall (and dumps the stacks) or clears one the step moved out of."""
+        if time.monotonic() < self._next:
+            return
+        self._next = time.monotonic() + self.every
+        events, self.offset = read_events(self.files.events, self.offset)
+        self.clock.feed(events)
+        since = self.clock.stalled_since(time.time())
+        if since == self.flagged:
+            return
+        self.store.mark_stalled(self.run_id, since)
+        self.flagged = since
+        if since is not None:
+            self._record_stall(since)
+
+    def _record_stall(self, since: float) -> None:
+        folder = dump_stacks(self.run_id)
+        with EventLog(self.files.events) as log:
+            log.append("stall", step=self.clock.step, since=since, timeout=self.clock.timeout,
+                       stacks=str(folder) if folder else None)

@@ -1,0 +1,103 @@
+"""Stall detection on real 2-rank gloo torchrun runs of the training engine: rank 1 sleeps
+before a collective, the run's owner (``jobs.lifecycle``) flags it ``stalled`` within its
+timeout, dumps both ranks' stacks naming the lines they wait on, and a stop leaves nothing.
+The fold it rests on (``core.stall_clock``) is tested on its own first."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from jiyu_magics.core.event_log import read_events
+from jiyu_magics.core.run_model import RunKind, RunStatus
+from jiyu_magics.core.run_store import RunStore
+from jiyu_magics.core.stall_clock import DEFAULT_MIN_TIMEOUT_S, StallClock
+from jiyu_magics.jobs.launch_spec import LaunchSpec
+from jiyu_magics.jobs.lifecycle import RunLifecycle
+
+from .jobs_workload import assert_no_processes, wait_for
+from .stall_workload import SLEEP_LINE, STALL_AT, stall_script
+
+
+def step(t: float, n: int) -> dict:
+    return {"kind": "step", "t": t, "step": n}
+
+
+def test_the_default_timeout_is_ten_median_steps_but_at_least_five_minutes():
+    clock = StallClock()
+    clock.feed([{"kind": "start", "t": 0.0}, *(step(60.0 * n, n) for n in range(1, 6))])
+    assert clock.timeout == 600.0  # one step a minute: 10 minutes
+    fast = StallClock()
+    fast.feed([{"kind": "start", "t": 0.0}, step(1.0, 100), step(2.0, 200)])
+    assert fast.timeout == DEFAULT_MIN_TIMEOUT_S
+    assert fast.stalled_since(2.0 + 299) is None and fast.stalled_since(2.0 + 300) == 2.0
+
+
+def test_the_calls_timeout_beats_the_jobs_and_zero_turns_it_off():
+    clock = StallClock(default_timeout=7.0)
+    clock.feed([{"kind": "start", "t": 0.0}])
+    assert clock.timeout == 7.0 and clock.stalled_since(7.0) == 0.0
+    clock.feed([{"kind": "start", "t": 10.0, "stall_timeout": 0}])
+    assert clock.timeout is None and clock.stalled_since(1e9) is None
+    clock.feed([{"kind": "start", "t": 20.0, "stall_timeout": 2.0}])
+    assert clock.stalled_since(22.0) == 20.0
+
+
+def test_a_moving_step_or_an_ended_call_is_not_a_stall():
+    clock = StallClock(default_timeout=5.0)
+    clock.feed([{"kind": "start", "t": 0.0}, step(4.0, 3), step(8.0, 6)])
+    assert clock.stalled_since(12.0) is None and clock.stalled_since(13.0) == 8.0
+    clock.feed([step(13.5, 6)])  # logged again without moving: still stalled since 8
+    assert clock.stalled_since(14.0) == 8.0
+    clock.feed([{"kind": "end", "t": 14.0, "status": "succeeded"}])
+    assert clock.stalled_since(100.0) is None, "after fit returned, nothing is watched"
+
+
+@pytest.fixture
+def stalling_run(torchrun_tmp, monkeypatch):
+    monkeypatch.chdir(torchrun_tmp)
+    lifecycle = RunLifecycle.register(RunKind.DDP, "stalls", LaunchSpec(nproc=2), owner="test")
+    lifecycle.files.script.write_text(stall_script(timeout=3.0))
+    lifecycle.stop_grace = 2.0
+    yield lifecycle
+    lifecycle.kill()
+    lifecycle.end()
+
+
+def follow_until(lifecycle: RunLifecycle, predicate, timeout: float, what: str):
+    """The owner's follow loop (as the supervisor and ``%%train --nproc`` run it), until ``predicate``."""
+    def polled():
+        assert lifecycle.running(), "the ranks ended before " + what
+        return predicate()
+    return wait_for(polled, timeout, every=0.25, what=what)
+
+
+def test_a_rank_asleep_before_a_collective_is_flagged_stalled_with_both_stacks(stalling_run):
+    lifecycle, store = stalling_run, RunStore()
+    assert lifecycle.start()
+    run = follow_until(lifecycle, lambda: (lambda r: r if r.stalled else None)(store.get(lifecycle.run_id)),
+                       120, "the stall flag")
+    assert run.status == RunStatus.RUNNING, "stalled is a flag beside running, not a status"
+    events = read_events(lifecycle.files.events)[0]
+    steps = [e for e in events if e["kind"] == "step"]
+    assert steps and steps[-1]["step"] < STALL_AT and run.stalled_since == pytest.approx(steps[-1]["t"])
+    assert time.time() - run.stalled_since < 3.0 + 10.0, "flagged soon after its 3 s timeout"
+    stall = follow_until(lifecycle, lambda: [e for e in read_events(lifecycle.files.events)[0]
+                                             if e["kind"] == "stall"], 30, "the stall event")[0]
+    assert (stall["step"], stall["timeout"]) == (steps[-1]["step"], 3.0)
+    dumps = {path.name: path.read_text() for path in sorted(Path(stall["stacks"]).iterdir())}
+    assert sorted(dumps) == ["rank0.txt", "rank1.txt"]
+    assert f'job.py", line {SLEEP_LINE} in train_step' in dumps["rank1.txt"], dumps["rank1.txt"]
+    assert "in backward" in dumps["rank0.txt"] and "step_runner.py" in dumps["rank0.txt"], \
+        "rank 0 waits in its backward's all-reduce"
+    assert "time.sleep" not in dumps["rank0.txt"] and f"line {SLEEP_LINE} in train_step" not in dumps["rank0.txt"]
+
+    lifecycle.request_stop(grace=2.0)
+    lifecycle.wait()
+    outcome = lifecycle.end()
+    assert outcome.status == RunStatus.STOPPED
+    run = store.get(lifecycle.run_id)
+    assert (run.status, run.stalled) == (RunStatus.STOPPED, False)
+    assert_no_processes(lifecycle.run_id)
