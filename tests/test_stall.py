@@ -17,6 +17,7 @@ from jiyu_magics.core.stall_clock import DEFAULT_MIN_TIMEOUT_S, StallClock
 from jiyu_magics.jobs.launch_spec import LaunchSpec
 from jiyu_magics.jobs.lifecycle import RunLifecycle
 
+from .cli_runner import jiyu
 from .jobs_workload import assert_no_processes, wait_for
 from .stall_workload import SLEEP_LINE, STALL_AT, stall_script
 
@@ -87,6 +88,12 @@ def test_a_rank_asleep_before_a_collective_is_flagged_stalled_with_both_stacks(s
     stall = follow_until(lifecycle, lambda: [e for e in read_events(lifecycle.files.events)[0]
                                              if e["kind"] == "stall"], 30, "the stall event")[0]
     assert (stall["step"], stall["timeout"]) == (steps[-1]["step"], 3.0)
+    shown = jiyu("jobs")
+    assert f"running, stalled: no step for" in shown.stdout, shown.stdout
+    stacks = jiyu("stacks", lifecycle.run_id)
+    assert stacks.returncode == 0, stacks.stderr
+    headlines = stacks.stdout.splitlines()[1:3]
+    assert headlines[0].startswith("  rank 0 is in ") and headlines[1] == f"  rank 1 is in train_step (job.py:{SLEEP_LINE})"
     dumps = {path.name: path.read_text() for path in sorted(Path(stall["stacks"]).iterdir())}
     assert sorted(dumps) == ["rank0.txt", "rank1.txt"]
     assert f'job.py", line {SLEEP_LINE} in train_step' in dumps["rank1.txt"], dumps["rank1.txt"]
@@ -101,3 +108,17 @@ def test_a_rank_asleep_before_a_collective_is_flagged_stalled_with_both_stacks(s
     run = store.get(lifecycle.run_id)
     assert (run.status, run.stalled) == (RunStatus.STOPPED, False)
     assert_no_processes(lifecycle.run_id)
+
+
+def test_jiyu_stacks_of_a_run_that_never_stalled_is_one_line_and_exit_code_2():
+    run = RunStore().create(RunKind.JOB, "calm")
+    done = jiyu("stacks", run.id)
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr.strip() == f"jiyu stacks: error: run {run.id} has no stack dump (one is taken when it stalls)"
+
+
+def test_stall_text_says_how_long_the_step_stood_still():
+    from jiyu_magics.views.run_table import stall_text
+
+    assert [stall_text(0, now) for now in (42, 12 * 60 + 5, 2 * 3600 + 300)] == \
+        ["no step for 42 s", "no step for 12 min", "no step for 2 h 5 min"]

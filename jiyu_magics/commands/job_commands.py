@@ -1,4 +1,4 @@
-"""``jiyu submit``, ``jiyu jobs``, ``jiyu logs``, ``jiyu stop`` and ``jiyu export``."""
+"""``jiyu submit``, ``jiyu jobs``, ``jiyu logs``, ``jiyu stacks``, ``jiyu stop`` and ``jiyu export``."""
 
 from __future__ import annotations
 
@@ -28,6 +28,17 @@ def add_commands(commands) -> None:
     p.add_argument("-f", "--follow", action="store_true", help="keep printing new lines until the run ends")
     p.add_argument("--tail", type=int, metavar="N", help="only the last N lines")
     p.set_defaults(handler=run_logs)
+
+    p = commands.add_parser("stacks", help="show every rank's stack, dumped when the run stalled, grouped by "
+                                           "identical stacks",
+                            description="The newest stack dump of a run (runs/<id>/stacks/<time>/rank<N>.txt), "
+                                        "taken by the run's owner when no step was logged for its stall timeout: "
+                                        "one line per group of ranks with identical stacks, then each group's "
+                                        "main-thread stack.")
+    p.add_argument("id", help="run id or unique prefix")
+    p.add_argument("--full", action="store_true", help="every thread, and py-spy's native frames where taken")
+    p.add_argument("--json", action="store_true", help="print the groups as JSON")
+    p.set_defaults(handler=run_stacks)
 
     p = commands.add_parser("stop", help="stop a run: SIGTERM every process, SIGKILL after the grace period "
                                          "(a Slurm or Kubernetes job: cancelled there, SIGTERM first)")
@@ -96,6 +107,25 @@ def run_logs(args: argparse.Namespace) -> int:
         for chunk in logs.follow(run.id, offset):
             sys.stdout.write(chunk)
             sys.stdout.flush()
+    return 0
+
+
+@_job_errors
+def run_stacks(args: argparse.Namespace) -> int:
+    from .. import jobs
+    from . import CliError, print_json
+    from ..core import stack_groups as stacks
+    from ..views import stack_view as view
+
+    run = jobs.resolve(args.id)
+    folders = stacks.dump_folders(run.id)
+    if not folders:
+        raise CliError(f"run {run.id} has no stack dump (one is taken when it stalls)")
+    groups = stacks.group(stacks.read_dump(folders[-1]))
+    if args.json:
+        print_json({"run_id": run.id, "dumped": folders[-1].name, "groups": view.as_json(groups)})
+    else:
+        sys.stdout.write(view.render_text(run.id, folders[-1], groups, full=args.full))
     return 0
 
 

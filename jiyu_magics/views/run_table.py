@@ -14,6 +14,7 @@ from .format import NA, bar, duration, text_table
 HEADERS = ["id", "name", "kind", "status", "nproc", "gpus", "progress", "loss", "started", "duration"]
 STATUS_COLORS = {RunStatus.RUNNING: "#1a7f37", RunStatus.QUEUED: "#9a6700", RunStatus.SUCCEEDED: "#0969da",
                  RunStatus.FAILED: "#cf222e", RunStatus.STOPPED: "#6e7781", RunStatus.LOST: "#bc4c00"}
+STALLED_COLOR = "#bc4c00"
 SPARK = "▁▂▃▄▅▆▇█"
 
 
@@ -41,7 +42,19 @@ def _status(run: Run, summary: dict) -> str:
         where = f" #{run.queue_position}" if run.queue_position else ""
         why = f" ({run.queue_reason})" if run.queue_reason else ""
         return f"queued{where}{why}"
+    if run.stalled:
+        return f"running, stalled: {stall_text(run.stalled_since)}"
     return str(run.status)
+
+
+def stall_text(since: float, now: float | None = None) -> str:
+    """``no step for 12 min``: how long the step of a stalled run has stood still."""
+    seconds = max(0, int((now or time.time()) - since))
+    if seconds < 60:
+        return f"no step for {seconds} s"
+    if seconds < 3600:
+        return f"no step for {seconds // 60} min"
+    return f"no step for {seconds // 3600} h {seconds % 3600 // 60} min"
 
 
 def gpus_text(run: Run) -> str:
@@ -81,7 +94,7 @@ def render_html(runs: list[Run], everything: bool = False) -> str:
 
 
 def _html_row(r: dict) -> str:
-    color = STATUS_COLORS.get(r["status"].split()[0], "inherit")
+    color = STALLED_COLOR if "stalled" in r["status"] else STATUS_COLORS.get(r["status"].split()[0], "inherit")
     cells = []
     for h in HEADERS:
         text = html.escape(r[h])
