@@ -41,6 +41,7 @@ class RunSummary(TypedDict):
     val_acc: float | None
     mem_peak: float | None
     updated: float | None                    # time of the newest event
+    step_at: float | None                    # when the step last moved (the time of its step event)
     end_status: RunStatus | None             # how the current call ended; None while it runs
     error: str | None                        # the current call's first error, across ranks
     losses: list[float]                      # the newest training losses, for a sparkline
@@ -67,8 +68,10 @@ class RunState:
     start_step: int | None = None
     resumed_from: str | None = None
     from_notebook: str | None = None         # what %%train took from the notebook, not its cell
+    stall_timeout: float | None = None       # the call's own (None: the job's default or the rule)
     # its progress, from the newest step event
     step: int | None = None
+    step_at: float | None = None             # when the step last moved: the ``t`` of the step event that moved it
     epoch: int | None = None
     loss: float | None = None
     lr: float | None = None
@@ -134,6 +137,8 @@ class RunState:
         self.step, self.status = event.get("start_step") or 0, RunStatus.RUNNING
 
     def _on_step(self, event: dict) -> None:
+        if event.get("step") is not None and event["step"] != self.step:
+            self.step_at = event.get("t", self.step_at)
         for key in STEP_FIELDS:
             if event.get(key) is not None:
                 setattr(self, key, event[key])
@@ -208,7 +213,7 @@ class RunState:
         return RunSummary(
             total_steps=self.total_steps, step=self.step, epoch=self.epoch, loss=self.loss, lr=self.lr,
             samples_per_s=self.samples_per_s, val_loss=self.val_loss, val_acc=self.val_acc, mem_peak=self.mem_peak,
-            updated=self.updated, end_status=self.end_status, error=self.first_error,
+            updated=self.updated, step_at=self.step_at, end_status=self.end_status, error=self.first_error,
             losses=[loss for _, loss in self.losses[-sparkline_points:]], progress=self.progress)
 
 

@@ -20,6 +20,7 @@ from ..core.run_files import HOME_ENV
 from .gpu_sampler import GpuSampler, Holders
 from .handlers import ROUTES
 from .kernel_owners import kernel_infos
+from .metrics_gpu import NAME_SETS
 from .run_views import RunViews
 
 CPU_LIMIT_ENV = "JIYU_MAX_CPU_JOBS"  # read by the jobs layer's queue
@@ -49,6 +50,18 @@ class JiyuApp(ExtensionApp):
         "configure the scrape job with 'authorization: {credentials: <token>}' (an "
         f"'Authorization: Bearer <token>' header). Empty (the default, unless ${TOKEN_ENV} is "
         "set): /jiyu/metrics needs Jupyter's own authentication like every other route."))
+
+    metrics_gpu_names = Unicode("jiyu", config=True, help=(
+        "The names GPU readings have in /jiyu/metrics: 'jiyu' (jiyu_gpu_utilization_ratio, "
+        "jiyu_gpu_memory_used_bytes, ...: Prometheus' base units), 'dcgm' (NVIDIA dcgm-exporter's "
+        "DCGM_FI_DEV_GPU_UTIL, DCGM_FI_DEV_FB_USED, ... with its units and labels gpu, UUID, device, "
+        "modelName, Hostname, so the DCGM Grafana dashboards work unchanged) or 'both'."))
+
+    @validate("metrics_gpu_names")
+    def _known_names(self, proposal) -> str:
+        if proposal["value"] not in NAME_SETS:
+            raise TraitError(f"metrics_gpu_names must be one of {', '.join(NAME_SETS)}; got {proposal['value']!r}")
+        return proposal["value"]
 
     gpu_busy_mib = Float(config=True, help=(
         "MiB of GPU memory that processes outside jiyu (other users' programs, notebooks holding "

@@ -132,8 +132,10 @@ class MetricsHandler(JiyuHandler):
         gpus = await self.app.sample_gpus()
         runs = await self.blocking(self.app.runs.list)
         counts = await self.blocking(self.app.runs.status_counts)
+        usage = await self.blocking(self.app.runs.gpu_seconds)
         self.set_status(200)
-        self.finish(metrics.render(gpus, runs, counts), set_content_type=metrics.content_type())
+        text = metrics.render(gpus, runs, counts, usage=usage, gpu_names=self.app.metrics_gpu_names)
+        self.finish(text, set_content_type=metrics.content_type())
 
 
 def _active(run: dict) -> bool:

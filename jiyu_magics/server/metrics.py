@@ -1,39 +1,32 @@
 """``/jiyu/metrics``: GPUs and runs in the Prometheus text format (prometheus_client).
 
 Built per scrape from the same GPU snapshot and run records the panel shows, so Grafana and
-the sidebar never disagree. Per-run series cover the active runs and those that ended in the
+the sidebar never disagree. GPU series: ``metrics_gpu``. Alerts and a Grafana dashboard built
+on these names ship in ``images/monitoring/``. Per-run series cover the active runs and those that ended in the
 last ``RECENT_S`` seconds (a scrape still sees how a run ended); older runs only count in
 ``jiyu_runs``, which keeps label cardinality bounded however many runs a machine has seen.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Iterable, Iterator
 
 from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily, Metric, StateSetMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
+from .. import __version__
 from ..core.run_model import RunStatus
+from .metrics_gpu import gpu_families
 
 RECENT_S = 3600.0
-GPU_LABELS = ["gpu", "uuid"]
-RUN_LABELS = ["run_id", "name", "kind"]
+RUN_LABELS = ["run_id", "run_name", "kind"]
 
-# (metric suffix, help, snapshot field, scale)
-GPU_GAUGES = [
-    ("utilization_ratio", "GPU utilisation, 0-1 (nvidia-smi utilization.gpu / 100).", "gpu_util", 0.01),
-    ("memory_utilization_ratio", "Memory controller utilisation, 0-1 (utilization.memory / 100).", "mem_util", 0.01),
-    ("memory_used_bytes", "Device memory in use (memory.used).", "mem_used", 1),
-    ("memory_total_bytes", "Device memory in total (memory.total).", "mem_total", 1),
-    ("temperature_celsius", "GPU core temperature (temperature.gpu).", "temperature", 1),
-    ("power_watts", "Power draw (power.draw).", "power_draw", 1),
-    ("power_limit_watts", "Enforced power limit (enforced.power.limit).", "power_limit", 1),
-    ("sm_clock_hertz", "SM clock (clocks.sm).", "sm_clock", 1e6),
-]
 # (metric suffix, help, summary field)
 RUN_GAUGES = [
     ("step", "Last optimizer step the run logged.", "step"),
+    ("last_step_timestamp_seconds", "When the step last moved (unix time of its step event).", "step_at"),
     ("total_steps", "Steps the run plans to take.", "total_steps"),
     ("progress_ratio", "step / total_steps, 0-1.", "progress"),
     ("epoch", "Current epoch.", "epoch"),
@@ -41,12 +34,16 @@ RUN_GAUGES = [
     ("samples_per_second", "Training throughput.", "samples_per_s"),
     ("val_loss", "Last validation loss.", "val_loss"),
     ("val_accuracy_ratio", "Last validation accuracy, 0-1.", "val_acc"),
+    ("memory_peak_bytes", "Peak CUDA memory allocated by rank 0 in this call.", "mem_peak"),
 ]
 
 
-def render(gpus: dict, runs: list[dict], counts: dict[str, int], now: float | None = None) -> bytes:
-    """The exposition text for one scrape."""
-    families = [*gpu_families(gpus), *run_families(recent(runs, now or time.time())), runs_by_status(counts)]
+def render(gpus: dict, runs: list[dict], counts: dict[str, int], now: float | None = None,
+           usage: dict[str, tuple[float, float]] | None = None, gpu_names: str = "jiyu") -> bytes:
+    """The exposition text for one scrape. ``usage``: GPU-seconds held and idle per GPU uuid;
+    ``gpu_names``: jiyu, dcgm or both (``metrics_gpu``)."""
+    families = [jiyu_info(), *gpu_families(gpus, usage, gpu_names), *run_families(recent(runs, now or time.time())),
+                runs_by_status(counts)]
     return generate_latest(_Families(families))
 
 
@@ -64,26 +61,10 @@ class _Families:
         return iter(self.families)
 
 
-def gpu_families(snapshot: dict) -> Iterable[Metric]:
-    up = GaugeMetricFamily("jiyu_nvml_up", "1 when NVML answered and sees at least one GPU, else 0.")
-    up.add_metric([], 1.0 if snapshot.get("available") else 0.0)
-    yield up
-    info = InfoMetricFamily("jiyu_gpu", "Static facts of each GPU.", labels=GPU_LABELS)
-    devices = snapshot.get("devices") or []
-    for d in devices:
-        info.add_metric(_gpu_labels(d), {"name": d.get("name") or "", "driver": snapshot.get("driver_version") or "",
-                                         "cuda_index": "" if d.get("visible_index") is None else str(d["visible_index"])})
-    yield info
-    for suffix, doc, key, scale in GPU_GAUGES:
-        family = GaugeMetricFamily(f"jiyu_gpu_{suffix}", doc, labels=GPU_LABELS)
-        for d in devices:
-            if d.get(key) is not None:
-                family.add_metric(_gpu_labels(d), float(d[key]) * scale)
-        yield family
-
-
-def _gpu_labels(device: dict) -> list[str]:
-    return [str(device["index"]), device.get("uuid") or ""]
+def jiyu_info() -> Metric:
+    info = InfoMetricFamily("jiyu", "The jiyu_magics version this server runs.")
+    info.add_metric([], {"version": __version__})
+    return info
 
 
 def recent(runs: list[dict], now: float) -> list[dict]:
@@ -91,14 +72,23 @@ def recent(runs: list[dict], now: float) -> list[dict]:
 
 
 def run_families(runs: list[dict]) -> Iterable[Metric]:
+    info = GaugeMetricFamily("jiyu_run_info", "1 per recent run: its status, backend and notebook.",
+                             labels=[*RUN_LABELS, "status", "backend", "notebook"])
     status = StateSetMetricFamily("jiyu_run_status", "Status of each recent run (one state is 1).", labels=RUN_LABELS)
     duration = GaugeMetricFamily("jiyu_run_duration_seconds", "Wall time since the run started.", labels=RUN_LABELS)
+    stalled = GaugeMetricFamily("jiyu_run_stalled", "1 while a running run's step has not moved for its stall "
+                                "timeout (its ranks alive), else 0.", labels=RUN_LABELS)
+    gpus = GaugeMetricFamily("jiyu_run_gpus", "GPUs the run holds now.", labels=RUN_LABELS)
     for run in runs:
-        status.add_metric(_run_labels(run), {s.value: s == run["status"] for s in RunStatus})
+        labels = _run_labels(run)
+        info.add_metric([*labels, str(run["status"]), run.get("backend") or "", _notebook(run)], 1.0)
+        status.add_metric(labels, {s.value: s == run["status"] for s in RunStatus})
         if run.get("duration") is not None:
-            duration.add_metric(_run_labels(run), float(run["duration"]))
-    yield status
-    yield duration
+            duration.add_metric(labels, float(run["duration"]))
+        if run["status"] == RunStatus.RUNNING:
+            stalled.add_metric(labels, 1.0 if run.get("stalled_since") is not None else 0.0)
+        gpus.add_metric(labels, float(sum(g.get("ended") is None for g in run.get("gpus") or [])))
+    yield from (info, status, duration, stalled, gpus)
     for suffix, doc, key in RUN_GAUGES:
         family = GaugeMetricFamily(f"jiyu_run_{suffix}", doc, labels=RUN_LABELS)
         for run in runs:
@@ -106,6 +96,10 @@ def run_families(runs: list[dict]) -> Iterable[Metric]:
             if isinstance(value, (int, float)) and not isinstance(value, bool):
                 family.add_metric(_run_labels(run), float(value))
         yield family
+
+
+def _notebook(run: dict) -> str:
+    return os.path.basename(run.get("notebook") or "")
 
 
 def _run_labels(run: dict) -> list[str]:

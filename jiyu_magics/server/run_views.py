@@ -34,6 +34,12 @@ class RunViews:
         bridge.follow_scheduled(self.store)
         return [self.record(run) for run in self.store.list(limit=self.limit)]
 
+    def gpu_seconds(self) -> dict[str, tuple[float, float]]:
+        """Per GPU uuid: seconds runs or kernels held it, and of those idle (``core.gpu_usage``), in all."""
+        with self.store.db.read() as db:
+            rows = db.execute("SELECT uuid, SUM(held_s), SUM(idle_s) FROM gpu_usage GROUP BY uuid").fetchall()
+        return {uuid: (float(held or 0), float(idle or 0)) for uuid, held, idle in rows}
+
     def status_counts(self) -> dict[str, int]:
         """Runs per status, after the reconciliation ``list`` did (no second pass)."""
         return self.store.count_by_status()

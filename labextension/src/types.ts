@@ -42,6 +42,8 @@ export interface IRunSummary {
   val_acc: number | null;
   mem_peak: number | null;
   updated: number | null;
+  /** When the step last moved (epoch seconds of the step event that moved it). */
+  step_at: number | null;
   /** How the current `fit` call ended; null while it runs. */
   end_status: RunStatus | null;
   /** The current call's first error across ranks ("rank 1: ..."). */
