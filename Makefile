@@ -31,18 +31,20 @@ demo: setup
 	$(BIN)/python scripts/run_notebook.py notebooks/01_quickstart.ipynb --out demo-output
 
 # The layers (pyproject.toml [tool.importlinter]) first: a broken contract fails in a second, before
-# the ~10-minute suite. JIYU_REQUIRE_SERVICES=1: a test whose real service (Slurm) is missing fails
+# the ~10-minute suite. JIYU_REQUIRE_SERVICES=1: a test whose real service (Slurm, Prometheus) is missing fails
 # instead of skipping.
 test: setup browser test-system-deps
 	$(BIN)/lint-imports --no-logo
 	JIYU_REQUIRE_SERVICES=1 $(BIN)/python -m pytest
 
 # Programs the tests drive for real, as PATH:package: sshd (the image's entrypoint), Slurm and munge
-# (tests/slurm_cluster.py starts a one-node cluster as root), kubectl (answers without a cluster).
+# (tests/slurm_cluster.py starts a one-node cluster as root), kubectl (answers without a cluster),
+# prometheus and promtool (tests/test_monitoring.py: the shipped config and alerts, a real scrape).
 # A temporary policy-rc.d keeps apt from starting system-wide services (sshd on port 22, munged).
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 SYSTEM_DEPS := /usr/sbin/sshd:openssh-server /usr/sbin/slurmctld:slurm-wlm /usr/sbin/slurmd:slurm-wlm \
-	/usr/sbin/munged:munge /usr/bin/kubectl:kubernetes-client
+	/usr/sbin/munged:munge /usr/bin/kubectl:kubernetes-client /usr/bin/prometheus:prometheus \
+	/usr/bin/promtool:prometheus
 test-system-deps:
 	@missing=$$(for dep in $(SYSTEM_DEPS); do test -x "$${dep%%:*}" || echo "$${dep##*:}"; done | sort -u); \
 	test -z "$$missing" || { \
