@@ -76,6 +76,7 @@ bench: setup
 	$(BIN)/python benchmarks/panel_gpus.py
 	$(BIN)/python benchmarks/queue_latency.py
 	$(BIN)/python benchmarks/ckpt_check.py
+	$(BIN)/python benchmarks/metrics_scrape.py
 
 # On a GPU machine: every gpu-marked test and the benchmarks (see benchmarks/gpu_checks.sh).
 gpu-checks:
