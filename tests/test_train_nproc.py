@@ -113,10 +113,39 @@ def test_a_failing_rank_is_one_line_and_nothing_is_left(tmp_path):
     (error,) = [o for o in nb.cells[1].outputs if o.output_type == "error"]
     assert error.ename == "RankFailure"
     assert error.evalue == "%%train --nproc 2 failed: rank 1: RuntimeError: rank one is out of coffee"
-    assert len(error.traceback) == 1
+    first, blank, *traceback = error.traceback
+    assert first.startswith("RankFailure: %%train --nproc 2 failed: rank 1") and blank == ""
+    assert traceback[0] == "Traceback (most recent call last):" and traceback[-1] == \
+        "RuntimeError: rank one is out of coffee", "the first failing rank's traceback, in full"
+    frames = [line for line in traceback if line.lstrip().startswith("File ")]
+    assert frames and all("jiyu_magics" not in f and "torch/distributed/elastic" not in f for f in frames), frames
+    assert "in train_step" in frames[-1] and "raise RuntimeError('rank one is out of coffee')" in "\n".join(traceback)
     (run,) = [r for r in RunStore().list() if r.name == "ddp-fail"]
     assert run.status == "failed" and "rank one is out of coffee" in run.error
     assert processes_of(run.id) == []
+
+
+def widget_html(nb, marker: str) -> list[str]:
+    """The values of the HTML widgets whose value holds ``marker``, from the saved widget state."""
+    state = nb.metadata.get("widgets", {}).get("application/vnd.jupyter.widget-state+json", {}).get("state", {})
+    return [m["state"]["value"] for m in state.values()
+            if m.get("model_name") == "HTMLModel" and marker in m["state"].get("value", "")]
+
+
+def test_rank_output_and_a_print_in_the_cell_body_reach_the_cell(tmp_path):
+    nb = execute(notebook(
+        DATA,
+        "%%train --nproc 2 --max-steps 4 --name ddp-prints\n"
+        "print(f\"hello from the cell body, rank {os.environ.get('RANK', 'kernel')}\")" + RECORDING_BODY),
+        tmp_path, timeout=300, store_widget_state=True)
+    (pane,) = widget_html(nb, "jiyu-rank-output")
+    assert "[rank0] hello from the cell body, rank 0" in pane, pane
+    assert "[rank1]" not in pane, "rank 0's lines by default; the toggle shows all"
+    shown = [o for o in nb.cells[1].outputs if "data" in o]
+    kinds = ["widget" if "application/vnd.jupyter.widget-view+json" in o.data else "summary" for o in shown
+             if "application/vnd.jupyter.widget-view+json" in o.data or "image/png" in o.data]
+    assert kinds == ["summary", "widget"], "the dashboard (its summary once done), then the rank output under it"
+    assert "hello from the cell body, rank kernel" in text_of(nb.cells[1]), "the body ran in the kernel too"
 
 
 def test_bad_nproc_values(ip, nvml_double):

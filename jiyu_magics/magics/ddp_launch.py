@@ -65,6 +65,7 @@ class DdpLaunch:
             self._prepare()
             self.lifecycle.start(env=self._environment(), on_wait=lambda line: print(f"jiyu: {line}", flush=True))
             self.monitor = self._monitor()
+            self.rank_output = self._rank_output()
             self._follow()
             outcome = self.lifecycle.end()
         self._show_end()
@@ -113,6 +114,22 @@ class DdpLaunch:
             self.on_monitor(monitor)
         return monitor
 
+    def _rank_output(self):
+        """The ranks' lines under the dashboard (printed in a terminal), rank 0's by default."""
+        log = self.lifecycle.files.log
+        if in_notebook(self.shell):
+            from ..widgets.rank_output import RankOutput
+
+            return RankOutput(log, ready=lambda: getattr(self.monitor, "handle", None) is not None)
+        from ..widgets.rank_output import RankEcho
+
+        return RankEcho(log)
+
+    def _tick(self) -> bool:
+        """Once per dashboard poll: the ranks' new lines; True when the ranks ended."""
+        self.rank_output.poll()
+        return not self.lifecycle.running()
+
     def _follow(self) -> None:
         """The event log into the dashboard while the ranks run. The first interrupt asks the
         owner to stop (the dashboard shows the ranks checkpoint and exit), a second kills."""
@@ -121,7 +138,7 @@ class DdpLaunch:
         while True:
             try:
                 self.offset = follow(self.monitor, self.lifecycle.files.events, self.offset,
-                                     until=lambda: not self.lifecycle.running(), stop_at_end=False)
+                                     until=self._tick, stop_at_end=False)
                 return
             except KeyboardInterrupt:
                 if self.lifecycle.stop_requested:
@@ -138,13 +155,14 @@ class DdpLaunch:
         self.monitor.poll()
         if hasattr(self.monitor, "close"):
             self.monitor.close()
+        self.rank_output.finish()
 
     def _bind(self, outcome) -> None:
         from ..train.fit_result import FitResult
         from ..train.weight_handoff import load_weights
 
         if outcome.status is RunStatus.FAILED:
-            raise RankFailure(f"%%train --nproc {self.args.nproc} failed: {outcome.error}")
+            raise RankFailure(f"%%train --nproc {self.args.nproc} failed: {outcome.error}", self._first_traceback())
         events, _ = read_events(self.lifecycle.files.events)
         result = FitResult.from_events(self.lifecycle.run_id, events, outcome.status.value)
         if self.final_weights.exists():
@@ -154,11 +172,26 @@ class DdpLaunch:
         self.shell.user_ns[self.args.result] = result
 
 
+    def _first_traceback(self) -> str | None:
+        """The first failing rank's traceback from the log, trimmed of jiyu's and torch elastic's frames."""
+        from ..core.rank_output import first_traceback
+        from ..jobs.process.rank_records import first_failure
+
+        failed = first_failure(self.lifecycle.ranks())
+        return first_traceback(self.lifecycle.files.log, failed.rank) if failed is not None else None
+
+
 class RankFailure(RuntimeError):
-    """A rank of ``%%train --nproc`` failed; shown as one line (the first failing rank's error)."""
+    """A rank of ``%%train --nproc`` failed: one line (the first failing rank's error), then
+    that rank's traceback in full, without the launcher's frames."""
+
+    def __init__(self, message: str, traceback: str | None = None):
+        super().__init__(message)
+        self.traceback = traceback
 
     def _render_traceback_(self) -> list[str]:
-        return [f"RankFailure: {self}"]
+        details = [""] + self.traceback.splitlines() if self.traceback else []
+        return [f"RankFailure: {self}", *details]
 
 
 def launch_ddp(shell, line: str, args: Namespace, cell: str | None, model,

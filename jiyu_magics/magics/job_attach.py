@@ -38,13 +38,18 @@ def attach_dashboard(run: Run, wait: bool = False, stop_grace: float = 10.0):
     def stop_job() -> None:  # off the kernel's thread: SIGTERM, grace, SIGKILL can take seconds
         threading.Thread(target=jobs.stop, args=(run.id, stop_grace), daemon=True).start()
 
+    from ..widgets.rank_output import RankOutput
+
     path = RunFiles.of(run.id).events
     dashboard = TrainingDashboard.from_events(path, view=describe(TrainingView(), run), refresh=FOLLOW_REFRESH_S,
                                               on_stop=stop_job if run.active else None).show()
+    output = RankOutput(RunFiles.of(run.id).log, ready=lambda: dashboard.handle is not None)
     if not run.active:
         dashboard.close()
+        output.finish()
         return dashboard, None
-    follow = lambda: _follow(dashboard, path, run.id)  # noqa: E731
+    output.poll()
+    follow = lambda: _follow(dashboard, output, path, run.id)  # noqa: E731
     if wait:
         follow()
         return dashboard, None
@@ -53,11 +58,15 @@ def attach_dashboard(run: Run, wait: bool = False, stop_grace: float = 10.0):
     return dashboard, thread
 
 
-def _follow(dashboard, path, run_id: str) -> None:
+def _follow(dashboard, output, path, run_id: str) -> None:
+    def ended() -> bool:
+        output.poll()  # the ranks' new lines, at the dashboard's pace
+        return not still_active(run_id)
     try:
-        dashboard.follow(path, until=lambda: not still_active(run_id), stop_at_end=False)
+        dashboard.follow(path, until=ended, stop_at_end=False)
     finally:
         dashboard.close()
+        output.finish()
 
 
 def attach_text(run: Run, interval: float) -> int:
@@ -65,11 +74,14 @@ def attach_text(run: Run, interval: float) -> int:
     from ..widgets.event_follow import follow
     from ..widgets.text_progress import TextProgress
 
+    from ..widgets.rank_output import RankEcho
+
     monitor = TextProgress(interval=interval)
     describe(monitor.view, run)
     path = RunFiles.of(run.id).events
+    echo = RankEcho(RunFiles.of(run.id).log)
     try:
-        follow(monitor, path, until=lambda: not still_active(run.id), stop_at_end=False)
+        follow(monitor, path, until=lambda: (echo.poll(), not still_active(run.id))[1], stop_at_end=False)
     except KeyboardInterrupt:
         print(f"(detached; run {run.id} goes on)")
     monitor.close()
