@@ -43,6 +43,14 @@ def html_of(cell) -> str:
     return "".join(out.data.get("text/html", "") for out in cell.get("outputs", []) if "data" in out)
 
 
+def widget_html(nb: nbformat.NotebookNode, marker: str) -> list[str]:
+    """The values of the HTML widgets whose value holds ``marker``, from the widget state an
+    execution with ``store_widget_state=True`` saved."""
+    state = nb.metadata.get("widgets", {}).get("application/vnd.jupyter.widget-state+json", {}).get("state", {})
+    return [m["state"]["value"] for m in state.values()
+            if m.get("model_name") == "HTMLModel" and marker in m["state"].get("value", "")]
+
+
 def mimetypes_of(cell) -> set[str]:
     return {m for out in cell.get("outputs", []) if "data" in out for m in out.data}
 

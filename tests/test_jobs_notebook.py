@@ -13,7 +13,7 @@ from jiyu_magics.core.run_files import RunFiles
 from jiyu_magics.core.run_store import RunStore
 
 from .jobs_workload import assert_no_processes, wait_for, write_notebook
-from .notebook_runner import execute, html_of, mimetypes_of, notebook, text_of
+from .notebook_runner import execute, html_of, mimetypes_of, notebook, text_of, widget_html
 
 
 def test_a_job_survives_its_kernel_and_shows_in_a_new_one(tmp_path, torchrun_tmp, artifacts):
@@ -38,6 +38,8 @@ def test_a_job_survives_its_kernel_and_shows_in_a_new_one(tmp_path, torchrun_tmp
     table, summary = html_of(second.cells[1]), html_of(second.cells[2])
     assert f"<code>{run_id}</code>" in table and "survivor" in table and ">running<" in table
     assert "<progress" in table
+    (pane,) = widget_html(second, "jiyu-rank-output")
+    assert "[rank0] rank 0 done" in pane and "[rank1]" not in pane, "the ranks' output under the dashboard"
     renders, step, status, points = text_of(second.cells[3]).split()
     assert int(renders) >= 2 and int(step) == 60 and status == "succeeded" and int(points) >= 2
     # the live widget was replaced in place by the final summary with the loss plot

@@ -16,7 +16,7 @@ from jiyu_magics.core.run_files import RunFiles
 from jiyu_magics.core.run_store import RunStore
 
 from .jobs_workload import processes_of
-from .notebook_runner import first_logged_step, execute, notebook, text_of
+from .notebook_runner import first_logged_step, execute, notebook, text_of, widget_html
 
 DATA = """%load_ext jiyu_magics
 import os, torch
@@ -123,13 +123,6 @@ def test_a_failing_rank_is_one_line_and_nothing_is_left(tmp_path):
     (run,) = [r for r in RunStore().list() if r.name == "ddp-fail"]
     assert run.status == "failed" and "rank one is out of coffee" in run.error
     assert processes_of(run.id) == []
-
-
-def widget_html(nb, marker: str) -> list[str]:
-    """The values of the HTML widgets whose value holds ``marker``, from the saved widget state."""
-    state = nb.metadata.get("widgets", {}).get("application/vnd.jupyter.widget-state+json", {}).get("state", {})
-    return [m["state"]["value"] for m in state.values()
-            if m.get("model_name") == "HTMLModel" and marker in m["state"].get("value", "")]
 
 
 def test_rank_output_and_a_print_in_the_cell_body_reach_the_cell(tmp_path):
