@@ -94,6 +94,15 @@ class RunLogHandler(JiyuHandler):
         self.reply({**chunk.to_dict(), "active": _active(run), "status": run["status"]})
 
 
+class RunStacksHandler(JiyuHandler):
+    @web.authenticated
+    @answers_errors
+    async def get(self, run_id: str) -> None:
+        """The run's newest stack dump, grouped by identical stacks (``jiyu stacks``);
+        ``dumped`` null and no groups when it never stalled."""
+        self.reply(await self.blocking(self.app.runs.stacks, run_id))
+
+
 class RunStopHandler(JiyuHandler):
     @web.authenticated
     @answers_errors
@@ -149,6 +158,7 @@ ROUTES = [
     (RUN, RunHandler),
     (RUN + r"/events", RunEventsHandler),
     (RUN + r"/log", RunLogHandler),
+    (RUN + r"/stacks", RunStacksHandler),
     (RUN + r"/stop", RunStopHandler),
     (r"/jiyu/metrics", MetricsHandler),
 ]

@@ -10,9 +10,11 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
+from ..core import stack_groups
 from ..core.event_log import read_events, summarize
 from ..core.run_files import RunFiles, store_path
 from ..core.run_store import Run, RunStore
+from ..views.stack_view import as_json
 from . import jobs_bridge as bridge
 
 
@@ -33,6 +35,13 @@ class RunViews:
         a scheduler holds are brought up to date with it."""
         bridge.follow_scheduled(self.store)
         return [self.record(run) for run in self.store.list(limit=self.limit)]
+
+    def stacks(self, run_id: str) -> dict:
+        """The newest stack dump of a run, grouped (``core.stack_groups``); raises for an unknown run."""
+        run = self.store.get(run_id)
+        folders = stack_groups.dump_folders(run.id)
+        groups = stack_groups.group(stack_groups.read_dump(folders[-1])) if folders else []
+        return {"run_id": run.id, "dumped": folders[-1].name if folders else None, "groups": as_json(groups)}
 
     def gpu_seconds(self) -> dict[str, tuple[float, float]]:
         """Per GPU uuid: seconds runs or kernels held it, and of those idle (``core.gpu_usage``), in all."""

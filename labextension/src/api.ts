@@ -7,7 +7,7 @@
 import { URLExt } from '@jupyterlab/coreutils';
 import { ServerConnection } from '@jupyterlab/services';
 
-import { IGpuSnapshot, ILogChunk, IRun, ISubmission } from './types';
+import { IGpuSnapshot, ILogChunk, IRun, IStackDump, ISubmission } from './types';
 
 /** A refusal from the server, with the message it sent (400s name the bad field). */
 export class ApiError extends Error {
@@ -32,6 +32,10 @@ export class JiyuApi {
 
   log(runId: string, offset: number): Promise<ILogChunk> {
     return this.request(`api/runs/${encodeURIComponent(runId)}/log`, {}, { offset });
+  }
+
+  stacks(runId: string): Promise<IStackDump> {
+    return this.request(`api/runs/${encodeURIComponent(runId)}/stacks`);
   }
 
   stop(runId: string): Promise<IRun> {

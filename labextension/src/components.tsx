@@ -8,12 +8,14 @@ import * as React from 'react';
 import * as fmt from './format';
 import { GpuHolder, IdleKernelWarnings, IKernelActions, ProcessList } from './owners';
 import { sparkline } from './sparkline';
+import { isStalled, StallChip } from './stall';
 import { IGpuDevice, IGpuKernel, IGpuSnapshot, IRun } from './types';
 import { describeRun, IRunView, visibleRuns } from './view';
 
 export interface IRunActions {
   onStop(run: IRun): void;
   onLogs(run: IRun): void;
+  onStacks?(run: IRun): void;
 }
 
 const noShutdown = (_: IGpuKernel) => undefined;
@@ -48,6 +50,7 @@ export function PanelBody(props: IPanelBodyProps): JSX.Element {
           finished={props.finished}
           onStop={props.onStop}
           onLogs={props.onLogs}
+          onStacks={props.onStacks}
         />
       </section>
     </div>
@@ -201,7 +204,13 @@ export function RunList(props: IRunListProps): JSX.Element {
   return (
     <ul className="jp-JiyuRunList" aria-label="Runs">
       {runs.map(run => (
-        <RunRow key={run.id} run={run} onStop={props.onStop} onLogs={props.onLogs} />
+        <RunRow
+          key={run.id}
+          run={run}
+          onStop={props.onStop}
+          onLogs={props.onLogs}
+          onStacks={props.onStacks}
+        />
       ))}
     </ul>
   );
@@ -217,6 +226,7 @@ export function RunRow(props: { run: IRun } & IRunActions): JSX.Element {
     >
       <div className="jp-JiyuRun-head">
         <span className={`jp-JiyuChip jp-mod-${v.status}`}>{v.statusLabel}</span>
+        <StallChip run={props.run} />
         <span className="jp-JiyuRun-name" title={`${v.name} (${v.id})`}>
           {v.name}
         </span>
@@ -248,6 +258,16 @@ export function RunRow(props: { run: IRun } & IRunActions): JSX.Element {
         >
           Logs
         </button>
+        {props.onStacks && isStalled(props.run) && (
+          <button
+            type="button"
+            className="jp-JiyuButton"
+            aria-label={`Show every rank's stack of ${v.name}`}
+            onClick={() => props.onStacks?.(props.run)}
+          >
+            Stacks
+          </button>
+        )}
         {v.canStop && (
           <button
             type="button"

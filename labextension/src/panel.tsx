@@ -8,6 +8,7 @@ import { Dialog, Notification, ReactWidget, showDialog, UseSignal } from '@jupyt
 import * as React from 'react';
 
 import { PanelBody } from './components';
+import { StacksBody } from './stall';
 import { jiyuIcon } from './icons';
 import { PanelModel } from './model';
 import { notebookName } from './owners';
@@ -42,6 +43,7 @@ export class JiyuPanel extends ReactWidget {
             finished={this.model.finished}
             onStop={run => void this.confirmStop(run)}
             onLogs={this.openLog}
+            onStacks={run => void this.showStacks(run)}
             onShutdownKernel={kernel => void this.confirmShutdown(kernel)}
           />
         )}
@@ -68,6 +70,20 @@ export class JiyuPanel extends ReactWidget {
     }
     this.model.refreshSoon();
     return true;
+  }
+
+  /** Every rank's stack of a stalled run, grouped by identical stacks. */
+  async showStacks(run: IRun): Promise<void> {
+    try {
+      const dump = await this.model.api.stacks(run.id);
+      await showDialog({
+        title: `Stacks of ${run.name} (${run.id})`,
+        body: <StacksBody dump={dump} />,
+        buttons: [Dialog.okButton({ label: 'Close' })]
+      });
+    } catch (error) {
+      Notification.error(`Could not read the stacks of ${run.name}: ${(error as Error).message}`);
+    }
   }
 
   /** Asks first: shutting a kernel down frees its GPU memory and loses its variables. */

@@ -216,3 +216,22 @@ export interface ISubmission {
   /** GPUs to lease; absent: one per process. */
   gpus?: number;
 }
+
+/** One group of ranks with identical stacks (`GET /jiyu/api/runs/{id}/stacks`, views/stack_view.py). */
+export interface IStackGroup {
+  ranks: number[];
+  /** "rank 1 is in train_step (job.py:17)". */
+  headline: string;
+  /** The main thread's frames, innermost first. */
+  frames: Array<{ file: string; line: number; func: string }>;
+  /** Every thread, as faulthandler (and py-spy, where it ran) wrote it. */
+  text: string;
+  native: boolean;
+}
+
+/** A run's newest stack dump: `dumped` is its folder's name; null and no groups when none. */
+export interface IStackDump {
+  run_id: string;
+  dumped: string | null;
+  groups: IStackGroup[];
+}

@@ -1,0 +1,74 @@
+/**
+ * A stalled run in the panel: a warning chip beside `running` ("no step for 12 min": its step
+ * has not moved for its stall timeout while its ranks live) and the Stacks button's view of
+ * every rank's stack, grouped by identical stacks (GET /jiyu/api/runs/{id}/stacks, as
+ * `jiyu stacks ID` prints it). Plain React, no JupyterLab imports: unit-testable.
+ */
+
+import * as React from 'react';
+
+import { IRun, IStackDump } from './types';
+
+/** `no step for 12 min`, as `%jobs` and `jiyu jobs` say it (views/run_table.stall_text). */
+export function stallText(since: number, now: number): string {
+  const seconds = Math.max(0, Math.floor(now - since));
+  if (seconds < 60) {
+    return `no step for ${seconds} s`;
+  }
+  if (seconds < 3600) {
+    return `no step for ${Math.floor(seconds / 60)} min`;
+  }
+  return `no step for ${Math.floor(seconds / 3600)} h ${Math.floor((seconds % 3600) / 60)} min`;
+}
+
+export function isStalled(run: IRun): boolean {
+  return run.status === 'running' && run.stalled_since !== null;
+}
+
+export function StallChip(props: { run: IRun; now?: number }): JSX.Element | null {
+  const run = props.run;
+  if (!isStalled(run)) {
+    return null;
+  }
+  const text = stallText(run.stalled_since as number, props.now ?? Date.now() / 1000);
+  return (
+    <span
+      className="jp-JiyuChip jp-mod-stalled"
+      role="status"
+      title={`Stalled: ${text}. Every rank's stack was dumped (Stacks, or jiyu stacks ${run.id}).`}
+    >
+      {text}
+    </span>
+  );
+}
+
+export function StacksBody(props: { dump: IStackDump }): JSX.Element {
+  const { dump } = props;
+  if (dump.groups.length === 0) {
+    return <p>Run {dump.run_id} has no stack dump (one is taken when it stalls).</p>;
+  }
+  return (
+    <div className="jp-JiyuStacks" aria-label={`Stacks of run ${dump.run_id}`}>
+      <p className="jp-JiyuStacks-when">Dumped {dump.dumped}</p>
+      <ul className="jp-JiyuStacks-headlines">
+        {dump.groups.map(g => (
+          <li key={g.ranks.join(',')}>{g.headline}</li>
+        ))}
+      </ul>
+      {dump.groups.map(g => (
+        <details key={g.ranks.join(',')} className="jp-JiyuStacks-group" open>
+          <summary>
+            {g.ranks.length === 1 ? 'rank' : 'ranks'} {g.ranks.join(', ')}
+          </summary>
+          <pre className="jp-JiyuStacks-frames">
+            {g.frames
+              .slice()
+              .reverse()
+              .map(f => `  File "${f.file}", line ${f.line} in ${f.func}`)
+              .join('\n')}
+          </pre>
+        </details>
+      ))}
+    </div>
+  );
+}
