@@ -99,7 +99,8 @@ api-schema: setup
 # The README's screenshots, as the browser tests last produced them.
 screenshots:
 	cp test-artifacts/lab_train_dashboard.png test-artifacts/lab_panel_light.png test-artifacts/jobs_table.png \
-	  test-artifacts/slurm_jobs_table.png test-artifacts/lab_panel_slurm.png test-artifacts/lab_gpu_owners.png docs/img/
+	  test-artifacts/slurm_jobs_table.png test-artifacts/lab_panel_slurm.png test-artifacts/lab_gpu_owners.png \
+	  test-artifacts/lab_panel_stall.png docs/img/
 
 # The README's %%train option list, from FitOptions and the magic's own options (the tests check it).
 readme: setup

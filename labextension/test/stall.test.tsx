@@ -1,0 +1,65 @@
+import * as React from 'react';
+import { renderToStaticMarkup } from 'react-dom/server';
+import { describe, expect, it } from 'vitest';
+
+import { RunRow } from '../src/components';
+import { StacksBody, stallText } from '../src/stall';
+import { IRun } from '../src/types';
+import { run } from './records';
+
+const noop = (_: IRun) => undefined;
+
+describe('stalled runs', () => {
+  it('says how long the step stood still, as jiyu jobs does', () => {
+    expect([42, 12 * 60 + 5, 2 * 3600 + 300].map(s => stallText(0, s))).toEqual([
+      'no step for 42 s',
+      'no step for 12 min',
+      'no step for 2 h 5 min'
+    ]);
+  });
+
+  it('shows the chip and the Stacks button only beside running with a stall', () => {
+    const since = Date.now() / 1000 - 12 * 60 - 3;
+    const stalled = renderToStaticMarkup(
+      <RunRow run={run({ status: 'running', stalled_since: since })} onStop={noop} onLogs={noop} onStacks={noop} />
+    );
+    expect(stalled).toContain('jp-JiyuChip jp-mod-running');
+    expect(stalled).toContain('jp-JiyuChip jp-mod-stalled');
+    expect(stalled).toContain('no step for 12 min');
+    expect(stalled).toContain('>Stacks</button>');
+    const moving = renderToStaticMarkup(
+      <RunRow run={run({ status: 'running' })} onStop={noop} onLogs={noop} onStacks={noop} />
+    );
+    expect(moving).not.toContain('jp-mod-stalled');
+    expect(moving).not.toContain('>Stacks</button>');
+    const ended = renderToStaticMarkup(
+      <RunRow run={run({ status: 'stopped', stalled_since: since })} onStop={noop} onLogs={noop} onStacks={noop} />
+    );
+    expect(ended).not.toContain('no step for');
+  });
+
+  it('lists each group of ranks with its headline and frames, innermost last', () => {
+    const html = renderToStaticMarkup(
+      <StacksBody
+        dump={{
+          run_id: 'abc',
+          dumped: '20261201T020000',
+          groups: [
+            {
+              ranks: [1],
+              headline: 'rank 1 is in train_step (job.py:17)',
+              frames: [
+                { file: '/r/job.py', line: 17, func: 'train_step' },
+                { file: '/r/job.py', line: 40, func: '<module>' }
+              ],
+              text: '',
+              native: false
+            }
+          ]
+        }}
+      />
+    );
+    expect(html).toContain('rank 1 is in train_step (job.py:17)');
+    expect(html).toContain('File &quot;/r/job.py&quot;, line 40 in &lt;module&gt;\n  File &quot;/r/job.py&quot;, line 17 in train_step');
+  });
+});

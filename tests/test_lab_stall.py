@@ -1,0 +1,62 @@
+"""A stalled run in the real JupyterLab panel (headless Chromium): a real 2-rank gloo run whose
+rank 1 sleeps before a collective, followed by its lifecycle owner in this process, shows the
+warning chip "no step for ..." beside running; its Stacks button shows both ranks' stacks
+grouped; Stop ends it and nothing is left. Screenshot: test-artifacts/lab_panel_stall.png
+(docs/img/ in the README)."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from playwright.sync_api import expect
+
+from jiyu_magics.core.run_model import RunKind
+from jiyu_magics.core.run_store import RunStore
+from jiyu_magics.jobs.launch_spec import LaunchSpec
+from jiyu_magics.jobs.lifecycle import RunLifecycle
+
+from .jobs_workload import assert_no_processes, wait_for
+from .stall_workload import SLEEP_LINE, stall_script
+from .test_lab_panel import PANEL, browser, lab, page  # noqa: F401 - the fixtures
+
+pytestmark = pytest.mark.usefixtures("torchrun_tmp")
+
+
+@pytest.fixture
+def stalled_run(lab, tmp_path, monkeypatch):
+    """The run and its owner's follow loop on a thread, until the test stops it."""
+    monkeypatch.setenv("JIYU_HOME", str(lab.home))
+    monkeypatch.chdir(tmp_path)
+    lifecycle = RunLifecycle.register(RunKind.DDP, "stuck-in-allreduce", LaunchSpec(nproc=2), owner="test")
+    lifecycle.files.script.write_text(stall_script(timeout=3.0))
+    lifecycle.stop_grace = 2.0
+    assert lifecycle.start()
+    lifecycle.follower = threading.Thread(target=lifecycle.wait, daemon=True)
+    lifecycle.follower.start()
+    yield lifecycle
+    lifecycle.request_stop(grace=2.0)
+    lifecycle.follower.join(60)
+    lifecycle.end()
+
+
+def test_the_panel_shows_a_stalled_run_and_its_stacks(page, stalled_run, artifacts):
+    run_id = stalled_run.run_id
+    wait_for(lambda: RunStore().get(run_id).stalled, 120, what="the stall flag")
+    row = page.locator(f'{PANEL} [data-run-id="{run_id}"]')
+    chip = row.locator(".jp-JiyuChip.jp-mod-stalled")
+    expect(chip).to_be_visible(timeout=30_000)
+    expect(chip).to_contain_text("no step for")
+    expect(row.locator(".jp-JiyuChip.jp-mod-running")).to_be_visible()
+    row.get_by_role("button", name="Show every rank's stack of stuck-in-allreduce").click()
+    dialog = page.locator(".jp-Dialog")
+    expect(dialog).to_contain_text(f"rank 1 is in train_step (job.py:{SLEEP_LINE})", timeout=15_000)
+    expect(dialog).to_contain_text("rank 0 is in")
+    page.screenshot(path=artifacts / "lab_panel_stall.png")
+    dialog.get_by_role("button", name="Close").click()
+    row.get_by_role("button", name="Stop stuck-in-allreduce").click()
+    page.locator(".jp-Dialog").get_by_role("button", name="Stop run").click()
+    stalled_run.follower.join(60)  # the owner sees its ranks end (the panel's stop ended them) and records it
+    assert not stalled_run.follower.is_alive()
+    assert stalled_run.end().status == "stopped" and RunStore().get(run_id).status == "stopped"
+    assert_no_processes(run_id)
