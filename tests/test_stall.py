@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from jiyu_magics.core.event_log import read_events
+from jiyu_magics.core.run_files import RunFiles
 from jiyu_magics.core.run_model import RunKind, RunStatus
 from jiyu_magics.core.run_store import RunStore
 from jiyu_magics.core.stall_clock import DEFAULT_MIN_TIMEOUT_S, StallClock
@@ -18,6 +19,7 @@ from jiyu_magics.jobs.launch_spec import LaunchSpec
 from jiyu_magics.jobs.lifecycle import RunLifecycle
 
 from .cli_runner import jiyu
+from .monitoring_tools import program
 from .jobs_workload import assert_no_processes, wait_for
 from .stall_workload import SLEEP_LINE, STALL_AT, stall_script
 
@@ -110,6 +112,22 @@ def test_a_rank_asleep_before_a_collective_is_flagged_stalled_with_both_stacks(s
     assert_no_processes(lifecycle.run_id)
 
 
+def test_py_spy_adds_the_native_frames_where_it_is_installed(stalling_run, monkeypatch):
+    """py-spy is an optional extra (``pip install py-spy``; in the test extras, so ``make test``
+    has it); where it runs, each rank's dump ends with its ``dump --native`` view."""
+    import os
+
+    spy = program("py-spy")
+    monkeypatch.setenv("PATH", os.pathsep.join([os.path.dirname(spy), os.environ["PATH"]]))
+    lifecycle = stalling_run
+    assert lifecycle.start()
+    stall = follow_until(lifecycle, lambda: [e for e in read_events(lifecycle.files.events)[0]
+                                             if e["kind"] == "stall"], 120, "the stall event")[0]
+    rank1 = (Path(stall["stacks"]) / "rank1.txt").read_text()
+    native = rank1.split("--- py-spy dump --native (exit 0) ---")[1]
+    assert "train_step (job.py" in native and "sleep" in native, native
+
+
 def test_jiyu_stacks_of_a_run_that_never_stalled_is_one_line_and_exit_code_2():
     run = RunStore().create(RunKind.JOB, "calm")
     done = jiyu("stacks", run.id)
@@ -122,3 +140,37 @@ def test_stall_text_says_how_long_the_step_stood_still():
 
     assert [stall_text(0, now) for now in (42, 12 * 60 + 5, 2 * 3600 + 300)] == \
         ["no step for 42 s", "no step for 12 min", "no step for 2 h 5 min"]
+
+
+def test_a_jobs_stall_timeout_is_the_default_of_its_fit_calls_and_jiyu_stop_ends_it(tmp_path, torchrun_tmp,
+                                                                                     no_schedulers):
+    """``jiyu submit --stall-timeout 3``: the detached supervisor flags the job, whose ``fit``
+    sets no timeout of its own, and ``jiyu stop`` still ends the stalled run."""
+    import nbformat
+    from nbformat.v4 import new_code_cell, new_notebook
+
+    from .jobs_workload import finished
+
+    path = tmp_path / "stalls.ipynb"
+    nbformat.write(new_notebook(cells=[new_code_cell(stall_script(timeout=None))]), path)
+    submitted = jiyu("submit", str(path), "--nproc", "2", "--gpus", "0", "--stall-timeout", "3", "--name", "stuck-job")
+    assert submitted.returncode == 0, submitted.stderr
+    run_id = submitted.stdout.split()[2]
+    wait_for(lambda: RunStore().get(run_id).stalled, 120, what="the job's stall flag")
+    assert "running, stalled: no step for" in jiyu("jobs").stdout
+    stall = next(e for e in read_events(RunFiles.of(run_id).events)[0] if e["kind"] == "stall")
+    assert stall["timeout"] == 3.0 and sorted(p.name for p in Path(stall["stacks"]).iterdir()) == ["rank0.txt",
+                                                                                                 "rank1.txt"]
+    stopped = jiyu("stop", run_id, "--grace", "2")
+    assert stopped.returncode == 0, stopped.stderr
+    assert finished(run_id, 60).status == RunStatus.STOPPED
+    assert_no_processes(run_id)
+
+
+def test_a_bad_stall_timeout_is_one_line_and_exit_code_2(tmp_path, no_schedulers):
+    path = tmp_path / "any.ipynb"
+    path.write_text('{"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}')
+    done = jiyu("submit", str(path), "--stall-timeout", "-1")
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr.strip() == "jiyu submit: error: --stall-timeout -1.0: expected seconds >= 0 (0: off)"
+    assert RunStore().list() == [], "nothing is created"
