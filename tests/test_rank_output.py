@@ -32,6 +32,15 @@ def test_rank_zero_by_default_all_with_the_toggle_newest_kept(tmp_path):
     assert lines.read() == [(1, "torn line")], "a torn last line waits until it is whole"
 
 
+def test_a_late_reader_starts_near_the_end_of_a_long_log(tmp_path):
+    log = tmp_path / "stdout.log"
+    log.write_text("".join(f"[rank0]: line {n:07d}\n" for n in range(100_000)))  # 2.3 MB
+    lines = RankLines(log)
+    gained = lines.read()
+    assert gained[-1] == (0, "line 0099999") and 2000 < len(gained) < 4000
+    assert lines.lines()[0].startswith("[rank0] line 00"), "a whole first line, not a torn one"
+
+
 def test_the_first_traceback_of_a_rank_without_jiyus_frames(tmp_path):
     log = tmp_path / "stdout.log"
     log.write_text(TRACEBACK)

@@ -13,6 +13,7 @@ from pathlib import Path
 PREFIX = re.compile(r"^\[rank(?P<rank>\d+)\]:\s?(?P<text>.*)$")
 KEPT_LINES = 200
 READ_CHUNK = 256 * 1024
+START_TAIL = 64 * 1024  # a late reader (``%job attach`` to a long job) starts this far from the end
 NOISE_FILES = ("/jiyu_magics/", "/torch/distributed/elastic/", "/torch/distributed/run.py", "<frozen runpy>",
                "/runpy.py")
 FRAME = re.compile(r'^\s+File "(?P<file>[^"]+)", line \d+')
@@ -30,13 +31,15 @@ class RankLines:
     torn last line waits for the next read); ``lines`` picks rank 0's or all."""
 
     def __init__(self, log: Path, kept: int = KEPT_LINES):
-        self.log, self.offset = Path(log), 0
+        self.log, self.offset = Path(log), None
         self.kept: deque[tuple[int | None, str]] = deque(maxlen=kept)
 
     def read(self) -> list[tuple[int | None, str]]:
         """Takes in the whole lines the log gained, and returns them as (rank, text)."""
         try:
             with open(self.log, "rb") as f:
+                if self.offset is None:
+                    self.offset = self._tail_start(f)
                 f.seek(self.offset)
                 data = f.read(READ_CHUNK)
         except FileNotFoundError:
@@ -46,6 +49,15 @@ class RankLines:
         gained = [split_rank(line) for line in data[:end].decode("utf-8", "replace").splitlines()]
         self.kept.extend(gained)
         return gained
+
+    @staticmethod
+    def _tail_start(f) -> int:
+        """The start of the first whole line in the log's last ``START_TAIL`` bytes."""
+        size = f.seek(0, 2)
+        if size <= START_TAIL:
+            return 0
+        f.seek(size - START_TAIL)
+        return size - START_TAIL + len(f.readline())
 
     def lines(self, all_ranks: bool = False) -> list[str]:
         """Prefixed ``[rankN]``; rank 0's alone unless ``all_ranks`` (a launcher's lines always)."""
