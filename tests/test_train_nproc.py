@@ -141,6 +141,17 @@ def test_rank_output_and_a_print_in_the_cell_body_reach_the_cell(tmp_path):
     assert "hello from the cell body, rank kernel" in text_of(nb.cells[1]), "the body ran in the kernel too"
 
 
+def test_in_a_terminal_rank_zeros_lines_are_printed(ip, tmp_path, monkeypatch, capsys):
+    """Terminal IPython (no widgets): rank 0's lines are printed as they come, ``[rank0]``-prefixed."""
+    monkeypatch.chdir(tmp_path)
+    ip.run_cell(DATA.split("\n", 1)[1], store_history=True)  # what the ranks replay
+    ip.run_cell_magic("train", "--nproc 2 --max-steps 2 --name ddp-terminal",
+                      "print(f\"hello from rank {os.environ.get('RANK', 'kernel')}\")" + RECORDING_BODY)
+    out = capsys.readouterr().out
+    assert "[rank0] hello from rank 0" in out and "[rank1]" not in out, out
+    assert ip.user_ns["train_result"].status == "succeeded"
+
+
 def test_bad_nproc_values(ip, nvml_double):
     """NVML test double: two GPUs visible (no driver on this machine)."""
     ip.run_cell(DATA.split("\n", 1)[1])
