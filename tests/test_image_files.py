@@ -160,7 +160,8 @@ def test_compose_reserves_gpus_shm_ports_and_volumes():
     assert named <= set(compose["volumes"]) and len(named) == 3
     assert (COMPOSE.parent / lab["build"]["context"]).resolve() == ROOT
     assert (ROOT / lab["build"]["dockerfile"]).is_file()
-    assert {k: defaulted(v) for k, v in lab["environment"].items()} == {"JUPYTER_TOKEN": "", "SSH_PUBLIC_KEY": ""}
+    assert {k: defaulted(v) for k, v in lab["environment"].items()} == {"JUPYTER_TOKEN": "", "SSH_PUBLIC_KEY": "",
+                                                                          "JIYU_METRICS_TOKEN": ""}
 
 
 def _ignored(path: str, patterns: list[str]) -> bool:
