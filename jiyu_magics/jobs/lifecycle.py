@@ -31,7 +31,7 @@ from ..core.run_store import Run, RunStore
 from .final_status import Outcome, closing_events, decide
 from .launch_spec import LaunchSpec
 from .process import process_tree as processes, rank_records
-from .process.rank_worker import one_line
+from .process.error_lines import one_line
 from .rank_placement import LocalProcessGroup, RankHandle, RankPlacement
 
 STORE_CHECK_S = 2.0  # how often the run row is read for a stop request that came without a signal
@@ -175,7 +175,9 @@ class RunLifecycle:
         self.stop_requested |= self.store.get(self.run_id).stop_requested
         events, _ = read_events(self.files.events)
         line = error or (self.handle.error_line() if self.handle is not None else None)
-        self.outcome = decide(code, self.stop_requested, events, line, started=self.handle is not None)
+        ranks_stopped = self.handle is not None and any(r.stopped for r in self.handle.ranks())
+        self.outcome = decide(code, self.stop_requested, events, line, started=self.handle is not None,
+                              ranks_stopped=ranks_stopped)
         if self.announce is not None:
             self.announce(self.outcome)
         record_end(self.store, self.run_id, self.outcome, events)
@@ -229,4 +231,6 @@ def record_end_without_owner(store: RunStore, run_id: str, error: str | None = N
     over, ``jiyu stop`` found no owner to report), by the same rule with no exit code seen:
     stopped when a stop was requested, else failed with ``error``."""
     run = store.get(run_id)
-    return record_end(store, run_id, decide(None, run.stop_requested, [], error, started=run.started is not None))
+    events = read_events(RunFiles.of(run_id).events)[0]
+    return record_end(store, run_id, decide(None, run.stop_requested, events, error, started=run.started is not None),
+                      events)

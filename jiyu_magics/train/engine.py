@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from ..core import job_stop
 from . import rng_state as rng
 from .batches import BatchLoss
 from .checkpoint import CheckpointKeeper, load_checkpoint
@@ -36,6 +37,7 @@ from .precision import resolve_precision
 from .reporter import Reporter
 from .fit_result import FitResult
 from .run_binding import RunBinding, default_name, resume_path
+from .fit_calls import is_own_after_restart, own_checkpoint, restored_message
 from .checkpoint_state import load_model_optimizer_state, load_other_states, model_optimizer_state, other_states
 from .model_wrap import uses_ddp, uses_fsdp, wrap_model
 
@@ -84,9 +86,11 @@ class Trainer:
         self.stop_agreed = False
         self.advised = False
         self.resumed_from: str | None = None
+        self.restored_final = False  # resumed from its own final checkpoint: nothing to train
 
     # -- set-up ----------------------------------------------------------------------------
     def run(self) -> FitResult:
+        job_stop.refuse_training()  # a job asked to stop trains no further call
         self.started = time.perf_counter()
         self.dist, self.device = join_process_group(self.opts.device)
         failed = True
@@ -333,10 +337,11 @@ class Trainer:
             "rng": dist.gather(rng.capture()), "epoch_rng": dist.gather(_for_rank(position.epoch_rng, dist.rank)),
             "data_seed": self.data_seed, "world_size": dist.world_size,
             "run_id": self.run_binding.run_id, "total_steps": self.plan.total_steps,
+            "call": self.run_binding.call.as_state(),
         }
 
     def _resume(self) -> None:
-        path = resume_path(self.opts.resume, self.run_binding, self.name) if self.dist.is_writer else None
+        path = self._resume_path() if self.dist.is_writer else None
         path = self.dist.broadcast(str(path) if path else None)
         if path is None:
             return
@@ -346,6 +351,13 @@ class Trainer:
         self.position.restore(state, self.dist.world_size)
         self.data.seed = self.data_seed = state["data_seed"]
         self.resumed_from = path
+        self.restored_final = self.plan.finished(self.position) and is_own_after_restart(state, self.run_binding.call)
+
+    def _resume_path(self) -> Path | None:
+        """After a torchrun restart this call's own newest checkpoint, whatever it asked for
+        (it is newer than anything it started from); else what it asked for."""
+        own = own_checkpoint(self._ckpt_folder(), self.run_binding.call)
+        return own or resume_path(self.opts.resume, self.run_binding, self.name)
 
     # -- the end ----------------------------------------------------------------------------
     def _last_checkpoint(self) -> str | None:
@@ -376,6 +388,8 @@ class Trainer:
     def _message(self, status: str, elapsed: float) -> str:
         if status == "stopped":
             return self._stopped_message()
+        if self.restored_final:
+            return restored_message(self.position.step, self.resumed_from)
         history, position = self.report.history, self.position
         last = history[-1] if history else {}
         val_acc = next((r["val_acc"] for r in reversed(history) if r.get("val_acc") is not None), None)

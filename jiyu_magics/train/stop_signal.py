@@ -4,7 +4,9 @@ Requests come from the dashboard's Stop button, a kernel interrupt (SIGINT) and,
 torchrun ranks, SIGTERM from the supervisor. The first signal only sets a flag the loop reads
 between steps, so no step, checkpoint or collective is cut in half; a second interrupt raises at
 once for a loop that is stuck (a hung data loader). SIGTERM only ever sets the flag: its sender
-follows up with SIGKILL after a grace period.
+follows up with SIGKILL after a grace period. In a launched process SIGTERM also stops the
+job (``core.job_stop``): once this ``fit`` has returned ``stopped``, the job's script ends
+before its next cell and no later ``fit`` starts.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ import signal
 import threading
 from contextlib import contextmanager
 from typing import Iterator
+
+from ..core import job_stop
 
 INTERRUPT = "a kernel interrupt"
 TERMINATE = "a stop request (SIGTERM)"
@@ -59,6 +63,7 @@ def signals_request_stop(stop: StopSignal) -> Iterator[None]:
             # SIGTERM never escalates: a stop reaches a rank twice (torchrun forwards it, and a
             # launcher signals every process group), and whoever sends it escalates with SIGKILL
             stop.request(TERMINATE)
+            job_stop.note(TERMINATE)
 
     for sig in previous:
         signal.signal(sig, handler)
