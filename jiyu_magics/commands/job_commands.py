@@ -101,8 +101,7 @@ def run_logs(args: argparse.Namespace) -> int:
 def run_stop(args: argparse.Namespace) -> int:
     from .. import jobs
 
-    run = jobs.stop(args.id, grace=args.grace)
-    print(f"Run {run.id} ({run.name}): {run.status}.")
+    print(jobs.stop_report(args.id, grace=args.grace).describe())
     return 0
 
 

@@ -13,7 +13,7 @@ record), built on ``export_notebook`` / ``export_history`` (the exporter) and ``
 
 from __future__ import annotations
 
-from .run_control import list_runs, resolve, stop
+from .run_control import StopReport, list_runs, resolve, stop, stop_report
 from .job_error import JobError
 from .export.notebook_export import ExecutedCell, Export, export_history, export_notebook
 from .lifecycle import RunLifecycle
@@ -21,5 +21,5 @@ from .process.torchrun_launch import Launch
 from .export.params import parse_lines, parse_pairs
 from .submit import SubmitNotes, submit, submit_notes
 
-__all__ = ["JobError", "submit", "stop", "resolve", "list_runs", "ExecutedCell", "Export", "export_history",
+__all__ = ["JobError", "submit", "stop", "stop_report", "StopReport", "resolve", "list_runs", "ExecutedCell", "Export", "export_history",
            "export_notebook", "Launch", "RunLifecycle", "parse_lines", "parse_pairs", "SubmitNotes", "submit_notes"]

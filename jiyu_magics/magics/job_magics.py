@@ -164,8 +164,7 @@ class JobMagics(Magics):
     @argument("--grace", type=float, default=10.0, metavar="S", help="seconds between SIGTERM and SIGKILL")
     def _stop(self, rest: str):
         args = parse_argstring(self._stop, rest)
-        run = jobs.stop(args.id, grace=args.grace)
-        print(f"Run {run.id} ({run.name}): {run.status}.")
+        print(jobs.stop_report(args.id, grace=args.grace).describe())
 
     @magic_arguments(name="job attach")
     @argument("id", help="run id or unique prefix")

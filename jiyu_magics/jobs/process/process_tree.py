@@ -38,6 +38,7 @@ class StopResult:
     killed: list[int] = field(default_factory=list)   # pids that needed SIGKILL
     remaining: list[int] = field(default_factory=list)  # pids still alive at the end (should be none)
     seconds: float = 0.0
+    pids: list[int] = field(default_factory=list)     # the processes the stop was aimed at
 
     @property
     def clean(self) -> bool:
@@ -123,7 +124,8 @@ def _kill_the_rest(procs: list[psutil.Process], spare: set[int], started: float)
     killed = [p for p in late if p.pid not in spare and alive(p)]
     _send_all(killed, signal.SIGKILL)
     remaining = _wait(killed, KILL_WAIT_S)
-    return StopResult(len(procs), [p.pid for p in killed], [p.pid for p in remaining], time.monotonic() - started)
+    return StopResult(len(procs), [p.pid for p in killed], [p.pid for p in remaining], time.monotonic() - started,
+                      [p.pid for p in procs])
 
 
 def _wait(procs: list[psutil.Process], timeout: float) -> list[psutil.Process]:

@@ -90,7 +90,11 @@ def _run(script: str, argv: list[str], run_id: str | None) -> Ending:
 
 
 def _stop_now(signum, frame) -> None:
-    raise job_stop.stop_now(SIGTERM_REASON)
+    """SIGTERM outside ``fit``: the script ends where it is. Once a stop was noted (``fit``
+    honoured it), another SIGTERM changes nothing: the job already ends at its next stop point,
+    and the sender's SIGKILL bounds the wait."""
+    if job_stop.noted() is None:
+        raise job_stop.stop_now(SIGTERM_REASON)
 
 
 def _note_stop(signum, frame) -> None:
