@@ -86,7 +86,7 @@ def _run(script: str, argv: list[str], run_id: str | None) -> Ending:
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
-    return Ending(0)
+    return Ending(0, None, job_stop.noted() is not None)  # a fit that honoured a stop ended it
 
 
 def _stop_now(signum, frame) -> None:

@@ -1,0 +1,128 @@
+"""No orphaned rank, and the right rank named, on real faults: ``kill -9`` (os.kill with
+SIGKILL, as the OOM killer does it) of a rank, of the torchrun agent, of the agent together
+with its supervisor, and of a notebook kernel's whole process group during ``%%train --nproc``;
+real torchrun (gloo, 2 ranks), real supervisors and kernels, the real process table."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+from jupyter_client import KernelManager
+
+from jiyu_magics import jobs
+from jiyu_magics.core.event_log import read_events
+from jiyu_magics.core.run_files import RunFiles
+from jiyu_magics.core.run_store import RunStore
+from jiyu_magics.jobs.process import rank_records
+
+from .cli_runner import jiyu
+from .jobs_workload import (assert_no_processes, finished, processes_of, steps_logged, wait_for, write_notebook,
+                            write_train_notebook)
+
+pytestmark = pytest.mark.usefixtures("torchrun_tmp")
+
+ORPHAN_DEADLINE_S = 60.0  # parent-death SIGTERM, a checkpoint, or at worst the ranks' own 30 s SIGKILL
+
+
+def torchrun_of(run_id: str) -> psutil.Process:
+    supervisor = psutil.Process(RunStore().get(run_id).pid)
+    return next(p for p in supervisor.children() if "torch.distributed.run" in p.cmdline())
+
+
+def events_of(run_id: str) -> list[dict]:
+    return read_events(RunFiles.of(run_id).events)[0]
+
+
+def listed_as_lost(run_id: str):
+    return wait_for(lambda: (lambda r: r if r.status == "lost" else None)(
+        {r.id: r for r in jobs.list_runs(include_finished=True)}[run_id]), 60, what=f"run {run_id} lost")
+
+
+def test_a_rank_killed_by_sigkill_is_the_failure_named(tmp_path):
+    run = jobs.submit(write_notebook(tmp_path / "nb.ipynb"), nproc=2, params={"steps": 10_000})
+    wait_for(lambda: len(steps_logged(run.id)) >= 3, what="three steps")
+    os.kill(next(r for r in rank_records.read_all(run.id) if r.rank == 1).pid, signal.SIGKILL)
+    done = finished(run.id)
+    assert (done.status, done.error) == ("failed", "rank 1: killed by SIGKILL (out of memory?)")
+    error, end = events_of(run.id)[-2:]
+    assert (error["kind"], error["message"], end["kind"], end["status"]) == ("error", done.error, "end", "failed")
+    assert done.error in RunFiles.of(run.id).log.read_text().splitlines()[-1]
+    assert_no_processes(run.id)
+
+
+def test_kill_9_of_torchrun_ends_its_ranks_and_jiyu_stop_still_sweeps_the_run(tmp_path):
+    run = jobs.submit(write_train_notebook(tmp_path / "nb.ipynb"), nproc=2, params={"steps": 100_000,
+                                                                                   "step_seconds": 0.02})
+    wait_for(lambda: any(e["kind"] == "ckpt" for e in events_of(run.id)), 180, what="a checkpoint")
+    os.kill(torchrun_of(run.id).pid, signal.SIGKILL)
+    done = finished(run.id)
+    assert (done.status, done.exit_code) == ("failed", -9)
+    assert done.error == "torchrun killed by SIGKILL; its ranks were stopped with it"
+    assert processes_of(run.id) == [], "the owner recorded the end with ranks still running"
+    assert all(r.stopped for r in rank_records.read_all(run.id)), "the ranks did not stop at a step"
+    leftover = subprocess.Popen([sys.executable, "-c", "import signal, time\n"
+                                 "signal.signal(signal.SIGTERM, signal.SIG_IGN)\ntime.sleep(600)"],
+                                env={**os.environ, "JIYU_RUN_ID": run.id}, start_new_session=True)
+    wait_for(lambda: leftover.pid in processes_of(run.id), 10, every=0.05, what="the leftover to start")
+    stop = jiyu("stop", run.id, "--grace", "1")
+    assert stop.returncode == 0, stop.stderr
+    assert stop.stdout.strip() == (f"Run {run.id} (nb): failed. It had already ended, but 1 process still carrying "
+                                   f"its id was running: stopped ({leftover.pid}).")
+    assert leftover.wait(10) == -signal.SIGKILL and processes_of(run.id) == []
+    assert RunStore().get(run.id).status == "failed", "the ended run keeps its status"
+
+
+def test_ranks_die_with_their_agent_when_nobody_is_left_to_stop_them(tmp_path):
+    """``kill -9`` of torchrun and then of its supervisor: no owner is left to sweep, the ranks
+    must notice their agent's death themselves. Once nothing of the run is left it is ``lost``,
+    dated by its last event, and its log ends saying so."""
+    run = jobs.submit(write_train_notebook(tmp_path / "nb.ipynb"), nproc=2, params={"steps": 100_000,
+                                                                                   "step_seconds": 0.02})
+    wait_for(lambda: any(e["kind"] == "ckpt" for e in events_of(run.id)), 180, what="a checkpoint")
+    supervisor, torchrun = RunStore().get(run.id).pid, torchrun_of(run.id).pid
+    os.kill(torchrun, signal.SIGKILL)
+    os.kill(supervisor, signal.SIGKILL)
+    assert_no_processes(run.id, within=ORPHAN_DEADLINE_S)
+    time.sleep(2.0)  # a listing comes later: the run's end is its last event, not the listing
+    listed = time.time()
+    lost = listed_as_lost(run.id)
+    *rest, end = events_of(run.id)
+    assert (end["kind"], end["status"], end["source"]) == ("end", "lost", "store")
+    assert rest[-1]["kind"] == "end" and rest[-1]["status"] == "stopped", "the ranks stopped at a step"
+    assert lost.ended == pytest.approx(rest[-1]["t"], abs=0.01) and lost.ended < listed - 1.5
+
+
+def test_kill_9_of_a_kernel_during_train_nproc_leaves_no_rank_and_the_run_lost(tmp_path):
+    """The kernel's whole process group: torchrun (a session of its own) and the ranks must
+    notice, end, and the run becomes ``lost`` with nothing left."""
+    kernel = KernelManager(kernel_name="python3")
+    kernel.start_kernel(cwd=str(tmp_path))
+    client = kernel.client()
+    client.start_channels()
+    try:
+        client.wait_for_ready(60)
+        client.execute("%load_ext jiyu_magics\nimport time, torch\nfrom torch.utils.data import DataLoader, "
+                       "TensorDataset\nX = torch.randn(1024, 8); y = X.sum(1, keepdim=True)")
+        client.execute("%%train --nproc 2 --max-steps 100000 --ckpt-every 20 --log-every 2 --name orphan\n"
+                       "model = torch.nn.Linear(8, 1)\noptimizer = torch.optim.SGD(model.parameters(), 0.01)\n"
+                       "train_loader = DataLoader(TensorDataset(X, y), batch_size=16, shuffle=True)\n"
+                       "def train_step(model, batch):\n    time.sleep(0.02)\n"
+                       "    return torch.nn.functional.mse_loss(model(batch[0]), batch[1])\n")
+        run_id = wait_for(lambda: next((r.id for r in RunStore().list() if r.name == "orphan"), None), 120,
+                          what="the run")
+        wait_for(lambda: any(e["kind"] == "ckpt" for e in events_of(run_id)), 180, what="a checkpoint")
+        assert processes_of(run_id), "torchrun and its ranks run"
+        os.killpg(os.getpgid(kernel.provisioner.process.pid), signal.SIGKILL)
+        assert_no_processes(run_id, within=ORPHAN_DEADLINE_S)
+    finally:
+        client.stop_channels()
+        kernel.cleanup_resources()
+    lost = listed_as_lost(run_id)
+    events = events_of(run_id)
+    assert events[-1]["status"] == "lost" and lost.ended == pytest.approx(events[-2]["t"], abs=0.01)
