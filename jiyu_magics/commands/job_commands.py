@@ -28,7 +28,11 @@ def add_commands(commands) -> None:
     p.add_argument("--tail", type=int, metavar="N", help="only the last N lines")
     p.set_defaults(handler=run_logs)
 
-    p = commands.add_parser("stop", help="stop a run: SIGTERM every process, SIGKILL after the grace period")
+    p = commands.add_parser("stop", help="stop a run: SIGTERM every rank, SIGKILL after the grace period",
+                            description="SIGTERM to every rank: training stops at a step with a checkpoint and "
+                                        "the job ends there (no further cell runs); SIGKILL to what is left after "
+                                        "the grace period. A run that already ended keeps its status, but any "
+                                        "process still carrying its id is stopped, and named.")
     p.add_argument("id", help="run id or unique prefix")
     p.add_argument("--grace", type=float, default=10.0, metavar="S", help="seconds before SIGKILL (default 10)")
     p.set_defaults(handler=run_stop)

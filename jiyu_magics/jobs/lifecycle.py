@@ -15,6 +15,12 @@ States: registered → queued → starting → running → (stopping) → ended.
 run is the placement's business (``rank_placement``); stopping is the one procedure of
 ``process_tree.stop_run``; the final status is the one rule of ``final_status``. The owner
 records the end (event log, then run row) and nothing else does while it lives.
+
+A stop ends the run, whatever launched it and wherever its ranks run: it reaches the ranks,
+which stop training at a step with a checkpoint, run no further cell and start no further
+``fit`` (``core.job_stop``), and exit cleanly; a run asked to stop while queued never starts.
+Nothing of a run outlives its end: ranks die with their torchrun agent, torchrun with its
+owner, and the owner stops every process carrying the run id before it records any end.
 """
 
 from __future__ import annotations

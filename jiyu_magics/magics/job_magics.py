@@ -129,7 +129,10 @@ class JobMagics(Magics):
         """Control one run by its id (or a unique prefix of it):
 
             %job logs ID [-f] [--tail N]   the run's log; -f follows it until the run ends
-            %job stop ID [--grace S]       SIGTERM every process, SIGKILL after S s (default 10)
+            %job stop ID [--grace S]       SIGTERM every rank: training stops at a step with a
+                                           checkpoint and the job ends (no further cell runs);
+                                           SIGKILL after S s (default 10). Of an ended run: stops
+                                           any process still carrying its id
             %job attach ID [--wait]        the run's live training dashboard, from its whole
                                            event log (works after a reload or kernel restart);
                                            its Stop button stops the job

@@ -58,7 +58,8 @@ def fit(model: torch.nn.Module, optimizer: torch.optim.Optimizer, train_data: An
     ckpt_dir, resume, strategy, ...).
 
     Stopped runs (Stop button, kernel interrupt, SIGTERM in jobs) return with status
-    ``stopped`` and a checkpoint. NaN/Inf loss and out-of-memory raise :class:`TrainingFailed`
+    ``stopped`` and a checkpoint; in a job that was asked to stop, a later ``fit`` does not
+    start (``JobStopped``: the job ends cleanly). NaN/Inf loss and out-of-memory raise :class:`TrainingFailed`
     (its ``.result`` has status ``failed``); other errors are recorded in the run and re-raised.
     """
     opts = FitOptions.from_kwargs(options)
