@@ -106,7 +106,8 @@ def test_a_stopped_ddp_job_starts_no_further_fit_and_every_rank_exits_cleanly(tm
         [("start", "lr0.01"), ("end", None)]
     assert stopped.error.startswith(f"stopped at step {events[-1]['step']} by request; checkpoint ")
     ranks = rank_records.read_all(run.id)
-    assert [(r.rank, r.state, r.exit_code, r.stopped) for r in ranks] == [(0, "exited", 0, True), (1, "exited", 0, True)]
+    assert [(r.rank, r.state, r.exit_code, r.stopped) for r in ranks] == \
+        [(0, "exited", 0, True), (1, "exited", 0, True)]
     log = RunFiles.of(run.id).log.read_text()
     assert "[rank0]: call returned stopped" in log and "[rank1]: call returned stopped" in log
     assert "[rank0]: [jiyu] training not started: the job was asked to stop" in log

@@ -19,7 +19,7 @@ from jiyu_magics import jobs
 from jiyu_magics.core.event_log import read_events
 from jiyu_magics.core.run_files import RunFiles
 from jiyu_magics.core.run_store import RunStore
-from jiyu_magics.jobs.process import rank_records
+from jiyu_magics.jobs.process import rank_records, torchrun_report
 
 from .cli_runner import jiyu
 from .jobs_workload import (assert_no_processes, finished, processes_of, steps_logged, wait_for, write_notebook,
@@ -126,3 +126,44 @@ def test_kill_9_of_a_kernel_during_train_nproc_leaves_no_rank_and_the_run_lost(t
     lost = listed_as_lost(run_id)
     events = events_of(run_id)
     assert events[-1]["status"] == "lost" and lost.ended == pytest.approx(events[-2]["t"], abs=0.01)
+
+
+# torchrun 2.13's own words (captured from a real run, pids replaced): its agent's line and its table
+TORCHRUN_LOG = """\
+W1130 22:39:35.315000 3342 torch/distributed/elastic/multiprocessing/api.py:1028] Sending process {p0} closing signal SIGTERM
+E1130 22:39:35.515000 3342 torch/distributed/elastic/multiprocessing/api.py:1002] failed (exitcode: -9) local_rank: 1 \
+(pid: {p1}) of binary: /usr/bin/python
+[rank0]:   exitcode  : 7 (pid: 1)   <- a rank's own output is not torchrun's report
+Failures:
+[1]:
+  time      : 2026-11-30_22:39:35
+  host      : localhost
+  rank      : 0 (local_rank: 0)
+  exitcode  : {code0} (pid: {p0})  ({name0})
+  error_file: <N/A>
+  traceback : Signal 15 (SIGTERM) received by PID {p0}
+"""
+
+
+@pytest.mark.parametrize("code0, name0, first", [
+    (-15, "SIGTERM", "rank 1: killed by SIGKILL (out of memory?)"),  # rank 0 was closed by torchrun
+    (1, "N/A", "rank 1: killed by SIGKILL (out of memory?)"),        # rank 0 failed because rank 1 vanished
+])
+def test_the_rank_torchrun_saw_killed_by_a_signal_is_the_first_failure(tmp_path, code0, name0, first):
+    """The rule on its own, from torchrun's report: the rank killed by a signal is the cause,
+    even when another rank recorded an error earlier; a rank killed by SIGTERM is a victim."""
+    gone = [subprocess.Popen([sys.executable, "-c", "pass"]) for _ in range(2)]
+    for proc in gone:
+        proc.wait()
+    p0, p1 = (proc.pid for proc in gone)
+    log = tmp_path / "stdout.log"
+    log.write_text(TORCHRUN_LOG.format(p0=p0, p1=p1, code0=code0, name0=name0))
+    assert torchrun_report.exit_codes(log) == {p0: code0, p1: -9}
+    now = time.time()
+    records = [rank_records.RankRecord(0, 0, p0, started=now - 5, ended=now - 2, exit_code=1,
+                                       error="RuntimeError: [gloo] Connection closed by peer")
+               if code0 == 1 else rank_records.RankRecord(0, 0, p0, started=now - 5),
+               rank_records.RankRecord(1, 1, p1, started=now - 5)]
+    records = rank_records.with_signals(records, torchrun_report.signals(log))
+    assert rank_records.first_failure(records).describe() == first
+

@@ -21,5 +21,6 @@ from .process.torchrun_launch import Launch
 from .export.params import parse_lines, parse_pairs
 from .submit import SubmitNotes, submit, submit_notes
 
-__all__ = ["JobError", "submit", "stop", "stop_report", "StopReport", "resolve", "list_runs", "ExecutedCell", "Export", "export_history",
+__all__ = ["JobError", "submit", "stop", "stop_report", "StopReport", "resolve", "list_runs", "ExecutedCell",
+           "Export", "export_history",
            "export_notebook", "Launch", "RunLifecycle", "parse_lines", "parse_pairs", "SubmitNotes", "submit_notes"]

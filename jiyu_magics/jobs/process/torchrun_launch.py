@@ -50,7 +50,8 @@ class Launch:
         try:
             proc = subprocess.Popen(cmd, cwd=cwd, env=torchrun.environment(run_id, files.error, env),
                                     stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                    start_new_session=True, preexec_fn=parent_death.request if die_with_parent else None)
+                                    start_new_session=True,
+                                    preexec_fn=parent_death.request if die_with_parent else None)
         finally:
             if own_log:
                 log.close()
