@@ -167,3 +167,26 @@ def test_the_rank_torchrun_saw_killed_by_a_signal_is_the_first_failure(tmp_path,
     records = rank_records.with_signals(records, torchrun_report.signals(log))
     assert rank_records.first_failure(records).describe() == first
 
+
+
+ORPHAN = "import subprocess, sys\nsubprocess.Popen(sys.argv[1:], start_new_session=True)\n"  # starts it, exits at once
+
+
+def test_a_rank_whose_agent_died_before_it_started_runs_nothing(tmp_path):
+    """The parent-death signal only covers a parent that dies after it was asked for: a rank
+    whose agent is already gone (here: the process that starts it exits at once) must notice
+    by itself and run nothing."""
+    probe = tmp_path / "probe.txt"
+    subprocess.run([sys.executable, "-c", ORPHAN, sys.executable, "-c",
+                    f"import os, time; time.sleep(0.5); open({str(probe)!r}, 'w').write(str(os.getppid()))"], check=True)
+    adopter = int(wait_for(lambda: probe.exists() and probe.read_text(), 10, what="the probe"))
+    if adopter != 1:
+        pytest.skip(f"orphans here are adopted by a subreaper (pid {adopter}), not init: the rank cannot tell")
+    script, ran = tmp_path / "script.py", tmp_path / "ran.txt"
+    script.write_text(f"open({str(ran)!r}, 'w').write('the script ran')\n")
+    out = tmp_path / "rank.out"
+    with open(out, "w") as log:
+        subprocess.run([sys.executable, "-c", ORPHAN, sys.executable, "-m", "jiyu_magics.jobs.process.rank_worker",
+                        str(script)], stdout=log, stderr=subprocess.STDOUT, check=True)
+    wait_for(lambda: "[jiyu] stopped by a stop request (SIGTERM)" in out.read_text(), 30, what="the rank to stop")
+    assert not ran.exists()

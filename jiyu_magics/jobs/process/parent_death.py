@@ -6,7 +6,8 @@ longer leaves ranks training with nobody to stop them. The signal is SIGTERM: a 
 ``fit`` then stops at a step with a checkpoint, like any stop. Two gaps are closed by hand:
 
 - the parent may die before the request takes hold: the parent seen before and after asking
-  must be the same, living process, else the signal is sent at once;
+  must be the same, and not the init process that adopts orphans (unless init is the launcher
+  itself, as torchrun is in a Kubernetes pod), else the signal is sent at once;
 - a rank stuck in a collective never runs its SIGTERM handler: a watch thread that sees the
   parent gone kills the process after ``grace`` seconds (it wakes once a second and does
   nothing else).
@@ -26,6 +27,7 @@ import time
 PR_SET_PDEATHSIG = 1
 WATCH_S = 1.0
 ORPHAN_GRACE_S = 30.0  # an orphaned rank's time to checkpoint and exit before it is killed
+LAUNCHER_MARKS = ("torch.distributed.run", "torchrun")
 
 
 _prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up once: not in a forked child of a threaded kernel
@@ -42,13 +44,26 @@ def die_with_parent(grace: float = ORPHAN_GRACE_S) -> None:
     when the parent is already gone."""
     parent = os.getppid()
     request(signal.SIGTERM)
-    threading.Thread(target=_watch, args=(parent, grace), name="jiyu-parent-watch", daemon=True).start()
-    if parent == 1 or os.getppid() != parent:  # re-parented already: the parent died first
+    orphaned = os.getppid() != parent or (parent == 1 and not _init_is_a_launcher())
+    watched = None if orphaned else parent
+    threading.Thread(target=_watch, args=(watched, grace), name="jiyu-parent-watch", daemon=True).start()
+    if orphaned:
         os.kill(os.getpid(), signal.SIGTERM)
 
 
-def _watch(parent: int, grace: float) -> None:
-    while os.getppid() == parent and parent != 1:
+def _watch(parent: int | None, grace: float) -> None:
+    while parent is not None and os.getppid() == parent:
         time.sleep(WATCH_S)
     time.sleep(grace)
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _init_is_a_launcher() -> bool:
+    """Whether process 1 is torchrun itself (a container whose command is torchrun) rather
+    than an init that adopted us after our parent died."""
+    try:
+        with open("/proc/1/cmdline", "rb") as f:
+            command = f.read().decode(errors="replace")
+    except OSError:
+        return True  # cannot tell: never kill a rank on a guess
+    return any(mark in command for mark in LAUNCHER_MARKS)
