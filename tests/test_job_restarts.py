@@ -85,3 +85,24 @@ def test_a_restart_resumes_each_call_from_its_own_checkpoints(tmp_path, second_w
     assert all(torch.equal(before[k], after[k]) for k in before), "the first call's weights changed on restart"
     assert any(r.restart == 1 for r in rank_records.read_all(run.id))
     assert_no_processes(run.id)
+
+
+MANY_CALLS = """from jiyu_magics.train import fit
+for call in range(30):  # each call joins and leaves the process group: 30 groups in one process
+    model = torch.nn.Linear(8, 1)
+    fit(model, torch.optim.SGD(model.parameters(), 0.01), DataLoader(TensorDataset(X, y), batch_size=16),
+        train_step=train_step, max_steps=1, log_every=1, name=f"call{call}")"""
+
+
+def test_a_job_runs_every_one_of_many_training_calls(tmp_path):
+    """A job fits once per cell: every call makes and leaves its own process group, and the
+    next one must not meet the previous group's store ("Connection reset by peer", or a hang)."""
+    path = tmp_path / "many.ipynb"
+    nbformat.write(new_notebook(cells=[new_code_cell(c) for c in (
+        "%load_ext jiyu_magics", DATA.replace("time.sleep(0.05)", "pass"), MANY_CALLS)]), path)
+    run = jobs.submit(path, nproc=2)
+    done = finished(run.id, 300)
+    assert (done.status, done.exit_code) == ("succeeded", 0), done.error
+    ends = [e for e in read_events(RunFiles.of(run.id).events)[0] if e["kind"] == "end"]
+    assert [e["status"] for e in ends] == ["succeeded"] * 30
+    assert_no_processes(run.id)

@@ -190,3 +190,23 @@ def test_a_rank_whose_agent_died_before_it_started_runs_nothing(tmp_path):
                         str(script)], stdout=log, stderr=subprocess.STDOUT, check=True)
     wait_for(lambda: "[jiyu] stopped by a stop request (SIGTERM)" in out.read_text(), 30, what="the rank to stop")
     assert not ran.exists()
+
+
+def test_a_rank_the_agent_killed_itself_is_not_the_cause(tmp_path):
+    """Once rank 1 failed, torchrun ends rank 0: SIGTERM, and SIGKILL after 30 s when rank 0 is
+    stuck in a collective. That SIGKILL is the agent's, so rank 1's error is the one named."""
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    log = tmp_path / "stdout.log"
+    log.write_text(f"W1130 torch/distributed/elastic/multiprocessing/api.py:1028] Sending process {gone.pid} closing "
+                   "signal SIGTERM\nW1130 torch/distributed/elastic/multiprocessing/api.py:1047] Unable to shutdown "
+                   f"process {gone.pid} via 15, forcefully exiting via 9\n  rank      : 0 (local_rank: 0)\n"
+                   f"  exitcode  : -9 (pid: {gone.pid})  (SIGKILL)\n")
+    now = time.time()
+    records = rank_records.with_signals(
+        [rank_records.RankRecord(0, 0, gone.pid, started=now - 5),
+         rank_records.RankRecord(1, 1, os.getpid(), started=now - 5, ended=now - 40, exit_code=1,
+                                 error="RuntimeError: [gloo] Connection reset by peer")],
+        torchrun_report.signals(log))
+    assert torchrun_report.exit_codes(log) == {gone.pid: -9} and torchrun_report.signals(log) == {}
+    assert rank_records.first_failure(records).describe() == "rank 1: RuntimeError: [gloo] Connection reset by peer"

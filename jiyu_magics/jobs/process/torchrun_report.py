@@ -13,8 +13,11 @@ and, when it gives up, its failure table, one entry per failed worker::
       rank      : 1 (local_rank: 1)
       exitcode  : -9 (pid: 3350)  (SIGKILL)
 
-A negative exit code is the signal. Entries are matched to rank records by pid, so a line
-about an earlier attempt's worker never describes a later one.
+A negative exit code is the signal. Once one worker failed, the agent ends the others
+("Sending process 3349 closing signal SIGTERM", then SIGKILL after 30 s: "Unable to shutdown
+process 3349 via 15, forcefully exiting via 9"): those signals are the agent's own, their
+workers victims, not causes. Entries are matched to rank records by pid, so a line about an
+earlier attempt's worker never describes a later one.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from pathlib import Path
 TAIL_BYTES = 256 * 1024  # the agent's report is written last; a long training log is not read
 AGENT_LINE = re.compile(r"failed \(exitcode: (-?\d+)\) local_rank: \d+ \(pid: (\d+)\)")
 TABLE_LINE = re.compile(r"^\s*exitcode\s*: (-?\d+) \(pid: (\d+)\)", re.MULTILINE)
+CLOSING_LINE = re.compile(r"(?:Sending process|Unable to shutdown process) (\d+)")
 
 
 def exit_codes(log: Path | str) -> dict[int, int]:
@@ -39,8 +43,10 @@ def exit_codes(log: Path | str) -> dict[int, int]:
 
 
 def signals(log: Path | str) -> dict[int, int]:
-    """pid → the number of the signal that killed it, for the workers killed by one."""
-    return {pid: -code for pid, code in exit_codes(log).items() if code < 0}
+    """pid → the number of the signal that killed it, for the workers killed by one that the
+    agent did not send itself."""
+    closed = {int(pid) for pid in CLOSING_LINE.findall(_tail(Path(log)))}
+    return {pid: -code for pid, code in exit_codes(log).items() if code < 0 and pid not in closed}
 
 
 def _tail(path: Path) -> str:
