@@ -10,7 +10,7 @@ export MKL_NUM_THREADS ?= 1
 export OMP_WAIT_POLICY ?= PASSIVE
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: setup demo test test-system-deps browser bench gpu-checks gpu-wheels screenshots readme api-schema clean
+.PHONY: setup demo test test-slurm test-system-deps browser bench gpu-checks gpu-wheels screenshots readme api-schema clean
 
 setup: $(STAMP)
 
@@ -31,22 +31,31 @@ demo: setup
 	$(BIN)/python scripts/run_notebook.py notebooks/01_quickstart.ipynb --out demo-output
 
 # The layers (pyproject.toml [tool.importlinter]) first: a broken contract fails in a second, before
-# the ~10-minute suite.
+# the ~10-minute suite. JIYU_REQUIRE_SERVICES=1: a test whose real service (Slurm) is missing fails
+# instead of skipping.
 test: setup browser test-system-deps
 	$(BIN)/lint-imports --no-logo
-	$(BIN)/python -m pytest
+	JIYU_REQUIRE_SERVICES=1 $(BIN)/python -m pytest
 
-# The image tests check the entrypoint's sshd set-up with the real sshd (openssh-server). A
-# temporary policy-rc.d keeps apt from starting a system-wide sshd on port 22.
+# Programs the tests drive for real, as PATH:package: sshd (the image's entrypoint), Slurm and munge
+# (tests/slurm_cluster.py starts a one-node cluster as root), kubectl (answers without a cluster).
+# A temporary policy-rc.d keeps apt from starting system-wide services (sshd on port 22, munged).
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
+SYSTEM_DEPS := /usr/sbin/sshd:openssh-server /usr/sbin/slurmctld:slurm-wlm /usr/sbin/slurmd:slurm-wlm \
+	/usr/sbin/munged:munge /usr/bin/kubectl:kubernetes-client
 test-system-deps:
-	@test -x /usr/sbin/sshd || { \
+	@missing=$$(for dep in $(SYSTEM_DEPS); do test -x "$${dep%%:*}" || echo "$${dep##*:}"; done | sort -u); \
+	test -z "$$missing" || { \
 	  added=; if [ ! -e /usr/sbin/policy-rc.d ]; then added=1; \
 	    printf '#!/bin/sh\nexit 101\n' | $(SUDO) tee /usr/sbin/policy-rc.d >/dev/null; \
 	    $(SUDO) chmod +x /usr/sbin/policy-rc.d; fi; \
 	  $(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive \
-	    apt-get install -y -qq --no-install-recommends openssh-server; rc=$$?; \
+	    apt-get install -y -qq --no-install-recommends $$missing; rc=$$?; \
 	  if [ -n "$$added" ]; then $(SUDO) rm -f /usr/sbin/policy-rc.d; fi; exit $$rc; }
+
+# The Slurm part of the suite alone, against the real one-node cluster (about 2.5 minutes).
+test-slurm: setup test-system-deps
+	JIYU_REQUIRE_SERVICES=1 $(BIN)/python -m pytest -m slurm
 
 # The browser tests drive Chromium from apt (Playwright cannot download its own here).
 CHROMIUM ?= /usr/bin/chromium
@@ -57,6 +66,7 @@ $(CHROMIUM):
 bench: setup
 	$(BIN)/python benchmarks/gpu_status.py
 	$(BIN)/python benchmarks/panel_server.py
+	$(BIN)/python benchmarks/scheduler_poll.py
 	$(BIN)/python benchmarks/export.py
 	$(BIN)/python benchmarks/submit_latency.py
 	$(BIN)/python benchmarks/train_overhead.py
@@ -82,7 +92,8 @@ api-schema: setup
 
 # The README's screenshots, as the browser tests last produced them.
 screenshots:
-	cp test-artifacts/lab_train_dashboard.png test-artifacts/lab_panel_light.png test-artifacts/jobs_table.png docs/img/
+	cp test-artifacts/lab_train_dashboard.png test-artifacts/lab_panel_light.png test-artifacts/jobs_table.png \
+	  test-artifacts/slurm_jobs_table.png test-artifacts/lab_panel_slurm.png docs/img/
 
 # The README's %%train option list, from FitOptions and the magic's own options (the tests check it).
 readme: setup

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -122,3 +124,49 @@ def no_schedulers(monkeypatch, tmp_path_factory):
     monkeypatch.setenv("PATH", str(farm))
     monkeypatch.delenv("SLURM_CONF", raising=False)
     return farm
+
+
+REQUIRE_SERVICES_ENV = "JIYU_REQUIRE_SERVICES"  # set by `make test`: a missing service fails, not skips
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster():
+    """A real single-node Slurm (tests/slurm_cluster.py), started once for every Slurm test and
+    stopped and removed after the last. Where Slurm is not installed (or not as root) the tests
+    skip with the reason, and fail with it under ``make test`` (JIYU_REQUIRE_SERVICES=1)."""
+    from .slurm_cluster import SlurmCluster, unavailable
+
+    reason = unavailable()
+    if reason:
+        if os.environ.get(REQUIRE_SERVICES_ENV) == "1":
+            pytest.fail(f"{reason} ({REQUIRE_SERVICES_ENV}=1)", pytrace=False)
+        pytest.skip(reason)
+    cluster = SlurmCluster.start()
+    _note_timing("slurm_cluster_start_s", cluster.started_in)
+    yield cluster
+    began = time.monotonic()
+    cluster.stop()
+    _note_timing("slurm_cluster_stop_s", time.monotonic() - began)
+
+
+@pytest.fixture
+def slurm(slurm_cluster, monkeypatch):
+    """This test sees the test cluster (``SLURM_CONF``) and starts on an idle node; whatever
+    jobs it leaves are cancelled after it."""
+    monkeypatch.setenv("SLURM_CONF", str(slurm_cluster.conf))
+    slurm_cluster.cancel_all()
+    yield slurm_cluster
+    slurm_cluster.cancel_all()
+
+
+def _note_timing(name: str, seconds: float) -> None:
+    """Timings people ask about (how long the Slurm cluster takes to start), kept in
+    test-artifacts/timings.json rather than asserted."""
+    path = ARTIFACTS / "timings.json"
+    ARTIFACTS.mkdir(exist_ok=True)
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        data = {}
+    data[name] = round(seconds, 2)
+    path.write_text(json.dumps(data, indent=2))

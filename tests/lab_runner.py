@@ -58,13 +58,15 @@ def write_user_settings(folder: Path, panel: dict) -> None:
 
 
 @contextmanager
-def jupyter_lab(workdir: Path, panel_settings: dict, timeout: float = 90) -> Iterator[Lab]:
+def jupyter_lab(workdir: Path, panel_settings: dict, timeout: float = 90,
+                env: dict[str, str] | None = None) -> Iterator[Lab]:
+    """``env``: what the server sees besides this process's environment (a Slurm's SLURM_CONF)."""
     root, home, jupyter = workdir / "root", workdir / "jiyu_home", workdir / "jupyter"
     for folder in (root, home, jupyter / "config", jupyter / "runtime"):
         folder.mkdir(parents=True, exist_ok=True)
     write_user_settings(jupyter / "settings", panel_settings)
     port, token = free_port(), secrets.token_hex(16)
-    env = {**os.environ, "JIYU_HOME": str(home), "JUPYTER_CONFIG_DIR": str(jupyter / "config"),
+    env = {**os.environ, **(env or {}), "JIYU_HOME": str(home), "JUPYTER_CONFIG_DIR": str(jupyter / "config"),
            "JUPYTER_RUNTIME_DIR": str(jupyter / "runtime"),
            "PYTHONPATH": os.pathsep.join([str(NVML_DOUBLE_DIR), str(ROOT)])}
     command = [sys.executable, "-m", "jupyterlab", "--no-browser", "--allow-root", f"--port={port}",
@@ -149,17 +151,20 @@ class TrainingJob:
 
 
 def submit_training_job(lab: Lab, name: str, steps: int = 150, pace: float = 0.2,
-                        tmp: Path | None = None) -> TrainingJob:
-    """A background job as a user submits one (``jiyu submit``) into the lab's run store."""
-    env = {**lab.env(), "PYTHONPATH": str(ROOT)}
+                        tmp: Path | None = None, options: tuple[str, ...] = (),
+                        env: dict[str, str] | None = None) -> TrainingJob:
+    """A background job as a user submits one (``jiyu submit`` with ``options``, e.g. a Slurm
+    backend) into the lab's run store."""
+    env = {**lab.env(), **(env or {}), "PYTHONPATH": str(ROOT)}
     if tmp is not None:
         env["TMPDIR"] = str(tmp)
     jiyu = Path(sys.executable).with_name("jiyu")
     done = subprocess.run([str(jiyu), "submit", str(training_notebook(lab.root, name)), "--name", name,
-                           "-p", "steps", str(steps), "-p", "pace", str(pace)],
+                           "-p", "steps", str(steps), "-p", "pace", str(pace), *options],
                           env=env, capture_output=True, text=True, timeout=60, cwd=lab.root)
     assert done.returncode == 0, done.stderr
-    return TrainingJob(done.stdout.split()[2], name)
+    words = done.stdout.split()
+    return TrainingJob(words[2] if words[0] == "Submitted" else words[1], name)
 
 
 def launch_chromium(playwright):

@@ -71,3 +71,16 @@ def first_logged_step(home: Path, timeout: float = 120.0) -> str:
                 return log.parent.name
         time.sleep(0.1)
     raise AssertionError("training never logged a step")
+
+
+def screenshot_html(html: str, page: Path, size: str = "900,420") -> None:
+    """A notebook output as a page (and a PNG of it where Chromium exists), for people to look at."""
+    import shutil
+    import subprocess
+
+    page.write_text(f"<html><body style='font-family:sans-serif'>{html}</body></html>")
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium:
+        subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+                        f"--screenshot={page.with_suffix('.png')}", f"--window-size={size}", page.as_uri()],
+                       capture_output=True, timeout=60)

@@ -7,6 +7,7 @@ import time
 import pytest
 
 from jiyu_magics.core.run_store import RunStore, UnknownRun
+from jiyu_magics.core.store_db import SCHEMA_VERSION
 
 
 @pytest.fixture
@@ -105,5 +106,18 @@ def test_a_version_1_store_is_migrated_in_place(tmp_path):
     db.commit()
     db.close()
     migrated = RunStore(path)
-    assert migrated.get("abcd1234").stop_grace is None and migrated.get("abcd1234").name == "old"
-    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == 2
+    old = migrated.get("abcd1234")
+    assert old.stop_grace is None and old.name == "old"
+    assert (old.scheduler_id, old.queue_reason, old.polled) == (None, None, None)
+    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
+
+
+def test_one_caller_per_interval_polls_a_scheduler(store):
+    """Kernels, the CLI and the server all ask about a Slurm run; the store lets one of them
+    ask Slurm per interval."""
+    run = store.create("job", backend="slurm")
+    other = RunStore(store.path)  # another process's connection to the same file
+    assert store.claim_poll(run.id, every=60) is True
+    assert other.claim_poll(run.id, every=60) is False and store.claim_poll(run.id, every=60) is False
+    assert other.claim_poll(run.id, every=0) is True
+    assert store.get(run.id).polled is not None

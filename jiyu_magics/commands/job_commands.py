@@ -11,7 +11,8 @@ def add_commands(commands) -> None:
 
     p = commands.add_parser("submit", help="run a notebook as a detached torchrun job",
                             description="Export NOTEBOOK to a script and run it under torchrun, detached from "
-                                        "this shell; prints the run id at once.")
+                                        "this shell, or as a Slurm batch job or a Kubeflow TrainJob (--backend); "
+                                        "prints the run id at once.")
     p.add_argument("notebook", help="the .ipynb to run")
     for flags, options in SUBMIT_OPTIONS:
         p.add_argument(*flags, **options)
@@ -28,11 +29,13 @@ def add_commands(commands) -> None:
     p.add_argument("--tail", type=int, metavar="N", help="only the last N lines")
     p.set_defaults(handler=run_logs)
 
-    p = commands.add_parser("stop", help="stop a run: SIGTERM every rank, SIGKILL after the grace period",
+    p = commands.add_parser("stop", help="stop a run: SIGTERM every rank, SIGKILL after the grace period "
+                                         "(a Slurm or Kubernetes job: cancelled there, SIGTERM first)",
                             description="SIGTERM to every rank: training stops at a step with a checkpoint and "
                                         "the job ends there (no further cell runs); SIGKILL to what is left after "
-                                        "the grace period. A run that already ended keeps its status, but any "
-                                        "process still carrying its id is stopped, and named.")
+                                        "the grace period. A Slurm or Kubernetes job is cancelled there. A run that "
+                                        "already ended keeps its status, but any process still carrying its id is "
+                                        "stopped, and named.")
     p.add_argument("id", help="run id or unique prefix")
     p.add_argument("--grace", type=float, default=10.0, metavar="S", help="seconds before SIGKILL (default 10)")
     p.set_defaults(handler=run_stop)

@@ -53,6 +53,9 @@ class Run:
     error: str | None = None
     stop_requested: bool = False
     stop_grace: float | None = None   # seconds between SIGTERM and SIGKILL the stop asked for
+    scheduler_id: str | None = None   # the job's id where a scheduler holds it (Slurm job id, Kubernetes name)
+    queue_reason: str | None = None   # why a queued run waits, in the words of whoever holds it
+    polled: float | None = None       # when a scheduler was last asked about this run
 
     def __post_init__(self) -> None:
         self.kind, self.status = RunKind(self.kind), RunStatus(self.status)
@@ -190,6 +193,16 @@ class RunStore:
     def request_stop(self, run_id: str, grace: float | None = None) -> Run:
         """Marks the run to be stopped; its supervisor honours ``grace`` (SIGTERM → SIGKILL)."""
         return self.update(run_id, stop_requested=1, stop_grace=grace)
+
+    def claim_poll(self, run_id: str, every: float) -> bool:
+        """Whether this caller should ask the scheduler about the run now: true for one caller
+        per ``every`` seconds across every process sharing the store (the CLI, kernels, the
+        server), so a scheduler is asked at most that often however many are watching."""
+        now = time.time()
+        with self._write() as db:
+            cur = db.execute("UPDATE runs SET polled = ? WHERE id = ? AND (polled IS NULL OR polled <= ?)",
+                             (now, run_id, now - every))
+            return cur.rowcount == 1
 
     def finish(self, run_id: str, status: RunStatus | str, exit_code: int | None = None,
                error: str | None = None) -> Run:

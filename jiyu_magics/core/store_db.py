@@ -15,8 +15,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-SCHEMA_VERSION = 2
-MIGRATIONS = {2: "ALTER TABLE runs ADD COLUMN stop_grace REAL"}  # to version: from the one before
+SCHEMA_VERSION = 3
+MIGRATIONS = {  # to version: from the one before
+    2: "ALTER TABLE runs ADD COLUMN stop_grace REAL",
+    3: "ALTER TABLE runs ADD COLUMN scheduler_id TEXT; ALTER TABLE runs ADD COLUMN queue_reason TEXT; "
+       "ALTER TABLE runs ADD COLUMN polled REAL",
+}
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
     id TEXT PRIMARY KEY,
@@ -39,7 +43,10 @@ CREATE TABLE IF NOT EXISTS runs (
     exit_code INTEGER,
     error TEXT,
     stop_requested INTEGER NOT NULL DEFAULT 0,
-    stop_grace REAL
+    stop_grace REAL,
+    scheduler_id TEXT,
+    queue_reason TEXT,
+    polled REAL
 );
 CREATE INDEX IF NOT EXISTS runs_by_status ON runs(status);
 """
@@ -83,7 +90,8 @@ class StoreDatabase:
             exists = db.execute("SELECT 1 FROM sqlite_master WHERE name = 'runs'").fetchone()
             if exists:
                 for target in range(max(version, 1) + 1, SCHEMA_VERSION + 1):
-                    db.execute(MIGRATIONS[target])
+                    for statement in MIGRATIONS[target].split(";"):
+                        db.execute(statement)
             for statement in filter(str.strip, SCHEMA.split(";")):
                 db.execute(statement)
             db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")

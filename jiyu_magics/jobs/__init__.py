@@ -7,7 +7,8 @@ the server, the CLI and the magics all call these functions.
     jobs.stop(run.id)
 
 Launchers hand a run to ``RunLifecycle`` (its one owner: start, follow, stop, final status,
-record), built on ``export_notebook`` / ``export_history`` (the exporter) and ``Launch``
+record); runs a scheduler holds (Slurm, Kubernetes) are brought up to date by whoever asks
+(``follow_scheduled``, called by ``list_runs``/``resolve`` and the server). Built on ``export_notebook`` / ``export_history`` (the exporter) and ``Launch``
 (torchrun as a child process group with per-rank status and a verified stop).
 """
 
@@ -19,8 +20,9 @@ from .export.notebook_export import ExecutedCell, Export, export_history, export
 from .lifecycle import RunLifecycle
 from .process.torchrun_launch import Launch
 from .export.params import parse_lines, parse_pairs
+from .scheduled_runs import follow as follow_scheduled
 from .submit import SubmitNotes, submit, submit_notes
 
 __all__ = ["JobError", "submit", "stop", "stop_report", "StopReport", "resolve", "list_runs", "ExecutedCell",
-           "Export", "export_history",
-           "export_notebook", "Launch", "RunLifecycle", "parse_lines", "parse_pairs", "SubmitNotes", "submit_notes"]
+           "Export", "export_history", "export_notebook", "Launch", "RunLifecycle", "parse_lines", "parse_pairs",
+           "SubmitNotes", "submit_notes", "follow_scheduled"]

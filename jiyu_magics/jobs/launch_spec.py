@@ -12,6 +12,7 @@ from ..core.run_files import RunFiles
 from .job_error import JobError
 
 BACKENDS = ("local", "slurm", "kubernetes")
+K8S_KINDS = ("trainjob", "pytorchjob")  # Kubeflow Trainer v2's TrainJob; the training operator's PyTorchJob
 LAUNCH_FILE = "launch.json"
 
 
@@ -24,6 +25,8 @@ class LaunchSpec:
     rdzv_endpoint: str | None = None
     node_rank: int | None = None
     notify: str | None = None
+    slurm: dict | None = None        # SlurmOptions as a dict (backends/slurm_options), for --backend slurm
+    k8s_kind: str | None = None      # for --backend kubernetes: trainjob (default) or pytorchjob
 
     def validated(self) -> "LaunchSpec":
         _count("--nproc", self.nproc, 1)
@@ -32,6 +35,7 @@ class LaunchSpec:
         if self.backend not in BACKENDS:
             raise JobError(f"--backend {self.backend!r}: expected one of {', '.join(BACKENDS)}")
         self._check_rendezvous()
+        self._check_scheduler_options()
         if self.notify is not None:
             _check_command(self.notify)
         return self
@@ -48,12 +52,25 @@ class LaunchSpec:
         if self.backend == "local" and self.nnodes > 1 and not self.rdzv_endpoint:
             raise JobError(f"--nnodes {self.nnodes} needs --rdzv-endpoint HOST:PORT (the first node's address)")
 
+    def _check_scheduler_options(self) -> None:
+        if self.slurm and self.backend != "slurm":
+            raise JobError(f"{', '.join(_flags(self.slurm))}: Slurm options, for --backend slurm only")
+        if self.k8s_kind is not None:
+            if self.backend != "kubernetes":
+                raise JobError(f"--k8s-kind {self.k8s_kind}: for --backend kubernetes only")
+            if self.k8s_kind not in K8S_KINDS:
+                raise JobError(f"--k8s-kind {self.k8s_kind!r}: expected one of {', '.join(K8S_KINDS)}")
+
     def save(self, files: RunFiles) -> None:
         (files.root / LAUNCH_FILE).write_text(json.dumps(asdict(self), indent=2))
 
     @classmethod
     def load(cls, files: RunFiles) -> "LaunchSpec":
         return cls(**json.loads((files.root / LAUNCH_FILE).read_text()))
+
+
+def _flags(options: dict) -> list[str]:
+    return ["--sbatch-arg" if name == "sbatch_args" else "--" + name.replace("_", "-") for name in options]
 
 
 def _count(flag: str, value, minimum: int) -> None:

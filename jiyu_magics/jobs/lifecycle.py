@@ -16,6 +16,13 @@ run is the placement's business (``rank_placement``); stopping is the one proced
 ``process_tree.stop_run``; the final status is the one rule of ``final_status``. The owner
 records the end (event log, then run row) and nothing else does while it lives.
 
+A scheduler's placement (Slurm, Kubernetes) submits in ``start``; the scheduler then holds the
+run, so no owner process waits on it: whoever asks about the run makes its owner again from
+the row and calls ``follow``, which records the scheduler's state and, once the job ended,
+the end by the same rule::
+
+    RunLifecycle.adopt(run_id, placement=SlurmPlacement()).follow()
+
 A stop ends the run, whatever launched it and wherever its ranks run: it reaches the ranks,
 which stop training at a step with a checkpoint, run no further cell and start no further
 ``fit`` (``core.job_stop``), and exit cleanly; a run asked to stop while queued never starts.
@@ -37,8 +44,9 @@ from ..core.run_store import Run, RunStore
 from .final_status import Outcome, closing_events, decide
 from .launch_spec import LaunchSpec
 from .process import process_tree as processes, rank_records
-from .process.error_lines import one_line
-from .rank_placement import LocalProcessGroup, RankHandle, RankPlacement
+from .process.process_tree import StopResult
+from .process.error_line import one_line
+from .rank_placement import LocalProcessGroup, Phase, RankHandle, RankPlacement
 
 STORE_CHECK_S = 2.0  # how often the run row is read for a stop request that came without a signal
 POLL_S = 0.5
@@ -75,6 +83,7 @@ class RunLifecycle:
         self.stop_grace = DEFAULT_STOP_GRACE_S
         self.outcome: Outcome | None = None
         self._stopper: threading.Thread | None = None
+        self.stop_result: StopResult | None = None
         self._store_checked = -float("inf")
 
     @classmethod
@@ -110,9 +119,42 @@ class RunLifecycle:
             return False
         self._enter(LifecycleState.STARTING)
         self.handle = self.placement.start(self.run_id, self.files.script, self.spec, cwd=run.cwd, env=env)
+        if self.placement.scheduled:
+            self.follow()
+            return True
         self.store.mark_running(self.run_id, pid=self.owner_pid or self.handle.pid, pgid=self.handle.pgid)
         self._enter(LifecycleState.RUNNING)
         return True
+
+    def follow(self) -> Run:
+        """One look at a run a scheduler holds: its state there recorded in the row (queued
+        with the scheduler's reason, running) and, once the job ended, its end by the one rule.
+        Called by whoever shows the run (``jobs.scheduled_runs``), at most every few seconds."""
+        run = self.store.get(self.run_id)
+        if not run.active:
+            return run
+        self.handle = self.handle or self.placement.attach(run)
+        state = self.handle.state()
+        run = self._record(run, state)
+        if state.phase is Phase.ENDED:
+            self.stop_requested |= state.cancelled  # a scancel / kubectl delete by anyone is a stop
+            self.end(lost=state.lost)
+            run = self.store.get(self.run_id)
+        return run
+
+    def _record(self, run: Run, state) -> Run:
+        """The scheduler's word in the row (written only when it changed): its id for the job,
+        when the job started, and queued with its reason, or running."""
+        changes = {"scheduler_id": self.handle.scheduler_id, "started": run.started or state.started}
+        if state.phase is Phase.RUNNING:
+            changes.update(status=RunStatus.RUNNING.value, queue_reason=None, started=changes["started"] or time.time())
+            self._enter(LifecycleState.RUNNING)
+        elif state.phase is Phase.QUEUED:
+            changes.update(status=RunStatus.QUEUED.value, queue_reason=state.reason)
+            self._enter(LifecycleState.QUEUED)
+        if any(getattr(run, name) != value for name, value in changes.items()):
+            run = self.store.update(self.run_id, **changes)
+        return run
 
     def running(self) -> bool:
         """Whether the ranks still run. Also acts on a stop request in the run row (``jiyu
@@ -162,28 +204,44 @@ class RunLifecycle:
         self.stop_requested = True
         if grace is not None:
             self.stop_grace = grace
+        if self.handle is None and self.placement.scheduled:
+            self.handle = self.placement.attach(self.store.get(self.run_id))
         if self._stopper is not None or self.handle is None or self.handle.poll() is not None:
             return
         self._enter(LifecycleState.STOPPING)
-        self._stopper = threading.Thread(target=self.handle.stop, args=(self.stop_grace,),
+        self._stopper = threading.Thread(target=self._stop_handle, args=(self.stop_grace,),
                                          name=f"jiyu-stop-{self.run_id}", daemon=True)
         self._stopper.start()
 
+    def _stop_handle(self, grace: float) -> None:
+        self.stop_result = self.handle.stop(grace)
+
+    def stop(self, grace: float | None = None) -> StopResult | None:
+        """``request_stop``, waited for: for a caller that answers only once the stop is done
+        (``jiyu stop`` of a run a scheduler holds). None when there was nothing to stop."""
+        self.request_stop(grace)
+        if self._stopper is not None:
+            self._stopper.join()
+        return self.stop_result
+
     # -- end -----------------------------------------------------------------------------------
-    def end(self, error: str | None = None) -> Outcome:
+    def end(self, error: str | None = None, lost: bool = False) -> Outcome:
         """Leaves nothing of the run running, decides the final status by the one rule and
-        records it. ``error`` is the owner's own failure, told instead of the ranks' line.
-        Ending twice returns the first outcome."""
+        records it. ``error`` is the owner's own failure, told instead of the ranks' line;
+        ``lost``: the scheduler forgot the job before anyone saw it end. Ending twice returns
+        the first outcome."""
         if self.outcome is not None:
             return self.outcome
         self._leave_nothing_running()
         code = self.handle.wait() if self.handle is not None else None
-        self.stop_requested |= self.store.get(self.run_id).stop_requested
+        run = self.store.get(self.run_id)
+        self.stop_requested |= run.stop_requested
         events, _ = read_events(self.files.events)
         line = error or (self.handle.error_line() if self.handle is not None else None)
+        started = self.handle is not None and (not self.placement.scheduled or run.started is not None)
         ranks_stopped = self.handle is not None and any(r.stopped for r in self.handle.ranks())
-        self.outcome = decide(code, self.stop_requested, events, line, started=self.handle is not None,
-                              ranks_stopped=ranks_stopped)
+        self.outcome = (Outcome(RunStatus.LOST, None, line) if lost else
+                        decide(code, self.stop_requested, events, line, started=started, ranks_stopped=ranks_stopped))
         if self.announce is not None:
             self.announce(self.outcome)
         record_end(self.store, self.run_id, self.outcome, events)

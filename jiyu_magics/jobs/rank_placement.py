@@ -3,16 +3,20 @@
 The lifecycle asks a placement to start the ranks and gets back a handle it can poll, stop and
 ask for the first failing rank. Today there is one placement, a local child process group (the
 kernel's ``%%train --nproc`` and the detached supervisor of ``%submit`` both use it). A
-scheduler fits the same shape: its ``start`` submits, the handle's ``poll`` reads the
-scheduler's state, and its ``stop`` cancels.
+scheduler (``backends/slurm_placement``, ``backends/kubernetes_placement``) fits the same
+shape: its ``start`` submits, its handle's ``state`` reads the scheduler's state, and its
+``stop`` cancels; nobody waits on it, so its placement can ``attach`` to the job again from
+the run row whenever someone asks how the run is doing.
 """
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from enum import Enum
 from typing import Mapping, Protocol
 
+from ..core.run_store import Run
 from .launch_spec import LaunchSpec
 from .process.process_tree import StopResult
 from .process.rank_records import RankRecord
@@ -38,11 +42,50 @@ class RankHandle(Protocol):
     def error_line(self) -> str | None: ...
 
 
+class SchedulerUnreachable(Exception):
+    """The scheduler cannot be asked now (not configured on this machine, its controller
+    down): the run stays as recorded, to be asked again later."""
+
+
+class Phase(str, Enum):
+    QUEUED = "queued"      # the scheduler holds it: pending, held, requeued, nodes booting
+    RUNNING = "running"
+    ENDED = "ended"
+
+
+@dataclass(frozen=True)
+class SchedulerState:
+    """A scheduled job as its scheduler sees it now, in the lifecycle's words."""
+
+    phase: Phase
+    reason: str | None = None       # why it is queued, in the scheduler's words (Resources, Priority)
+    exit_code: int | None = None    # once ended: the code the final-status rule reads (0: it completed)
+    cancelled: bool = False         # ended because someone cancelled it there: a stop request
+    started: float | None = None    # when it started running, if it did
+    error: str | None = None        # the scheduler's own line for a failure (a node failed, out of memory)
+    lost: bool = False              # the scheduler no longer knows the job, and never told its end
+
+
+class ScheduledHandle(RankHandle, Protocol):
+    """A job a scheduler holds: followed by asking, not by waiting."""
+
+    scheduler_id: str | None        # the scheduler's name for it (Slurm job id); None: not submitted
+
+    def state(self) -> SchedulerState: ...
+
+
 class RankPlacement(Protocol):
     backend: str      # the run row's ``backend``
+    scheduled: bool   # a scheduler holds the ranks: the lifecycle follows them with ``attach`` + ``state``
 
     def start(self, run_id: str, script: os.PathLike, spec: LaunchSpec, *, cwd: str | None,
               env: Mapping[str, str] | None) -> RankHandle: ...
+
+
+class ScheduledPlacement(RankPlacement, Protocol):
+    def attach(self, run: Run) -> ScheduledHandle:
+        """The handle of the job the run row names (``scheduler_id``), to ask or stop it."""
+        ...
 
 
 @dataclass
@@ -55,6 +98,7 @@ class LocalProcessGroup:
 
     die_with_parent: bool | None = None
     backend: str = "local"
+    scheduled: bool = False
 
     def start(self, run_id: str, script: os.PathLike, spec: LaunchSpec, *, cwd: str | None,
               env: Mapping[str, str] | None) -> Launch:

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from ..core.run_store import Run, RunStore, UnknownRun, process_alive
 from .job_error import JobError
+from . import scheduled_runs
 from .lifecycle import record_end_without_owner
 from .process import process_tree as processes
 
@@ -14,17 +15,23 @@ SUPERVISOR_REPORT_S = 5.0
 
 
 def resolve(run_id: str, store: RunStore | None = None) -> Run:
-    """A run by id or unique id prefix, as a ``JobError`` when there is none."""
+    """A run by id or unique id prefix, as a ``JobError`` when there is none; a run a
+    scheduler holds is brought up to date with it first (at most every few seconds)."""
+    store = store or RunStore()
     try:
-        return (store or RunStore()).resolve(str(run_id))
+        run = store.resolve(str(run_id))
     except UnknownRun as error:
         raise JobError(str(error)) from None
+    return scheduled_runs.follow_run(run, store)
 
 
 def list_runs(include_finished: bool = False, limit: int | None = None) -> list[Run]:
     """Runs newest first (active ones only unless ``include_finished``); runs whose process
-    vanished are reconciled to ``lost`` first."""
-    return RunStore().list(include_finished=include_finished, limit=limit)
+    vanished are reconciled to ``lost`` first, and runs a scheduler holds are brought up to date
+    with it."""
+    store = RunStore()
+    scheduled_runs.follow(store)
+    return store.list(include_finished=include_finished, limit=limit)
 
 
 @dataclass
@@ -52,8 +59,10 @@ def stop_report(run_id: str, grace: float = 10.0) -> StopReport:
     SIGTERM to the ranks, SIGKILL after ``grace`` seconds, then a check of the process table).
     The run's recorded process is spared (its supervisor; torchrun for ``%%train --nproc``,
     whose kernel owns the run): the stop request in the row tells the owner, which records the
-    end. A run that already ended keeps its status, but any process still carrying its id (a
-    rank whose agent was killed) is stopped all the same, and the report names them."""
+    end. A run a scheduler holds is cancelled there (``scancel`` / ``kubectl delete``, SIGTERM
+    first) and checked to have left it. A run that already ended keeps its status, but any
+    process here still carrying its id (a rank whose agent was killed) is stopped all the same,
+    and the report names them."""
     if not grace >= 0:
         raise JobError(f"--grace {grace!r}: expected a number of seconds >= 0")
     store = RunStore()
@@ -67,9 +76,10 @@ def _stop_active(store: RunStore, run: Run, grace: float) -> Run:
     if run.kind == "kernel":
         raise JobError(f"run {run.id} trains inside a notebook kernel: interrupt that kernel (or press the "
                        "dashboard's Stop button) to stop it")
-    if run.backend != "local" or run.host != store.host:
-        raise JobError(f"run {run.id} runs on {run.backend if run.backend != 'local' else run.host}; "
-                       "stop it there (scancel / kubectl delete / jiyu stop on that host)")
+    if scheduled_runs.scheduled(run):
+        return scheduled_runs.stop(run, store, grace)
+    if run.host != store.host:
+        raise JobError(f"run {run.id} runs on {run.host}; stop it there (jiyu stop on that host)")
     store.request_stop(run.id, grace)
     supervisor = run.pid if process_alive(run.pid, run.pid_started) else None
     result = processes.stop_run(run.id, supervisor, grace, spare=[supervisor] if supervisor else [])

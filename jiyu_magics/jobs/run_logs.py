@@ -8,6 +8,7 @@ from typing import Callable, Iterator
 
 from ..core.run_files import RunFiles
 from ..core.run_store import RunStore
+from . import scheduled_runs
 from .job_error import JobError
 
 FOLLOW_POLL_S = 0.5
@@ -65,7 +66,7 @@ def follow(run_id: str, offset: int, store: RunStore | None = None,
     store = store or RunStore()
     while True:
         store.reconcile()  # a supervisor that vanished must not keep us following forever
-        active = store.get(run_id).active
+        active = scheduled_runs.follow_run(store.get(run_id), store).active  # a scheduler's job: asked
         text, offset = read_from(run_id, offset)
         while text:
             yield text

@@ -16,7 +16,9 @@ from .process import torchrun_command as torchrun
 from .job_error import JobError
 from .export import job_hazards
 from .export.notebook_export import export_notebook
-from .lifecycle import record_end_without_owner
+from .backends import placement_for
+from .backends.slurm_options import SlurmOptions
+from .lifecycle import RunLifecycle, record_end_without_owner
 from .launch_spec import LaunchSpec, check_fits_devices
 
 EXPORT_NOTES = "export.json"
@@ -26,12 +28,19 @@ _started: list[subprocess.Popen] = []
 
 def submit(notebook: str | os.PathLike, *, nproc: int = 1, nnodes: int = 1, params: dict | None = None,
            name: str | None = None, max_restarts: int = 0, backend: str = "local", notify: str | None = None,
-           rdzv_endpoint: str | None = None, node_rank: int | None = None, cwd: str | None = None) -> Run:
+           rdzv_endpoint: str | None = None, node_rank: int | None = None, cwd: str | None = None,
+           slurm: dict | None = None, k8s_kind: str | None = None) -> Run:
     """Exports ``notebook`` (with ``params`` injected after its ``parameters`` cell) and runs it
-    as a torchrun job: ``local`` under a detached supervisor on this machine, ``slurm`` or
-    ``kubernetes`` as a generated spec (submitted when ``sbatch``/``kubectl`` exist). Returns the
-    run at once. Raises ``JobError`` (one line) for bad input; nothing is created then."""
-    spec = LaunchSpec(nproc, nnodes, max_restarts, backend, rdzv_endpoint, node_rank, notify).validated()
+    as a torchrun job: ``local`` under a detached supervisor on this machine, ``slurm`` as a
+    batch job (``slurm``: the ``SlurmOptions`` fields, e.g. ``{"time": "2:00:00", "partition":
+    "gpu"}``), ``kubernetes`` as a Kubeflow ``TrainJob`` (``k8s_kind="pytorchjob"``: a
+    ``PyTorchJob``). A scheduler's job is submitted when ``sbatch``/``kubectl`` can reach one,
+    else its spec is written with how to submit it. Returns the run at once. Raises ``JobError``
+    (one line) for bad input; nothing is created then."""
+    spec = LaunchSpec(nproc, nnodes, max_restarts, backend, rdzv_endpoint, node_rank, notify, slurm or None,
+                      k8s_kind).validated()
+    if backend == "slurm":
+        spec.slurm = SlurmOptions.from_dict(slurm).validated().to_dict()
     try:
         name = check_run_name(name)
     except BadRunName as error:
@@ -74,9 +83,7 @@ def _hand_over(store: RunStore, run: Run, spec: LaunchSpec, files: RunFiles) -> 
         proc = start_supervisor(run.id, run.cwd, files)
         store.update(run.id, pid=proc.pid, pid_started=process_start_time(proc.pid))
         return
-    from .backends import hand_over
-
-    hand_over(store, run, spec, files)
+    RunLifecycle(run.id, spec, placement=placement_for(spec.backend), store=store, owner="submit").start()
 
 
 def start_supervisor(run_id: str, cwd: str | None, files: RunFiles) -> subprocess.Popen:

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from .backends.slurm_options import DEFAULT_CHECKPOINT_GRACE_S, DEFAULT_MAX_REQUEUES
 from .export.params import parse_pairs
-from .launch_spec import BACKENDS
+from .launch_spec import BACKENDS, K8S_KINDS
 
 PARAM_OPTION: tuple[tuple[str, ...], dict[str, Any]] = (
     ("-p", "--param"), dict(nargs=2, action="append", dest="params", metavar=("NAME", "VALUE"),
@@ -24,16 +25,49 @@ SUBMIT_OPTIONS: list[tuple[tuple[str, ...], dict[str, Any]]] = [
                                     "from its own last checkpoint, and calls that had finished restore their "
                                     "final weights")),
     (("--backend",), dict(default="local", choices=BACKENDS,
-                          help="local: a detached torchrun here; slurm: an sbatch script; kubernetes: a "
-                               "Kubeflow PyTorchJob (submitted when sbatch/kubectl exist, else printed)")),
+                          help="local: a detached torchrun here; slurm: a batch job (sbatch); kubernetes: a "
+                               "Kubeflow TrainJob (kubectl apply). A scheduler's job is submitted when its tool "
+                               "reaches a cluster, else its spec is printed with the command to submit it; "
+                               "either way the run is followed in %%jobs / jiyu jobs and stopped with jiyu stop")),
     (("--notify",), dict(metavar="CMD", help="run CMD RUN_ID STATUS when the job ends")),
     (("--rdzv-endpoint",), dict(metavar="HOST:PORT", help="multi-node rendezvous address (torchrun's)")),
     (("--node-rank",), dict(type=int, metavar="R", help="this node's rank (static rendezvous)")),
 ]
 
+# --backend slurm only: each becomes a #SBATCH line of the batch script, checked before sbatch runs.
+SLURM_OPTIONS: list[tuple[tuple[str, ...], dict[str, Any]]] = [
+    (("--time",), dict(metavar="LIMIT", help="Slurm: the job's time limit (minutes, HH:MM:SS or D-HH:MM); "
+                                              "before it, the ranks checkpoint and the job is requeued")),
+    (("--partition",), dict(metavar="NAME", help="Slurm: the partition to run in")),
+    (("--account",), dict(metavar="NAME", help="Slurm: the account to charge")),
+    (("--qos",), dict(metavar="NAME", help="Slurm: the quality of service")),
+    (("--constraint",), dict(metavar="FEATURES", help="Slurm: node features the job needs (a100, a&b, [a|b])")),
+    (("--mem",), dict(metavar="SIZE", help="Slurm: memory per node (64G, 500M)")),
+    (("--gpus-per-node",), dict(type=int, metavar="N", help="Slurm: GPUs per node, asked as --gres=gpu:N "
+                                                           "(default: one per process; 0: a CPU job on gloo)")),
+    (("--sbatch-arg",), dict(action="append", dest="sbatch_args", metavar="OPTION",
+                             help="Slurm: any other sbatch option, passed through as written "
+                                  "(--sbatch-arg=--exclusive; repeatable)")),
+    (("--max-requeues",), dict(type=int, metavar="K", help=f"Slurm: times the job is requeued when its time "
+                                                          f"limit comes, resuming from its checkpoint (default "
+                                                          f"{DEFAULT_MAX_REQUEUES}; 0: never)")),
+    (("--checkpoint-grace",), dict(type=int, metavar="S", help=f"Slurm: seconds before the time limit at which "
+                                                               f"the ranks are told to checkpoint (SIGUSR1; default "
+                                                               f"{DEFAULT_CHECKPOINT_GRACE_S})")),
+]
+K8S_OPTIONS: list[tuple[tuple[str, ...], dict[str, Any]]] = [
+    (("--k8s-kind",), dict(choices=K8S_KINDS, help="Kubernetes: trainjob (Kubeflow Trainer v2, the default) or "
+                                                   "pytorchjob (the older training operator)")),
+]
+SUBMIT_OPTIONS += SLURM_OPTIONS + K8S_OPTIONS
+SLURM_FIELDS = ("time", "partition", "account", "qos", "constraint", "mem", "gpus_per_node", "sbatch_args",
+                "max_requeues", "checkpoint_grace")
+
 
 def submit_kwargs(args) -> dict[str, Any]:
     """``jobs.submit`` keyword arguments from parsed options (without the notebook)."""
+    slurm = {name: getattr(args, name) for name in SLURM_FIELDS if getattr(args, name) is not None}
     return dict(nproc=args.nproc, nnodes=args.nnodes, params=parse_pairs(args.params), name=args.name,
                 max_restarts=args.max_restarts, backend=args.backend, notify=args.notify,
-                rdzv_endpoint=args.rdzv_endpoint, node_rank=args.node_rank)
+                rdzv_endpoint=args.rdzv_endpoint, node_rank=args.node_rank, slurm=slurm or None,
+                k8s_kind=args.k8s_kind)

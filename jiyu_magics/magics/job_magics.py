@@ -77,13 +77,15 @@ class JobMagics(Magics):
         jiyu:keep, cells tagged jiyu:skip are dropped, and -p values are injected after the
         cell tagged "parameters". The job runs under a detached supervisor in the notebook's
         folder; its run id prints at once and is returned (``run = %submit ...``, then
-        ``%job attach {run}``).
+        ``%job attach {run}``). With --backend slurm it is a Slurm batch job (sbatch; requeued
+        from a checkpoint when its --time runs out), with --backend kubernetes a Kubeflow
+        TrainJob (kubectl apply); %jobs, %job logs and %job stop follow and cancel it there.
 
         Examples::
 
             %submit --nproc 2 -p lr 3e-4 -p arch resnet50
             %submit train.ipynb --nproc 8 --max-restarts 3 --notify "notify-send"
-            %submit train.ipynb --backend slurm --nnodes 4 --nproc 8
+            %submit train.ipynb --backend slurm --nnodes 4 --nproc 8 --time 12:00:00 --partition gpu
         """
         args = parse_argstring(self.submit, line)
         notebook = args.notebook or current_notebook(self.shell)
@@ -131,8 +133,9 @@ class JobMagics(Magics):
             %job logs ID [-f] [--tail N]   the run's log; -f follows it until the run ends
             %job stop ID [--grace S]       SIGTERM every rank: training stops at a step with a
                                            checkpoint and the job ends (no further cell runs);
-                                           SIGKILL after S s (default 10). Of an ended run: stops
-                                           any process still carrying its id
+                                           SIGKILL after S s (default 10); a Slurm/Kubernetes
+                                           job is cancelled there. Of an ended run: stops any
+                                           process still carrying its id
             %job attach ID [--wait]        the run's live training dashboard, from its whole
                                            event log (works after a reload or kernel restart);
                                            its Stop button stops the job

@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
-from ..core.run_store import Run
+from ..core.run_store import Run, RunStore
 from .http_errors import Conflict, RequestError, Unavailable
 from .validation import Submission
 
@@ -34,6 +34,17 @@ def submit(submission: Submission) -> Run:
                            name=submission.name, cwd=str(submission.notebook.parent))
     except jobs.JobError as error:
         raise RequestError(str(error)) from None
+
+
+def follow_scheduled(store: RunStore, runs: list[Run] | None = None) -> None:
+    """Runs a scheduler holds (Slurm, Kubernetes), brought up to date with it before they are
+    shown: the jobs layer asks each scheduler at most every few seconds, however many panels
+    poll. Without the jobs layer there is nothing to follow."""
+    try:
+        jobs = jobs_module()
+    except Unavailable:
+        return
+    jobs.follow_scheduled(store, runs)
 
 
 def stop(run_id: str, grace: float) -> Run:

@@ -13,6 +13,7 @@ from pathlib import Path
 from ..core.event_log import read_events, summarize
 from ..core.run_files import RunFiles, store_path
 from ..core.run_store import Run, RunStore
+from . import jobs_bridge as bridge
 
 
 class RunViews:
@@ -27,7 +28,9 @@ class RunViews:
         return RunFiles.of(run_id, self.home)
 
     def list(self) -> list[dict]:
-        """The most recent runs, newest first; runs whose process died are marked ``lost``."""
+        """The most recent runs, newest first; runs whose process died are marked ``lost``, runs
+        a scheduler holds are brought up to date with it."""
+        bridge.follow_scheduled(self.store)
         return [self.record(run) for run in self.store.list(limit=self.limit)]
 
     def status_counts(self) -> dict[str, int]:
@@ -36,12 +39,14 @@ class RunViews:
 
     def row(self, run_id: str) -> Run:
         """The store's row alone (a log poll needs its status, not a progress summary)."""
+        run = self.store.get(run_id)
+        bridge.follow_scheduled(self.store, [run])
         return self.store.get(run_id)
 
     def get(self, run_id: str) -> dict:
         """One run; raises ``UnknownRun`` (a 404) for an id that is not in the store."""
         self.store.reconcile()
-        return self.record(self.store.get(run_id))
+        return self.record(self.row(run_id))
 
     def record(self, run: Run) -> dict:
         return {**run.to_dict(), "summary": self.summary(run.id)}

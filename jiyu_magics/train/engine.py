@@ -20,7 +20,7 @@ from . import rng_state as rng
 from .batches import BatchLoss
 from .checkpoint import CheckpointKeeper, load_checkpoint
 from .input_checks import check_objects, trainable_parameters
-from .stop_signal import StopSignal, signals_request_stop
+from .stop_signal import StopSignal, leave_for_requeue, signals_request_stop
 from .batch_source import training_batches, validation_batches
 from .process_group import join_process_group
 from .train_errors import NonFiniteLoss, TrainConfigError, TrainingFailed
@@ -58,14 +58,18 @@ def fit(model: torch.nn.Module, optimizer: torch.optim.Optimizer, train_data: An
     ckpt_dir, resume, strategy, ...).
 
     Stopped runs (Stop button, kernel interrupt, SIGTERM in jobs) return with status
-    ``stopped`` and a checkpoint; in a job that was asked to stop, a later ``fit`` does not
-    start (``JobStopped``: the job ends cleanly). NaN/Inf loss and out-of-memory raise :class:`TrainingFailed`
+    ``stopped`` and a checkpoint; a stop for a scheduler's time limit (SIGUSR1 in jobs) ends the
+    process after its checkpoint, for the scheduler to requeue it; in a job that was asked to
+    stop, a later ``fit`` does not start (``JobStopped``: the job ends cleanly). NaN/Inf loss and
+    out-of-memory raise :class:`TrainingFailed`
     (its ``.result`` has status ``failed``); other errors are recorded in the run and re-raised.
     """
     opts = FitOptions.from_kwargs(options)
     trainer = Trainer(model, optimizer, train_data, loss_fn=loss_fn, train_step=train_step, val_data=val_data,
                       scheduler=scheduler, monitor=monitor, stop=stop, options=opts)
-    return trainer.run()
+    result = trainer.run()
+    leave_for_requeue(trainer.stop)
+    return result
 
 
 class Trainer:

@@ -1,18 +1,23 @@
 """Stopping a run cleanly: at an optimizer-step boundary, with a checkpoint.
 
 Requests come from the dashboard's Stop button, a kernel interrupt (SIGINT) and, in jobs and
-torchrun ranks, SIGTERM from the supervisor. The first signal only sets a flag the loop reads
-between steps, so no step, checkpoint or collective is cut in half; a second interrupt raises at
-once for a loop that is stuck (a hung data loader). SIGTERM only ever sets the flag: its sender
-follows up with SIGKILL after a grace period. In a launched process SIGTERM also stops the
-job (``core.job_stop``): once this ``fit`` has returned ``stopped``, the job's script ends
-before its next cell and no later ``fit`` starts.
+torchrun ranks, SIGTERM from the supervisor and SIGUSR1 from a scheduler whose time limit is
+near (Slurm's ``--signal``, passed on by the batch script and torchrun). The first signal only
+sets a flag the loop reads between steps, so no step, checkpoint or collective is cut in half; a
+second interrupt raises at once for a loop that is stuck (a hung data loader). SIGTERM and
+SIGUSR1 only ever set the flag: their senders follow up with SIGKILL (or the time limit).
+
+A stop for the time limit ends the process once the checkpoint is written (``leave_for_requeue``):
+the scheduler requeues the job, and its next attempt resumes from that checkpoint. In a launched
+process SIGTERM also stops the job (``core.job_stop``): once this ``fit`` has returned
+``stopped``, the job's script ends before its next cell and no later ``fit`` starts.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import sys
 import threading
 from contextlib import contextmanager
 from typing import Iterator
@@ -21,6 +26,7 @@ from ..core import job_stop
 
 INTERRUPT = "a kernel interrupt"
 TERMINATE = "a stop request (SIGTERM)"
+TIME_LIMIT = "the scheduler's time limit (SIGUSR1): requeued, resuming from this checkpoint"
 BUTTON = "the Stop button"
 
 
@@ -41,10 +47,20 @@ class StopSignal:
 
 
 def stop_signals() -> list[signal.Signals]:
-    """SIGINT always; SIGTERM too when a launcher started us (torchrun rank or jiyu job), so a
-    stop leaves a checkpoint. In a kernel SIGTERM keeps its meaning (shut down)."""
+    """SIGINT always; SIGTERM and SIGUSR1 too when a launcher started us (torchrun rank or jiyu
+    job), so a stop or the time limit leaves a checkpoint. In a kernel SIGTERM keeps its meaning
+    (shut down) and SIGUSR1 is nobody's."""
     launched = any(os.environ.get(v) for v in ("RANK", "JIYU_RUN_ID"))
-    return [signal.SIGINT, signal.SIGTERM] if launched else [signal.SIGINT]
+    return [signal.SIGINT, signal.SIGTERM, signal.SIGUSR1] if launched else [signal.SIGINT]
+
+
+def leave_for_requeue(stop: StopSignal) -> None:
+    """After a stop for the time limit, with its checkpoint written: the process ends here
+    (the rest of the notebook would run on a half-trained model), and the scheduler's next
+    attempt resumes from that checkpoint."""
+    if stop.requested and stop.reason == TIME_LIMIT:
+        print(f"jiyu: stopped for {TIME_LIMIT}", file=sys.stderr, flush=True)
+        raise SystemExit(0)
 
 
 @contextmanager
@@ -59,6 +75,8 @@ def signals_request_stop(stop: StopSignal) -> Iterator[None]:
             if stop.requested and stop.reason == INTERRUPT:
                 raise KeyboardInterrupt
             stop.request(INTERRUPT)
+        elif signum == signal.SIGUSR1:
+            stop.request(TIME_LIMIT)
         else:
             # SIGTERM never escalates: a stop reaches a rank twice (torchrun forwards it, and a
             # launcher signals every process group), and whoever sends it escalates with SIGKILL

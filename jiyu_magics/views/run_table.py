@@ -22,15 +22,22 @@ def row(run: Run, summary: dict | None = None) -> dict:
     summary = summary if summary is not None else summarize(RunFiles.of(run.id).events)
     step, total = summary.get("step"), summary.get("total_steps")
     progress = f"{step}/{total}" if step is not None and total else (f"step {step}" if step is not None else NA)
-    return {"id": run.id, "name": run.name, "kind": str(run.kind), "status": _status(run, summary),
+    return {"id": run.id, "name": run.name, "kind": _kind(run), "status": _status(run, summary),
             "nproc": str(run.nproc * run.nnodes), "progress": progress, "fraction": summary.get("progress"),
             "loss": _number(summary.get("loss")), "started": _clock(run.started),
             "duration": duration(run.duration)}
 
 
+def _kind(run: Run) -> str:
+    """Where a job runs, when a scheduler holds it (``slurm``, ``kubernetes``)."""
+    return run.backend if run.backend != "local" else str(run.kind)
+
+
 def _status(run: Run, summary: dict) -> str:
     if run.status == RunStatus.LOST and summary.get("step") is not None:
         return f"lost at step {summary['step']}"
+    if run.status == RunStatus.QUEUED and run.queue_reason:
+        return f"queued ({run.queue_reason})"
     return str(run.status)
 
 
@@ -88,6 +95,7 @@ def summary_lines(run: Run) -> list[tuple[str, str]]:
              ("loss", r["loss"] + (f"  {sparkline(s['losses'])}" if s["losses"] else "")),
              ("val", f"loss {_number(s['val_loss'])}, accuracy {_number(s['val_acc'])}"),
              ("throughput", NA if s["samples_per_s"] is None else f"{s['samples_per_s']:.4g} samples/s"),
+             *([("scheduler", f"{run.backend} job {run.scheduler_id}")] if run.scheduler_id else []),
              ("started", _clock(run.started)), ("duration", r["duration"]),
              ("notebook", run.notebook or NA), ("folder", str(RunFiles.of(run.id).root))]
     error = run.error or s.get("error")
@@ -106,10 +114,12 @@ def submitted_message(run: Run, control: str, notes) -> str:
     """What a person reads right after submitting; ``control`` spells a follow-up command in
     the front-end's syntax, e.g. ``"%job {action} {id}"`` or ``"jiyu {action} {id}"``; ``notes``
     is what the submission noted (``jobs.submit_notes``: left out, warnings, scheduler handover)."""
-    if run.backend != "local":
-        return f"Run {run.id} ({run.name}) for {run.backend}: " + (notes.handover or "no spec written")
     follow = control.format(action="logs", id=run.id) + " -f"
     stop = control.format(action="stop", id=run.id)
+    if run.backend != "local":
+        said, _, more = (notes.handover or "no spec written").partition("\n")
+        lines = [f"Run {run.id} ({run.name}) for {run.backend}: {said}", f"Follow it: {follow}    Stop it: {stop}"]
+        return "\n".join(lines) + (f"\n{more}" if more else "")
     lines = [f"Submitted run {run.id} ({run.name}): {run.nproc * run.nnodes} process(es) from {run.notebook}",
              f"Follow it: {follow}    Stop it: {stop}"]
     if notes.left_out:

@@ -197,7 +197,9 @@ export function RunRow(props: { run: IRun } & IRunActions): JSX.Element {
         <span className="jp-JiyuRun-name" title={`${v.name} (${v.id})`}>
           {v.name}
         </span>
-        <span className="jp-JiyuRun-kind">{v.kind}</span>
+        <span className="jp-JiyuRun-kind" title={v.where ?? undefined}>
+          {v.kind}
+        </span>
       </div>
       <RunProgress view={v} />
       <Sparkline values={v.losses} />
@@ -212,6 +214,7 @@ export function RunRow(props: { run: IRun } & IRunActions): JSX.Element {
         </span>
       </div>
       {v.detail && <div className="jp-JiyuRun-detail">{v.detail}</div>}
+      {v.note && <div className="jp-JiyuRun-note">{v.note}</div>}
       <div className="jp-JiyuRun-actions">
         <button
           type="button"

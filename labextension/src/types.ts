@@ -72,6 +72,12 @@ export interface IRun {
   error: string | null;
   stop_requested: boolean;
   stop_grace: number | null;
+  /** The scheduler's name for the job where one holds it (Slurm job id, Kubernetes kind/name). */
+  scheduler_id: string | null;
+  /** Why a queued run waits, in the words of whoever holds it (Slurm: Resources, Priority). */
+  queue_reason: string | null;
+  /** When a scheduler was last asked about the run (epoch seconds). */
+  polled: number | null;
   duration: number | null;
   summary: IRunSummary;
 }

@@ -13,6 +13,8 @@ export interface IRunView {
   /** The chip's text: the status, or "stopping" once a stop was asked for. */
   statusLabel: string;
   kind: string;
+  /** Where a scheduled run is, e.g. "Slurm job 12"; null for runs on this machine. */
+  where: string | null;
   active: boolean;
   canStop: boolean;
   /** 0-1, or null when the run has not said how many steps it will take. */
@@ -23,6 +25,8 @@ export interface IRunView {
   durationText: string;
   losses: Array<number | null>;
   detail: string | null;
+  /** Why a queued run waits where a scheduler holds it ("waiting: Resources"). */
+  note: string | null;
 }
 
 export function describeRun(run: IRun): IRunView {
@@ -33,7 +37,8 @@ export function describeRun(run: IRun): IRunView {
     name: run.name,
     status: run.status,
     statusLabel: active && run.stop_requested ? 'stopping' : run.status,
-    kind: run.kind === 'job' ? `job ×${run.nproc * run.nnodes}` : run.kind,
+    kind: kindText(run),
+    where: run.backend !== 'local' && run.scheduler_id ? `${schedulerName(run.backend)} job ${run.scheduler_id}` : null,
     active,
     canStop: active && run.kind !== 'kernel' && !run.stop_requested,
     progress: s.progress ?? fmt.fraction(s.step, s.total_steps),
@@ -42,8 +47,26 @@ export function describeRun(run: IRun): IRunView {
     rateText: fmt.rate(s.samples_per_s),
     durationText: fmt.duration(run.duration),
     losses: s.losses ?? [],
-    detail: s.error ?? run.error ?? null
+    detail: s.error ?? run.error ?? null,
+    note: waiting(run)
   };
+}
+
+/** A job shows where it runs (slurm, kubernetes) and how many processes it has. */
+function kindText(run: IRun): string {
+  if (run.kind !== 'job') {
+    return run.kind;
+  }
+  const where = run.backend && run.backend !== 'local' ? run.backend : 'job';
+  return `${where} ×${run.nproc * run.nnodes}`;
+}
+
+function schedulerName(backend: string): string {
+  return backend === 'slurm' ? 'Slurm' : backend === 'kubernetes' ? 'Kubernetes' : backend;
+}
+
+function waiting(run: IRun): string | null {
+  return run.status === 'queued' && run.queue_reason ? `waiting: ${run.queue_reason}` : null;
 }
 
 function stepText(

@@ -45,6 +45,9 @@ export function run(fields: Partial<IRun> = {}, s: Partial<IRunSummary> = {}): I
     exit_code: null,
     error: null,
     stop_requested: false,
+    scheduler_id: null,
+    queue_reason: null,
+    polled: null,
     params: {},
     summary: summary(s),
     ...fields

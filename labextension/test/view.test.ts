@@ -32,6 +32,20 @@ describe('describeRun', () => {
     expect(stopping.statusLabel).toBe('stopping');
   });
 
+  it('shows where a scheduled job runs and why it waits there', () => {
+    const queued = describeRun(
+      run({ backend: 'slurm', scheduler_id: '12', status: 'queued', queue_reason: 'Resources' })
+    );
+    expect(queued.kind).toBe('slurm ×2');
+    expect(queued.where).toBe('Slurm job 12');
+    expect(queued.note).toBe('waiting: Resources');
+    expect(queued.detail).toBeNull();
+    expect(queued.canStop).toBe(true);
+    const local = describeRun(run());
+    expect(local.where).toBeNull();
+    expect(local.note).toBeNull();
+  });
+
   it('shows the error of a failed run', () => {
     const v = describeRun(run({ status: 'failed', error: 'exit code 1' }, { error: 'loss is NaN at step 7' }));
     expect(v.detail).toBe('loss is NaN at step 7');

@@ -1,26 +1,26 @@
-"""Beyond this machine: the same exported script as a Slurm batch job or a Kubeflow
-``PyTorchJob``. Each backend writes its spec into the run folder, submits it when its tool
-(``sbatch`` / ``kubectl``) is installed, and otherwise says what to run."""
+"""Beyond this machine: the same exported script as a Slurm batch job or a Kubeflow job.
+
+Each scheduler is a placement of the run lifecycle (``rank_placement``): it writes its spec
+into the run folder and submits it when its tool (``sbatch`` / ``kubectl``) is installed and
+configured, and otherwise says how to submit it on the cluster; its handle follows the job
+there and cancels it. What happened at submission is kept as a ``Handover`` for the views.
+"""
 
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
 from dataclasses import dataclass
 
 from ...core.run_files import RunFiles
-from ...core.run_store import Run, RunStore
-from ..job_error import JobError
-from ..launch_spec import LaunchSpec
 
 HANDOVER_FILE = "handover.json"
+SCHEDULED_BACKENDS = ("slurm", "kubernetes")
 
 
 @dataclass
 class Handover:
-    """What happened to a spec: ``submitted`` (with the scheduler's output) or not, and the
-    text to show the user (the command to run, or the manifest itself)."""
+    """What happened to a spec: ``submitted`` (with the scheduler's answer) or not, and the
+    text to show the user (what was submitted, or how to submit it)."""
 
     backend: str
     spec_file: str
@@ -38,19 +38,14 @@ class Handover:
             return None
 
 
-def hand_over(store: RunStore, run: Run, spec: LaunchSpec, files: RunFiles) -> Handover:
-    from . import kubernetes, slurm
+def placement_for(backend: str, **options):
+    """The scheduler placement of ``backend`` (``slurm`` or ``kubernetes``)."""
+    if backend == "slurm":
+        from .slurm_placement import SlurmPlacement
 
-    backend = {"slurm": slurm, "kubernetes": kubernetes}[spec.backend]
-    path = backend.write_spec(run, spec, files)
-    tool = shutil.which(backend.TOOL)
-    if tool is None:
-        handover = Handover(spec.backend, str(path), False, backend.manual_instructions(path))
-    else:
-        done = subprocess.run([tool, *backend.SUBMIT_ARGS, str(path)], capture_output=True, text=True, timeout=120)
-        if done.returncode:
-            last = ((done.stderr or done.stdout).strip().splitlines() or ["no output"])[-1]
-            raise JobError(f"{backend.TOOL} failed ({last}); the spec is at {path}")
-        handover = Handover(spec.backend, str(path), True, f"{backend.TOOL}: {done.stdout.strip()}")
-    handover.save(files)
-    return handover
+        return SlurmPlacement(**options)
+    if backend == "kubernetes":
+        from .kubernetes_placement import KubernetesPlacement
+
+        return KubernetesPlacement(**options)
+    raise ValueError(f"no scheduler placement for backend {backend!r}")

@@ -28,7 +28,7 @@ from ...core.run_files import RUN_ID_ENV, store_path
 from ...core.run_store import RunStore, UnknownRun, process_start_time
 from ...core.store_db import StoreUnusable
 from . import parent_death, rank_records as ranks
-from .error_lines import one_line
+from .error_line import one_line
 
 SIGTERM_REASON = "a stop request (SIGTERM)"
 

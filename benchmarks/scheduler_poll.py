@@ -1,0 +1,83 @@
+"""What following Slurm runs costs a panel poll, on a real one-node Slurm (tests/slurm_cluster.py).
+
+``GET /jiyu/api/runs`` first brings the active Slurm runs up to date: for each run whose turn
+has come (once per 3 s across every process sharing the store) its owner asks ``scontrol show
+job`` once. This holds ``--runs`` Slurm jobs pending behind a job that takes the whole node, and
+times, in interleaved repetitions, a poll where every run is due (one ``scontrol`` each) against
+a poll where none is (the row says so: no write, no ``scontrol``), plus one bare ``scontrol show
+job``. Prints medians and ratios. Needs Slurm installed and root (as the tests do).
+
+    python benchmarks/scheduler_poll.py [--runs 10] [--repeat 15]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+
+def timed(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=10)
+    parser.add_argument("--repeat", type=int, default=15)
+    args = parser.parse_args()
+    from tests.slurm_cluster import SlurmCluster, unavailable
+
+    reason = unavailable()
+    if reason:
+        print(f"scheduler_poll: skipped: {reason}")
+        return 0
+    home = os.environ["JIYU_HOME"] = tempfile.mkdtemp(prefix="jiyu-bench-")
+    cluster = SlurmCluster.start()
+    os.environ.update(cluster.env)
+    try:
+        measure(cluster, args.runs, args.repeat)
+    finally:
+        cluster.stop()
+        shutil.rmtree(home, ignore_errors=True)
+    return 0
+
+
+def measure(cluster, runs: int, repeat: int) -> None:
+    from jiyu_magics import jobs
+    from jiyu_magics.core.run_store import RunStore
+    from jiyu_magics.server.run_views import RunViews
+
+    cluster.run("sbatch", f"--cpus-per-task={cluster.cpus}", "--output=/dev/null", "--wrap", "sleep 600", check=True)
+    notebook = Path(os.environ["JIYU_HOME"]) / "nb.ipynb"
+    notebook.write_text('{"cells": [{"cell_type": "code", "id": "c1", "metadata": {}, "source": "x = 1", "outputs": [], '
+                        '"execution_count": null}], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}')
+    ids = [jobs.submit(notebook, backend="slurm", slurm={"gpus_per_node": 0}).id for _ in range(runs)]
+    store, views = RunStore(), RunViews()
+    job = store.get(ids[0]).scheduler_id
+    due, idle, bare = [], [], []
+    for _ in range(repeat):
+        for run_id in ids:
+            store.update(run_id, polled=None)          # every run's turn has come
+        due.append(timed(views.list))
+        idle.append(timed(views.list))                 # just polled: nobody asks Slurm
+        bare.append(timed(lambda: subprocess.run(["scontrol", "show", "job", "-o", job], capture_output=True)))
+    assert all(r.status == "queued" and r.queue_reason for r in map(store.get, ids))
+    d, i, b = (statistics.median(x) * 1000 for x in (due, idle, bare))
+    print(f"panel poll with {runs} pending Slurm runs: all due {d:.1f} ms, none due {i:.1f} ms "
+          f"(ratio {d / i:.1f}x); one scontrol show job {b:.1f} ms; per due run {(d - i) / runs:.1f} ms "
+          f"(median of {repeat})")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

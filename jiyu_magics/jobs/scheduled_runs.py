@@ -1,0 +1,102 @@
+"""Runs a scheduler holds (Slurm, Kubernetes), kept up to date by whoever asks about them.
+
+No process of ours waits on a scheduled job. Instead every front-end that shows or follows
+runs (``jiyu jobs``/``logs``/``stop``, ``%jobs``/``%job``, the server's REST and ``/metrics``)
+calls ``follow`` first: for each active scheduled run, one caller per ``POLL_EVERY_S`` across
+all processes sharing the store (``RunStore.claim_poll``) makes the run's lifecycle owner again
+from its row and lets it look at the scheduler once. So the scheduler is asked at most that
+often, however many panels, kernels and shells are watching.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable, Iterable
+
+from ..core.run_files import RunFiles
+from ..core.run_store import Run, RunStore
+from .backends import SCHEDULED_BACKENDS, placement_for
+from .final_status import Outcome
+from .job_error import JobError
+from .launch_spec import LaunchSpec
+from .lifecycle import RunLifecycle
+from .rank_placement import SchedulerUnreachable
+
+POLL_EVERY_S = 3.0
+END_WAIT_S = 60.0  # after a stop, how long the scheduler may take to report the job's end
+END_CHECK_S = 1.0
+
+
+def scheduled(run: Run) -> bool:
+    return run.backend in SCHEDULED_BACKENDS
+
+
+def owner_of(run: Run, store: RunStore) -> RunLifecycle:
+    """The run's lifecycle owner, made again from its row, with its scheduler's placement (and
+    its saved launch spec; the row's numbers where the folder lost it, as after a store repair)."""
+    try:
+        spec = LaunchSpec.load(RunFiles.of(run.id))
+    except (OSError, ValueError, TypeError):
+        spec = LaunchSpec(nproc=run.nproc, nnodes=run.nnodes, backend=run.backend)
+    return RunLifecycle(run.id, spec, placement=placement_for(run.backend), store=store,
+                        owner=f"{run.backend} follower", announce=log_end(run))
+
+
+def follow(store: RunStore | None = None, runs: Iterable[Run] | None = None, every: float = POLL_EVERY_S) -> None:
+    """Brings the active scheduled runs (all of them, or ``runs``) up to date with their schedulers."""
+    store = store or RunStore()
+    for run in (store.list(include_finished=False) if runs is None else runs):
+        if _due(run, every) and store.claim_poll(run.id, every):
+            try:
+                owner_of(run, store).follow()
+            except SchedulerUnreachable:
+                continue
+
+
+def _due(run: Run, every: float) -> bool:
+    """Worth claiming (a write) at all: the row read already says whether the time has come."""
+    return scheduled(run) and run.active and (run.polled is None or time.time() - run.polled >= every)
+
+
+def follow_run(run: Run, store: RunStore | None = None, every: float = POLL_EVERY_S) -> Run:
+    """One run brought up to date when its turn to be polled has come; the row as it is now."""
+    store = store or RunStore()
+    if scheduled(run) and run.active:
+        follow(store, [run], every)
+        return store.get(run.id)
+    return run
+
+
+def stop(run: Run, store: RunStore, grace: float) -> Run:
+    """Stops a scheduled run through its owner (SIGTERM first so the ranks checkpoint, then the
+    scheduler's cancel), checks that the job left the scheduler, and records its end."""
+    owner = owner_of(run, store)
+    try:
+        result = owner.stop(grace)
+        _await_end(owner)
+    except SchedulerUnreachable as why:
+        raise JobError(f"run {run.id}: cannot stop its {run.backend} job now: {why}") from None
+    if result is not None and result.remaining:
+        raise JobError(f"run {run.id}: its {run.backend} job {run.scheduler_id} is still there after the stop")
+    return store.get(run.id)
+
+
+def _await_end(owner: RunLifecycle) -> None:
+    deadline = time.monotonic() + END_WAIT_S
+    while owner.follow().active and time.monotonic() < deadline:
+        time.sleep(END_CHECK_S)
+
+
+def log_end(run: Run) -> Callable[[Outcome], None]:
+    """The run's last log line, as a local job's supervisor writes it, so ``jiyu logs`` shows
+    how the run ended (the scheduler's job has exited: nothing else writes the log then)."""
+    def announce(outcome: Outcome) -> None:
+        code = outcome.exit_code
+        line = (f"[jiyu] {time.strftime('%H:%M:%S')} {run.backend} job {outcome.status}"
+                + (f" (exit code {code})" if code else "") + (f": {outcome.error}" if outcome.error else ""))
+        try:
+            with open(RunFiles.of(run.id).log, "a") as log:
+                log.write(line + "\n")
+        except OSError:
+            pass
+    return announce
