@@ -75,7 +75,7 @@ def test_a_restart_resumes_each_call_from_its_own_checkpoints(tmp_path, second_w
     assert (first_again[0]["name"], first_again[0]["resumed_from"], first_again[0]["start_step"]) == \
         ("first", final_first, 30)
     assert [e["kind"] for e in first_again] == ["start", "end"], "the finished call retrained"
-    assert first_again[-1]["message"].startswith("Finished before torchrun restarted the workers")
+    assert first_again[-1]["message"].startswith("Finished before the job was restarted")
     own = [e for e in second if e["kind"] == "ckpt"][-1]
     assert os.path.basename(own["path"]).startswith("fit2-step-")
     assert (second_again[0]["name"], second_again[0]["resumed_from"], second_again[0]["start_step"]) == \
@@ -106,3 +106,32 @@ def test_a_job_runs_every_one_of_many_training_calls(tmp_path):
     ends = [e for e in read_events(RunFiles.of(run.id).events)[0] if e["kind"] == "end"]
     assert [e["status"] for e in ends] == ["succeeded"] * 30
     assert_no_processes(run.id)
+
+
+def test_a_requeued_script_resumes_each_call_from_its_own_checkpoints(monkeypatch, tmp_path):
+    """A Slurm requeue relaunches the whole script with ``JIYU_RESUME=last``: the same rule as
+    a torchrun restart. Here in one process, attempt by attempt, with ``fit`` itself: two calls
+    of different shapes, the second cut short in the first attempt."""
+    from jiyu_magics.core.run_store import RunStore
+    from jiyu_magics.train import fit
+
+    run = RunStore().create("job", "requeued", status="running", pid=os.getpid())
+    monkeypatch.setenv("JIYU_RUN_ID", run.id)
+    monkeypatch.delenv("JIYU_RESUME", raising=False)
+    torch.manual_seed(0)
+    inputs = torch.randn(256, 8)
+    data = (inputs, inputs.sum(1, keepdim=True))
+
+    def call(width: int, steps: int, name: str):
+        model = torch.nn.Sequential(torch.nn.Linear(8, width), torch.nn.Linear(width, 1))
+        return fit(model, torch.optim.SGD(model.parameters(), 0.01), data, batch_size=16, loss_fn=torch.nn.MSELoss(),
+                   max_steps=steps, ckpt_every=2, log_every=1, name=name), model
+
+    (first, first_model), (cut, _) = call(4, 10, "first"), call(6, 4, "second")  # attempt 1: the second is cut at 4
+    monkeypatch.setenv("JIYU_RESUME", "last")  # attempt 2, as the batch script sets it on a requeue
+    (again, again_model), (second, _) = call(4, 10, "first"), call(6, 8, "second")
+    assert again.message.startswith("Finished before the job was restarted") and again.history == []
+    assert all(torch.equal(a, b) for a, b in zip(first_model.state_dict().values(), again_model.state_dict().values()))
+    start = [e for e in read_events(RunFiles.of(run.id).events)[0] if e["kind"] == "start"][-1]
+    assert (start["name"], start["start_step"], start["resumed_from"]) == ("second", 4, cut.last_checkpoint)
+    assert os.path.basename(cut.last_checkpoint) == "fit2-step-00000004.pt" and second.step == 8

@@ -37,7 +37,7 @@ from .precision import resolve_precision
 from .reporter import Reporter
 from .fit_result import FitResult
 from .run_binding import RunBinding, default_name, resume_path
-from .fit_calls import is_own_after_restart, own_checkpoint, restored_message
+from .fit_calls import is_own_after_restart, own_checkpoint, restored_message, starts_afresh
 from .checkpoint_state import load_model_optimizer_state, load_other_states, model_optimizer_state, other_states
 from .model_wrap import uses_ddp, uses_fsdp, wrap_model
 
@@ -359,10 +359,12 @@ class Trainer:
         self.restored_final = self.plan.finished(self.position) and is_own_after_restart(state, self.run_binding.call)
 
     def _resume_path(self) -> Path | None:
-        """After a torchrun restart this call's own newest checkpoint, whatever it asked for
-        (it is newer than anything it started from); else what it asked for."""
+        """Relaunched (a torchrun restart, a requeue): this call's own newest checkpoint,
+        whatever it asked for (it is newer than anything it started from); else what it asked for."""
         own = own_checkpoint(self._ckpt_folder(), self.run_binding.call)
-        return own or resume_path(self.opts.resume, self.run_binding, self.name)
+        if own is not None or starts_afresh(self.opts.resume, self.run_binding.owned):
+            return own
+        return resume_path(self.opts.resume, self.run_binding, self.name)
 
     # -- the end ----------------------------------------------------------------------------
     def _last_checkpoint(self) -> str | None:

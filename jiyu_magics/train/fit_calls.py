@@ -5,10 +5,11 @@ call is known by its order in the script (counted in this process, per torchrun 
 its name, and its checkpoints carry both: the order in the file name (``step-...`` for the
 first, ``fit2-step-...`` for the second), order and name in the saved state (``"call"``).
 
-When torchrun restarts the workers, the script replays from the top and each call finds its
-own checkpoints, never another's: a call that had finished restores its final weights at once
-(nothing is retrained), and the interrupted call resumes from its own last checkpoint. A call
-without a checkpoint of its own starts afresh.
+When the script runs again (torchrun restarted the workers, or a launcher relaunched the job
+with ``JIYU_RESUME=last``, as a Slurm requeue does), it replays from the top and each call finds
+its own checkpoints, never another's: a call that had finished restores its final weights at
+once (nothing is retrained), and the interrupted call resumes from its own last checkpoint. A
+call without a checkpoint of its own starts afresh, unless it asks for one itself.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ import torch
 from .checkpoint import SUFFIX
 
 RESTART_ENV = "TORCHELASTIC_RESTART_COUNT"
-_started: dict[tuple[str, str], int] = {}  # (run id, torchrun attempt) -> calls started in this process
+RESUME_ENV = "JIYU_RESUME"
+_started: dict[tuple, int] = {}  # (run id, attempt) -> calls started in this process
 
 
 @dataclass(frozen=True)
@@ -33,7 +35,7 @@ class FitCall:
     @classmethod
     def next_in(cls, run_id: str, name: str) -> "FitCall":
         """The next call of ``run_id`` in this process: the script's order in this attempt."""
-        key = (run_id, os.environ.get(RESTART_ENV, "0"))
+        key = (run_id, os.environ.get(RESTART_ENV, "0"), os.environ.get(RESUME_ENV))
         index = _started.get(key, 0)
         _started[key] = index + 1
         return cls(index, name)
@@ -53,25 +55,33 @@ class FitCall:
         return call is None or call == self.as_state()
 
 
-def restarted() -> bool:
-    return int(os.environ.get(RESTART_ENV, "0") or 0) > 0
+def relaunched() -> bool:
+    """The script runs again: torchrun restarted the workers, or the launcher asks every call
+    to go on from where it was (``JIYU_RESUME=last``: a Slurm requeue)."""
+    return int(os.environ.get(RESTART_ENV, "0") or 0) > 0 or os.environ.get(RESUME_ENV) == "last"
+
+
+def starts_afresh(requested: str | None, owned: bool) -> bool:
+    """A relaunched call of a launched run without a checkpoint of its own, which asked for
+    none: it starts from the beginning, never from another call's checkpoint."""
+    return requested is None and not owned and relaunched()
 
 
 def own_checkpoint(folder: Path, call: FitCall) -> Path | None:
-    """After a torchrun restart, this call's newest checkpoint in ``folder``; None otherwise."""
-    if not restarted() or not folder.is_dir():
+    """When relaunched, this call's newest checkpoint in ``folder``; None otherwise."""
+    if not relaunched() or not folder.is_dir():
         return None
     mine = [p for p in folder.glob(f"{call.label}step-*{SUFFIX}") if call.owns(_peek(p))]
     return max(mine, key=lambda p: (p.stat().st_mtime_ns, p.name), default=None)
 
 
 def is_own_after_restart(state: dict, call: FitCall) -> bool:
-    """A checkpoint this very call wrote before torchrun restarted the workers."""
-    return restarted() and state.get("call") == call.as_state()
+    """A checkpoint this very call wrote before the script was relaunched."""
+    return relaunched() and state.get("call") == call.as_state()
 
 
 def restored_message(step: int, checkpoint: str) -> str:
-    return (f"Finished before torchrun restarted the workers: its final weights (step {step}) were "
+    return (f"Finished before the job was restarted: its final weights (step {step}) were "
             f"restored from {checkpoint}, nothing was retrained.")
 
 
