@@ -35,6 +35,7 @@ demo: setup
 # instead of skipping.
 test: setup browser test-system-deps
 	$(BIN)/lint-imports --no-logo
+	$(BIN)/ruff check --select F --no-cache jiyu_magics tests benchmarks
 	JIYU_REQUIRE_SERVICES=1 $(BIN)/python -m pytest
 
 # Programs the tests drive for real, as PATH:package: sshd (the image's entrypoint), Slurm and munge
