@@ -18,7 +18,10 @@ from jiyu_magics.jobs.lifecycle import RunLifecycle
 
 from .jobs_workload import assert_no_processes, wait_for
 from .stall_workload import SLEEP_LINE, stall_script
-from .test_lab_panel import PANEL, browser, lab, page  # noqa: F401 - the fixtures
+from . import test_lab_panel as panel_tests
+
+PANEL = panel_tests.PANEL
+lab, browser, page = panel_tests.lab, panel_tests.browser, panel_tests.page  # the panel tests' Lab and Chromium
 
 pytestmark = pytest.mark.usefixtures("torchrun_tmp")
 

@@ -91,7 +91,7 @@ def test_a_rank_asleep_before_a_collective_is_flagged_stalled_with_both_stacks(s
                                              if e["kind"] == "stall"], 30, "the stall event")[0]
     assert (stall["step"], stall["timeout"]) == (steps[-1]["step"], 3.0)
     shown = jiyu("jobs")
-    assert f"running, stalled: no step for" in shown.stdout, shown.stdout
+    assert "running, stalled: no step for" in shown.stdout, shown.stdout
     stacks = jiyu("stacks", lifecycle.run_id)
     assert stacks.returncode == 0, stacks.stderr
     headlines = stacks.stdout.splitlines()[1:3]
