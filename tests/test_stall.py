@@ -158,7 +158,8 @@ def test_a_jobs_stall_timeout_is_the_default_of_its_fit_calls_and_jiyu_stop_ends
     run_id = submitted.stdout.split()[2]
     wait_for(lambda: RunStore().get(run_id).stalled, 120, what="the job's stall flag")
     assert "running, stalled: no step for" in jiyu("jobs").stdout
-    stall = next(e for e in read_events(RunFiles.of(run_id).events)[0] if e["kind"] == "stall")
+    stall = wait_for(lambda: [e for e in read_events(RunFiles.of(run_id).events)[0] if e["kind"] == "stall"], 30,
+                     what="the stall event, once the stacks are dumped")[0]
     assert stall["timeout"] == 3.0 and sorted(p.name for p in Path(stall["stacks"]).iterdir()) == ["rank0.txt",
                                                                                                  "rank1.txt"]
     stopped = jiyu("stop", run_id, "--grace", "2")
