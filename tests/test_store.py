@@ -111,7 +111,7 @@ def test_a_version_1_store_is_migrated_in_place(tmp_path):
     assert (old.scheduler_id, old.queue_reason, old.polled) == (None, None, None)
     assert (old.gpus_requested, old.priority) == (None, 0)
     assert old.gpus == []  # the lease table exists, empty
-    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
+    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
 
 
 def test_one_caller_per_interval_polls_a_scheduler(store):

@@ -20,6 +20,9 @@ def add_commands(commands) -> None:
 
     p = commands.add_parser("jobs", help="list runs (active ones; --all for every run)")
     p.add_argument("--all", action="store_true", help="include finished runs")
+    p.add_argument("--limit", type=positive_int, metavar="N", help="only the N newest runs")
+    p.add_argument("--since", type=since_option, metavar="WHEN",
+                   help="only runs created since WHEN: 30m, 12h, 7d, 2w, or a date (2026-11-01)")
     p.add_argument("--json", action="store_true", help="print the runs as JSON")
     p.set_defaults(handler=run_jobs)
 
@@ -43,6 +46,21 @@ def add_commands(commands) -> None:
     for flags, options in PARAM_OPTIONS:
         p.add_argument(*flags, **options)
     p.set_defaults(handler=run_export)
+
+
+def positive_int(text: str) -> int:
+    if not (text.isascii() and text.isdigit()) or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive whole number, got {text!r}")
+    return int(text)
+
+
+def since_option(text: str) -> float:
+    from ..core.time_spans import since_time
+
+    try:
+        return since_time(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def _job_errors(func):
@@ -75,7 +93,7 @@ def run_jobs(args: argparse.Namespace) -> int:
     from . import print_json
     from ..views import run_table as view
 
-    runs = jobs.list_runs(include_finished=args.all)
+    runs = jobs.list_runs(include_finished=args.all, limit=args.limit, since=args.since)
     if args.json:
         print_json([{**r.to_dict(), "display": view.row(r)} for r in runs])
     else:

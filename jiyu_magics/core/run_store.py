@@ -15,8 +15,9 @@ from typing import Any
 
 import psutil
 
+from .event_log import summarize
 from .gpu_leases import LeaseBook, RunGpu, end_leases
-from .run_files import run_dir, store_path
+from .run_files import RunFiles, run_dir, store_path
 from .store_db import StoreDatabase
 from .run_model import ACTIVE, RunKind, RunStatus
 
@@ -60,6 +61,9 @@ class Run:
     priority: int = 0                  # higher starts first among waiting runs
     queue_rank: float | None = None    # the order among waiting runs of one priority (submission time)
     share: bool = False                # its GPUs may hold other sharing runs' leases too
+    # its progress summary (``event_log.summarize``), stored once when it ended: listings of
+    # thousands of finished runs read no event log. None while it runs (views read the log)
+    summary: dict | None = None
     # not columns: filled in from the lease book when read
     gpus: list[RunGpu] = field(default_factory=list)  # the GPUs it holds or held: index, uuid, since, ended
     queue_position: int | None = None          # 1-based, while queued
@@ -89,6 +93,7 @@ class Run:
         jiyu, are ignored)."""
         data = {k: v for k, v in dict(row).items() if k in _COLUMNS}
         data["params"] = json.loads(data.get("params") or "{}")
+        data["summary"] = json.loads(data["summary"]) if data.get("summary") else None
         data["stop_requested"] = bool(data.get("stop_requested"))
         data["share"] = bool(data.get("share"))
         return cls(**data)
@@ -190,6 +195,8 @@ class RunStore:
             raise ValueError(f"unknown status {values['status']!r}")
         if "params" in values:
             values["params"] = json.dumps(values["params"])
+        if values.get("summary") is not None:
+            values["summary"] = json.dumps(values["summary"])
         with self._write() as db:
             cur = db.execute(f"UPDATE runs SET {', '.join(f'{k} = ?' for k in values)} WHERE id = ?",
                              (*values.values(), run_id))
@@ -221,6 +228,7 @@ class RunStore:
         ``jobs.final_status``; an in-kernel run: the engine). A run someone asked to stop ends
         ``stopped`` whatever failure the signal produced: the rule's own answer, kept here for
         owners outside the lifecycle. A run already finished keeps its first final status."""
+        summary = self.stored_summary(run_id)  # before the write lock: it reads the event log
         with self._write() as db:
             row = db.execute("SELECT status, stop_requested FROM runs WHERE id = ?", (run_id,)).fetchone()
             if row is None:
@@ -229,8 +237,8 @@ class RunStore:
                 if row["stop_requested"] and status != RunStatus.SUCCEEDED:
                     status = RunStatus.STOPPED
                 ended = time.time()
-                db.execute("UPDATE runs SET status = ?, exit_code = ?, error = ?, ended = ? WHERE id = ?",
-                           (status, exit_code, error, ended, run_id))
+                db.execute("UPDATE runs SET status = ?, exit_code = ?, error = ?, ended = ?, summary = ? "
+                           "WHERE id = ?", (status, exit_code, error, ended, summary, run_id))
                 end_leases(db, [run_id], ended)
         run = self.get(run_id)
         save_record(run)
@@ -260,20 +268,25 @@ class RunStore:
         return self._with_gpus([Run.from_row(rows[0])])[0]
 
     def list(self, include_finished: bool = True, limit: int | None = None, reconcile: bool = True,
-             annotate: bool = True) -> list[Run]:
-        """Runs newest first; ``reconcile`` first marks ``lost`` those whose process is gone;
-        ``annotate`` fills in their GPUs and queue positions."""
+             annotate: bool = True, since: float | None = None) -> list[Run]:
+        """Runs newest first, the ``limit`` newest created at or after ``since`` (epoch
+        seconds); ``reconcile`` first marks ``lost`` those whose process is gone; ``annotate``
+        fills in their GPUs and queue positions. Finished runs carry their stored summaries."""
         if reconcile:
             self.reconcile()
-        query = "SELECT * FROM runs"
+        where, values = [], []
         if not include_finished:
-            query += f" WHERE status IN ({', '.join('?' * len(ACTIVE))})"
-        query += " ORDER BY created DESC"
+            where.append(f"status IN ({', '.join('?' * len(ACTIVE))})")
+            values += ACTIVE
+        if since is not None:
+            where.append("created >= ?")
+            values.append(float(since))
+        query = "SELECT * FROM runs" + (f" WHERE {' AND '.join(where)}" if where else "") + " ORDER BY created DESC"
         if limit:
             query += f" LIMIT {int(limit)}"
         with self._read() as db:
-            rows = db.execute(query, () if include_finished else ACTIVE).fetchall()
-        runs = [Run.from_row(r) for r in rows]
+            rows = db.execute(query, values).fetchall()
+        runs = self._with_summaries([Run.from_row(r) for r in rows])
         return self._with_gpus(runs) if annotate else runs
 
     def _with_gpus(self, runs: list[Run]) -> list[Run]:
@@ -306,19 +319,39 @@ class RunStore:
             elif not process_alive(row["pid"], row["pid_started"]):
                 lost.append(row["id"])
         if lost:
+            summaries = {run_id: self.stored_summary(run_id) for run_id in lost}
             with self._write() as db:
                 db.executemany(
-                    f"UPDATE runs SET status = ?, ended = COALESCE(ended, ?), "
+                    f"UPDATE runs SET status = ?, ended = COALESCE(ended, ?), summary = ?, "
                     f"error = COALESCE(error, 'its process ended without reporting') "
                     f"WHERE id = ? AND status IN ({', '.join('?' * len(ACTIVE))})",
-                    [(RunStatus.LOST, now, run_id, *ACTIVE) for run_id in lost])
+                    [(RunStatus.LOST, now, summaries[run_id], run_id, *ACTIVE) for run_id in lost])
                 end_leases(db, lost, now)
         return lost
+
+    def stored_summary(self, run_id: str) -> str:
+        """The summary of an ending run's event log, as the store keeps it (JSON). Read once,
+        from the log's tail (a few milliseconds however long the run was), when the end is
+        recorded, so no listing summarises a finished run's log again."""
+        return json.dumps(summarize(RunFiles.of(run_id, self.path.parent).events))
+
+    def _with_summaries(self, runs: list[Run]) -> list[Run]:
+        """Finished runs recorded before summaries were stored (a store migrated from schema 4)
+        get theirs now, once: the next listing reads them from the store."""
+        missing = [run for run in runs if run.summary is None and not run.active]
+        if missing:
+            for run in missing:
+                run.summary = json.loads(self.stored_summary(run.id))
+            with self._write() as db:
+                db.executemany("UPDATE runs SET summary = ? WHERE id = ? AND summary IS NULL",
+                               [(json.dumps(run.summary), run.id) for run in missing])
+        return runs
 
     @staticmethod
     def _to_row(run: Run) -> dict:
         row = {k: v for k, v in asdict(run).items() if k not in DERIVED}
         row["params"] = json.dumps(row["params"])
+        row["summary"] = None if row["summary"] is None else json.dumps(row["summary"])
         row["stop_requested"] = int(row["stop_requested"])
         row["share"] = int(row["share"])
         return row

@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 # to version: the statements that bring the one before to it (new tables come from SCHEMA's
 # CREATE ... IF NOT EXISTS, run after every migration)
 MIGRATIONS = {
@@ -27,6 +27,8 @@ MIGRATIONS = {
         "ALTER TABLE runs ADD COLUMN priority INTEGER NOT NULL DEFAULT 0",
         "ALTER TABLE runs ADD COLUMN queue_rank REAL",
         "ALTER TABLE runs ADD COLUMN share INTEGER NOT NULL DEFAULT 0"),
+    # the progress summary, stored once when the run ends (listings read no event log)
+    5: ("ALTER TABLE runs ADD COLUMN summary TEXT",),
 }
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -57,9 +59,11 @@ CREATE TABLE IF NOT EXISTS runs (
     gpus_requested INTEGER,
     priority INTEGER NOT NULL DEFAULT 0,
     queue_rank REAL,
-    share INTEGER NOT NULL DEFAULT 0
+    share INTEGER NOT NULL DEFAULT 0,
+    summary TEXT
 );
 CREATE INDEX IF NOT EXISTS runs_by_status ON runs(status);
+CREATE INDEX IF NOT EXISTS runs_by_created ON runs(created);
 CREATE TABLE IF NOT EXISTS gpu_leases (
     uuid TEXT NOT NULL,
     gpu_index INTEGER NOT NULL,

@@ -24,13 +24,13 @@ def resolve(run_id: str, store: RunStore | None = None) -> Run:
     return scheduled_runs.follow_run(run, store)
 
 
-def list_runs(include_finished: bool = False, limit: int | None = None) -> list[Run]:
-    """Runs newest first (active ones only unless ``include_finished``); runs whose process
-    vanished are reconciled to ``lost`` first, and runs a scheduler holds are brought up to date
-    with it."""
+def list_runs(include_finished: bool = False, limit: int | None = None, since: float | None = None) -> list[Run]:
+    """Runs newest first (active ones only unless ``include_finished``; the ``limit`` newest,
+    created at or after ``since``); runs whose process vanished are reconciled to ``lost``
+    first, and runs a scheduler holds are brought up to date with it."""
     store = RunStore()
     scheduled_runs.follow(store)
-    return store.list(include_finished=include_finished, limit=limit)
+    return store.list(include_finished=include_finished, limit=limit, since=since)
 
 
 def queued_runs() -> list[Run]:

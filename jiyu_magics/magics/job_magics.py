@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+from argparse import ArgumentTypeError
 from pathlib import Path
 
 from IPython.core.error import UsageError
@@ -12,6 +13,7 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 from IPython.display import HTML, display
 
 from .. import jobs
+from ..core.time_spans import since_time
 from ..jobs import run_logs as job_logs
 from ..jobs.submit_options import SUBMIT_OPTIONS, submit_kwargs
 from ..views import run_table as view
@@ -47,6 +49,19 @@ def _existing_notebook(candidate) -> Path | None:
 
 
 TEXT_FOLLOW_S = 10.0
+
+
+def _positive_int(text: str) -> int:
+    if not (text.isascii() and text.isdigit()) or int(text) < 1:
+        raise ArgumentTypeError(f"expected a positive whole number, got {text!r}")
+    return int(text)
+
+
+def _since(text: str) -> float:
+    try:
+        return since_time(text)
+    except ValueError as error:
+        raise ArgumentTypeError(str(error)) from None
 
 
 class SubmittedRunId(str):
@@ -121,14 +136,18 @@ class JobMagics(Magics):
 
     @magic_arguments()
     @argument("--all", action="store_true", help="include finished runs")
+    @argument("--limit", type=_positive_int, metavar="N", help="only the N newest runs")
+    @argument("--since", type=_since, metavar="WHEN",
+              help="only runs created since WHEN: 30m, 12h, 7d, 2w, or a date (2026-11-01)")
     @line_magic
     def jobs(self, line: str = ""):
         """List runs: id, name, kind, status, processes, GPUs, progress, last loss, start,
         duration. A queued run shows its place ("queued #1") and how many GPUs it waits for, a
         running one the indices of its GPUs. A run whose process vanished (reboot, kill -9)
-        shows as lost, at its last step."""
+        shows as lost, at its last step. A finished run's progress is stored when it ends, so
+        ``%jobs --all`` stays quick over thousands of runs; --limit and --since page it."""
         args = parse_argstring(self.jobs, line)
-        runs = jobs.list_runs(include_finished=args.all)
+        runs = jobs.list_runs(include_finished=args.all, limit=args.limit, since=args.since)
         if in_notebook(self.shell):
             display(HTML(view.render_html(runs, args.all)))
         else:
