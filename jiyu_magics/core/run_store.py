@@ -333,7 +333,10 @@ class RunStore:
         """The summary of an ending run's event log, as the store keeps it (JSON). Read once,
         from the log's tail (a few milliseconds however long the run was), when the end is
         recorded, so no listing summarises a finished run's log again."""
-        return json.dumps(summarize(RunFiles.of(run_id, self.path.parent).events))
+        summary = summarize(RunFiles.of(run_id, self.path.parent).events)
+        # a sparkline's precision: half the text to parse for each run a listing reads
+        summary["losses"] = [float(f"{x:.4g}") if isinstance(x, float) else x for x in summary["losses"]]
+        return json.dumps(summary)
 
     def _with_summaries(self, runs: list[Run]) -> list[Run]:
         """Finished runs recorded before summaries were stored (a store migrated from schema 4)
