@@ -24,7 +24,9 @@ echo "== benchmarks/gpu_status.py"
 $PY benchmarks/gpu_status.py
 echo "== benchmarks/queue_latency.py --real-gpu"
 $PY benchmarks/queue_latency.py --real-gpu --repeat 3
-echo "== benchmarks/train_overhead.py --device cuda"
+echo "== benchmarks/train_overhead.py --device cuda (windows of >= 1 s, us/step overhead, fixed ms/call)"
 $PY benchmarks/train_overhead.py --device cuda --repeat 7
+echo "== benchmarks/fit_fixed_cost.py --device cuda"
+$PY benchmarks/fit_fixed_cost.py --device cuda --repeat 9
 echo "== benchmarks/ckpt_check.py --device cuda"
 $PY benchmarks/ckpt_check.py --device cuda

@@ -14,9 +14,7 @@ from IPython.display import HTML, display
 
 from .. import jobs
 from ..core.time_spans import since_time
-from ..jobs import run_logs as job_logs
 from ..jobs.submit_options import SUBMIT_OPTIONS, submit_kwargs
-from ..views import run_table as view
 from .frontend import in_notebook
 
 
@@ -108,6 +106,8 @@ class JobMagics(Magics):
             %submit train.ipynb --nproc 8 --max-restarts 3 --notify "notify-send"
             %submit train.ipynb --backend slurm --nnodes 4 --nproc 8 --time 12:00:00 --partition gpu
         """
+        from ..views import run_table as view
+
         args = parse_argstring(self.submit, line)
         notebook = args.notebook or current_notebook(self.shell)
         if notebook is None:
@@ -146,6 +146,8 @@ class JobMagics(Magics):
         running one the indices of its GPUs. A run whose process vanished (reboot, kill -9)
         shows as lost, at its last step. A finished run's progress is stored when it ends, so
         ``%jobs --all`` stays quick over thousands of runs; --limit and --since page it."""
+        from ..views import run_table as view
+
         args = parse_argstring(self.jobs, line)
         runs = jobs.list_runs(include_finished=args.all, limit=args.limit, since=args.since)
         if in_notebook(self.shell):
@@ -178,6 +180,8 @@ class JobMagics(Magics):
     @argument("-f", "--follow", action="store_true", help="keep printing new lines until the run ends")
     @argument("--tail", type=int, metavar="N", help="only the last N lines")
     def _logs(self, rest: str):
+        from ..jobs import run_logs as job_logs
+
         args = parse_argstring(self._logs, rest)
         run = jobs.resolve(args.id)
         text, offset = job_logs.tail(run.id, args.tail)
@@ -205,6 +209,7 @@ class JobMagics(Magics):
         args = parse_argstring(self._attach, rest)
         run = jobs.resolve(args.id)
         if not in_notebook(self.shell):
+            from ..views import run_table as view
             from .job_attach import attach_text
 
             print(view.render_summary_text(run))
