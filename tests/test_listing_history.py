@@ -135,3 +135,27 @@ async def test_a_parameter_over_64_kib_is_one_400_and_no_run(jp_fetch, notebook,
     code, reply = await fails(jp_fetch("jiyu", "api", "runs", method="POST", body=data))
     assert code == 400 and "larger than 64 KiB" in reply["message"]
     assert RunStore().list() == []
+
+
+# -- %jobs ----------------------------------------------------------------------------------
+
+def test_the_jobs_magic_pages_with_limit_and_since(ip, capsys):
+    now = time.time()
+    finished_run("last-week", created=now - 7 * 86400)
+    newest = finished_run("newest")
+    ip.run_line_magic("jobs", "--all --limit 1")
+    shown = capsys.readouterr().out
+    assert newest.id in shown and "last-week" not in shown and "8/8" in shown
+    ip.run_line_magic("jobs", "--all --since 1d")
+    assert "last-week" not in capsys.readouterr().out
+    ip.run_line_magic("jobs", "--all --since 30d")
+    assert "last-week" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("line, words", [("--all --since soon", "a span such as 7d"),
+                                         ("--limit -3", "positive whole number")])
+def test_bad_paging_values_in_the_jobs_magic_are_one_usage_error(ip, line, words):
+    from IPython.core.error import UsageError
+
+    with pytest.raises(UsageError, match=words):
+        ip.run_line_magic("jobs", line)
