@@ -91,8 +91,11 @@ class Run:
     def from_row(cls, row: sqlite3.Row | dict) -> "Run":
         """From a store row, or a run folder's record of one (whose unknown keys, from a newer
         jiyu, are ignored)."""
-        data = {k: v for k, v in dict(row).items() if k in _COLUMNS}
-        data["params"] = json.loads(data.get("params") or "{}")
+        data = dict(zip(row.keys(), row)) if isinstance(row, sqlite3.Row) else dict(row)  # 4x dict(Row)
+        if not data.keys() <= _COLUMNS:  # a row of a newer schema, or a record with more keys
+            data = {k: v for k, v in data.items() if k in _COLUMNS}
+        params = data.get("params")
+        data["params"] = json.loads(params) if params and params != "{}" else {}
         data["summary"] = json.loads(data["summary"]) if data.get("summary") else None
         data["stop_requested"] = bool(data.get("stop_requested"))
         data["share"] = bool(data.get("share"))
