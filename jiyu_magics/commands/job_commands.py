@@ -6,6 +6,9 @@ import argparse
 import sys
 
 
+from .usage_commands import since_time
+
+
 def add_commands(commands) -> None:
     from ..jobs.submit_options import PARAM_OPTIONS, SUBMIT_OPTIONS
 
@@ -21,7 +24,7 @@ def add_commands(commands) -> None:
     p = commands.add_parser("jobs", help="list runs (active ones; --all for every run)")
     p.add_argument("--all", action="store_true", help="include finished runs")
     p.add_argument("--limit", type=positive_int, metavar="N", help="only the N newest runs")
-    p.add_argument("--since", type=since_option, metavar="WHEN",
+    p.add_argument("--since", type=since_time, metavar="WHEN",
                    help="only runs created since WHEN: 30m, 12h, 7d, 2w, or a date (2026-11-01)")
     p.add_argument("--json", action="store_true", help="print the runs as JSON")
     p.set_defaults(handler=run_jobs)
@@ -52,15 +55,6 @@ def positive_int(text: str) -> int:
     if not (text.isascii() and text.isdigit()) or int(text) < 1:
         raise argparse.ArgumentTypeError(f"expected a positive whole number, got {text!r}")
     return int(text)
-
-
-def since_option(text: str) -> float:
-    from ..core.time_spans import since_time
-
-    try:
-        return since_time(text)
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def _job_errors(func):
