@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING
 # and the exporter (tens of milliseconds of a command's start-up).
 _HOMES = {
     "list_runs": ".run_control", "move_to_top": ".run_control", "queued_runs": ".run_control",
-    "resolve": ".run_control", "stop": ".run_control", "JobError": ".job_error",
+    "resolve": ".run_control", "stop": ".run_control", "stop_report": ".run_control", "StopReport": ".run_control",
+    "JobError": ".job_error",
     "ExecutedCell": ".export.notebook_export", "Export": ".export.notebook_export",
     "export_history": ".export.notebook_export", "export_notebook": ".export.notebook_export",
     "RunLifecycle": ".lifecycle", "Launch": ".process.torchrun_launch", "parse_lines": ".export.params",
@@ -32,7 +33,7 @@ _HOMES = {
 _ORIGINAL_NAMES = {"follow_scheduled": "follow"}
 
 if TYPE_CHECKING:
-    from .run_control import list_runs, move_to_top, queued_runs, resolve, stop
+    from .run_control import StopReport, list_runs, move_to_top, queued_runs, resolve, stop, stop_report
     from .job_error import JobError
     from .export.notebook_export import ExecutedCell, Export, export_history, export_notebook
     from .lifecycle import RunLifecycle
@@ -50,6 +51,6 @@ def __getattr__(name: str):
     return value
 
 
-__all__ = ["JobError", "submit", "stop", "queued_runs", "move_to_top", "resolve", "list_runs", "ExecutedCell",
-           "Export", "export_history", "export_notebook", "Launch", "RunLifecycle", "parse_lines", "parse_pairs",
+__all__ = ["JobError", "submit", "stop", "stop_report", "StopReport", "queued_runs", "move_to_top", "resolve",
+           "list_runs", "ExecutedCell", "Export", "export_history", "export_notebook", "Launch", "RunLifecycle", "parse_lines", "parse_pairs",
            "SubmitNotes", "submit_notes", "follow_scheduled"]
