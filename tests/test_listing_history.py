@@ -159,3 +159,23 @@ def test_bad_paging_values_in_the_jobs_magic_are_one_usage_error(ip, line, words
 
     with pytest.raises(UsageError, match=words):
         ip.run_line_magic("jobs", line)
+
+
+def test_a_long_history_is_listed_a_page_at_a_time_and_says_what_it_left_out(ip, capsys):
+    """`--all` shows the 100 newest finished runs (as quick at 5000 runs as at 50) and says how
+    many it left out; --limit asks for more."""
+    from jiyu_magics.core.run_store import Run, new_run_id
+
+    store, now = RunStore(), time.time()
+    store.restore(Run(id=new_run_id(), name=f"old-{i}", kind="job", status="succeeded", host=store.host,
+                      created=now - 1000 + i, started=now - 1000 + i, ended=now - 999 + i, summary={"step": i})
+                  for i in range(103))
+    listed = jiyu("jobs", "--all")
+    rows = [line for line in listed.stdout.splitlines() if " old-" in line]
+    assert len(rows) == 100 and "old-102" in rows[0] and "old-3 " in rows[-1] + " "
+    assert "The 100 newest of 103 runs; --limit N shows more" in listed.stdout
+    everything = jiyu("jobs", "--all", "--limit", "200")
+    assert sum(" old-" in line for line in everything.stdout.splitlines()) == 103 and "newest of" not in everything.stdout
+    assert len(json.loads(jiyu("jobs", "--all", "--json").stdout)) == 100
+    ip.run_line_magic("jobs", "--all --limit 5")
+    assert "The 5 newest of 103 runs" in capsys.readouterr().out

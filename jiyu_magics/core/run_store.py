@@ -109,6 +109,19 @@ DERIVED = frozenset({"gpus", "queue_position"})
 _COLUMNS = {f.name for f in fields(Run)} - DERIVED
 
 
+def _filters(include_finished: bool, since: float | None) -> tuple[str, list]:
+    """The WHERE clause of a listing (active runs only unless ``include_finished``; created at
+    or after ``since``) and its values."""
+    where, values = [], []
+    if not include_finished:
+        where.append(f"status IN ({', '.join('?' * len(ACTIVE))})")
+        values += ACTIVE
+    if since is not None:
+        where.append("created >= ?")
+        values.append(float(since))
+    return (f" WHERE {' AND '.join(where)}" if where else ""), values
+
+
 def save_record(run: Run) -> None:
     """The row, copied into the run's folder when it is created and when it ends, so a lost or
     corrupt store can be rebuilt (``store_repair``). Best effort: the store is the authority."""
@@ -278,14 +291,8 @@ class RunStore:
         fills in their GPUs and queue positions. Finished runs carry their stored summaries."""
         if reconcile:
             self.reconcile()
-        where, values = [], []
-        if not include_finished:
-            where.append(f"status IN ({', '.join('?' * len(ACTIVE))})")
-            values += ACTIVE
-        if since is not None:
-            where.append("created >= ?")
-            values.append(float(since))
-        query = "SELECT * FROM runs" + (f" WHERE {' AND '.join(where)}" if where else "") + " ORDER BY created DESC"
+        where, values = _filters(include_finished, since)
+        query = f"SELECT * FROM runs{where} ORDER BY created DESC"
         if limit:
             query += f" LIMIT {int(limit)}"
         with self._read() as db:
@@ -301,6 +308,12 @@ class RunStore:
             run.gpus = [lease.to_dict() for lease in held.get(run.id, [])]
             run.queue_position = places.get(run.id)
         return runs
+
+    def count(self, include_finished: bool = True, since: float | None = None) -> int:
+        """How many runs ``list`` would give without a limit (a page says how many it left out)."""
+        where, values = _filters(include_finished, since)
+        with self._read() as db:
+            return db.execute(f"SELECT COUNT(*) FROM runs{where}", values).fetchone()[0]
 
     def count_by_status(self) -> dict[str, int]:
         """How many runs are in each status, counted by SQLite (``/metrics`` scrapes this)."""

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 # --help`` or ``jiyu jobs`` need one or two of them, not the launcher, the scheduler backends
 # and the exporter (tens of milliseconds of a command's start-up).
 _HOMES = {
-    "list_runs": ".run_control", "move_to_top": ".run_control", "queued_runs": ".run_control",
+    "list_runs": ".run_control", "list_page": ".run_control", "move_to_top": ".run_control", "queued_runs": ".run_control",
     "resolve": ".run_control", "stop": ".run_control", "stop_report": ".run_control", "StopReport": ".run_control",
     "JobError": ".job_error",
     "ExecutedCell": ".export.notebook_export", "Export": ".export.notebook_export",
@@ -33,7 +33,8 @@ _HOMES = {
 _ORIGINAL_NAMES = {"follow_scheduled": "follow"}
 
 if TYPE_CHECKING:
-    from .run_control import StopReport, list_runs, move_to_top, queued_runs, resolve, stop, stop_report
+    from .run_control import (StopReport, list_page, list_runs, move_to_top, queued_runs, resolve, stop,
+                              stop_report)
     from .job_error import JobError
     from .export.notebook_export import ExecutedCell, Export, export_history, export_notebook
     from .lifecycle import RunLifecycle
@@ -52,5 +53,5 @@ def __getattr__(name: str):
 
 
 __all__ = ["JobError", "submit", "stop", "stop_report", "StopReport", "queued_runs", "move_to_top", "resolve",
-           "list_runs", "ExecutedCell", "Export", "export_history", "export_notebook", "Launch", "RunLifecycle", "parse_lines", "parse_pairs",
+           "list_runs", "list_page", "ExecutedCell", "Export", "export_history", "export_notebook", "Launch", "RunLifecycle", "parse_lines", "parse_pairs",
            "SubmitNotes", "submit_notes", "follow_scheduled"]

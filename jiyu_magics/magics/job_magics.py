@@ -136,7 +136,8 @@ class JobMagics(Magics):
 
     @magic_arguments()
     @argument("--all", action="store_true", help="include finished runs")
-    @argument("--limit", type=_positive_int, metavar="N", help="only the N newest runs")
+    @argument("--limit", type=_positive_int, metavar="N",
+              help="the N newest runs (default with --all: 100; the listing says how many it left out)")
     @argument("--since", type=_since, metavar="WHEN",
               help="only runs created since WHEN: 30m, 12h, 7d, 2w, or a date (2026-11-01)")
     @line_magic
@@ -145,15 +146,17 @@ class JobMagics(Magics):
         duration. A queued run shows its place ("queued #1") and how many GPUs it waits for, a
         running one the indices of its GPUs. A run whose process vanished (reboot, kill -9)
         shows as lost, at its last step. A finished run's progress is stored when it ends, so
-        ``%jobs --all`` stays quick over thousands of runs; --limit and --since page it."""
+        ``%jobs --all`` stays quick over thousands of runs: it shows the 100 newest and says how
+        many it left out; --limit and --since page it."""
         from ..views import run_table as view
 
         args = parse_argstring(self.jobs, line)
-        runs = jobs.list_runs(include_finished=args.all, limit=args.limit, since=args.since)
+        page = jobs.list_page(include_finished=args.all, limit=args.limit, since=args.since)
+        note = view.page_note(len(page.runs), page.total)
         if in_notebook(self.shell):
-            display(HTML(view.render_html(runs, args.all)))
+            display(HTML(view.render_html(page.runs, args.all) + (f"<p>{note}</p>" if note else "")))
         else:
-            print(view.render_text(runs, args.all))
+            print(view.render_text(page.runs, args.all) + (f"\n{note}" if note else ""))
 
     @line_magic
     def job(self, line: str = ""):

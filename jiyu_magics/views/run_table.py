@@ -78,6 +78,14 @@ def render_text(runs: list[Run], everything: bool = False) -> str:
     return text_table(HEADERS, [[r[h] for h in HEADERS] for r in rows], right={4, 7})
 
 
+def page_note(shown: int, total: int) -> str:
+    """The line under a paged listing: what it left out and how to see it."""
+    if total <= shown:
+        return ""
+    return (f"The {shown} newest of {total} runs; --limit N shows more, --since WHEN (7d, 2026-11-01) "
+            "an earlier stretch.")
+
+
 def render_html(runs: list[Run], everything: bool = False) -> str:
     if not runs:
         return f"<p>{html.escape(render_text(runs, everything))}</p>"
