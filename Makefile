@@ -71,7 +71,11 @@ bench: setup
 	$(BIN)/python benchmarks/panel_server.py
 	$(BIN)/python benchmarks/scheduler_poll.py
 	$(BIN)/python benchmarks/export.py
+	$(BIN)/python benchmarks/startup.py
+	$(BIN)/python benchmarks/listing_history.py
+	$(BIN)/python benchmarks/fit_fixed_cost.py
 	$(BIN)/python benchmarks/submit_latency.py
+	$(BIN)/python benchmarks/nproc_startup.py
 	$(BIN)/python benchmarks/train_overhead.py
 	$(BIN)/python benchmarks/dashboard_share.py
 	$(BIN)/python benchmarks/panel_gpus.py

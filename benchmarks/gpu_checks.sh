@@ -19,12 +19,16 @@ $PY -c "import torch; print('torch', torch.__version__, 'CUDA', torch.version.cu
 echo "== gpu-marked tests"
 $PY -m pytest -q -m gpu -p no:cacheprovider -o addopts="" -rs \
   tests/test_gpu_real.py tests/test_train_gpu.py tests/test_jobs_gpu.py tests/test_server_gpu.py tests/test_train_nproc.py \
-  tests/test_gpu_leases_real.py
+  tests/test_gpu_leases_real.py tests/test_gpu_nproc_checks.py
+echo "== figures of the %%train --nproc GPU checks (FSDP/NCCL, bf16+accum under DDP, OOM in a rank)"
+cat test-artifacts/gpu_figures.txt 2>/dev/null
 echo "== benchmarks/gpu_status.py"
 $PY benchmarks/gpu_status.py
 echo "== benchmarks/queue_latency.py --real-gpu"
 $PY benchmarks/queue_latency.py --real-gpu --repeat 3
-echo "== benchmarks/train_overhead.py --device cuda"
+echo "== benchmarks/train_overhead.py --device cuda (windows of >= 1 s, us/step overhead, fixed ms/call)"
 $PY benchmarks/train_overhead.py --device cuda --repeat 7
+echo "== benchmarks/fit_fixed_cost.py --device cuda"
+$PY benchmarks/fit_fixed_cost.py --device cuda --repeat 9
 echo "== benchmarks/ckpt_check.py --device cuda"
 $PY benchmarks/ckpt_check.py --device cuda

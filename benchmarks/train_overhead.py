@@ -4,17 +4,23 @@ Every variant trains the same model on the same in-memory data with AdamW; each 
 times the steady state: steps ``WARMUP`` to ``WARMUP + STEPS``, timestamped right after the
 log of those steps (the hand loop reads its loss there with ``.item()``, the engine logs with
 ``log_every=WARMUP``), so set-up, the first slow steps and the end are outside the window.
+``STEPS`` is scaled per case from a measured probe so that each window lasts at least
+``--window`` seconds (1 s by default, on a GPU as on the CPU): a 25 ms window on a GPU times
+launch jitter and set-up, not the loop. The steady-state overhead is printed in µs per step
+against the hand-written loop, and the per-call fixed cost (call → first forward, last logged
+step → return) separately, in ms: the two add up differently for long and short runs.
 Variants run interleaved (A B C D, A B C D, ...) so machine drift hits all alike; we print
 medians and, per variant, the median of per-repetition ratios to the hand-written loop with a
 bootstrap 90% interval. Two data paths are compared as users write them: a DataLoader over a
 TensorDataset (per-sample collate), and the batched gather of the engine's fast path.
 
-    python benchmarks/train_overhead.py [--repeat 7] [--only tiny|medium]
+    python benchmarks/train_overhead.py [--repeat 9] [--only tiny|medium] [--window 1.0] [--device cuda]
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import random
 import statistics
@@ -60,19 +66,32 @@ def endless(batches_per_epoch: Callable[[int], object]):
 class Window:
     """Wall and CPU timestamps taken at the logged steps WARMUP and WARMUP + STEPS. On a shared
     machine the CPU time of this (single-threaded) process is far less disturbed by other
-    processes than wall time, so ratios are computed from both."""
+    processes than wall time, so ratios are computed from both. Also the call's bounds: when
+    the variant was called, its first forward (a one-shot hook), and when it returned."""
 
     def __init__(self, first: int, last: int):
         self.first, self.last, self.marks = first, last, {}
+        self.called = time.perf_counter()
+        self.first_forward = self.returned = None
+
+    def watch(self, model: nn.Module) -> None:
+        """Stamps the first forward, then removes itself (no cost in the timed steps)."""
+        def stamp(*_):
+            self.first_forward = time.perf_counter()
+            handle.remove()
+        handle = model.register_forward_pre_hook(stamp)
 
     def mark(self, step: int) -> None:
         if step in (self.first, self.last):
             self.marks[step] = (time.perf_counter(), time.process_time())
 
-    def rate(self) -> tuple[float, float]:
+    def rate(self) -> tuple[float, float, float | None]:
+        """Steps/s by wall and by CPU time, and the fixed cost of the call (s) when known."""
+        self.returned = self.returned or time.perf_counter()
         (wall0, cpu0), (wall1, cpu1) = self.marks[self.first], self.marks[self.last]
         steps = self.last - self.first
-        return steps / (wall1 - wall0), steps / (cpu1 - cpu0)
+        fixed = (self.first_forward - self.called + self.returned - wall1) if self.first_forward else None
+        return steps / (wall1 - wall0), steps / (cpu1 - cpu0), fixed
 
 
 def hand_loop(case, data: TensorDataset, fast: bool) -> float:
@@ -86,6 +105,7 @@ def hand_loop(case, data: TensorDataset, fast: bool) -> float:
         batches = endless(lambda _: DataLoader(data, batch_size=case["batch"], shuffle=True,
                                                pin_memory=device.type == "cuda"))
     window = Window(case["warmup"], case["warmup"] + case["steps"])
+    window.watch(model)
     for step in range(1, window.last + 1):
         x, y = next(batches)
         if device.type != "cpu":
@@ -119,6 +139,7 @@ class StepClock:
 def engine(case, data: TensorDataset, fast: bool) -> float:
     model = make_model(case["sizes"])
     window = Window(case["warmup"], case["warmup"] + case["steps"])
+    window.watch(model)
     loader = DataLoader(data, batch_size=case["batch"], shuffle=True, pin_memory=DEVICE.type == "cuda")
     fit(model, torch.optim.AdamW(model.parameters(), 1e-3), loader, loss_fn=nn.CrossEntropyLoss(),
         max_steps=window.last, log_every=case["warmup"], save_ckpts=False, fast_data=fast, device=str(DEVICE),
@@ -189,9 +210,18 @@ def bootstrap_interval(ratios: list[float], rounds: int = 2000, seed: int = 0) -
     return medians[int(rounds * 0.05)], medians[int(rounds * 0.95)]
 
 
-def run_case(name: str, repeat: int) -> None:
-    case = CASES[name]
-    data = make_data(case)
+def scaled(case, data: TensorDataset, window_s: float) -> dict:
+    """The case with enough timed steps for a window of ``window_s`` seconds, from a probe of
+    the hand-written loop (a multiple of WARMUP: both loops stamp at their logs)."""
+    probe_wall = hand_loop(case, data, True)[0]
+    warmup = case["warmup"]
+    steps = math.ceil(probe_wall * window_s / warmup) * warmup
+    return dict(case, steps=max(case["steps"], steps))
+
+
+def run_case(name: str, repeat: int, window_s: float) -> None:
+    data = make_data(CASES[name])
+    case = scaled(CASES[name], data, window_s)
     variants = {
         "hand-written, DataLoader": (hand_loop, False), "engine, DataLoader (fast_data=False)": (engine, False),
         "hand-written, batched gather": (hand_loop, True), "engine, default (fast path)": (engine, True),
@@ -206,21 +236,30 @@ def run_case(name: str, repeat: int) -> None:
             rates[label].append(fn(case, data, fast))
     baselines = {False: "hand-written, DataLoader", True: "hand-written, batched gather"}
     print(f"\n{name} MLP {'-'.join(map(str, case['sizes']))}, batch {case['batch']}, AdamW, "
-          f"{case['steps']} timed steps x {repeat} interleaved repetitions, {DEVICE}, {torch.get_num_threads()} thread(s)")
+          f"{case['steps']} timed steps (windows of >= {window_s:g} s) x {repeat} interleaved repetitions, {DEVICE}, "
+          f"{torch.get_num_threads()} thread(s)")
     print(f"{'variant':38s} {'steps/s':>8s} {'spread':>7s} {'steps/CPU-s':>11s} {'spread':>7s}  ratio to hand-written "
-          f"(same data path): by CPU time [90% CI] | by wall time")
+          f"(same data path): by CPU time [90% CI] | by wall time | overhead us/step (CPU | wall) | fixed ms/call")
     for label, (fn, fast) in variants.items():
         base = rates[baselines[fast]]
         wall, cpu = ([r[i] for r in rates[label]] for i in (0, 1))
         by_cpu = [a[1] / b[1] for a, b in zip(rates[label], base)]
         by_wall = [a[0] / b[0] for a, b in zip(rates[label], base)]
         low, high = bootstrap_interval(by_cpu)
+        over_cpu = statistics.median(1e6 / a[1] - 1e6 / b[1] for a, b in zip(rates[label], base))
+        over_wall = statistics.median(1e6 / a[0] - 1e6 / b[0] for a, b in zip(rates[label], base))
+        fixed = [r[2] for r in rates[label] if r[2] is not None]
         print(f"{label:38s} {statistics.median(wall):8.1f} {_spread(wall):7.0%} {statistics.median(cpu):11.1f} "
               f"{_spread(cpu):7.0%}  {statistics.median(by_cpu):.3f} [{low:.3f}, {high:.3f}] | "
-              f"{statistics.median(by_wall):.3f}")
+              f"{statistics.median(by_wall):.3f} | {over_cpu:+7.1f} | {over_wall:+7.1f} | "
+              f"{statistics.median(fixed) * 1e3 if fixed else float('nan'):7.1f}")
     fast, slow = (statistics.median(r[1] for r in rates[v]) for v in ("engine, default (fast path)",
                                                                         "hand-written, DataLoader"))
     print(f"engine fast path vs hand-written DataLoader loop (CPU time): {fast / slow:.2f}x")
+    engine_fixed = statistics.median(r[2] for r in rates["engine, default (fast path)"])
+    hand_fixed = statistics.median(r[2] for r in rates["hand-written, batched gather"])
+    print(f"per-call fixed cost (call → first forward + last logged step → return): engine {engine_fixed * 1e3:.1f} ms, "
+          f"hand-written {hand_fixed * 1e3:.1f} ms: fit's own {(engine_fixed - hand_fixed) * 1e3:.1f} ms a call")
 
 
 def _spread(values: list[float]) -> float:
@@ -284,14 +323,15 @@ def chart_cost(repeat: int = 20) -> None:
 def main() -> None:
     os.environ.setdefault("JIYU_HOME", tempfile.mkdtemp(prefix="jiyu-bench-"))  # benchmark runs stay out of ~/.jiyu
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=15)
+    parser.add_argument("--repeat", type=int, default=9)
+    parser.add_argument("--window", type=float, default=1.0, help="seconds each timed window lasts at least")
     parser.add_argument("--only", choices=sorted(CASES))
     parser.add_argument("--device", default="cpu", help="cpu or cuda (the GPU machine's gpu_checks.sh uses cuda)")
     args = parser.parse_args()
     global DEVICE
     DEVICE = torch.device(args.device)
     for name in [args.only] if args.only else list(CASES):
-        run_case(name, args.repeat)
+        run_case(name, args.repeat, args.window)
     if DEVICE.type == "cpu":
         data_path()
         chart_cost()

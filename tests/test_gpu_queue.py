@@ -340,7 +340,12 @@ def test_train_nproc_waits_in_the_queue_runs_on_its_lease_and_an_interrupt_leave
                          params={"steps": 60, "step_seconds": 0.1})
     running(holder.id)
     ip.run_cell(NPROC_DATA, store_history=True)  # what a kernel runs is what %%train --nproc replays
-    threading.Timer(4.0, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+    def interrupt_once_queued():  # as a user's interrupt while the cell waits (not while its body runs)
+        wait_for(lambda: [r for r in RunStore().list() if r.name == "waits-then-leaves" and r.status == "queued"],
+                 120, what="the cell's run queued")
+        os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=interrupt_once_queued, daemon=True).start()
     with pytest.raises(KeyboardInterrupt):
         ip.run_cell_magic("train", "--nproc 1 --epochs 1 --name waits-then-leaves", NPROC_BODY)
     assert "jiyu: queued at position 1, waiting for 1 GPU(s)" in capsys.readouterr().out

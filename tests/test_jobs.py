@@ -33,8 +33,9 @@ def test_a_submitted_notebook_runs_detached_to_success(tmp_path):
     run = jobs.submit(nb, nproc=2, params={"steps": 10}, notify=f"sh -c 'echo \"$0 $1\" > {marker}'")
     assert run.status == "queued" and run.kind == "job" and run.pid  # the supervisor's pid, at once
     assert (run.name, run.nproc, run.cwd, run.params) == ("train", 2, str(tmp_path), {"steps": 10})
-    running = wait_for(lambda: (lambda r: r if r.status == "running" else None)(RunStore().get(run.id)),
-                       what="running")
+    # running from the moment its lease is taken; torchrun's group is recorded once it has started
+    running = wait_for(lambda: (lambda r: r if r.status == "running" and r.pgid else None)(RunStore().get(run.id)),
+                       what="running, with torchrun's process group")
     assert running.pgid and running.pgid != running.pid and running.started  # torchrun's own group
     done = finished(run.id)
     assert (done.status, done.exit_code, done.error) == ("succeeded", 0, None) and done.ended >= done.started

@@ -112,7 +112,7 @@ def test_a_version_1_store_is_migrated_in_place(tmp_path):
     assert (old.gpus_requested, old.priority) == (None, 0)
     assert old.gpus == []  # the lease table exists, empty
     assert old.stalled_since is None and not old.stalled
-    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
+    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 6
 
 
 def test_one_caller_per_interval_polls_a_scheduler(store):

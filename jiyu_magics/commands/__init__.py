@@ -23,5 +23,11 @@ def positive_float(text: str) -> float:
 
 
 def print_json(data) -> None:
-    json.dump(data, sys.stdout, indent=2, default=str)
-    sys.stdout.write("\n")
+    """JSON text in one write (``json.dump`` to a stream writes each token on its own). A list
+    is written one item a line: readable, greppable, and encoded by json's C encoder, which
+    ``indent`` turns off (``jiyu jobs --all --json`` over 5000 runs: 2 s with ``indent``)."""
+    if isinstance(data, list):
+        items = ",\n  ".join(json.dumps(item, default=str) for item in data)
+        sys.stdout.write(f"[\n  {items}\n]\n" if data else "[]\n")
+    else:
+        sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")

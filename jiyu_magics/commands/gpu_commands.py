@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-from ..core import cuda_doctor as doctor
-from ..core.gpu_status import owned_snapshot
-
 
 def add_commands(commands) -> None:
     from . import positive_float
@@ -26,6 +23,7 @@ def add_commands(commands) -> None:
 
 def run_gpu(args) -> int:
     from . import CliError, print_json
+    from ..core.gpu_status import owned_snapshot
     from ..views import gpu_table as view
 
     if args.json and args.watch:
@@ -48,6 +46,7 @@ def run_doctor(args) -> int:
 
         return run_store_check(args)
     from . import print_json
+    from ..core import cuda_doctor as doctor
     from ..views import doctor_report as view
 
     findings = doctor.diagnose()

@@ -6,6 +6,9 @@ import argparse
 import sys
 
 
+from .usage_commands import since_time
+
+
 def add_commands(commands) -> None:
     from ..jobs.submit_options import PARAM_OPTIONS, SUBMIT_OPTIONS
 
@@ -20,6 +23,10 @@ def add_commands(commands) -> None:
 
     p = commands.add_parser("jobs", help="list runs (active ones; --all for every run)")
     p.add_argument("--all", action="store_true", help="include finished runs")
+    p.add_argument("--limit", type=positive_int, metavar="N",
+                   help="the N newest runs (default with --all: 100; the listing says how many it left out)")
+    p.add_argument("--since", type=since_time, metavar="WHEN",
+                   help="only runs created since WHEN: 30m, 12h, 7d, 2w, or a date (2026-11-01)")
     p.add_argument("--json", action="store_true", help="print the runs as JSON")
     p.set_defaults(handler=run_jobs)
 
@@ -61,6 +68,12 @@ def add_commands(commands) -> None:
     p.set_defaults(handler=run_export)
 
 
+def positive_int(text: str) -> int:
+    if not (text.isascii() and text.isdigit()) or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive whole number, got {text!r}")
+    return int(text)
+
+
 def _job_errors(func):
     """``JobError`` → ``CliError``: one line on stderr, exit code 2."""
     def wrapper(args):
@@ -91,11 +104,14 @@ def run_jobs(args: argparse.Namespace) -> int:
     from . import print_json
     from ..views import run_table as view
 
-    runs = jobs.list_runs(include_finished=args.all)
+    page = jobs.list_page(include_finished=args.all, limit=args.limit, since=args.since)
     if args.json:
-        print_json([{**r.to_dict(), "display": view.row(r)} for r in runs])
+        print_json([{**r.to_dict(), "display": view.row(r)} for r in page.runs])
     else:
-        print(view.render_text(runs, args.all))
+        print(view.render_text(page.runs, args.all))
+        note = view.page_note(len(page.runs), page.total)
+        if note:
+            print(note)
     return 0
 
 

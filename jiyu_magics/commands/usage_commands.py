@@ -3,11 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import re
-import time
-from datetime import datetime
-
-UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
 
 def add_commands(commands) -> None:
@@ -23,14 +18,13 @@ def add_commands(commands) -> None:
 
 
 def since_time(text: str) -> float:
-    """A unix time from ``7d``-style spans or a date."""
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*", text)
-    if match:
-        return time.time() - float(match.group(1)) * UNITS[match.group(2)]
+    """A unix time from ``7d``-style spans or a date (``core.time_spans``, as ``jiyu jobs --since``)."""
+    from ..core import time_spans
+
     try:
-        return datetime.fromisoformat(text.strip()).timestamp()
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a span such as 7d, 12h, 30m, or a date, got {text!r}") from None
+        return time_spans.since_time(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def run_usage(args: argparse.Namespace) -> int:

@@ -16,8 +16,9 @@ from typing import Any
 import psutil
 
 from . import lost_runs
+from .event_log import summarize
 from .gpu_leases import LeaseBook, RunGpu, end_leases
-from .run_files import run_dir, store_path
+from .run_files import RunFiles, run_dir, store_path
 from .store_db import StoreDatabase
 from .run_model import ACTIVE, RunKind, RunStatus
 
@@ -61,6 +62,9 @@ class Run:
     priority: int = 0                  # higher starts first among waiting runs
     queue_rank: float | None = None    # the order among waiting runs of one priority (submission time)
     share: bool = False                # its GPUs may hold other sharing runs' leases too
+    # its progress summary (``event_log.summarize``), stored once when it ended: listings of
+    # thousands of finished runs read no event log. None while it runs (views read the log)
+    summary: dict | None = None
     stalled_since: float | None = None  # while running: the time of the last step, which has not moved since
     #   for the run's stall timeout while its ranks live (``jobs.stall_watch``); a flag, not a status
     # not columns: filled in from the lease book when read
@@ -95,8 +99,12 @@ class Run:
     def from_row(cls, row: sqlite3.Row | dict) -> "Run":
         """From a store row, or a run folder's record of one (whose unknown keys, from a newer
         jiyu, are ignored)."""
-        data = {k: v for k, v in dict(row).items() if k in _COLUMNS}
-        data["params"] = json.loads(data.get("params") or "{}")
+        data = dict(zip(row.keys(), row)) if isinstance(row, sqlite3.Row) else dict(row)  # 4x dict(Row)
+        if not data.keys() <= _COLUMNS:  # a row of a newer schema, or a record with more keys
+            data = {k: v for k, v in data.items() if k in _COLUMNS}
+        params = data.get("params")
+        data["params"] = json.loads(params) if params and params != "{}" else {}
+        data["summary"] = json.loads(data["summary"]) if data.get("summary") else None
         data["stop_requested"] = bool(data.get("stop_requested"))
         data["share"] = bool(data.get("share"))
         return cls(**data)
@@ -106,6 +114,19 @@ class Run:
 
 DERIVED = frozenset({"gpus", "queue_position"})
 _COLUMNS = {f.name for f in fields(Run)} - DERIVED
+
+
+def _filters(include_finished: bool, since: float | None) -> tuple[str, list]:
+    """The WHERE clause of a listing (active runs only unless ``include_finished``; created at
+    or after ``since``) and its values."""
+    where, values = [], []
+    if not include_finished:
+        where.append(f"status IN ({', '.join('?' * len(ACTIVE))})")
+        values += ACTIVE
+    if since is not None:
+        where.append("created >= ?")
+        values.append(float(since))
+    return (f" WHERE {' AND '.join(where)}" if where else ""), values
 
 
 def save_record(run: Run) -> None:
@@ -198,6 +219,8 @@ class RunStore:
             raise ValueError(f"unknown status {values['status']!r}")
         if "params" in values:
             values["params"] = json.dumps(values["params"])
+        if values.get("summary") is not None:
+            values["summary"] = json.dumps(values["summary"])
         with self._write() as db:
             cur = db.execute(f"UPDATE runs SET {', '.join(f'{k} = ?' for k in values)} WHERE id = ?",
                              (*values.values(), run_id))
@@ -234,6 +257,7 @@ class RunStore:
         ``jobs.final_status``; an in-kernel run: the engine). A run someone asked to stop ends
         ``stopped`` whatever failure the signal produced: the rule's own answer, kept here for
         owners outside the lifecycle. A run already finished keeps its first final status."""
+        summary = self.stored_summary(run_id)  # before the write lock: it reads the event log
         with self._write() as db:
             row = db.execute("SELECT status, stop_requested FROM runs WHERE id = ?", (run_id,)).fetchone()
             if row is None:
@@ -242,9 +266,8 @@ class RunStore:
                 if row["stop_requested"] and status != RunStatus.SUCCEEDED:
                     status = RunStatus.STOPPED
                 ended = time.time()
-                db.execute("UPDATE runs SET status = ?, exit_code = ?, error = ?, ended = ?, stalled_since = NULL "
-                           "WHERE id = ?",
-                           (status, exit_code, error, ended, run_id))
+                db.execute("UPDATE runs SET status = ?, exit_code = ?, error = ?, ended = ?, summary = ?, "
+                           "stalled_since = NULL WHERE id = ?", (status, exit_code, error, ended, summary, run_id))
                 end_leases(db, [run_id], ended)
         run = self.get(run_id)
         save_record(run)
@@ -274,20 +297,19 @@ class RunStore:
         return self._with_gpus([Run.from_row(rows[0])])[0]
 
     def list(self, include_finished: bool = True, limit: int | None = None, reconcile: bool = True,
-             annotate: bool = True) -> list[Run]:
-        """Runs newest first; ``reconcile`` first marks ``lost`` those whose process is gone;
-        ``annotate`` fills in their GPUs and queue positions."""
+             annotate: bool = True, since: float | None = None) -> list[Run]:
+        """Runs newest first, the ``limit`` newest created at or after ``since`` (epoch
+        seconds); ``reconcile`` first marks ``lost`` those whose process is gone; ``annotate``
+        fills in their GPUs and queue positions. Finished runs carry their stored summaries."""
         if reconcile:
             self.reconcile()
-        query = "SELECT * FROM runs"
-        if not include_finished:
-            query += f" WHERE status IN ({', '.join('?' * len(ACTIVE))})"
-        query += " ORDER BY created DESC"
+        where, values = _filters(include_finished, since)
+        query = f"SELECT * FROM runs{where} ORDER BY created DESC"
         if limit:
             query += f" LIMIT {int(limit)}"
         with self._read() as db:
-            rows = db.execute(query, () if include_finished else ACTIVE).fetchall()
-        runs = [Run.from_row(r) for r in rows]
+            rows = db.execute(query, values).fetchall()
+        runs = self._with_summaries([Run.from_row(r) for r in rows])
         return self._with_gpus(runs) if annotate else runs
 
     def _with_gpus(self, runs: list[Run]) -> list[Run]:
@@ -298,6 +320,12 @@ class RunStore:
             run.gpus = [lease.to_dict() for lease in held.get(run.id, [])]
             run.queue_position = places.get(run.id)
         return runs
+
+    def count(self, include_finished: bool = True, since: float | None = None) -> int:
+        """How many runs ``list`` would give without a limit (a page says how many it left out)."""
+        where, values = _filters(include_finished, since)
+        with self._read() as db:
+            return db.execute(f"SELECT COUNT(*) FROM runs{where}", values).fetchone()[0]
 
     def count_by_status(self) -> dict[str, int]:
         """How many runs are in each status, counted by SQLite (``/metrics`` scrapes this)."""
@@ -326,12 +354,41 @@ class RunStore:
             end_leases(db, marked, now)
         for run_id in marked:
             lost_runs.close_log(run_id)
+        self._store_summaries(marked)  # after the lost end is in the log
         return marked
+
+    def _store_summaries(self, run_ids: list[str]) -> None:
+        if run_ids:
+            summaries = [(self.stored_summary(run_id), run_id) for run_id in run_ids]
+            with self._write() as db:
+                db.executemany("UPDATE runs SET summary = ? WHERE id = ?", summaries)
+
+    def stored_summary(self, run_id: str) -> str:
+        """The summary of an ending run's event log, as the store keeps it (JSON). Read once,
+        from the log's tail (a few milliseconds however long the run was), when the end is
+        recorded, so no listing summarises a finished run's log again."""
+        summary = summarize(RunFiles.of(run_id, self.path.parent).events)
+        # a sparkline's precision: half the text to parse for each run a listing reads
+        summary["losses"] = [float(f"{x:.4g}") if isinstance(x, float) else x for x in summary["losses"]]
+        return json.dumps(summary)
+
+    def _with_summaries(self, runs: list[Run]) -> list[Run]:
+        """Finished runs recorded before summaries were stored (a store migrated from schema 4)
+        get theirs now, once: the next listing reads them from the store."""
+        missing = [run for run in runs if run.summary is None and not run.active]
+        if missing:
+            for run in missing:
+                run.summary = json.loads(self.stored_summary(run.id))
+            with self._write() as db:
+                db.executemany("UPDATE runs SET summary = ? WHERE id = ? AND summary IS NULL",
+                               [(json.dumps(run.summary), run.id) for run in missing])
+        return runs
 
     @staticmethod
     def _to_row(run: Run) -> dict:
         row = {k: v for k, v in asdict(run).items() if k not in DERIVED}
         row["params"] = json.dumps(row["params"])
+        row["summary"] = None if row["summary"] is None else json.dumps(row["summary"])
         row["stop_requested"] = int(row["stop_requested"])
         row["share"] = int(row["share"])
         return row

@@ -9,7 +9,6 @@ from disk and the versions of the ``nvidia-*`` wheels next to it.
 from __future__ import annotations
 
 import ast
-import importlib.metadata as metadata
 import importlib.util
 import sys
 from dataclasses import asdict, dataclass
@@ -94,6 +93,8 @@ def _literal_assignments(source: str) -> dict:
 
 def _wheel_version(prefix: str) -> str | None:
     """The version of the CUDA library wheel torch depends on (``nvidia-cudnn-cu12`` ...)."""
+    import importlib.metadata as metadata  # here: its import is ~25 ms of every CLI command's start-up
+
     for dist in metadata.distributions():
         name = (dist.metadata["Name"] or "").lower()
         if name.startswith(prefix):

@@ -25,13 +25,34 @@ def resolve(run_id: str, store: RunStore | None = None) -> Run:
     return scheduled_runs.follow_run(run, store)
 
 
-def list_runs(include_finished: bool = False, limit: int | None = None) -> list[Run]:
-    """Runs newest first (active ones only unless ``include_finished``); runs whose process
-    vanished are reconciled to ``lost`` first, and runs a scheduler holds are brought up to date
-    with it."""
+DEFAULT_PAGE = 100  # finished runs a listing shows unless asked for more: it stays as quick at 5000 runs as at 50
+
+
+@dataclass
+class RunPage:
+    """The runs a listing shows and how many matched: ``total > len(runs)`` when it paged."""
+
+    runs: list[Run]
+    total: int
+
+
+def list_page(include_finished: bool = False, limit: int | None = None, since: float | None = None) -> RunPage:
+    """``list_runs``, with finished runs paged: the ``DEFAULT_PAGE`` newest unless ``limit``
+    says otherwise, and how many there are in all."""
+    if include_finished and limit is None:
+        limit = DEFAULT_PAGE
+    runs = list_runs(include_finished, limit, since)
+    total = RunStore().count(include_finished, since) if limit is not None and len(runs) >= limit else len(runs)
+    return RunPage(runs, total)
+
+
+def list_runs(include_finished: bool = False, limit: int | None = None, since: float | None = None) -> list[Run]:
+    """Runs newest first (active ones only unless ``include_finished``; the ``limit`` newest,
+    created at or after ``since``); runs whose process vanished are reconciled to ``lost``
+    first, and runs a scheduler holds are brought up to date with it."""
     store = RunStore()
     scheduled_runs.follow(store)
-    return store.list(include_finished=include_finished, limit=limit)
+    return store.list(include_finished=include_finished, limit=limit, since=since)
 
 
 def queued_runs() -> list[Run]:

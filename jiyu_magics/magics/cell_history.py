@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import time
 
-from ..jobs import ExecutedCell
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the exporter loads with the first cell recorded, not with %load_ext
+    from ..jobs import ExecutedCell
 
 ATTRIBUTE = "_jiyu_cell_history"
 
@@ -31,12 +34,16 @@ class CellHistory:
 
     def record(self, result) -> None:
         if getattr(result.info, "store_history", True) and result.info.raw_cell.strip():
+            from ..jobs import ExecutedCell
+
             self.recorded.append(ExecutedCell.from_result(result))
             self.last_run = time.time()
 
     def cells(self) -> list[ExecutedCell]:
         """Every executed cell in order. Cells from before the extension loaded come from
         ``In``; their outcome was not seen, so they count as succeeded."""
+        from ..jobs import ExecutedCell
+
         inputs = self.shell.user_ns.get("In", [])
         earlier = [ExecutedCell(source, count) for count, source in enumerate(inputs[:self.first_recorded])
                    if count and source.strip()]

@@ -7,11 +7,10 @@ from IPython.core.magic import Magics, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 from IPython.display import HTML, display
 
-from ..core import cuda_doctor as doctor
-from ..core.gpu_status import owned_snapshot
-from ..views import doctor_report as doctor_view
-from ..views import gpu_table as gpu_view
 from .frontend import in_notebook
+
+# NVML, the CUDA checks and their views are imported by the magic that uses them: %load_ext
+# stays quick (issue 17: ≤ 50 ms), and a notebook that never asks about GPUs never loads them.
 
 
 def positive_seconds(value: float | None, flag: str = "--watch") -> float | None:
@@ -47,6 +46,9 @@ class GpuMagics(Magics):
             %gpu_status --watch 2
             snap = %gpu_status --json
         """
+        from ..core.gpu_status import owned_snapshot
+        from ..views import gpu_table as gpu_view
+
         args = parse_argstring(self.gpu_status, line)
         positive_seconds(args.watch)
         if args.json and args.watch:
@@ -71,6 +73,8 @@ class GpuMagics(Magics):
             display(self.watch.widget)
             self.watch.start()
             return None
+        from ..core.gpu_status import owned_snapshot
+        from ..views import gpu_table as gpu_view
         from ..widgets.terminal_redraw import watch_text
 
         watch_text(lambda: gpu_view.render_text(owned_snapshot()), seconds)
@@ -84,6 +88,9 @@ class GpuMagics(Magics):
         CUDA_VISIBLE_DEVICES empty/invalid/hiding GPUs, driver older than torch's CUDA, no
         cuDNN/NCCL, small /dev/shm, CUDA already initialised in this kernel, MIG mode.
         """
+        from ..core import cuda_doctor as doctor
+        from ..views import doctor_report as doctor_view
+
         args = parse_argstring(self.gpu_doctor, line)
         findings = doctor.diagnose()
         if args.json:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+from argparse import ArgumentTypeError
 from pathlib import Path
 
 from IPython.core.error import UsageError
@@ -12,9 +13,8 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 from IPython.display import HTML, display
 
 from .. import jobs
-from ..jobs import run_logs as job_logs
+from ..core.time_spans import since_time
 from ..jobs.submit_options import SUBMIT_OPTIONS, submit_kwargs
-from ..views import run_table as view
 from .frontend import in_notebook
 
 
@@ -47,6 +47,19 @@ def _existing_notebook(candidate) -> Path | None:
 
 
 TEXT_FOLLOW_S = 10.0
+
+
+def _positive_int(text: str) -> int:
+    if not (text.isascii() and text.isdigit()) or int(text) < 1:
+        raise ArgumentTypeError(f"expected a positive whole number, got {text!r}")
+    return int(text)
+
+
+def _since(text: str) -> float:
+    try:
+        return since_time(text)
+    except ValueError as error:
+        raise ArgumentTypeError(str(error)) from None
 
 
 class SubmittedRunId(str):
@@ -93,6 +106,8 @@ class JobMagics(Magics):
             %submit train.ipynb --nproc 8 --max-restarts 3 --notify "notify-send"
             %submit train.ipynb --backend slurm --nnodes 4 --nproc 8 --time 12:00:00 --partition gpu
         """
+        from ..views import run_table as view
+
         args = parse_argstring(self.submit, line)
         notebook = args.notebook or current_notebook(self.shell)
         if notebook is None:
@@ -121,18 +136,27 @@ class JobMagics(Magics):
 
     @magic_arguments()
     @argument("--all", action="store_true", help="include finished runs")
+    @argument("--limit", type=_positive_int, metavar="N",
+              help="the N newest runs (default with --all: 100; the listing says how many it left out)")
+    @argument("--since", type=_since, metavar="WHEN",
+              help="only runs created since WHEN: 30m, 12h, 7d, 2w, or a date (2026-11-01)")
     @line_magic
     def jobs(self, line: str = ""):
         """List runs: id, name, kind, status, processes, GPUs, progress, last loss, start,
         duration. A queued run shows its place ("queued #1") and how many GPUs it waits for, a
         running one the indices of its GPUs. A run whose process vanished (reboot, kill -9)
-        shows as lost, at its last step."""
+        shows as lost, at its last step. A finished run's progress is stored when it ends, so
+        ``%jobs --all`` stays quick over thousands of runs: it shows the 100 newest and says how
+        many it left out; --limit and --since page it."""
+        from ..views import run_table as view
+
         args = parse_argstring(self.jobs, line)
-        runs = jobs.list_runs(include_finished=args.all)
+        page = jobs.list_page(include_finished=args.all, limit=args.limit, since=args.since)
+        note = view.page_note(len(page.runs), page.total)
         if in_notebook(self.shell):
-            display(HTML(view.render_html(runs, args.all)))
+            display(HTML(view.render_html(page.runs, args.all) + (f"<p>{note}</p>" if note else "")))
         else:
-            print(view.render_text(runs, args.all))
+            print(view.render_text(page.runs, args.all) + (f"\n{note}" if note else ""))
 
     @line_magic
     def job(self, line: str = ""):
@@ -162,6 +186,8 @@ class JobMagics(Magics):
     @argument("-f", "--follow", action="store_true", help="keep printing new lines until the run ends")
     @argument("--tail", type=int, metavar="N", help="only the last N lines")
     def _logs(self, rest: str):
+        from ..jobs import run_logs as job_logs
+
         args = parse_argstring(self._logs, rest)
         run = jobs.resolve(args.id)
         text, offset = job_logs.tail(run.id, args.tail)
@@ -188,6 +214,7 @@ class JobMagics(Magics):
         args = parse_argstring(self._attach, rest)
         run = jobs.resolve(args.id)
         if not in_notebook(self.shell):
+            from ..views import run_table as view
             from .job_attach import attach_text
 
             print(view.render_summary_text(run))

@@ -53,7 +53,11 @@ class RunsHandler(JiyuHandler):
     @web.authenticated
     @answers_errors
     async def get(self) -> None:
-        self.reply({"runs": await self.blocking(self.app.runs.list)})
+        """The newest runs (``?limit=N``, default ``JiyuApp.runs_limit``; ``?since=T``: created
+        at or after unix time T), each without its params."""
+        limit = validation.list_limit(self.get_query_argument("limit", None))
+        since = validation.since(self.get_query_argument("since", None))
+        self.reply({"runs": await self.blocking(self.app.runs.list, limit, since)})
 
     @web.authenticated
     @answers_errors

@@ -24,6 +24,8 @@ from ..core.run_state import RunSummary
 from ..core.run_store import Run
 
 SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
+# keys a run record may leave out: the runs list sends no ``params`` (the run's own route does)
+OPTIONAL_RUN_KEYS = ("params",)
 SCALARS = {str: "string", bool: "boolean", int: "integer", float: "number", dict: "object"}
 ENUMS = (RunStatus, RunKind, EventKind)
 
@@ -43,15 +45,15 @@ def api_schema() -> dict:
     defs = {enum.__name__: {"type": "string", "enum": list(enum.values())} for enum in ENUMS}
     defs["RunSummary"] = _object(get_type_hints(RunSummary))
     defs["RunGpu"] = _object(get_type_hints(RunGpu))
-    defs["Run"] = _object(run_record_fields())
+    defs["Run"] = _object(run_record_fields(), optional=OPTIONAL_RUN_KEYS)
     defs["Event"] = {"oneOf": [_event(kind) for kind in EventKind]}
     return {"$schema": SCHEMA_DIALECT, "title": "jiyu REST API", "$defs": defs}
 
 
-def _object(properties: dict[str, Any]) -> dict:
-    """Every key is always sent (``null`` for "not known"), and no other."""
+def _object(properties: dict[str, Any], optional: tuple[str, ...] = ()) -> dict:
+    """Every key is always sent (``null`` for "not known") but the ``optional`` ones, and no other."""
     return {"type": "object", "properties": {name: _schema(hint) for name, hint in properties.items()},
-            "required": list(properties), "additionalProperties": False}
+            "required": [name for name in properties if name not in optional], "additionalProperties": False}
 
 
 def _event(kind: EventKind) -> dict:

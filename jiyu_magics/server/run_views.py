@@ -1,8 +1,10 @@
 """Runs as REST, the panel and ``/metrics`` show them: the store's row plus its progress.
 
-The progress comes from the run's event log through ``core.event_log.summarize``; a summary is
-kept while the log's size and modification time stay the same, so polling fifty finished runs
-reads no log twice. Every method blocks (SQLite, files): handlers call them on a worker thread.
+A finished run's progress is the summary the store kept when it ended (no log read at all);
+a running one's comes from its event log through ``core.event_log.summarize``, kept while the
+log's size and modification time stay the same, so a poll reads no unchanged log twice. The
+list leaves out each run's ``params`` (any size a submission gave; the run's own route has
+them): a panel poll carries progress, not parameters. Every method blocks (SQLite, files): handlers call them on a worker thread.
 """
 
 from __future__ import annotations
@@ -30,11 +32,13 @@ class RunViews:
     def files(self, run_id: str) -> RunFiles:
         return RunFiles.of(run_id, self.home)
 
-    def list(self) -> list[dict]:
-        """The most recent runs, newest first; runs whose process died are marked ``lost``, runs
+    def list(self, limit: int | None = None, since: float | None = None) -> list[dict]:
+        """The ``limit`` (default ``self.limit``) most recent runs created at or after ``since``,
+        newest first, without their params; runs whose process died are marked ``lost``, runs
         a scheduler holds are brought up to date with it."""
         bridge.follow_scheduled(self.store)
-        return [self.record(run) for run in self.store.list(limit=self.limit)]
+        runs = self.store.list(limit=limit or self.limit, since=since)
+        return [{k: v for k, v in self.record(run).items() if k != "params"} for run in runs]
 
     def stacks(self, run_id: str) -> dict:
         """The newest stack dump of a run, grouped (``core.stack_groups``); raises for an unknown run."""
@@ -65,7 +69,7 @@ class RunViews:
         return self.record(self.row(run_id))
 
     def record(self, run: Run) -> dict:
-        return {**run.to_dict(), "summary": self.summary(run.id)}
+        return {**run.to_dict(), "summary": run.summary if run.summary is not None else self.summary(run.id)}
 
     def summary(self, run_id: str) -> dict:
         path = self._events.get(run_id) or self._events.setdefault(run_id, self.files(run_id).events)

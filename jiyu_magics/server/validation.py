@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import keyword
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,8 @@ MAX_BODY_BYTES = 1024 * 1024
 MAX_OFFSET = 2**63 - 1  # what a file offset can be
 MAX_NAME = 200
 MAX_PARAM_LINES = 1000
+MAX_PARAM_BYTES = 64 * 1024  # one parameter's value as JSON (or one typed line): a model size, not a data set
+MAX_LIST = 10_000  # runs one GET /jiyu/api/runs may ask for
 SUBMIT_FIELDS = ("notebook", "nproc", "params", "param_lines", "name", "gpus", "priority", "share")
 MAX_GPUS = 1024
 MAX_PRIORITY = 10**6
@@ -70,6 +73,28 @@ def offset(text: str | None) -> int:
     return int(text)
 
 
+def list_limit(text: str | None) -> int | None:
+    """``?limit=N`` of the runs list: 1 to ``MAX_LIST``; absent for the server's default."""
+    if text is None or text == "":
+        return None
+    if not (text.isascii() and text.isdigit()) or len(text) > 6 or not 1 <= int(text) <= MAX_LIST:
+        raise RequestError(f"'limit' must be a whole number from 1 to {MAX_LIST}, got {text[:40]!r}")
+    return int(text)
+
+
+def since(text: str | None) -> float | None:
+    """``?since=T`` of the runs list: runs created at or after T, in unix seconds."""
+    if text is None or text == "":
+        return None
+    try:
+        value = float(text) if len(text) <= 32 else math.nan
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0:
+        raise RequestError(f"'since' must be a time in unix seconds (e.g. 1764547200), got {text[:40]!r}")
+    return value
+
+
 def submission(body: dict, root: str | Path) -> Submission:
     unknown = sorted(set(body) - set(SUBMIT_FIELDS))
     if unknown:
@@ -118,9 +143,12 @@ def params(value: Any) -> dict[str, Any]:
         return {}
     if not isinstance(value, dict):
         raise RequestError("'params' must be an object mapping parameter names to values")
-    for name in value:
+    for name, item in value.items():
         if not name.isidentifier() or keyword.iskeyword(name):
-            raise RequestError(f"parameter name {name!r} is not a Python identifier")
+            raise RequestError(f"parameter name {name[:40]!r} is not a Python identifier")
+        if len(json.dumps(item).encode()) > MAX_PARAM_BYTES:
+            raise RequestError(f"parameter {name!r} is larger than {MAX_PARAM_BYTES // 1024} KiB as JSON; "
+                               "pass a path to the data instead")
     return dict(value)
 
 
@@ -132,6 +160,10 @@ def param_lines(value: Any) -> list[str]:
             or not all(isinstance(line, str) for line in value)):
         raise RequestError(f"'param_lines' must be a list of at most {MAX_PARAM_LINES} strings, "
                            "one 'NAME = VALUE' each")
+    for number, line in enumerate(value, 1):
+        if len(line.encode("utf-8", "surrogatepass")) > MAX_PARAM_BYTES:
+            raise RequestError(f"'param_lines' line {number} is larger than {MAX_PARAM_BYTES // 1024} KiB; "
+                               "pass a path to the data instead")
     return value
 
 

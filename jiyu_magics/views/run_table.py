@@ -18,9 +18,15 @@ STALLED_COLOR = "#bc4c00"
 SPARK = "▁▂▃▄▅▆▇█"
 
 
+def progress_of(run: Run) -> dict:
+    """A run's progress summary: stored in the run row once it ended (a listing of thousands of
+    finished runs reads no event log), folded from the log's tail while it runs."""
+    return run.summary if run.summary is not None else summarize(RunFiles.of(run.id).events)
+
+
 def row(run: Run, summary: dict | None = None) -> dict:
-    """One run as display strings; the progress comes from its event log."""
-    summary = summary if summary is not None else summarize(RunFiles.of(run.id).events)
+    """One run as display strings, with its progress (``progress_of``)."""
+    summary = summary if summary is not None else progress_of(run)
     step, total = summary.get("step"), summary.get("total_steps")
     progress = f"{step}/{total}" if step is not None and total else (f"step {step}" if step is not None else NA)
     return {"id": run.id, "name": run.name, "kind": _kind(run), "status": _status(run, summary),
@@ -85,6 +91,14 @@ def render_text(runs: list[Run], everything: bool = False) -> str:
     return text_table(HEADERS, [[r[h] for h in HEADERS] for r in rows], right={4, 7})
 
 
+def page_note(shown: int, total: int) -> str:
+    """The line under a paged listing: what it left out and how to see it."""
+    if total <= shown:
+        return ""
+    return (f"The {shown} newest of {total} runs; --limit N shows more, --since WHEN (7d, 2026-11-01) "
+            "an earlier stretch.")
+
+
 def render_html(runs: list[Run], everything: bool = False) -> str:
     if not runs:
         return f"<p>{html.escape(render_text(runs, everything))}</p>"
@@ -116,7 +130,7 @@ def sparkline(values: list[float]) -> str:
 
 def summary_lines(run: Run) -> list[tuple[str, str]]:
     """``%job attach``'s fields, label → value, from the run row and its event log."""
-    s = summarize(RunFiles.of(run.id).events)
+    s = progress_of(run)
     r = row(run, s)
     lines = [("run", f"{run.id}  {run.name}  ({run.kind}, {run.nproc * run.nnodes} process(es))"),
              ("status", r["status"] + (f", exit code {run.exit_code}" if run.exit_code else "")),

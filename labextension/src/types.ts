@@ -63,7 +63,8 @@ export interface IRun {
   cwd: string | null;
   host: string;
   backend: string;
-  params: Record<string, unknown>;
+  /** Sent by GET /jiyu/api/runs/{id} only: the runs list leaves parameters out. */
+  params?: Record<string, unknown>;
   pid: number | null;
   pid_started: number | null;
   pgid: number | null;

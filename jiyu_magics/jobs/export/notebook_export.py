@@ -1,6 +1,6 @@
 """Notebook → job script.
 
-A notebook (read with nbformat) or a live kernel's history becomes one Python script: IPython's
+A notebook (read as JSON: ``notebook_file``) or a live kernel's history becomes one Python script: IPython's
 own input transformer turns each cell into Python, the commands a job cannot or must not run
 are left out with a comment (see ``cell_rules``), parameters (``-p``/``-y``/``-f``: ``params``) are
 injected after the ``parameters`` cell (as papermill does), and the script runs the cells under a headless
@@ -21,6 +21,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from . import cell_rules, job_hazards, script_text as script
 from ..job_error import JobError
+from .notebook_file import read_cells
 from .params import assignment_lines, check_params
 
 
@@ -112,20 +113,18 @@ def export_history(cells: Iterable[ExecutedCell | str], params: Mapping[str, Any
 
 
 def read_notebook(path: Path) -> list[SourceCell]:
-    import nbformat
-
-    if not path.is_file():
-        raise JobError(f"{path}: no such notebook" if not path.exists() else f"{path} is not a notebook file")
-    try:
-        nb = nbformat.read(path, as_version=4)
-    except Exception as error:  # nbformat raises JSON, schema and version errors of many types
-        raise JobError(f"{path} is not a Jupyter notebook ({type(error).__name__})") from None
-    language = nb.metadata.get("kernelspec", {}).get("language") or nb.metadata.get("language_info", {}).get("name")
-    if language and language.lower() != "python":
+    """The notebook's cells, read as JSON (``notebook_file``: no nbformat import)."""
+    metadata, cells = read_cells(path)
+    language = _field(metadata, "kernelspec", "language") or _field(metadata, "language_info", "name")
+    if isinstance(language, str) and language and language.lower() != "python":
         raise JobError(f"{path} is a {language} notebook; jobs run Python notebooks")
-    return [SourceCell(cell.source, cell.cell_type, index, cell.get("execution_count"),
-                       frozenset(cell.metadata.get("tags", ())))
-            for index, cell in enumerate(nb.cells)]
+    return [SourceCell(cell["source"], cell["cell_type"], index, cell["execution_count"], cell["tags"])
+            for index, cell in enumerate(cells)]
+
+
+def _field(metadata: dict, section: str, key: str) -> Any:
+    value = metadata.get(section)
+    return value.get(key) if isinstance(value, dict) else None
 
 
 def build(cells: Sequence[SourceCell], params: Mapping[str, Any] | None, origin: str) -> Export:
