@@ -20,11 +20,11 @@ MONITORING = Path(__file__).resolve().parents[1] / "images" / "monitoring"
 REQUIRE_SERVICES_ENV = "JIYU_REQUIRE_SERVICES"
 
 
-def program(name: str) -> str:
+def program(name: str, installed_by: str = "Debian's prometheus package: make test-system-deps") -> str:
     """The path of ``name``; skips where it is missing, fails under ``make test``."""
     found = shutil.which(name) or (f"/usr/bin/{name}" if os.access(f"/usr/bin/{name}", os.X_OK) else None)
     if found is None:
-        reason = f"{name} is not installed (Debian's prometheus package: make test-system-deps)"
+        reason = f"{name} is not installed ({installed_by})"
         if os.environ.get(REQUIRE_SERVICES_ENV) == "1":
             pytest.fail(f"{reason} ({REQUIRE_SERVICES_ENV}=1)", pytrace=False)
         pytest.skip(reason)

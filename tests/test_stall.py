@@ -117,7 +117,7 @@ def test_py_spy_adds_the_native_frames_where_it_is_installed(stalling_run, monke
     has it); where it runs, each rank's dump ends with its ``dump --native`` view."""
     import os
 
-    spy = program("py-spy")
+    spy = program("py-spy", "pip install 'jiyu_magics[stacks]'; make setup installs it with the test extras")
     monkeypatch.setenv("PATH", os.pathsep.join([os.path.dirname(spy), os.environ["PATH"]]))
     lifecycle = stalling_run
     assert lifecycle.start()
