@@ -7,6 +7,7 @@
 import { URLExt } from '@jupyterlab/coreutils';
 import { ServerConnection } from '@jupyterlab/services';
 
+import { IRunEvent } from './runevents';
 import { IGpuSnapshot, ILogChunk, IRun, ISubmission } from './types';
 
 /** A refusal from the server, with the message it sent (400s name the bad field). */
@@ -28,6 +29,15 @@ export class JiyuApi {
 
   async runs(): Promise<IRun[]> {
     return (await this.request<{ runs: IRun[] }>('api/runs')).runs;
+  }
+
+  run(runId: string): Promise<IRun> {
+    return this.request(`api/runs/${encodeURIComponent(runId)}`);
+  }
+
+  /** Events after byte `offset` of the run's event log, and the offset to ask from next. */
+  events(runId: string, offset: number): Promise<{ events: IRunEvent[]; offset: number }> {
+    return this.request(`api/runs/${encodeURIComponent(runId)}/events`, {}, { offset });
   }
 
   log(runId: string, offset: number): Promise<ILogChunk> {

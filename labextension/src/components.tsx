@@ -9,11 +9,22 @@ import * as fmt from './format';
 import { GpuHolder, IdleKernelWarnings, IKernelActions, ProcessList } from './owners';
 import { sparkline } from './sparkline';
 import { IGpuDevice, IGpuKernel, IGpuSnapshot, IRun } from './types';
+import { differingParams } from './comparison';
 import { describeRun, IRunView, visibleRuns } from './view';
 
 export interface IRunActions {
   onStop(run: IRun): void;
   onLogs(run: IRun): void;
+  /** Opens the run's page; the row shows no Open button without it. */
+  onOpen?(run: IRun): void;
+  /** The runs ticked for comparison, and how a tick changes them. */
+  selection?: ISelection;
+}
+
+export interface ISelection {
+  ids: ReadonlySet<string>;
+  toggle(runId: string): void;
+  compare(runIds: string[]): void;
 }
 
 const noShutdown = (_: IGpuKernel) => undefined;
@@ -48,6 +59,8 @@ export function PanelBody(props: IPanelBodyProps): JSX.Element {
           finished={props.finished}
           onStop={props.onStop}
           onLogs={props.onLogs}
+          onOpen={props.onOpen}
+          selection={props.selection}
         />
       </section>
     </div>
@@ -198,17 +211,40 @@ export function RunList(props: IRunListProps): JSX.Element {
       </p>
     );
   }
+  const differing = differingParams(runs);
   return (
-    <ul className="jp-JiyuRunList" aria-label="Runs">
-      {runs.map(run => (
-        <RunRow key={run.id} run={run} onStop={props.onStop} onLogs={props.onLogs} />
-      ))}
-    </ul>
+    <>
+      {props.selection && <CompareBar selection={props.selection} />}
+      <ul className="jp-JiyuRunList" aria-label="Runs">
+        {runs.map(run => (
+          <RunRow key={run.id} {...props} run={run} differing={differing.get(run.id)} />
+        ))}
+      </ul>
+    </>
   );
 }
 
-export function RunRow(props: { run: IRun } & IRunActions): JSX.Element {
+/** "Compare (n)" for the ticked runs: two or more. */
+function CompareBar(props: { selection: ISelection }): JSX.Element {
+  const ids = [...props.selection.ids];
+  return (
+    <div className="jp-JiyuCompareBar">
+      <button
+        type="button"
+        className="jp-JiyuButton"
+        disabled={ids.length < 2}
+        title={ids.length < 2 ? 'Tick two or more runs to compare them' : undefined}
+        onClick={() => props.selection.compare(ids)}
+      >
+        Compare ({ids.length})
+      </button>
+    </div>
+  );
+}
+
+export function RunRow(props: { run: IRun; differing?: string } & IRunActions): JSX.Element {
   const v = describeRun(props.run);
+  const selection = props.selection;
   return (
     <li
       className={`jp-JiyuRun jp-mod-${v.status}`}
@@ -216,6 +252,15 @@ export function RunRow(props: { run: IRun } & IRunActions): JSX.Element {
       aria-label={`Run ${v.name}, ${v.statusLabel}`}
     >
       <div className="jp-JiyuRun-head">
+        {selection && (
+          <input
+            type="checkbox"
+            className="jp-JiyuRun-select"
+            aria-label={`Select ${v.name} (${v.id}) to compare`}
+            checked={selection.ids.has(v.id)}
+            onChange={() => selection.toggle(v.id)}
+          />
+        )}
         <span className={`jp-JiyuChip jp-mod-${v.status}`}>{v.statusLabel}</span>
         <span className="jp-JiyuRun-name" title={`${v.name} (${v.id})`}>
           {v.name}
@@ -224,6 +269,11 @@ export function RunRow(props: { run: IRun } & IRunActions): JSX.Element {
           {v.kind}
         </span>
       </div>
+      {props.differing && (
+        <div className="jp-JiyuRun-params" title="parameters that differ between runs of this name">
+          {props.differing}
+        </div>
+      )}
       {v.gpuText && <div className="jp-JiyuRun-gpus">{v.gpuText}</div>}
       <RunProgress view={v} />
       <Sparkline values={v.losses} />
@@ -240,6 +290,16 @@ export function RunRow(props: { run: IRun } & IRunActions): JSX.Element {
       {v.detail && <div className="jp-JiyuRun-detail">{v.detail}</div>}
       {v.note && <div className="jp-JiyuRun-note">{v.note}</div>}
       <div className="jp-JiyuRun-actions">
+        {props.onOpen && (
+          <button
+            type="button"
+            className="jp-JiyuButton"
+            aria-label={`Open the page of ${v.name}`}
+            onClick={() => props.onOpen!(props.run)}
+          >
+            Open
+          </button>
+        )}
         <button
           type="button"
           className="jp-JiyuButton"
