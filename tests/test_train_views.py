@@ -12,7 +12,7 @@ import textwrap
 from jiyu_magics.core.event_log import EventLog
 from jiyu_magics.core.run_files import RunFiles
 from jiyu_magics.core.run_store import RunStore
-from jiyu_magics.views.loss_chart import loss_svg
+from jiyu_magics.views.loss_chart import RAW, SMOOTH, loss_svg
 from jiyu_magics.views.loss_plot import render_loss_png
 from jiyu_magics.views.train_text import progress_line, summary_html
 from jiyu_magics.views.training_view import TrainingView
@@ -65,6 +65,30 @@ def test_smoothing_follows_the_trend_and_starts_at_the_first_value():
     view.feed([_events()[0]] + [{"kind": "step", "step": s, "loss": 1.0 if s % 2 else 3.0} for s in range(1, 101)])
     smooth = view.smoothed()
     assert smooth[0] == 1.0 and 1.6 < smooth[-1] < 2.4
+
+
+def _spiky_view() -> TrainingView:
+    """A loss at 0.01 with one step in ten spiking to 10: a log-scale chart (span 1000x)."""
+    view = TrainingView()
+    view.feed(_events()[:1] + [{"kind": "step", "step": s, "loss": 10.0 if s % 10 == 0 else 0.01}
+                               for s in range(1, 401)])
+    return view
+
+
+def test_smoothing_on_a_log_chart_sits_on_the_curve_not_above_it():
+    """The linear mean of a spiky loss is ~1 (100x the curve); in log space it stays near 0.01."""
+    view = _spiky_view()
+    assert view.smoothed()[-1] > 0.5
+    assert 0.005 < view.smoothed(log=True)[-1] < 0.05
+    import re
+
+    svg = loss_svg(view)
+    assert "log scale" in svg
+    lines = re.findall(r"stroke='([^']+)' stroke-width='[\d.]+' points='([^']+)'", svg)
+    raw = [float(p.split(",")[1]) for p in dict(lines)[RAW].split()]
+    smooth_y = float(dict(lines)[SMOOTH].split()[-1].split(",")[1])
+    floor_y = sorted(raw)[len(raw) // 2]  # the median point's height: the 0.01 floor
+    assert abs(smooth_y - floor_y) < 0.25 * (max(raw) - min(raw)), (smooth_y, floor_y)
 
 
 def test_svg_curve_has_train_smoothed_and_val_and_stays_small():

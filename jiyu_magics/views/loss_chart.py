@@ -30,10 +30,10 @@ def loss_svg(view: TrainingView, width: int = WIDTH, height: int = HEIGHT) -> st
     if not raw and not vals:
         return _frame(width, height, "<text x='50%' y='50%' text-anchor='middle' fill='#888'>waiting for the "
                                      "first logged step…</text>")
-    smooth = list(zip((s for s, _ in view.losses), view.smoothed()))
     steps = [s for s, _ in raw + vals]
     values = [v for _, v in raw + vals]
     scale = _Scale(min(steps), max(steps), min(values), max(values), width, height)
+    smooth = list(zip((s for s, _ in view.losses), view.smoothed(log=scale.log)))  # in the space shown
     body = [_grid(scale), _polyline(_thin(raw), scale, RAW, 1), _polyline(_thin(smooth), scale, SMOOTH, 2),
             *(f"<circle cx='{scale.x(s):.1f}' cy='{scale.y(v):.1f}' r='3' fill='{VAL}'/>" for s, v in vals),
             _legend(width, bool(vals))]
