@@ -239,7 +239,7 @@ def test_train_dashboard_renders_live_in_a_lab_notebook(page, lab, artifacts):
     row = page.locator(PANEL).locator("li.jp-JiyuRun", has_text="lab-digits")
     expect(row.locator(".jp-JiyuChip")).to_have_text("running", timeout=30_000)
     page.screenshot(path=artifacts / "lab_train_dashboard.png")
-    expect(output.locator("img")).to_be_visible(timeout=180_000)  # the static summary's loss PNG
+    expect(output.locator(".jiyu-train-summary svg polyline").first).to_be_visible(timeout=180_000)  # themed SVG
     expect(output).to_contain_text("succeeded")
     expect(row.locator(".jp-JiyuChip")).to_have_text("succeeded", timeout=30_000)
     run = next(r for r in RunStore(store_path(lab.home)).list() if r.name == "lab-digits")

@@ -69,6 +69,8 @@ def test_live_dashboard_refreshes_in_place_by_wall_clock(tmp_path):
     (output,) = nb.cells[1].outputs
     assert {"text/html", "image/png", "text/plain"} <= set(output.data) and WIDGET_MIME not in output.data
     assert "succeeded" in output.data["text/html"] and "Trained 1536 steps" in output.data["text/plain"]
+    summary = output.data["text/html"]  # the themed SVG in the live notebook, the PNG beside it for exporters
+    assert "<svg" in summary and "var(--jp-ui-font-color1" in summary and "<img" not in summary
     states = nb.metadata["widgets"]["application/vnd.jupyter.widget-state+json"]["state"].values()
     progress = [s["state"]["value"] for s in states if s["model_name"] == "FloatProgressModel"]
     labels = [s["state"]["value"] for s in states if s["model_name"] == "LabelModel"]

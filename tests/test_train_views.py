@@ -244,3 +244,31 @@ def test_jiyu_plot_refusals_are_one_line_with_exit_code_2(tmp_path):
                         ([run.id, "-o", str(tmp_path / "missing" / "x.png")], "cannot write")):
         done = jiyu("plot", *args)
         assert done.returncode == 2 and words in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+def test_one_status_palette_in_the_panel_the_tables_and_the_summary():
+    """Each status has the colour of the panel's chip (the same JupyterLab theme variable) in
+    the %jobs table and the dashboard's summary; %jobs had them the other way round."""
+    import re
+
+    from jiyu_magics.core.run_model import RunStatus
+    from jiyu_magics.core.run_store import Run
+    from jiyu_magics.views.run_table import render_html
+    from jiyu_magics.views.status_palette import status_colour
+
+    css = (ROOT / "labextension" / "style" / "base.css").read_text()
+    chips = {}
+    for selectors, body in re.findall(r"((?:\.jp-JiyuChip\.jp-mod-\w+,?\s*)+)\{([^}]*)\}", css):
+        variable = re.search(r"background:\s*var\((--jp-[\w-]+)", body).group(1)
+        for status in re.findall(r"jp-mod-(\w+)", selectors):
+            chips[status] = variable
+    for status in RunStatus:
+        assert status_colour(status).startswith(f"var({chips[status.value]},"), status
+    table = render_html([Run(id="r1", name="a", kind="job", status="running"),
+                         Run(id="r2", name="b", kind="job", status="succeeded")], everything=True)
+    assert f"color:{status_colour('running')}" in table and "var(--jp-brand-color1" in status_colour("running")
+    assert f"color:{status_colour('succeeded')}" in table and "var(--jp-success-color1" in status_colour("succeeded")
+    view = TrainingView()
+    view.feed(_events() + [{"kind": "end", "status": "failed", "step": 50, "message": "boom"}])
+    assert f"color:{status_colour('failed')}" in summary_html(view, svg=loss_svg(view))
+    assert "var(--jp-border-color2" in loss_svg(view), "gridlines in the theme's colours"

@@ -105,10 +105,9 @@ class DdpLaunch:
             monitor = DdpDashboard(self.lifecycle, refresh=self.args.refresh or 1.0,
                                    on_stop=self.lifecycle.request_stop).show()
         else:
-            from ..views.train_text import TEXT_INTERVAL_S
             from ..widgets.text_progress import TextProgress
 
-            monitor = TextProgress(interval=self.args.refresh or TEXT_INTERVAL_S)
+            monitor = TextProgress(interval=self.args.refresh)  # 1 s in place on a terminal, 10 s lines elsewhere
         if self.on_monitor is not None:
             self.on_monitor(monitor)
         return monitor

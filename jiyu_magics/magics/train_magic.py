@@ -201,10 +201,9 @@ class TrainMagics(Magics):
 
             monitor = TrainingDashboard(refresh=args.refresh or 1.0, stop=stop).show()
         else:
-            from ..views.train_text import TEXT_INTERVAL_S
             from ..widgets.text_progress import TextProgress
 
-            monitor = TextProgress(interval=args.refresh or TEXT_INTERVAL_S)
+            monitor = TextProgress(interval=args.refresh)  # 1 s in place on a terminal, 10 s lines elsewhere
         TrainMagics.dashboard = monitor
         return monitor
 

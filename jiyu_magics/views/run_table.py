@@ -10,10 +10,9 @@ from ..core.run_files import RunFiles
 from ..core.run_model import RunStatus
 from ..core.run_store import Run
 from .format import NA, bar, duration, text_table
+from .status_palette import status_colour
 
 HEADERS = ["id", "name", "kind", "status", "nproc", "gpus", "progress", "loss", "started", "duration"]
-STATUS_COLORS = {RunStatus.RUNNING: "#1a7f37", RunStatus.QUEUED: "#9a6700", RunStatus.SUCCEEDED: "#0969da",
-                 RunStatus.FAILED: "#cf222e", RunStatus.STOPPED: "#6e7781", RunStatus.LOST: "#bc4c00"}
 SPARK = "▁▂▃▄▅▆▇█"
 
 
@@ -81,7 +80,7 @@ def render_html(runs: list[Run], everything: bool = False) -> str:
 
 
 def _html_row(r: dict) -> str:
-    color = STATUS_COLORS.get(r["status"].split()[0], "inherit")
+    color = status_colour(r["status"].split()[0])
     cells = []
     for h in HEADERS:
         text = html.escape(r[h])

@@ -74,7 +74,8 @@ class TrainingDashboard:
         self.widget = widgets.VBox([
             widgets.HBox([self.stop_button, self.header], layout=widgets.Layout(align_items="center")),
             widgets.HBox([self.progress, self.progress_label], layout=widgets.Layout(align_items="center")),
-            widgets.HBox([self.chart, self.stats]), self.notes])
+            # wraps: in a narrow output (the panel's log beside the notebook) the numbers go under the chart
+            widgets.HBox([self.chart, self.stats], layout=widgets.Layout(flex_flow="row wrap")), self.notes])
 
     # -- the monitor interface the engine and follow() call ---------------------------------
     def show(self) -> "TrainingDashboard":
@@ -134,7 +135,8 @@ class TrainingDashboard:
         if self.handle is None:
             return
         png = summary_png(self.view)
-        bundle = {"text/html": summary_html(self.view, base64.b64encode(png).decode() if png else None),
+        # the themed SVG for the live notebook; the PNG stays in the bundle for saved/exported copies
+        bundle = {"text/html": summary_html(self.view, svg=loss_svg(self.view)),
                   "text/plain": summary_text(self.view)}
         if png:
             bundle["image/png"] = base64.b64encode(png).decode()
