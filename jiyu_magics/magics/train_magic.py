@@ -137,10 +137,12 @@ class TrainMagics(Magics):
         __tracebackhide__ = True  # noqa: F841 (IPython hides this frame: an error shows the user's)
         args = parse_argstring(self.train, line)
         launching = self._check(args)
-        kwargs = self._run_body(args, cell, launching)
         if launching:
-            return self._launch(line, args, cell, kwargs["model"])
-        self._train(args, kwargs)
+            return self._launch(line, args, cell, self._run_body(args, cell, launching)["model"])
+        from .cell_log import cell_log
+
+        with cell_log() as log:  # a kernel run's Logs show what the cell printed, its body's prints too
+            self._train(args, self._run_body(args, cell, launching), log)
 
     @staticmethod
     def _check(args: Namespace) -> bool:
@@ -172,14 +174,16 @@ class TrainMagics(Magics):
 
         launch_ddp(self.shell, line, args, cell, model, on_monitor=lambda m: setattr(TrainMagics, "dashboard", m))
 
-    def _train(self, args: Namespace, kwargs: dict) -> None:
+    def _train(self, args: Namespace, kwargs: dict, log) -> None:
         from ..train import StopSignal, TrainConfigError, TrainingFailed, fit
+        from ..train.monitor import NullMonitor
+        from .cell_log import LoggedMonitor
 
         __tracebackhide__ = True  # noqa: F841
         stop = StopSignal()
         monitor = self._monitor(args, stop)
         try:
-            result = fit(**kwargs, monitor=monitor, stop=stop)
+            result = fit(**kwargs, monitor=LoggedMonitor(monitor or NullMonitor(), log), stop=stop)
         except TrainingFailed as failure:
             self.shell.user_ns[args.result] = failure.result
             raise
