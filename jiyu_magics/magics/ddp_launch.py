@@ -62,7 +62,10 @@ class DdpLaunch:
                                                owner="kernel", notebook=os.environ.get(NOTEBOOK_ENV),
                                                params={"train": self.line})
         with self.lifecycle:
+            # said at once: exporting and torchrun's start take seconds before the dashboard shows
+            print(f"jiyu: exporting the notebook for run {self.lifecycle.run_id}…", flush=True)
             self._prepare()
+            print(f"jiyu: starting torchrun ({spec.nproc} process{'es' if spec.nproc != 1 else ''})…", flush=True)
             self.lifecycle.start(env=self._environment(), on_wait=lambda line: print(f"jiyu: {line}", flush=True))
             self.monitor = self._monitor()
             self._follow()
