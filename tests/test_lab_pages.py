@@ -6,6 +6,7 @@ the NVML double (tests/nvml_double), as everywhere in the browser tests.
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -19,6 +20,7 @@ from .lab_runner import jupyter_lab, launch_chromium, submit_training_job
 from .test_lab_panel import status_of, wait_until
 
 PANEL = "#jiyu-panel"
+PYTHON3 = {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}}
 
 
 @pytest.fixture(scope="module")
@@ -196,3 +198,28 @@ def test_compare_two_runs_overlays_curves_and_marks_the_differing_parameter(brow
 
 def metric_cells(table, name: str) -> list[str]:
     return table.locator(f'tr[data-row="{name}"] td').all_inner_texts()
+
+
+def test_submit_dialog_lists_the_parameters_and_keeps_a_refusal_in_the_dialog(browser, lab):
+    cells = [{"cell_type": "code", "metadata": {"tags": ["parameters"]}, "execution_count": None, "outputs": [],
+              "source": "lr = 0.1\nepochs: int = 2"},
+             {"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [], "source": "print(lr)"}]
+    (lab.root / "params.ipynb").write_text(json.dumps({"cells": cells, "metadata": PYTHON3, "nbformat": 4,
+                                                        "nbformat_minor": 5}))
+    page = open_lab(browser, lab)
+    page.evaluate("window.jupyterapp.commands.execute('docmanager:open', {path: 'params.ipynb'})")
+    page.locator('.jp-NotebookPanel-toolbar [data-command="jiyu:submit-notebook"]').click()
+    dialog = page.locator(".jp-Dialog")
+    expect(dialog.locator(".jp-JiyuSubmit-names")).to_have_text("The parameters cell sets: lr, epochs")
+    dialog.get_by_label("Run name").fill("refused")
+    dialog.get_by_label('Parameters, one "name = value" a line').fill("lr = 0.5\nnope = 3")
+    dialog.get_by_role("button", name="Submit").click()
+    error = page.locator(".jp-Dialog .jp-JiyuSubmit-error")
+    expect(error).to_contain_text("unknown parameter nope", timeout=30_000)  # the server's 400, in the dialog
+    expect(error).to_contain_text("lr")
+    expect(page.locator(".jp-Dialog").get_by_label("Run name")).to_have_value("refused")
+    assert page.locator(".jp-Dialog").get_by_label('Parameters, one "name = value" a line').input_value() == \
+        "lr = 0.5\nnope = 3", "what was typed is kept"
+    page.locator(".jp-Dialog").get_by_role("button", name="Cancel").click()
+    expect(page.locator(".jp-Dialog")).to_have_count(0)
+    assert all(r.name != "refused" for r in RunStore(store_path(lab.home)).list())

@@ -37,3 +37,14 @@ describe('parseNproc', () => {
     expect(() => parseNproc('two')).toThrow(ParamError);
   });
 });
+
+import { parameterNames } from '../src/params';
+
+describe('the parameters cell', () => {
+  it('names what it assigns, once each, not comparisons or indented lines', () => {
+    expect(parameterNames('lr = 3e-4\nepochs: int = 5\nif lr == 1:\n    x = 2\nlr = 1e-3\n# n = 3')).toEqual([
+      'lr',
+      'epochs'
+    ]);
+  });
+});
