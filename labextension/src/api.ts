@@ -61,8 +61,7 @@ export class JiyuApi {
     query: Record<string, string | number> = {}
   ): Promise<T> {
     const url =
-      URLExt.join(this.settings.baseUrl, 'jiyu', path) +
-      URLExt.objectToQueryString(query);
+      URLExt.join(this.settings.baseUrl, 'jiyu', path) + URLExt.objectToQueryString(query);
     let response: Response;
     try {
       response = await ServerConnection.makeRequest(url, init, this.settings);

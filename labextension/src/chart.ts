@@ -22,9 +22,7 @@ export interface ISeries {
 
 /** Only the points a scale can draw: finite, and positive on a log axis. */
 export function drawable(points: ReadonlyArray<IPoint>, scale: Scale): IPoint[] {
-  return points.filter(
-    p => isFinite(p.x) && isFinite(p.y) && (scale === 'linear' || p.y > 0)
-  );
+  return points.filter(p => isFinite(p.x) && isFinite(p.y) && (scale === 'linear' || p.y > 0));
 }
 
 /**

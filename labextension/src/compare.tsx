@@ -41,8 +41,15 @@ export class CompareView extends ReactWidget {
     return (
       <UseSignal signal={this._changed}>
         {() => {
-          const loaded = this.feeds.filter(f => f.run !== null) as Array<RunFeed & { run: NonNullable<RunFeed['run']> }>;
-          return <Comparison runs={loaded.map(f => ({ run: f.run, history: f.history }))} error={this._error} />;
+          const loaded = this.feeds.filter(f => f.run !== null) as Array<
+            RunFeed & { run: NonNullable<RunFeed['run']> }
+          >;
+          return (
+            <Comparison
+              runs={loaded.map(f => ({ run: f.run, history: f.history }))}
+              error={this._error}
+            />
+          );
         }}
       </UseSignal>
     );

@@ -21,7 +21,11 @@ export function Comparison(props: { runs: ICompared[]; error?: string | null }):
   }));
   return (
     <div className="jp-JiyuCompare-body">
-      {props.error && <div className="jp-JiyuPanel-error" role="alert">{props.error}</div>}
+      {props.error && (
+        <div className="jp-JiyuPanel-error" role="alert">
+          {props.error}
+        </div>
+      )}
       <ChartControls options={options} onChange={setOptions} />
       <LossChart series={series} options={options} label="Training loss of the compared runs" />
       <CompareTable runs={props.runs} />

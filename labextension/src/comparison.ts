@@ -20,22 +20,69 @@ export interface ICompareRow {
   differs: boolean;
 }
 
-const OPTIONS = ['epochs', 'total_steps', 'batch_size', 'accum', 'amp', 'device', 'strategy', 'nproc'];
+const OPTIONS = [
+  'epochs',
+  'total_steps',
+  'batch_size',
+  'accum',
+  'amp',
+  'device',
+  'strategy',
+  'nproc'
+];
 
 export function compareRows(runs: ReadonlyArray<ICompared>): ICompareRow[] {
   const params = [...new Set(runs.flatMap(r => Object.keys(r.run.params ?? {})))].sort();
   const rows: ICompareRow[] = [
-    ...params.map(p => row(p, 'param', runs.map(r => shown(r.run.params?.[p])))),
-    ...OPTIONS.map(o => row(o, 'option', runs.map(r => shown(r.history.start[o])))).filter(
-      r => r.values.some(v => v !== fmt.NA)
+    ...params.map(p =>
+      row(
+        p,
+        'param',
+        runs.map(r => shown(r.run.params?.[p]))
+      )
     ),
-    row('status', 'metric', runs.map(r => r.run.status)),
-    row('last step', 'metric', runs.map(r => shown(r.history.last.step))),
-    row('final loss', 'metric', runs.map(r => fmt.loss(final(r.history.loss.step)))),
-    row('best loss', 'metric', runs.map(r => fmt.loss(best(r.history.loss.step)))),
-    row('final val loss', 'metric', runs.map(r => fmt.loss(final(r.history.valLoss.step)))),
-    row('best val accuracy', 'metric', runs.map(r => accuracy(best(r.history.valAccuracy.step, false)))),
-    row('wall time', 'metric', runs.map(r => fmt.duration(r.run.duration)))
+    ...OPTIONS.map(o =>
+      row(
+        o,
+        'option',
+        runs.map(r => shown(r.history.start[o]))
+      )
+    ).filter(r => r.values.some(v => v !== fmt.NA)),
+    row(
+      'status',
+      'metric',
+      runs.map(r => r.run.status)
+    ),
+    row(
+      'last step',
+      'metric',
+      runs.map(r => shown(r.history.last.step))
+    ),
+    row(
+      'final loss',
+      'metric',
+      runs.map(r => fmt.loss(final(r.history.loss.step)))
+    ),
+    row(
+      'best loss',
+      'metric',
+      runs.map(r => fmt.loss(best(r.history.loss.step)))
+    ),
+    row(
+      'final val loss',
+      'metric',
+      runs.map(r => fmt.loss(final(r.history.valLoss.step)))
+    ),
+    row(
+      'best val accuracy',
+      'metric',
+      runs.map(r => accuracy(best(r.history.valAccuracy.step, false)))
+    ),
+    row(
+      'wall time',
+      'metric',
+      runs.map(r => fmt.duration(r.run.duration))
+    )
   ];
   return rows;
 }
@@ -47,7 +94,11 @@ function row(name: string, kind: ICompareRow['kind'], values: string[]): ICompar
 }
 
 function shown(value: unknown): string {
-  return value === undefined || value === null ? fmt.NA : typeof value === 'string' ? value : JSON.stringify(value);
+  return value === undefined || value === null
+    ? fmt.NA
+    : typeof value === 'string'
+      ? value
+      : JSON.stringify(value);
 }
 
 function accuracy(value: number | null): string {

@@ -148,9 +148,7 @@ export function GpuCard(
         onShutdownKernel={props.onShutdownKernel ?? noShutdown}
       />
       <div className="jp-JiyuGpu-foot">
-        <span title="temperature">
-          {d.temperature === null ? fmt.NA : `${d.temperature}°C`}
-        </span>
+        <span title="temperature">{d.temperature === null ? fmt.NA : `${d.temperature}°C`}</span>
         <span title="power draw / limit">{fmt.watts(d.power_draw, d.power_limit)}</span>
         <span title="processes using this GPU">
           {d.processes.length} proc{d.processes.length === 1 ? '' : 's'}
@@ -206,8 +204,8 @@ export function RunList(props: IRunListProps): JSX.Element {
   if (runs.length === 0) {
     return (
       <p className="jp-JiyuPanel-placeholder">
-        No runs yet. Train with <code>%%train</code>, or submit this notebook as a
-        background job from its toolbar.
+        No runs yet. Train with <code>%%train</code>, or submit this notebook as a background job
+        from its toolbar.
       </p>
     );
   }

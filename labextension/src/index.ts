@@ -3,17 +3,8 @@
  * "Submit notebook as background job" command (notebook toolbar and command palette).
  */
 
-import {
-  ILayoutRestorer,
-  JupyterFrontEnd,
-  JupyterFrontEndPlugin
-} from '@jupyterlab/application';
-import {
-  ICommandPalette,
-  MainAreaWidget,
-  Notification,
-  WidgetTracker
-} from '@jupyterlab/apputils';
+import { ILayoutRestorer, JupyterFrontEnd, JupyterFrontEndPlugin } from '@jupyterlab/application';
+import { ICommandPalette, MainAreaWidget, Notification, WidgetTracker } from '@jupyterlab/apputils';
 import { INotebookTracker } from '@jupyterlab/notebook';
 import { ISettingRegistry } from '@jupyterlab/settingregistry';
 
@@ -60,7 +51,9 @@ const plugin: JupyterFrontEndPlugin<void> = {
     const openLog = (run: Pick<IRun, 'id' | 'name'>) =>
       app.commands.execute(CommandIDs.openLog, { id: run.id, name: run.name });
     const pages = new WidgetTracker<MainAreaWidget<RunPage>>({ namespace: 'jiyu-run' });
-    const comparisons = new WidgetTracker<MainAreaWidget<CompareView>>({ namespace: 'jiyu-compare' });
+    const comparisons = new WidgetTracker<MainAreaWidget<CompareView>>({
+      namespace: 'jiyu-compare'
+    });
     panel = new JiyuPanel(
       model,
       openLog,

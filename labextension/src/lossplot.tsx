@@ -7,17 +7,7 @@
 
 import * as React from 'react';
 
-import {
-  drawable,
-  IBox,
-  ISeries,
-  path,
-  Scale,
-  scales,
-  smooth,
-  tickLabel,
-  XAxis
-} from './chart';
+import { drawable, IBox, ISeries, path, Scale, scales, smooth, tickLabel, XAxis } from './chart';
 
 export interface IChartOptions {
   scale: Scale;
@@ -107,7 +97,12 @@ export function LossChart(props: {
     scale,
     BOX
   );
-  const inner = { x0: BOX.left, x1: BOX.width - BOX.right, y0: BOX.top, y1: BOX.height - BOX.bottom };
+  const inner = {
+    x0: BOX.left,
+    x1: BOX.width - BOX.right,
+    y0: BOX.top,
+    y1: BOX.height - BOX.bottom
+  };
   return (
     <figure className="jp-JiyuChart" aria-label={props.label}>
       <svg
@@ -153,8 +148,15 @@ export function LossChart(props: {
         {shown.map(r => (
           <span key={r.label} className="jp-JiyuChart-key">
             <svg width="18" height="8" aria-hidden="true">
-              <line x1="0" x2="18" y1="4" y2="4" stroke={r.color} strokeWidth="2"
-                strokeDasharray={r.dashed ? '4 2' : undefined} />
+              <line
+                x1="0"
+                x2="18"
+                y1="4"
+                y2="4"
+                stroke={r.color}
+                strokeWidth="2"
+                strokeDasharray={r.dashed ? '4 2' : undefined}
+              />
             </svg>
             {r.label}
           </span>

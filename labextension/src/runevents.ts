@@ -70,7 +70,16 @@ function fold(h: IRunHistory, e: IRunEvent): void {
     Object.assign(h.start, e);
   } else if (e.kind === 'step') {
     add(h.loss, num('loss'));
-    for (const key of ['step', 'epoch', 'loss', 'lr', 'samples_per_s', 'elapsed', 'eta', 'mem_peak']) {
+    for (const key of [
+      'step',
+      'epoch',
+      'loss',
+      'lr',
+      'samples_per_s',
+      'elapsed',
+      'eta',
+      'mem_peak'
+    ]) {
       h.last[key] = num(key);
     }
   } else if (e.kind === 'val') {
@@ -81,7 +90,11 @@ function fold(h: IRunHistory, e: IRunEvent): void {
   } else if (e.kind === 'ckpt' && typeof e.path === 'string') {
     h.checkpoints.push({ step: num('step'), path: e.path });
   } else if (e.kind === 'error') {
-    h.errors.push({ rank: num('rank'), message: String(e.message ?? ''), source: (e.source as string) ?? null });
+    h.errors.push({
+      rank: num('rank'),
+      message: String(e.message ?? ''),
+      source: (e.source as string) ?? null
+    });
   } else if (e.kind === 'advice' && typeof e.message === 'string') {
     h.advice.push(e.message);
   } else if (e.kind === 'end') {

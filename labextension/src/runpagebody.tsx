@@ -26,7 +26,9 @@ export function RunPageBody(props: {
       </p>
     );
   }
-  return <RunDetails run={run} history={props.feed.history} onStop={props.onStop} error={props.error} />;
+  return (
+    <RunDetails run={run} history={props.feed.history} onStop={props.onStop} error={props.error} />
+  );
 }
 
 export function RunDetails(props: {
@@ -58,7 +60,11 @@ export function RunDetails(props: {
           </button>
         )}
       </header>
-      {props.error && <div className="jp-JiyuPanel-error" role="alert">{props.error}</div>}
+      {props.error && (
+        <div className="jp-JiyuPanel-error" role="alert">
+          {props.error}
+        </div>
+      )}
       {v.detail && <div className="jp-JiyuRun-detail">{v.detail}</div>}
       <div className="jp-JiyuRunPage-main">
         <section className="jp-JiyuRunPage-chart" aria-label="Loss chart">
@@ -92,12 +98,22 @@ export function Metrics(props: { run: IRun; history: IRunHistory }): JSX.Element
   const last = h.last;
   const total = (h.start.total_steps as number | null) ?? props.run.summary.total_steps;
   const rows: Array<[string, string]> = [
-    ['step', last.step === undefined || last.step === null ? fmt.NA : `${last.step}${total ? `/${total}` : ''}`],
+    [
+      'step',
+      last.step === undefined || last.step === null
+        ? fmt.NA
+        : `${last.step}${total ? `/${total}` : ''}`
+    ],
     ['epoch', last.epoch === undefined || last.epoch === null ? fmt.NA : String(last.epoch)],
     ['loss', fmt.loss(last.loss)],
     ['best loss', fmt.loss(best(h.loss.step))],
     ['val loss', fmt.loss(last.val_loss)],
-    ['val accuracy', last.val_accuracy === undefined || last.val_accuracy === null ? fmt.NA : `${(100 * last.val_accuracy).toFixed(1)}%`],
+    [
+      'val accuracy',
+      last.val_accuracy === undefined || last.val_accuracy === null
+        ? fmt.NA
+        : `${(100 * last.val_accuracy).toFixed(1)}%`
+    ],
     ['lr', last.lr === undefined || last.lr === null ? fmt.NA : last.lr.toExponential(2)],
     ['throughput', fmt.rate(last.samples_per_s)],
     ['wall time', fmt.duration(props.run.duration)],
@@ -115,14 +131,29 @@ export function Metrics(props: { run: IRun; history: IRunHistory }): JSX.Element
   );
 }
 
-const START_FACTS = ['epochs', 'total_steps', 'batch_size', 'accum', 'amp', 'device', 'strategy', 'backend',
-  'nproc', 'params', 'data', 'resumed_from', 'from_notebook'];
+const START_FACTS = [
+  'epochs',
+  'total_steps',
+  'batch_size',
+  'accum',
+  'amp',
+  'device',
+  'strategy',
+  'backend',
+  'nproc',
+  'params',
+  'data',
+  'resumed_from',
+  'from_notebook'
+];
 
 /** Parameters (-p values), the training options of the last start, where it ran, processes. */
 function Facts(props: { run: IRun; history: IRunHistory }): JSX.Element {
   const { run, history } = props;
   const params = Object.entries(run.params ?? {});
-  const facts = START_FACTS.filter(k => history.start[k] !== undefined && history.start[k] !== null);
+  const facts = START_FACTS.filter(
+    k => history.start[k] !== undefined && history.start[k] !== null
+  );
   const gpus = [...new Set((run.gpus ?? []).map(g => g.index))];
   return (
     <div className="jp-JiyuRunPage-facts">
@@ -134,7 +165,10 @@ function Facts(props: { run: IRun; history: IRunHistory }): JSX.Element {
           <table className="jp-JiyuTable">
             <tbody>
               {params.map(([k, val]) => (
-                <tr key={k}><th>{k}</th><td>{JSON.stringify(val)}</td></tr>
+                <tr key={k}>
+                  <th>{k}</th>
+                  <td>{JSON.stringify(val)}</td>
+                </tr>
               ))}
             </tbody>
           </table>
@@ -145,10 +179,19 @@ function Facts(props: { run: IRun; history: IRunHistory }): JSX.Element {
         <table className="jp-JiyuTable">
           <tbody>
             {facts.map(k => (
-              <tr key={k}><th>{k}</th><td>{String(history.start[k])}</td></tr>
+              <tr key={k}>
+                <th>{k}</th>
+                <td>{String(history.start[k])}</td>
+              </tr>
             ))}
-            <tr><th>notebook</th><td>{run.notebook ?? fmt.NA}</td></tr>
-            <tr><th>GPUs</th><td>{gpus.length ? gpus.join(', ') : 'none'}</td></tr>
+            <tr>
+              <th>notebook</th>
+              <td>{run.notebook ?? fmt.NA}</td>
+            </tr>
+            <tr>
+              <th>GPUs</th>
+              <td>{gpus.length ? gpus.join(', ') : 'none'}</td>
+            </tr>
           </tbody>
         </table>
       </section>
@@ -164,7 +207,9 @@ function Facts(props: { run: IRun; history: IRunHistory }): JSX.Element {
 export function Ranks(props: { run: IRun; history: IRunHistory }): JSX.Element {
   const { run, history } = props;
   const count = Math.max(1, run.nproc * run.nnodes);
-  const failed = new Map(history.errors.filter(e => e.rank !== null).map(e => [e.rank as number, e.message]));
+  const failed = new Map(
+    history.errors.filter(e => e.rank !== null).map(e => [e.rank as number, e.message])
+  );
   const launcher = history.errors.filter(e => e.rank === null);
   return (
     <>
@@ -176,7 +221,9 @@ export function Ranks(props: { run: IRun; history: IRunHistory }): JSX.Element {
         ))}
       </ul>
       {launcher.map((e, i) => (
-        <p key={i} className="jp-JiyuRun-detail">{e.source ?? 'launcher'}: {e.message}</p>
+        <p key={i} className="jp-JiyuRun-detail">
+          {e.source ?? 'launcher'}: {e.message}
+        </p>
       ))}
     </>
   );
@@ -192,14 +239,22 @@ function Checkpoints(props: { run: IRun; history: IRunHistory }): JSX.Element {
       ) : (
         <table className="jp-JiyuTable jp-JiyuRunPage-ckpts">
           <thead>
-            <tr><th>step</th><th>path</th><th>resume with</th></tr>
+            <tr>
+              <th>step</th>
+              <th>path</th>
+              <th>resume with</th>
+            </tr>
           </thead>
           <tbody>
             {ckpts.map(c => (
               <tr key={c.path + c.step}>
                 <td>{c.step ?? fmt.NA}</td>
-                <td><code>{c.path}</code></td>
-                <td><code>{resumeCommand(props.run.name, c)}</code></td>
+                <td>
+                  <code>{c.path}</code>
+                </td>
+                <td>
+                  <code>{resumeCommand(props.run.name, c)}</code>
+                </td>
               </tr>
             ))}
           </tbody>

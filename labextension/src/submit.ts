@@ -63,8 +63,6 @@ export class SubmitForm extends Widget implements Dialog.IBodyWidget<ISubmitValu
   private _error = document.createElement('p');
 }
 
-
-
 function field(type: string, value: string): HTMLInputElement {
   const input = document.createElement('input');
   input.type = type;

@@ -29,7 +29,10 @@ describe('smoothing', () => {
   });
 
   it('weight 0 leaves the points as they are', () => {
-    const points = [{ x: 1, y: 3 }, { x: 2, y: 1 }];
+    const points = [
+      { x: 1, y: 3 },
+      { x: 2, y: 1 }
+    ];
     expect(smooth(points, 0, 'log')).toEqual(points);
   });
 });
@@ -43,10 +46,13 @@ describe('ticks', () => {
 
 describe('the run page', () => {
   it('draws train and val loss and lists checkpoints with the command that resumes', () => {
-    const h = history([2, 1, 0.5], [
-      { kind: 'val', t: 104, step: 3, epoch: 1, loss: 0.7, accuracy: 0.9 },
-      { kind: 'ckpt', t: 105, step: 3, path: '/runs/ab/ckpt-3.pt' }
-    ]);
+    const h = history(
+      [2, 1, 0.5],
+      [
+        { kind: 'val', t: 104, step: 3, epoch: 1, loss: 0.7, accuracy: 0.9 },
+        { kind: 'ckpt', t: 105, step: 3, path: '/runs/ab/ckpt-3.pt' }
+      ]
+    );
     const html = renderToStaticMarkup(
       <RunDetails run={run({ params: { lr: 0.01 } })} history={h} onStop={() => undefined} />
     );
@@ -67,7 +73,10 @@ describe('the run page', () => {
 
 describe('compare', () => {
   const a = { run: run({ id: 'aaaa', params: { lr: 0.1, epochs: 3 } }), history: history([2, 1]) };
-  const b = { run: run({ id: 'bbbb', params: { lr: 0.01, epochs: 3 } }), history: history([3, 2, 1.5]) };
+  const b = {
+    run: run({ id: 'bbbb', params: { lr: 0.01, epochs: 3 } }),
+    history: history([3, 2, 1.5])
+  };
 
   it('marks only the parameters that differ', () => {
     const rows = compareRows([a, b]);
@@ -86,7 +95,11 @@ describe('compare', () => {
   });
 
   it('tells runs of one name apart by their differing parameters', () => {
-    const found = differingParams([a.run, b.run, run({ id: 'cccc', name: 'other', params: { lr: 1 } })]);
+    const found = differingParams([
+      a.run,
+      b.run,
+      run({ id: 'cccc', name: 'other', params: { lr: 1 } })
+    ]);
     expect(found.get('aaaa')).toBe('lr=0.1');
     expect(found.get('bbbb')).toBe('lr=0.01');
     expect(found.get('cccc')).toBe('');
