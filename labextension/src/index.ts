@@ -7,6 +7,7 @@ import { ILayoutRestorer, JupyterFrontEnd, JupyterFrontEndPlugin } from '@jupyte
 import { ICommandPalette, MainAreaWidget, Notification, WidgetTracker } from '@jupyterlab/apputils';
 import { INotebookTracker } from '@jupyterlab/notebook';
 import { ISettingRegistry } from '@jupyterlab/settingregistry';
+import { SplitPanel, Widget } from '@lumino/widgets';
 
 import { JiyuApi } from './api';
 import { jiyuIcon } from './icons';
@@ -66,6 +67,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
 
     app.commands.addCommand(CommandIDs.showPanel, {
       label: 'Show GPUs and runs',
+      caption: 'The JiyuTrainer panel: GPUs, runs, Logs, Compare',
       icon: jiyuIcon,
       execute: () => app.shell.activateById(panel!.id)
     });
@@ -84,7 +86,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
         });
         widget.id = `jiyu-log-area-${id}`;
         void logs.add(widget);
-        app.shell.add(widget, 'main', { mode: 'split-right' });
+        openBeside(app, widget, 'split-right');
         return widget;
       }
     });
@@ -105,7 +107,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
         });
         widget.id = `jiyu-run-area-${id}`;
         void pages.add(widget);
-        app.shell.add(widget, 'main');
+        openBeside(app, widget);
         return widget;
       }
     });
@@ -117,7 +119,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
         const widget = new MainAreaWidget({ content: new CompareView(api, ids) });
         widget.id = `jiyu-compare-area-${ids.join('-')}`;
         void comparisons.add(widget);
-        app.shell.add(widget, 'main');
+        openBeside(app, widget);
         return widget;
       }
     });
@@ -178,5 +180,31 @@ const plugin: JupyterFrontEndPlugin<void> = {
     }
   }
 };
+
+/**
+ * Into the main area, or, where that holds one document only (Notebook 7: a second main
+ * widget is silently dropped), into the panel below it.
+ */
+function openBeside(app: JupyterFrontEnd, widget: MainAreaWidget, mode?: 'split-right'): void {
+  app.shell.add(widget, 'main', mode ? { mode } : undefined);
+  if (!widget.isAttached) {
+    app.shell.add(widget, 'down');
+    giveRoom(widget);
+  }
+  app.shell.activateById(widget.id);
+}
+
+/** The panel below the notebook opens as a bare tab bar: give it about half the height. */
+function giveRoom(widget: Widget): void {
+  for (let parent = widget.parent; parent; parent = parent.parent) {
+    if (parent instanceof SplitPanel && parent.widgets.length === 2) {
+      const [main, down] = parent.relativeSizes();
+      if (down < 0.3 * (main + down)) {
+        parent.setRelativeSizes([0.55, 0.45]);
+      }
+      return;
+    }
+  }
+}
 
 export default plugin;
