@@ -113,7 +113,7 @@ def test_reload_mid_run_then_open_shows_the_live_page_with_stop(browser, lab, jo
     expect(body.get_by_label("Parameters")).to_contain_text("pace")
     nproc = RunStore(store_path(lab.home)).get(job.run_id).nproc
     expect(body.get_by_label("Ranks").locator("li")).to_have_count(nproc)
-    expect(body.get_by_label("Ranks").locator("li").first).to_have_text("rank 0: running")
+    expect(body.get_by_label("Ranks").locator("li").first).to_have_text(re.compile(r"^rank 0: running · pid \d+$"))
     expect(page.locator(".jp-JiyuRunPage .jp-JiyuLog-text")).to_contain_text("torchrun started", timeout=30_000)
     page.screenshot(path=artifacts / "lab_run_page.png")
 

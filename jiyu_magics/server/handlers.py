@@ -94,6 +94,15 @@ class RunLogHandler(JiyuHandler):
         self.reply({**chunk.to_dict(), "active": _active(run), "status": run["status"]})
 
 
+class RunRanksHandler(JiyuHandler):
+    @web.authenticated
+    @answers_errors
+    async def get(self, run_id: str) -> None:
+        """Each rank's record: pid, state (running | exited | killed), exit code, error."""
+        await self.blocking(self.app.runs.row, run_id)  # an unknown run is a 404
+        self.reply({"ranks": await self.blocking(bridge.ranks, run_id)})
+
+
 class RunStopHandler(JiyuHandler):
     @web.authenticated
     @answers_errors
@@ -147,6 +156,7 @@ ROUTES = [
     (RUN, RunHandler),
     (RUN + r"/events", RunEventsHandler),
     (RUN + r"/log", RunLogHandler),
+    (RUN + r"/ranks", RunRanksHandler),
     (RUN + r"/stop", RunStopHandler),
     (r"/jiyu/metrics", MetricsHandler),
 ]

@@ -7,7 +7,7 @@
 import { URLExt } from '@jupyterlab/coreutils';
 import { ServerConnection } from '@jupyterlab/services';
 
-import { IRunEvent } from './runevents';
+import { IRankRecord, IRunEvent } from './runevents';
 import { IGpuSnapshot, ILogChunk, IRun, ISubmission } from './types';
 
 /** A refusal from the server, with the message it sent (400s name the bad field). */
@@ -38,6 +38,13 @@ export class JiyuApi {
   /** Events after byte `offset` of the run's event log, and the offset to ask from next. */
   events(runId: string, offset: number): Promise<{ events: IRunEvent[]; offset: number }> {
     return this.request(`api/runs/${encodeURIComponent(runId)}/events`, {}, { offset });
+  }
+
+  async ranks(runId: string): Promise<IRankRecord[]> {
+    const reply = await this.request<{ ranks: IRankRecord[] }>(
+      `api/runs/${encodeURIComponent(runId)}/ranks`
+    );
+    return reply.ranks;
   }
 
   log(runId: string, offset: number): Promise<ILogChunk> {

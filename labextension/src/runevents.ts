@@ -14,6 +14,17 @@ export interface IRunEvent {
   [field: string]: unknown;
 }
 
+/** A rank's own record (`GET /jiyu/api/runs/<id>/ranks`; jobs/process/rank_records.py). */
+export interface IRankRecord {
+  rank: number;
+  pid: number;
+  restart: number;
+  state: 'running' | 'exited' | 'killed';
+  exit_code: number | null;
+  error: string | null;
+  cuda_visible_devices: string | null;
+}
+
 export interface ICheckpoint {
   step: number | null;
   path: string;

@@ -5,7 +5,7 @@
  */
 
 import { JiyuApi } from './api';
-import { emptyHistory, foldEvents, IRunHistory } from './runevents';
+import { emptyHistory, foldEvents, IRankRecord, IRunHistory } from './runevents';
 import { ACTIVE_STATUSES, IRun } from './types';
 
 export class RunFeed {
@@ -16,6 +16,8 @@ export class RunFeed {
 
   run: IRun | null = null;
   history: IRunHistory = emptyHistory();
+  /** Each rank's own record, where its ranks write one (jobs and --nproc runs). */
+  ranks: IRankRecord[] = [];
   done = false;
 
   /** One refresh: the record, then every event written since the last one. */
@@ -30,6 +32,7 @@ export class RunFeed {
         break;
       }
     }
+    this.ranks = run.kind === 'kernel' ? [] : await this.api.ranks(this.runId);
     this.run = run;
     this.done = !ACTIVE_STATUSES.includes(run.status);
   }

@@ -8,7 +8,7 @@ import * as React from 'react';
 import { ISeries } from './chart';
 import * as fmt from './format';
 import { ChartControls, DEFAULT_OPTIONS, IChartOptions, LossChart, PALETTE } from './lossplot';
-import { best, IRunHistory, resumeCommand } from './runevents';
+import { best, IRankRecord, IRunHistory, resumeCommand } from './runevents';
 import type { RunFeed } from './runfeed';
 import { IRun } from './types';
 import { describeRun } from './view';
@@ -34,6 +34,7 @@ export function RunPageBody(props: {
 export function RunDetails(props: {
   run: IRun;
   history: IRunHistory;
+  ranks?: IRankRecord[];
   onStop: (run: IRun) => void;
   error?: string | null;
 }): JSX.Element {
@@ -77,7 +78,7 @@ export function RunDetails(props: {
         </section>
         <Metrics run={run} history={history} />
       </div>
-      <Facts run={run} history={history} />
+      <Facts run={run} history={history} ranks={props.ranks} />
       <Checkpoints run={run} history={history} />
       <h2 className="jp-JiyuRunPage-heading">Log</h2>
     </div>
@@ -148,7 +149,7 @@ const START_FACTS = [
 ];
 
 /** Parameters (-p values), the training options of the last start, where it ran, processes. */
-function Facts(props: { run: IRun; history: IRunHistory }): JSX.Element {
+function Facts(props: { run: IRun; history: IRunHistory; ranks?: IRankRecord[] }): JSX.Element {
   const { run, history } = props;
   const params = Object.entries(run.params ?? {});
   const facts = START_FACTS.filter(
@@ -197,16 +198,24 @@ function Facts(props: { run: IRun; history: IRunHistory }): JSX.Element {
       </section>
       <section aria-label="Processes">
         <h2 className="jp-JiyuRunPage-heading">Processes</h2>
-        <Ranks run={run} history={history} />
+        <Ranks run={run} history={history} records={props.ranks} />
       </section>
     </div>
   );
 }
 
-/** Each rank's state: the run's for all of them, or the error a rank reported. */
-export function Ranks(props: { run: IRun; history: IRunHistory }): JSX.Element {
+/**
+ * Each rank's state: from the rank's own record where it wrote one (pid, exited with code,
+ * killed, its error), else the run's, or the error a rank put in the event log.
+ */
+export function Ranks(props: {
+  run: IRun;
+  history: IRunHistory;
+  records?: IRankRecord[];
+}): JSX.Element {
   const { run, history } = props;
-  const count = Math.max(1, run.nproc * run.nnodes);
+  const records = new Map((props.records ?? []).map(r => [r.rank, r]));
+  const count = Math.max(1, run.nproc * run.nnodes, records.size);
   const failed = new Map(
     history.errors.filter(e => e.rank !== null).map(e => [e.rank as number, e.message])
   );
@@ -214,11 +223,14 @@ export function Ranks(props: { run: IRun; history: IRunHistory }): JSX.Element {
   return (
     <>
       <ul className="jp-JiyuRunPage-ranks" aria-label="Ranks">
-        {Array.from({ length: count }, (_, rank) => (
-          <li key={rank} className={failed.has(rank) ? 'jp-mod-failed' : `jp-mod-${run.status}`}>
-            rank {rank}: {failed.has(rank) ? `failed: ${failed.get(rank)}` : run.status}
-          </li>
-        ))}
+        {Array.from({ length: count }, (_, rank) => {
+          const text = rankText(rank, run, records.get(rank), failed.get(rank));
+          return (
+            <li key={rank} className={text.failed ? 'jp-mod-failed' : `jp-mod-${run.status}`}>
+              {text.line}
+            </li>
+          );
+        })}
       </ul>
       {launcher.map((e, i) => (
         <p key={i} className="jp-JiyuRun-detail">
@@ -227,6 +239,27 @@ export function Ranks(props: { run: IRun; history: IRunHistory }): JSX.Element {
       ))}
     </>
   );
+}
+
+function rankText(
+  rank: number,
+  run: IRun,
+  record: IRankRecord | undefined,
+  error: string | undefined
+): { line: string; failed: boolean } {
+  if (!record) {
+    return error
+      ? { line: `rank ${rank}: failed: ${error}`, failed: true }
+      : { line: `rank ${rank}: ${run.status}`, failed: false };
+  }
+  const failed = record.state === 'killed' || !!record.exit_code;
+  const state =
+    record.state === 'exited'
+      ? (record.error ?? `exited with code ${record.exit_code}`)
+      : record.state;
+  const gpus = record.cuda_visible_devices ? ` · GPU ${record.cuda_visible_devices}` : '';
+  const restart = record.restart ? ` · restart ${record.restart}` : '';
+  return { line: `rank ${rank}: ${state} · pid ${record.pid}${gpus}${restart}`, failed };
 }
 
 function Checkpoints(props: { run: IRun; history: IRunHistory }): JSX.Element {

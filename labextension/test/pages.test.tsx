@@ -105,3 +105,37 @@ describe('compare', () => {
     expect(found.get('cccc')).toBe('');
   });
 });
+
+describe('ranks', () => {
+  it("show each rank's own record: pid, exit, the failing rank's error", () => {
+    const html = renderToStaticMarkup(
+      <RunDetails
+        run={run({ status: 'failed' })}
+        history={history([1])}
+        ranks={[
+          {
+            rank: 0,
+            pid: 11,
+            restart: 0,
+            state: 'exited',
+            exit_code: 0,
+            error: null,
+            cuda_visible_devices: '0'
+          },
+          {
+            rank: 1,
+            pid: 12,
+            restart: 0,
+            state: 'exited',
+            exit_code: 1,
+            error: 'ValueError: x',
+            cuda_visible_devices: '1'
+          }
+        ]}
+        onStop={() => undefined}
+      />
+    );
+    expect(html).toContain('rank 0: exited with code 0 · pid 11 · GPU 0');
+    expect(html).toContain('<li class="jp-mod-failed">rank 1: ValueError: x · pid 12 · GPU 1</li>');
+  });
+});
