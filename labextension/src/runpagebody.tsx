@@ -27,7 +27,13 @@ export function RunPageBody(props: {
     );
   }
   return (
-    <RunDetails run={run} history={props.feed.history} onStop={props.onStop} error={props.error} />
+    <RunDetails
+      run={run}
+      history={props.feed.history}
+      ranks={props.feed.ranks}
+      onStop={props.onStop}
+      error={props.error}
+    />
   );
 }
 
