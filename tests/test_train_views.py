@@ -272,3 +272,26 @@ def test_one_status_palette_in_the_panel_the_tables_and_the_summary():
     view.feed(_events() + [{"kind": "end", "status": "failed", "step": 50, "message": "boom"}])
     assert f"color:{status_colour('failed')}" in summary_html(view, svg=loss_svg(view))
     assert "var(--jp-border-color2" in loss_svg(view), "gridlines in the theme's colours"
+
+
+def test_the_user_picks_the_loss_charts_scale(ip):
+    """--scale log|linear|auto: the live SVG and the summary PNG follow it; a bad value is refused
+    in one line by the magic."""
+    from IPython.core.error import UsageError
+
+    from jiyu_magics.widgets.train_dashboard import TrainingDashboard
+
+    view = _spiky_view()  # spans 1000x: auto draws it on a log scale
+    assert "log scale" in loss_svg(view) and "log scale" in loss_svg(view, scale="log")
+    assert "log scale" not in loss_svg(view, scale="linear")
+    flat = TrainingView()
+    flat.feed(_events()[:1] + [{"kind": "step", "step": s, "loss": 2.0 - s / 100} for s in range(1, 50)])
+    assert "log scale" not in loss_svg(flat) and "log scale" in loss_svg(flat, scale="log")
+    assert render_loss_png(view, scale="linear") != render_loss_png(view, scale="log")
+    assert TrainingDashboard(scale="linear").scale == "linear"
+    try:
+        ip.run_cell_magic("train", "--scale sideways", "pass")
+    except UsageError as error:
+        assert "sideways" in str(error) and "auto" in str(error)
+    else:
+        raise AssertionError("--scale sideways was accepted")

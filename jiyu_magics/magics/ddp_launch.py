@@ -105,7 +105,7 @@ class DdpLaunch:
         if in_notebook(self.shell):
             from ..widgets.ddp_dashboard import DdpDashboard
 
-            monitor = DdpDashboard(self.lifecycle, refresh=self.args.refresh or 1.0,
+            monitor = DdpDashboard(self.lifecycle, refresh=self.args.refresh or 1.0, scale=self.args.scale,
                                    on_stop=self.lifecycle.request_stop).show()
         else:
             from ..widgets.text_progress import TextProgress

@@ -31,7 +31,10 @@ MAGIC_OPTIONS: list[tuple[tuple[str, ...], dict]] = [
                         "CPU) under torchrun, started from what this notebook executed; the kernel's model starts "
                         "them and gets rank 0's final weights back. Without it: in this kernel.")),
     (("--refresh",), dict(type=float, metavar="SECONDS", help="Dashboard refresh interval. Default: 1 s "
-                          "(text progress: 10 s).")),
+                          "(text progress: 10 s in a log, about 1 s redrawn in place on a terminal).")),
+    (("--scale",), dict(choices=("auto", "log", "linear"), default="auto", help="The loss chart's y axis (live "
+                        "and in the end-of-run summary): log, linear, or auto (log when the losses span more "
+                        "than 30x). The smoothed line is averaged in the space shown. Default: auto.")),
     *((("--" + name.replace("_", "-"),), dict(metavar="VAR", help=f"Variable holding {what}. Default: {default}"
                                               + ("." if required else f", from this cell, or from the notebook"
                                                  f"{' when it steps this optimizer' if name == 'scheduler' else ''} "
@@ -203,7 +206,7 @@ class TrainMagics(Magics):
         if in_notebook(self.shell):
             from ..widgets.train_dashboard import TrainingDashboard
 
-            monitor = TrainingDashboard(refresh=args.refresh or 1.0, stop=stop).show()
+            monitor = TrainingDashboard(refresh=args.refresh or 1.0, stop=stop, scale=args.scale).show()
         else:
             from ..widgets.text_progress import TextProgress
 

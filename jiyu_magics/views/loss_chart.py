@@ -21,11 +21,17 @@ RAW, SMOOTH, VAL = "#90caf9", "#1565c0", "#e65100"
 LOG_SPAN = 30  # losses spanning more than this ratio are drawn on a log scale (live SVG and final PNG)
 
 
-def wants_log(low: float, high: float) -> bool:
-    return low > 0 and high / low > LOG_SPAN
+SCALES = ("auto", "log", "linear")
 
 
-def loss_svg(view: TrainingView, width: int = WIDTH, height: int = HEIGHT) -> str:
+def wants_log(low: float, high: float, scale: str = "auto") -> bool:
+    """``auto``: log when the losses span more than LOG_SPAN; ``log`` wherever all are positive."""
+    if scale == "linear" or low <= 0:
+        return False
+    return scale == "log" or high / low > LOG_SPAN
+
+
+def loss_svg(view: TrainingView, width: int = WIDTH, height: int = HEIGHT, scale: str = "auto") -> str:
     raw = [(s, v) for s, v in view.losses if v is not None and math.isfinite(v)]
     vals = [(s, v) for s, v, _ in view.vals if v is not None and math.isfinite(v)]
     if not raw and not vals:
@@ -33,17 +39,17 @@ def loss_svg(view: TrainingView, width: int = WIDTH, height: int = HEIGHT) -> st
                                      "first logged step…</text>")
     steps = [s for s, _ in raw + vals]
     values = [v for _, v in raw + vals]
-    scale = _Scale(min(steps), max(steps), min(values), max(values), width, height)
-    smooth = list(zip((s for s, _ in view.losses), view.smoothed(log=scale.log)))  # in the space shown
-    body = [_grid(scale), _polyline(_thin(raw), scale, RAW, 1), _polyline(_thin(smooth), scale, SMOOTH, 2),
-            *(f"<circle cx='{scale.x(s):.1f}' cy='{scale.y(v):.1f}' r='3' fill='{VAL}'/>" for s, v in vals),
+    axes = _Scale(min(steps), max(steps), min(values), max(values), width, height, scale)
+    smooth = list(zip((s for s, _ in view.losses), view.smoothed(log=axes.log)))  # in the space shown
+    body = [_grid(axes), _polyline(_thin(raw), axes, RAW, 1), _polyline(_thin(smooth), axes, SMOOTH, 2),
+            *(f"<circle cx='{axes.x(s):.1f}' cy='{axes.y(v):.1f}' r='3' fill='{VAL}'/>" for s, v in vals),
             _legend(width, bool(vals))]
     return _frame(width, height, "".join(body))
 
 
 class _Scale:
-    def __init__(self, x0, x1, y0, y1, width, height):
-        self.log = wants_log(y0, y1)
+    def __init__(self, x0, x1, y0, y1, width, height, scale: str = "auto"):
+        self.log = wants_log(y0, y1, scale)
         f = math.log10 if self.log else (lambda v: v)
         self.fy = f
         self.x0, self.x1 = x0, x1 if x1 > x0 else x0 + 1
