@@ -31,10 +31,11 @@ demo: setup
 	$(BIN)/python scripts/run_notebook.py notebooks/01_quickstart.ipynb --out demo-output
 
 # The layers (pyproject.toml [tool.importlinter]) first: a broken contract fails in a second, before
-# the ~10-minute suite. JIYU_REQUIRE_SERVICES=1: a test whose real service (Slurm) is missing fails
+# the ~20-minute suite; ruff's pyflakes checks catch an undefined name a merge left. JIYU_REQUIRE_SERVICES=1: a test whose real service (Slurm) is missing fails
 # instead of skipping.
 test: setup browser test-system-deps lint-ts
 	$(BIN)/lint-imports --no-logo
+	$(BIN)/ruff check --select F --no-cache jiyu_magics tests benchmarks
 	JIYU_REQUIRE_SERVICES=1 $(BIN)/python -m pytest
 
 # The TypeScript lint of the JupyterLab extension template: prettier (formatting) and eslint

@@ -72,6 +72,31 @@ print(f"rank {rank} done")
 """
 
 
+TRAIN_CELL = """%%train --max-steps {steps} --ckpt-every 4 --log-every 1 --seed 0 --name elastic
+model = torch.nn.Linear(8, 1)
+optimizer = torch.optim.SGD(model.parameters(), 0.05)
+train_loader = DataLoader(TensorDataset(X, y), batch_size=16, shuffle=True)
+
+def train_step(model, batch):
+    time.sleep(step_seconds)
+    inputs, targets = batch
+    return torch.nn.functional.mse_loss(model(inputs), targets)
+"""
+
+
+def write_train_notebook(path):
+    """A job notebook that trains with ``%%train`` (checkpoints every 4 steps, a step takes
+    ``step_seconds``): the engine's own events, stop and restarts."""
+    params = new_code_cell("steps = 30\nstep_seconds = 0.15")
+    params.metadata["tags"] = ["parameters"]
+    nbformat.write(new_notebook(cells=[
+        new_code_cell("%load_ext jiyu_magics"), params,
+        new_code_cell("import time, torch\nfrom torch.utils.data import DataLoader, TensorDataset\n"
+                      "torch.manual_seed(0)\nX = torch.randn(1024, 8); y = X.sum(1, keepdim=True)"),
+        new_code_cell(TRAIN_CELL)]), path)
+    return path
+
+
 def parameters(**overrides) -> str:
     """The parameters cell with some values changed (``steps=40``)."""
     lines = []

@@ -72,7 +72,11 @@ def test_cells_without_ipython_syntax_round_trip_exactly(tmp_path):
     script = export_notebook(write_nb(tmp_path / "nb.ipynb", *sources)).script
     for source in sources:
         assert TransformerManager().transform_cell(source).rstrip("\n") in script
-    assert ast.dump(ast.parse("\n".join(sources))) == ast.dump(ast.parse(script.split("\n_jiyu_headless_shell()\n", 1)[1]))
+    body = script.split("\n_jiyu_headless_shell()\n", 1)[1]
+    cells = "\n".join(line for line in body.splitlines() if not line.startswith("_jiyu_stop_point("))
+    assert ast.dump(ast.parse("\n".join(sources))) == ast.dump(ast.parse(cells))
+    assert [line for line in body.splitlines() if line.startswith("_jiyu_stop_point(")] == \
+        ["_jiyu_stop_point('cell 2')", "_jiyu_stop_point('cell 3')", "_jiyu_stop_point('cell 4')"]
 
 
 def test_magics_become_ipython_calls_and_cell_bodies_stay_readable(tmp_path):

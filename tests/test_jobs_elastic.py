@@ -7,38 +7,14 @@ from __future__ import annotations
 import os
 import signal
 
-import nbformat
-from nbformat.v4 import new_code_cell, new_notebook
-
 from jiyu_magics import jobs
 from jiyu_magics.core.event_log import read_events
 from jiyu_magics.core.run_files import RunFiles
 from jiyu_magics.jobs.process import rank_records as ranks
 
-from .jobs_workload import assert_no_processes, finished, wait_for
+from .jobs_workload import assert_no_processes, finished, wait_for, write_train_notebook
 
 CKPT_EVERY = 4
-TRAIN = """%%train --max-steps {steps} --ckpt-every 4 --log-every 1 --seed 0 --name elastic
-model = torch.nn.Linear(8, 1)
-optimizer = torch.optim.SGD(model.parameters(), 0.05)
-train_loader = DataLoader(TensorDataset(X, y), batch_size=16, shuffle=True)
-
-def train_step(model, batch):
-    time.sleep(step_seconds)
-    inputs, targets = batch
-    return torch.nn.functional.mse_loss(model(inputs), targets)
-"""
-
-
-def write_train_notebook(path):
-    params = new_code_cell("steps = 30\nstep_seconds = 0.15")
-    params.metadata["tags"] = ["parameters"]
-    nbformat.write(new_notebook(cells=[
-        new_code_cell("%load_ext jiyu_magics"), params,
-        new_code_cell("import time, torch\nfrom torch.utils.data import DataLoader, TensorDataset\n"
-                      "torch.manual_seed(0)\nX = torch.randn(1024, 8); y = X.sum(1, keepdim=True)"),
-        new_code_cell(TRAIN)]), path)
-    return path
 
 
 def test_killed_rank_restarts_and_the_engine_resumes_from_the_last_checkpoint(tmp_path, torchrun_tmp):

@@ -13,7 +13,6 @@ import sys
 import urllib.request
 
 import psutil
-import pytest
 from playwright.sync_api import expect, sync_playwright
 
 from jiyu_magics.core.run_files import store_path

@@ -27,7 +27,7 @@ def lab(slurm_cluster, tmp_path_factory):
     slurm_cluster.cancel_all()
 
 
-def test_the_panel_shows_slurm_runs_training_and_waiting_and_stops_one(page, lab, slurm_cluster, artifacts,
+def test_the_panel_shows_slurm_runs_training_and_waiting_and_stops_one(page, lab, slurm_cluster, artifacts,  # noqa: F811
                                                                        tmp_path):
     slurm_cluster.cancel_all()
     env = slurm_cluster.env

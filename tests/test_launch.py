@@ -52,6 +52,7 @@ def test_stop_ends_every_rank_within_ten_seconds(tmp_path):
     result = launch.stop(grace=10)
     assert time.monotonic() - began < 10
     assert result.clean and result.found >= 3  # torchrun and both ranks
-    assert launch.poll() is not None
+    assert launch.poll() == 0 and result.killed == [], "the ranks ended their script, then torchrun, unforced"
     assert processes_of(launch.run_id) == []
-    assert {r.state for r in launch.ranks()} == {"killed"} and {r.pid for r in launch.ranks()} == pids
+    assert {(r.state, r.stopped) for r in launch.ranks()} == {("exited", True)}
+    assert {r.pid for r in launch.ranks()} == pids

@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
 import time
-from pathlib import Path
 
 import pytest
 
@@ -115,10 +113,12 @@ def test_jiyu_stop_cancels_the_job_after_its_ranks_checkpoint(slurm, tmp_path, t
     took = time.monotonic() - began
     assert done.returncode == 0 and done.stdout.strip().endswith(": stopped."), done.stderr
     stopped = RunStore().get(run.id)
-    assert (stopped.status, stopped.error) == ("stopped", "stopped by request")
     end = events(run.id, "end")[0]
     assert end["status"] == "stopped" and "a stop request (SIGTERM)" in end["message"], end
     assert events(run.id, "ckpt")[-1]["step"] == end["step"], "the ranks checkpointed the step they stopped at"
+    checkpoint = events(run.id, "ckpt")[-1]["path"]  # the one stop rule's line, as for a local job
+    assert (stopped.status, stopped.error) == ("stopped", f"stopped at step {end['step']} by request; checkpoint "
+                                                          f"{checkpoint}; resume with %train --resume {checkpoint}")
     assert slurm.jobs() == [] and took < 30, "the job left the queue within the grace"
     assert_no_processes(run.id, within=1)
 

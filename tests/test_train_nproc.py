@@ -97,10 +97,15 @@ def test_interrupt_stops_every_rank_with_a_checkpoint_and_resume_continues(tmp_p
             return run_id, took, left
 
     run_id, took, left = asyncio.run(run())
-    assert took < 10 and left == [], f"ranks still running {took:.1f} s after the interrupt: {left}"
+    # no time limit here (a loaded machine is slow): exit code 0 below says no rank needed the SIGKILL
+    assert left == [], f"ranks still running {took:.1f} s after the interrupt: {left}"
     status, step, has_checkpoint = text_of(nb.cells[2]).split()
     assert status == "stopped" and has_checkpoint == "True" and int(step) > 0
-    assert RunStore().get(run_id).status == "stopped"
+    stopped = RunStore().get(run_id)
+    # the one stop rule of the lifecycle: the ranks stopped, torchrun ended cleanly, one line says where
+    assert (stopped.status, stopped.exit_code) == ("stopped", 0)
+    assert stopped.error.startswith(f"stopped at step {step} by request; checkpoint ")
+    assert "Traceback" not in RunFiles.of(run_id).log.read_text()
     stopped_at = int(step)
     resumed = [r for r in RunStore().list() if r.name == "ddp-stop" and r.id != run_id]
     assert len(resumed) == 1 and resumed[0].status == "succeeded"

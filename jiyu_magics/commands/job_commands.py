@@ -29,8 +29,13 @@ def add_commands(commands) -> None:
     p.add_argument("--tail", type=int, metavar="N", help="only the last N lines")
     p.set_defaults(handler=run_logs)
 
-    p = commands.add_parser("stop", help="stop a run: SIGTERM every process, SIGKILL after the grace period "
-                                         "(a Slurm or Kubernetes job: cancelled there, SIGTERM first)")
+    p = commands.add_parser("stop", help="stop a run: SIGTERM every rank, SIGKILL after the grace period "
+                                         "(a Slurm or Kubernetes job: cancelled there, SIGTERM first)",
+                            description="SIGTERM to every rank: training stops at a step with a checkpoint and "
+                                        "the job ends there (no further cell runs); SIGKILL to what is left after "
+                                        "the grace period. A Slurm or Kubernetes job is cancelled there. A run that "
+                                        "already ended keeps its status, but any process still carrying its id is "
+                                        "stopped, and named.")
     p.add_argument("id", help="run id or unique prefix")
     p.add_argument("--grace", type=float, default=10.0, metavar="S", help="seconds before SIGKILL (default 10)")
     p.set_defaults(handler=run_stop)
@@ -103,8 +108,7 @@ def run_logs(args: argparse.Namespace) -> int:
 def run_stop(args: argparse.Namespace) -> int:
     from .. import jobs
 
-    run = jobs.stop(args.id, grace=args.grace)
-    print(f"Run {run.id} ({run.name}): {run.status}.")
+    print(jobs.stop_report(args.id, grace=args.grace).describe())
     return 0
 
 

@@ -15,6 +15,7 @@ from typing import Any
 
 import psutil
 
+from . import lost_runs
 from .gpu_leases import LeaseBook, RunGpu, end_leases
 from .run_files import run_dir, store_path
 from .store_db import StoreDatabase
@@ -22,7 +23,7 @@ from .run_model import ACTIVE, RunKind, RunStatus
 
 STATUSES = RunStatus.values()
 KINDS = RunKind.values()
-QUEUED_GRACE_S = 120.0  # a run queued longer than this with no process behind it was never started
+QUEUED_GRACE_S = lost_runs.QUEUED_GRACE_S
 RECORD_FILE = "run.json"  # a copy of the row in the run's folder: what `jiyu store repair` rebuilds from
 
 
@@ -292,28 +293,27 @@ class RunStore:
 
     def reconcile(self) -> list[str]:
         """Marks ``lost`` the active runs of this host whose process is gone (a reboot, a
-        ``kill -9``), so nothing shows ``running`` forever. Returns the ids it marked. Runs
-        handed to Slurm or Kubernetes have no local process to watch and are left alone."""
+        ``kill -9``) and of which nothing is left running (``lost_runs``), so nothing shows
+        ``running`` forever. Returns the ids it marked. Runs handed to Slurm or Kubernetes have
+        no local process to watch and are left alone."""
         with self._read() as db:
             rows = db.execute(
                 f"SELECT id, pid, pid_started, created FROM runs WHERE host = ? AND backend = 'local' AND status IN "
                 f"({', '.join('?' * len(ACTIVE))})", (self.host, *ACTIVE)).fetchall()
-        now, lost = time.time(), []
-        for row in rows:
-            if row["pid"] is None:
-                if now - row["created"] > QUEUED_GRACE_S:
-                    lost.append(row["id"])
-            elif not process_alive(row["pid"], row["pid_started"]):
-                lost.append(row["id"])
-        if lost:
-            with self._write() as db:
-                db.executemany(
-                    f"UPDATE runs SET status = ?, ended = COALESCE(ended, ?), "
-                    f"error = COALESCE(error, 'its process ended without reporting') "
+        now = time.time()
+        lost = lost_runs.vanished(rows, now, process_alive)
+        marked = []
+        with self._write() as db:
+            for run_id in lost:
+                changed = db.execute(
+                    f"UPDATE runs SET status = ?, ended = COALESCE(ended, ?), error = COALESCE(error, ?) "
                     f"WHERE id = ? AND status IN ({', '.join('?' * len(ACTIVE))})",
-                    [(RunStatus.LOST, now, run_id, *ACTIVE) for run_id in lost])
-                end_leases(db, lost, now)
-        return lost
+                    (RunStatus.LOST, lost_runs.last_event_time(run_id) or now, lost_runs.LOST_MESSAGE, run_id, *ACTIVE))
+                marked += [run_id] * changed.rowcount
+            end_leases(db, marked, now)
+        for run_id in marked:
+            lost_runs.close_log(run_id)
+        return marked
 
     @staticmethod
     def _to_row(run: Run) -> dict:

@@ -14,7 +14,7 @@ record); runs a scheduler holds (Slurm, Kubernetes) are brought up to date by wh
 
 from __future__ import annotations
 
-from .run_control import list_runs, move_to_top, queued_runs, resolve, stop
+from .run_control import StopReport, list_runs, move_to_top, queued_runs, resolve, stop, stop_report
 from .job_error import JobError
 from .export.notebook_export import ExecutedCell, Export, export_history, export_notebook
 from .lifecycle import RunLifecycle
@@ -23,6 +23,6 @@ from .export.params import parse_lines, parse_pairs
 from .scheduled_runs import follow as follow_scheduled
 from .submit import SubmitNotes, submit, submit_notes
 
-__all__ = ["JobError", "submit", "stop", "queued_runs", "move_to_top", "resolve", "list_runs", "ExecutedCell",
+__all__ = ["JobError", "submit", "stop", "stop_report", "StopReport", "queued_runs", "move_to_top", "resolve", "list_runs", "ExecutedCell",
            "Export", "export_history", "export_notebook", "Launch", "RunLifecycle", "parse_lines", "parse_pairs",
            "SubmitNotes", "submit_notes", "follow_scheduled"]

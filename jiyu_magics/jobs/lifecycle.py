@@ -24,6 +24,12 @@ makes its owner again from the row and calls ``follow``, which records the sched
 and, once the job ended, the end by the same rule::
 
     RunLifecycle.adopt(run_id, placement=SlurmPlacement()).follow()
+
+A stop ends the run, whatever launched it and wherever its ranks run: it reaches the ranks,
+which stop training at a step with a checkpoint, run no further cell and start no further
+``fit`` (``core.job_stop``), and exit cleanly; a run asked to stop while queued never starts.
+Nothing of a run outlives its end: ranks die with their torchrun agent, torchrun with its
+owner, and the owner stops every process carrying the run id before it records any end.
 """
 
 from __future__ import annotations
@@ -262,8 +268,9 @@ class RunLifecycle:
         events, _ = read_events(self.files.events)
         line = error or (self.handle.error_line() if self.handle is not None else None)
         started = self.handle is not None and (not self.placement.scheduled or run.started is not None)
+        ranks_stopped = self.handle is not None and any(r.stopped for r in self.handle.ranks())
         self.outcome = (Outcome(RunStatus.LOST, None, line) if lost else
-                        decide(code, self.stop_requested, events, line, started=started))
+                        decide(code, self.stop_requested, events, line, started=started, ranks_stopped=ranks_stopped))
         if self.announce is not None:
             self.announce(self.outcome)
         record_end(self.store, self.run_id, self.outcome, events)
@@ -317,4 +324,6 @@ def record_end_without_owner(store: RunStore, run_id: str, error: str | None = N
     over, ``jiyu stop`` found no owner to report), by the same rule with no exit code seen:
     stopped when a stop was requested, else failed with ``error``."""
     run = store.get(run_id)
-    return record_end(store, run_id, decide(None, run.stop_requested, [], error, started=run.started is not None))
+    events = read_events(RunFiles.of(run_id).events)[0]
+    return record_end(store, run_id, decide(None, run.stop_requested, events, error, started=run.started is not None),
+                      events)

@@ -34,7 +34,13 @@ class RankHandle(Protocol):
 
     def poll(self) -> int | None: ...
     def wait(self, timeout: float | None = None) -> int: ...
-    def stop(self, grace: float = 10.0) -> StopResult: ...
+
+    def stop(self, grace: float = 10.0) -> StopResult:
+        """SIGTERM to the rank processes, not to their launcher: each rank then ends its job
+        by the one rule (``core.job_stop``: a checkpoint, no further cell, exit 0), wherever
+        it runs. What is left after ``grace`` is killed. A scheduler's handle signals the
+        ranks through the scheduler, then cancels."""
+
     def ranks(self) -> list[RankRecord]: ...
     def error_line(self) -> str | None: ...
 
@@ -101,10 +107,12 @@ class ScheduledPlacement(RankPlacement, Protocol):
 @dataclass
 class LocalProcessGroup:
     """torchrun as a child process group of the owner, on this machine. ``die_with_parent``
-    asks Linux to SIGTERM torchrun when the owner dies; only a single-threaded owner may ask
-    (the supervisor, not a kernel), since the signal follows the thread that started it."""
+    asks Linux to SIGTERM torchrun when the owner dies (a ``kill -9`` of the supervisor or of
+    the kernel's process group), and the ranks die with torchrun. None: when the owner runs in
+    a main thread (the supervisor, a kernel's cells), since the signal follows the thread that
+    started torchrun."""
 
-    die_with_parent: bool = False
+    die_with_parent: bool | None = None
     backend: str = "local"
     scheduled: bool = False
 

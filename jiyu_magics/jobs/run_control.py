@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, field
 
 from ..core.run_store import Run, RunStore, UnknownRun, process_alive
 from .job_error import JobError
@@ -55,19 +56,45 @@ def move_to_top(run_id: str) -> Run:
     return store.get(run.id)
 
 
+@dataclass
+class StopReport:
+    run: Run                                             # as it ended
+    leftovers: list[int] = field(default_factory=list)   # processes of an ended run this stop ended
+
+    def describe(self) -> str:
+        """One line for ``jiyu stop`` and ``%job stop``."""
+        line = f"Run {self.run.id} ({self.run.name}): {self.run.status}."
+        if self.leftovers:
+            count = len(self.leftovers)
+            line += (f" It had already ended, but {count} process{'es' if count > 1 else ''} still carrying its id "
+                     f"{'were' if count > 1 else 'was'} running: stopped ({', '.join(map(str, self.leftovers))}).")
+        return line
+
+
 def stop(run_id: str, grace: float = 10.0) -> Run:
-    """Stops a run and every process of it by the procedure its owner uses (SIGTERM to each
-    process group, SIGKILL after ``grace`` seconds, then a check of the process table). The
-    run's recorded process is spared (its supervisor; torchrun for ``%%train --nproc``, whose
-    kernel owns the run): the stop request in the row tells the owner, which records the end.
-    A run a scheduler holds is cancelled there (``scancel`` / ``kubectl delete``, SIGTERM first)
-    and checked to have left it. A run that already ended is returned as it is."""
+    """Stops a run and every process of it (``stop_report``); the run as it ended."""
+    return stop_report(run_id, grace).run
+
+
+def stop_report(run_id: str, grace: float = 10.0) -> StopReport:
+    """Stops a run and every process of it by the procedure its owner uses (``stop_run``:
+    SIGTERM to the ranks, SIGKILL after ``grace`` seconds, then a check of the process table).
+    The run's recorded process is spared (its supervisor; torchrun for ``%%train --nproc``,
+    whose kernel owns the run): the stop request in the row tells the owner, which records the
+    end. A run a scheduler holds is cancelled there (``scancel`` / ``kubectl delete``, SIGTERM
+    first) and checked to have left it. A run that already ended keeps its status, but any
+    process here still carrying its id (a rank whose agent was killed) is stopped all the same,
+    and the report names them."""
     if not grace >= 0:
         raise JobError(f"--grace {grace!r}: expected a number of seconds >= 0")
     store = RunStore()
     run = resolve(run_id, store)
     if not run.active:
-        return run
+        return StopReport(run, processes.stop_run(run.id, None, grace).pids)
+    return StopReport(_stop_active(store, run, grace))
+
+
+def _stop_active(store: RunStore, run: Run, grace: float) -> Run:
     if run.kind == "kernel":
         raise JobError(f"run {run.id} trains inside a notebook kernel: interrupt that kernel (or press the "
                        "dashboard's Stop button) to stop it")

@@ -40,8 +40,9 @@ SUBMIT_OPTIONS: list[tuple[tuple[str, ...], dict[str, Any]]] = [
     *PARAM_OPTIONS,
     (("--name",), dict(help="a name for the run (default: the notebook's file name)")),
     (("--max-restarts",), dict(type=int, default=0, metavar="K",
-                               help="let torchrun restart failed workers K times; training resumes from its "
-                                    "last checkpoint")),
+                               help="let torchrun restart failed workers K times; each training call resumes "
+                                    "from its own last checkpoint, and calls that had finished restore their "
+                                    "final weights")),
     (("--backend",), dict(default="local", choices=BACKENDS,
                           help="local: a detached torchrun here; slurm: a batch job (sbatch); kubernetes: a "
                                "Kubeflow TrainJob (kubectl apply). A scheduler's job is submitted when its tool "

@@ -19,6 +19,7 @@ import time
 
 from ..core.gpu_status import owned_snapshot
 from ..core.gpu_usage import accrue
+from ..core.run_model import RunStatus
 from ..core.run_store import RunStore, UnknownRun
 from ..core.store_db import StoreUnusable
 from .final_status import Outcome
@@ -69,7 +70,11 @@ class Supervisor:
 
     def _announce(self, outcome: Outcome) -> None:
         """The job's last log line, written before the run row says it ended: ``jiyu logs -f``
-        stops following at that moment and must find the line."""
+        stops following at that moment and must find the line. A stopped job's line is where
+        it stopped, its checkpoint and how to resume (no exit code: the stop's own doing)."""
+        if outcome.status is RunStatus.STOPPED:
+            self.say(f"job {outcome.error}")
+            return
         started = RunStore().get(self.run_id).started
         took = f" after {time.time() - started:.0f} s" if started is not None else ""
         code = outcome.exit_code

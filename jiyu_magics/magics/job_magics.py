@@ -139,8 +139,11 @@ class JobMagics(Magics):
         """Control one run by its id (or a unique prefix of it):
 
             %job logs ID [-f] [--tail N]   the run's log; -f follows it until the run ends
-            %job stop ID [--grace S]       SIGTERM every process, SIGKILL after S s (default 10);
-                                           a Slurm/Kubernetes job is cancelled there
+            %job stop ID [--grace S]       SIGTERM every rank: training stops at a step with a
+                                           checkpoint and the job ends (no further cell runs);
+                                           SIGKILL after S s (default 10); a Slurm/Kubernetes
+                                           job is cancelled there. Of an ended run: stops any
+                                           process still carrying its id
             %job attach ID [--wait]        the run's live training dashboard, from its whole
                                            event log (works after a reload or kernel restart);
                                            its Stop button stops the job
@@ -175,8 +178,7 @@ class JobMagics(Magics):
     @argument("--grace", type=float, default=10.0, metavar="S", help="seconds between SIGTERM and SIGKILL")
     def _stop(self, rest: str):
         args = parse_argstring(self._stop, rest)
-        run = jobs.stop(args.id, grace=args.grace)
-        print(f"Run {run.id} ({run.name}): {run.status}.")
+        print(jobs.stop_report(args.id, grace=args.grace).describe())
 
     @magic_arguments(name="job attach")
     @argument("id", help="run id or unique prefix")

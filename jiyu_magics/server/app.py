@@ -43,7 +43,8 @@ class JiyuApp(ExtensionApp):
         "The most bytes of log or event text one request returns; a follower asks again "
         "from the returned offset."))
     stop_grace = Float(10.0, config=True, help=(
-        "Seconds a run stopped from the panel gets between SIGTERM (checkpoint and exit) and SIGKILL."))
+        "Seconds a run stopped from the panel gets between SIGTERM to its ranks (checkpoint, end "
+        "the job) and SIGKILL."))
     metrics_token = Unicode(config=True, help=(
         "A secret that lets a Prometheus scraper read /jiyu/metrics without a Jupyter login: "
         "configure the scrape job with 'authorization: {credentials: <token>}' (an "

@@ -107,8 +107,8 @@ class RunStopHandler(JiyuHandler):
     @web.authenticated
     @answers_errors
     async def post(self, run_id: str) -> None:
-        """Stops a background run's whole process group (SIGTERM, then SIGKILL after the grace
-        period). Stopping a finished run is a no-op that returns it."""
+        """Stops a background run: SIGTERM to its ranks (training checkpoints, the job ends),
+        SIGKILL after the grace period. Stopping a finished run returns it unchanged."""
         run = await self.blocking(self.app.runs.get, run_id)
         if _active(run):  # jobs.stop refuses in-kernel runs (JobError → 409)
             await self.blocking(bridge.stop, run_id, self.app.stop_grace)

@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from ..core import job_stop
 from . import rng_state as rng
 from .batches import BatchLoss
 from .checkpoint import CheckpointKeeper, load_checkpoint
@@ -40,6 +41,7 @@ from .precision import resolve_precision
 from .reporter import Reporter
 from .fit_result import FitResult
 from .run_binding import RunBinding, default_name, resume_path
+from .fit_calls import is_own_after_restart, own_checkpoint, restored_message, starts_afresh
 from .checkpoint_state import load_model_optimizer_state, load_other_states, model_optimizer_state, other_states
 from .model_wrap import uses_ddp, uses_fsdp, wrap_model
 
@@ -62,7 +64,9 @@ def fit(model: torch.nn.Module, optimizer: torch.optim.Optimizer, train_data: An
 
     Stopped runs (Stop button, kernel interrupt, SIGTERM in jobs) return with status
     ``stopped`` and a checkpoint; a stop for a scheduler's time limit (SIGUSR1 in jobs) ends the
-    process after its checkpoint, for the scheduler to requeue it. NaN/Inf loss and out-of-memory raise :class:`TrainingFailed`
+    process after its checkpoint, for the scheduler to requeue it; in a job that was asked to
+    stop, a later ``fit`` does not start (``JobStopped``: the job ends cleanly). NaN/Inf loss and
+    out-of-memory raise :class:`TrainingFailed`
     (its ``.result`` has status ``failed``); other errors are recorded in the run and re-raised.
     """
     opts = FitOptions.from_kwargs(options)
@@ -94,9 +98,11 @@ class Trainer:
         self.stop_agreed = False
         self.advised = False
         self.resumed_from: str | None = None
+        self.restored_final = False  # resumed from its own final checkpoint: nothing to train
 
     # -- set-up ----------------------------------------------------------------------------
     def run(self) -> FitResult:
+        job_stop.refuse_training()  # a job asked to stop trains no further call
         self.started = time.perf_counter()
         self.dist, self.device = join_process_group(self.opts.device)
         failed = True
@@ -366,10 +372,11 @@ class Trainer:
             "rng": dist.gather(rng.capture()), "epoch_rng": dist.gather(_for_rank(position.epoch_rng, dist.rank)),
             "data_seed": self.data_seed, "world_size": dist.world_size,
             "run_id": self.run_binding.run_id, "total_steps": self.plan.total_steps,
+            "call": self.run_binding.call.as_state(),
         }
 
     def _resume(self) -> None:
-        path = resume_path(self.opts.resume, self.run_binding, self.name) if self.dist.is_writer else None
+        path = self._resume_path() if self.dist.is_writer else None
         path = self.dist.broadcast(str(path) if path else None)
         if path is None:
             return
@@ -379,6 +386,15 @@ class Trainer:
         self.position.restore(state, self.dist.world_size)
         self.data.seed = self.data_seed = state["data_seed"]
         self.resumed_from = path
+        self.restored_final = self.plan.finished(self.position) and is_own_after_restart(state, self.run_binding.call)
+
+    def _resume_path(self) -> Path | None:
+        """Relaunched (a torchrun restart, a requeue): this call's own newest checkpoint,
+        whatever it asked for (it is newer than anything it started from); else what it asked for."""
+        own = own_checkpoint(self._ckpt_folder(), self.run_binding.call)
+        if own is not None or starts_afresh(self.opts.resume, self.run_binding.owned):
+            return own
+        return resume_path(self.opts.resume, self.run_binding, self.name)
 
     # -- the end ----------------------------------------------------------------------------
     def _last_checkpoint(self) -> str | None:
@@ -410,6 +426,8 @@ class Trainer:
     def _message(self, status: str, elapsed: float) -> str:
         if status == "stopped":
             return self._stopped_message()
+        if self.restored_final:
+            return restored_message(self.position.step, self.resumed_from)
         history, position = self.report.history, self.position
         last = history[-1] if history else {}
         val_acc = next((r["val_acc"] for r in reversed(history) if r.get("val_acc") is not None), None)

@@ -2,9 +2,10 @@
 
 Without ``JIYU_RUN_ID`` the call registers its own run (``kind=kernel``, or ``ddp`` for a bare
 torchrun) and owns its final status. With it, a launcher (``%submit``, ``%%train --nproc``)
-made the run and owns the status; the call only writes events and checkpoints into it, and
-resumes from the run's newest checkpoint when torchrun restarted the workers or the launcher
-set ``JIYU_RESUME``.
+made the run and owns the status; the call only writes events and checkpoints into it, as the
+run's first, second... call (``fit_calls``: after a torchrun restart each call resumes from its
+own checkpoints, which the engine looks for first), and resumes from the run's newest
+checkpoint when the launcher set ``JIYU_RESUME``.
 """
 
 from __future__ import annotations
@@ -20,11 +21,11 @@ from ..core.run_model import EventKind
 from ..core.run_store import RunStore, new_run_id, process_start_time
 from ..core.store_db import StoreUnusable
 from .checkpoint import newest_checkpoint
+from .fit_calls import FitCall
 from .process_group import DistContext
 from .train_errors import TrainConfigError
 
 RESUME_ENV = "JIYU_RESUME"
-RESTART_ENV = "TORCHELASTIC_RESTART_COUNT"
 NOTEBOOK_ENV = "JPY_SESSION_NAME"  # jupyter_server tells the kernel its notebook's path
 UNRECORDED_PREFIX = "unrecorded-"  # the id of a run trained while the store was unusable
 
@@ -35,7 +36,7 @@ class RunBinding:
     files: RunFiles
     owned: bool                      # this call created the run and sets its final status
     events: EventLog | None = None   # rank 0 only
-    fit_index: int = 0               # how many fit calls wrote into this run before this one
+    call: FitCall = FitCall(0, "")   # which call of the run this is (its first, unless launched)
     unrecorded: bool = False         # the run store was unusable: trained, but not in %jobs
 
     @classmethod
@@ -44,12 +45,11 @@ class RunBinding:
         run_id = attached or dist.broadcast(_register(name, dist, params) if dist.is_writer else None)
         unrecorded = run_id.startswith(UNRECORDED_PREFIX)
         files = RunFiles.of(run_id)
-        binding = cls(run_id, files, owned=not attached, unrecorded=unrecorded)
+        call = FitCall.next_in(run_id, name) if attached else FitCall(0, name)
+        binding = cls(run_id, files, owned=not attached, call=call, unrecorded=unrecorded)
         if dist.is_writer:
             files.create()
-            binding.fit_index = sum(e.get("kind") == EventKind.START for e in read_events(files.events)[0])
             binding.events = EventLog(files.events)
-        binding.fit_index = dist.broadcast(binding.fit_index)
         return binding
 
     def hold_device(self, device, distributed: bool) -> None:
@@ -64,8 +64,12 @@ class RunBinding:
             print(f"jiyu: {line}", file=sys.stderr)
 
     @property
+    def fit_index(self) -> int:
+        return self.call.index
+
+    @property
     def checkpoint_label(self) -> str:
-        return f"fit{self.fit_index + 1}-" if self.fit_index else ""
+        return self.call.label
 
     def finish(self, status: str, error: str | None = None) -> None:
         if self.owned and self.events is not None and not self.unrecorded:
@@ -105,12 +109,11 @@ def default_name(model: object) -> str:
 
 def resume_path(requested: str | None, run: RunBinding, name: str) -> Path | None:
     """The checkpoint to start from. ``requested`` is a path or ``last``; without it a
-    launcher's ``JIYU_RESUME`` or a torchrun restart of an attached run means ``last``."""
+    launcher's ``JIYU_RESUME`` means ``last``. (A torchrun restart resumes each call from its
+    own checkpoints: ``fit_calls.own_checkpoint``, asked first.)"""
     implicit = requested is None
     if implicit:
         requested = os.environ.get(RESUME_ENV) or None
-        if requested is None and not run.owned and int(os.environ.get(RESTART_ENV, "0") or 0) > 0:
-            requested = "last"
     if requested is None:
         return None
     if requested != "last":

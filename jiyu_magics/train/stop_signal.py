@@ -8,7 +8,9 @@ second interrupt raises at once for a loop that is stuck (a hung data loader). S
 SIGUSR1 only ever set the flag: their senders follow up with SIGKILL (or the time limit).
 
 A stop for the time limit ends the process once the checkpoint is written (``leave_for_requeue``):
-the scheduler requeues the job, and its next attempt resumes from that checkpoint.
+the scheduler requeues the job, and its next attempt resumes from that checkpoint. In a launched
+process SIGTERM also stops the job (``core.job_stop``): once this ``fit`` has returned
+``stopped``, the job's script ends before its next cell and no later ``fit`` starts.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ import sys
 import threading
 from contextlib import contextmanager
 from typing import Iterator
+
+from ..core import job_stop
 
 INTERRUPT = "a kernel interrupt"
 TERMINATE = "a stop request (SIGTERM)"
@@ -77,6 +81,7 @@ def signals_request_stop(stop: StopSignal) -> Iterator[None]:
             # SIGTERM never escalates: a stop reaches a rank twice (torchrun forwards it, and a
             # launcher signals every process group), and whoever sends it escalates with SIGKILL
             stop.request(TERMINATE)
+            job_stop.note(TERMINATE)
 
     for sig in previous:
         signal.signal(sig, handler)

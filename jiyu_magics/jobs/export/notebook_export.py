@@ -163,9 +163,10 @@ def _render(cell: SourceCell, transformer, export: Export) -> list[str]:
     job_hazards.scan(code, cell.label, export)
     tags = sorted(cell.tags - {cell_rules.KEEP_TAG})
     title = cell.label + (f" (tags: {', '.join(tags)})" if tags else "")
+    stop = [script.stop_point(cell.label)] if export.code_cells > 1 else []
     if cell.best_effort:
-        return ["", script.cell_marker(title + " (best effort)"), script.best_effort_cell(code, cell.label)]
-    return ["", script.cell_marker(title), code.rstrip("\n")]
+        return ["", script.cell_marker(title + " (best effort)"), *stop, script.best_effort_cell(code, cell.label)]
+    return ["", script.cell_marker(title), *stop, code.rstrip("\n")]
 
 
 def _left_out(export: Export, cell: SourceCell, why: str) -> list[str]:
@@ -295,7 +296,10 @@ def _check_compiles(text: str, origin: str) -> None:
         above = text.splitlines()[:error.lineno or 0]
         start = next((i for i in range(len(above) - 1, -1, -1) if above[i].startswith("# %% ")), None)
         where = above[start][5:].split(" (tags:")[0] if start is not None else "the script"
-        line = (error.lineno or 0) - (start + 1 if start is not None else 0)
+        first = start + 1 if start is not None else 0
+        if start is not None and first < len(above) and above[first].startswith("_jiyu_stop_point("):
+            first += 1  # the cell's code begins after its stop point
+        line = (error.lineno or 0) - first
         raise JobError(f"{where} is not valid Python: {error.msg} (line {line})") from None
 
 

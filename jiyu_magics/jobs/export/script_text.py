@@ -1,7 +1,8 @@
 """The text of an exported job script: its header, cell separators and readable literals.
 
 The script is a jupytext "percent" script (``# %%`` cell markers), so editors open it as
-cells, and every cell says where it came from.
+cells, and every cell says where it came from. Each code cell after the first begins with a
+stop point: a job asked to stop ends there, cleanly, instead of running its later cells.
 """
 
 from __future__ import annotations
@@ -15,9 +16,12 @@ HEADER = '''\
 # Exported by jiyu {version} from {origin}.
 # Edit the notebook and export again rather than this file. The cells run in order as this
 # script's top-level code; get_ipython() is a headless IPython shell bound to this module, with
-# jiyu_magics loaded, so magics (%%train included) behave as in the notebook.
+# jiyu_magics loaded, so magics (%%train included) behave as in the notebook. A job asked to
+# stop ends at the next _jiyu_stop_point(...), before that cell, with exit status 0.
 import os as _jiyu_os
 import sys as _jiyu_sys
+
+from jiyu_magics.core.job_stop import stop_point as _jiyu_stop_point
 
 _jiyu_os.environ.setdefault("MPLBACKEND", "Agg")  # no display in a job: figures render off-screen
 
@@ -54,6 +58,10 @@ def readable_literal(text: str) -> str:
 
 def comment_block(text: str) -> list[str]:
     return [f"# {line}".rstrip() for line in text.splitlines()] or ["#"]
+
+
+def stop_point(label: str) -> str:
+    return f"_jiyu_stop_point({label!r})"
 
 
 def cell_marker(title: str, kind: str = "") -> str:

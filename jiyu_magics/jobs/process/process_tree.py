@@ -1,9 +1,15 @@
-"""Stopping a job's processes, all of them, and checking that none is left.
+"""Stopping a run's processes, all of them, and checking that none is left.
 
-torchrun starts each worker in its own session, so one ``killpg`` cannot reach them all, and
-SIGKILL to torchrun's group orphans the workers (they keep running). So: snapshot the whole
-tree first, SIGTERM every process group in it (torchrun then stops its workers cleanly), wait
-for the grace period, SIGKILL whatever is left one by one, and verify against the process table.
+The stop is aimed at the ranks, not at torchrun: each rank process gets SIGTERM, checkpoints
+at its next step (or, outside ``fit``, ends its script where it is) and exits with status 0;
+torchrun sees its workers succeed and exits 0 by itself. Signalling torchrun instead makes it
+print a traceback, exit 1 and, under ``--max-restarts``, it may restart the workers it was
+asked to stop. Signals go to processes, not to process groups: a rank's group also holds its
+data loader workers, which die with their rank and must not die before it.
+
+Ranks that appear during the grace (starting, or restarted) get SIGTERM too. After the grace
+whatever is left (torchrun, a rank stuck in a collective, a process that left every tree
+after its parent died) gets SIGKILL, one by one, and the process table is checked.
 """
 
 from __future__ import annotations
@@ -16,9 +22,14 @@ from typing import Iterable
 
 import psutil
 
-from ...core.run_files import RUN_ID_ENV
+from ...core.run_processes import alive, tagged
+from .torchrun_command import WORKER_MODULE
 
 KILL_WAIT_S = 5.0
+RESCAN_S = 0.5  # how often the stop looks for processes of the run that were not there before
+AGENT_MARKS = ("torch.distributed.run", "torchrun")
+
+__all__ = ["StopResult", "alive", "alive_pid", "leftovers", "stop", "stop_run", "tagged", "tree"]
 
 
 @dataclass
@@ -27,6 +38,7 @@ class StopResult:
     killed: list[int] = field(default_factory=list)   # pids that needed SIGKILL
     remaining: list[int] = field(default_factory=list)  # pids still alive at the end (should be none)
     seconds: float = 0.0
+    pids: list[int] = field(default_factory=list)     # the processes the stop was aimed at
 
     @property
     def clean(self) -> bool:
@@ -44,30 +56,9 @@ def tree(root_pid: int | None) -> list[psutil.Process]:
         return []
 
 
-def tagged(run_id: str) -> list[psutil.Process]:
-    """Every process of ours that carries the run id in its environment: it finds the
-    processes that left the tree (re-parented after their parent died)."""
-    found = []
-    for proc in psutil.process_iter():
-        try:
-            if proc.environ().get(RUN_ID_ENV) == run_id:
-                found.append(proc)
-        except (psutil.Error, OSError):
-            continue
-    return found
-
-
 def leftovers(run_id: str) -> list[psutil.Process]:
-    """The run's processes still alive, this one aside (a supervisor carries the run id too)."""
-    return [p for p in tagged(run_id) if p.pid != os.getpid() and alive(p)]
-
-
-def alive(proc: psutil.Process) -> bool:
-    """Running and not a zombie (a zombie has exited; only its parent's bookkeeping is left)."""
-    try:
-        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
+    """The run's processes still alive (this one aside)."""
+    return tagged(run_id)
 
 
 def alive_pid(pid: int) -> bool:
@@ -77,42 +68,64 @@ def alive_pid(pid: int) -> bool:
         return False
 
 
-def stop(procs: Iterable[psutil.Process], grace: float = 10.0, spare: Iterable[int] = ()) -> StopResult:
-    """SIGTERM to every process group among ``procs``, SIGKILL to what outlives ``grace``.
-    Processes in ``spare`` (e.g. the supervisor that records the outcome) are not signalled,
-    nor are their groups, nor this process and its group."""
-    started = time.monotonic()
-    spare = {os.getpid(), *spare}
-    spared_groups = {os.getpgrp(), *filter(None, map(_pgid, spare))}
-    procs = _unique(p for p in procs if p.pid not in spare and alive(p))
-    _signal_groups(procs, spared_groups, signal.SIGTERM)
-    survivors = _wait(procs, grace)
-    late = _unique(survivors + [c for p in survivors for c in _children(p)])
-    killed = [p for p in late if p.pid not in spare and alive(p)]
-    for proc in killed:
-        _send(proc, signal.SIGKILL)
-    remaining = _wait(killed, KILL_WAIT_S)
-    killed = [p.pid for p in killed]
-    return StopResult(len(procs), killed, [p.pid for p in remaining], time.monotonic() - started)
-
-
 def stop_run(run_id: str, root_pid: int | None, grace: float = 10.0, spare: Iterable[int] = ()) -> StopResult:
     """The one way a run is stopped, whoever asks (its owner, ``jiyu stop``, the panel): the
-    tree under ``root_pid`` as it is now plus every process tagged with the run id (workers
-    torchrun no longer tracks), SIGTERM by process group, SIGKILL after ``grace``, verified."""
-    return stop(tree(root_pid) + tagged(run_id), grace, spare)
+    tree under ``root_pid`` plus every process tagged with the run id; SIGTERM to the ranks
+    (and to strays), SIGKILL to what is left after ``grace``, verified. ``spare`` (the
+    supervisor that records the end) is never signalled."""
+    started, spare = time.monotonic(), {os.getpid(), *spare}
+    found: dict[int, psutil.Process] = {}
+    signalled: set[int] = set()
+    deadline = started + grace
+    while True:
+        for proc in _of_run(run_id, root_pid, spare):
+            found.setdefault(proc.pid, proc)
+        if grace > 0:
+            signalled |= _send_all([p for p in first_to_stop(list(found.values())) if p.pid not in signalled],
+                                   signal.SIGTERM)
+        left = _wait(list(found.values()), min(RESCAN_S, max(0.0, deadline - time.monotonic())))
+        if time.monotonic() >= deadline or not (left or _of_run(run_id, root_pid, spare)):
+            break
+    return _kill_the_rest(list(found.values()), spare, started)
 
 
-def _signal_groups(procs: list[psutil.Process], spared_groups: set[int], sig: int) -> None:
-    groups = {_pgid(p.pid) for p in procs} - spared_groups - {None}
-    for group in groups:
-        try:
-            os.killpg(group, sig)
-        except (ProcessLookupError, PermissionError):
-            continue
-    for proc in procs:  # members of a spared group get the signal one by one
-        if _pgid(proc.pid) in spared_groups:
-            _send(proc, sig)
+def first_to_stop(procs: list[psutil.Process]) -> list[psutil.Process]:
+    """Who gets the SIGTERM: each rank (the top-most process running the rank worker; the
+    processes it forked run the same command line), and strays (processes of the run outside
+    any rank, not torchrun). Not torchrun, not the ranks' own children."""
+    commands = {p.pid: _command(p) for p in procs}
+    agents = {pid for pid, cmd in commands.items() if any(mark in part for part in cmd for mark in AGENT_MARKS)}
+    workers = {pid for pid, cmd in commands.items() if WORKER_MODULE in cmd and pid not in agents}
+    ranks = [p for p in procs if p.pid in workers and _ppid(p) not in workers]
+    rank_pids = {p.pid for p in ranks}
+    agents |= {_ppid(p) for p in ranks}
+    strays = [p for p in procs if p.pid not in workers and p.pid not in agents
+              and not rank_pids & set(_ancestors(p))]
+    return ranks + strays
+
+
+def stop(procs: Iterable[psutil.Process], grace: float = 10.0, spare: Iterable[int] = ()) -> StopResult:
+    """SIGTERM to each of ``procs``, SIGKILL to what outlives ``grace``, verified: for
+    processes that are not a run's ranks (a supervisor that does not report)."""
+    started, spare = time.monotonic(), {os.getpid(), *spare}
+    procs = _unique(p for p in procs if p.pid not in spare and alive(p))
+    _send_all(procs, signal.SIGTERM)
+    _wait(procs, grace)
+    return _kill_the_rest(procs, spare, started)
+
+
+def _of_run(run_id: str, root_pid: int | None, spare: set[int]) -> list[psutil.Process]:
+    return _unique(p for p in tree(root_pid) + tagged(run_id) if p.pid not in spare and alive(p))
+
+
+def _kill_the_rest(procs: list[psutil.Process], spare: set[int], started: float) -> StopResult:
+    survivors = [p for p in procs if alive(p)]
+    late = _unique(survivors + [c for p in survivors for c in _children(p)])
+    killed = [p for p in late if p.pid not in spare and alive(p)]
+    _send_all(killed, signal.SIGKILL)
+    remaining = _wait(killed, KILL_WAIT_S)
+    return StopResult(len(procs), [p.pid for p in killed], [p.pid for p in remaining], time.monotonic() - started,
+                      [p.pid for p in procs])
 
 
 def _wait(procs: list[psutil.Process], timeout: float) -> list[psutil.Process]:
@@ -124,18 +137,36 @@ def _wait(procs: list[psutil.Process], timeout: float) -> list[psutil.Process]:
     return left
 
 
-def _send(proc: psutil.Process, sig: int) -> None:
+def _send_all(procs: Iterable[psutil.Process], sig: int) -> set[int]:
+    sent = set()
+    for proc in procs:
+        try:
+            proc.send_signal(sig)
+            sent.add(proc.pid)
+        except psutil.Error:
+            pass
+    return sent
+
+
+def _command(proc: psutil.Process) -> list[str]:
     try:
-        proc.send_signal(sig)
+        return proc.cmdline()
     except psutil.Error:
-        pass
+        return []
 
 
-def _pgid(pid: int) -> int | None:
+def _ppid(proc: psutil.Process) -> int | None:
     try:
-        return os.getpgid(pid)
-    except (ProcessLookupError, PermissionError):
+        return proc.ppid()
+    except psutil.Error:
         return None
+
+
+def _ancestors(proc: psutil.Process) -> list[int]:
+    try:
+        return [p.pid for p in proc.parents()]
+    except psutil.Error:
+        return []
 
 
 def _children(proc: psutil.Process) -> list[psutil.Process]:

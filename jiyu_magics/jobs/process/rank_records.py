@@ -3,13 +3,16 @@
 torchrun reaps its workers, so their exit codes are invisible to anyone else; the worker entry
 point (``jobs.worker``) therefore writes its pid and the ``CUDA_VISIBLE_DEVICES`` it saw when it
 starts and its exit code and one-line error when it ends. A rank killed by a signal never writes its end: its record still says
-``running`` while its pid is gone, which is how we tell it was killed.
+``running`` while its pid is gone, which is how we tell it was killed; which signal killed it
+only its parent, torchrun's agent, can say (``torchrun_report``). A rank that ended because its
+job was asked to stop says so (``stopped``): it exits with status 0 but did not finish.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal as signals
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -28,6 +31,8 @@ class RankRecord:
     exit_code: int | None = None
     error: str | None = None
     cuda_visible_devices: str | None = None   # the GPUs this rank saw (its lease), None when unset
+    stopped: bool = False              # it ended because its job was asked to stop
+    signal: int | None = None          # what killed it, as torchrun reported (never written by the rank)
 
     @property
     def state(self) -> str:
@@ -40,7 +45,16 @@ class RankRecord:
     def failed(self) -> bool:
         return self.state == "killed" or bool(self.exit_code)
 
+    @property
+    def killed_by_signal(self) -> bool:
+        """Killed by a signal other than SIGTERM: SIGTERM is what torchrun sends the ranks that
+        are left once one failed, so a rank that died of it is a victim, not the cause."""
+        return self.signal is not None and self.signal != signals.SIGTERM and self.state == "killed"
+
     def describe(self) -> str:
+        if self.killed_by_signal:
+            return f"rank {self.rank}: killed by {signal_name(self.signal)}" + \
+                (" (out of memory?)" if self.signal == signals.SIGKILL else "")
         if self.state == "exited":
             return f"rank {self.rank}: " + (self.error or f"exited with code {self.exit_code}")
         return f"rank {self.rank}: {self.state}"
@@ -72,9 +86,27 @@ def read_all(run_id: str) -> list[RankRecord]:
     return sorted(records, key=lambda r: r.rank)
 
 
+def with_signals(records: list[RankRecord], killed_by: dict[int, int]) -> list[RankRecord]:
+    """The records with the signal that killed each rank, from torchrun's report (pid →
+    signal number, ``torchrun_report.signals``)."""
+    for record in records:
+        record.signal = killed_by.get(record.pid, record.signal)
+    return records
+
+
 def first_failure(records: list[RankRecord]) -> RankRecord | None:
-    """The rank that failed first: the earliest error that was recorded (the others usually
-    fail because it did: "connection closed by peer"), else a rank that was killed."""
+    """The rank that failed first. A rank killed by a signal (``kill -9``, the OOM killer) is
+    the cause whenever there is one: the others fail because it vanished ("Connection closed by
+    peer"), whatever their errors' times say. Else the earliest error that was recorded, else
+    a rank that was killed by an unknown hand."""
+    by_signal = sorted((r for r in records if r.killed_by_signal), key=lambda r: r.rank)
     exited = sorted((r for r in records if r.ended is not None and r.exit_code), key=lambda r: r.ended)
     killed = [r for r in records if r.state == "killed"]
-    return (exited or killed or [None])[0]
+    return (by_signal or exited or killed or [None])[0]
+
+
+def signal_name(number: int) -> str:
+    try:
+        return signals.Signals(number).name
+    except ValueError:
+        return f"signal {number}"

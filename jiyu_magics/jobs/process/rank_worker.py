@@ -3,8 +3,13 @@
 It runs the script as ``__main__`` (as ``python SCRIPT`` would) and records the rank's start,
 exit code and one-line error in the run folder (``jobs.ranks``). An uncaught error is also
 written to torch elastic's error file (``TORCHELASTIC_ERROR_FILE``, the format of torch's
-``@record``), so torchrun's own failure summary names the root cause. Signals keep their
-default meaning: a rank blocked in a collective must still die at once on SIGTERM.
+``@record``), so torchrun's own failure summary names the root cause.
+
+A stop ends the job (``core.job_stop``): SIGTERM outside ``fit`` ends the script where it is,
+inside ``fit`` the engine stops at a step with a checkpoint and the script ends before its next
+cell; either way the rank exits with status 0 and records that it stopped, so torchrun reports
+no failure and restarts nothing. A rank started after its run was asked to stop (a restart, a
+slow start) runs nothing. The rank dies with its torchrun agent (``parent_death``).
 """
 
 from __future__ import annotations
@@ -12,14 +17,26 @@ from __future__ import annotations
 import json
 import os
 import runpy
+import signal
 import sys
 import time
 import traceback
+from typing import NamedTuple
 
-from ...core.run_files import RUN_ID_ENV
-from ...core.run_store import process_start_time
-from . import rank_records as ranks
+from ...core import job_stop
+from ...core.run_files import RUN_ID_ENV, store_path
+from ...core.run_store import RunStore, UnknownRun, process_start_time
+from ...core.store_db import StoreUnusable
+from . import parent_death, rank_records as ranks
 from .error_line import one_line
+
+SIGTERM_REASON = "a stop request (SIGTERM)"
+
+
+class Ending(NamedTuple):
+    code: int
+    error: str | None = None
+    stopped: bool = False
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -32,38 +49,83 @@ def main(argv: list[str] | None = None) -> int:
     record = _start_record() if run_id else None
     if record:
         ranks.write(run_id, record)
-    code, error = _run(script, argv)
+    signal.signal(signal.SIGTERM, _stop_now)
+    try:
+        ending = _run(script, argv, run_id)
+    except job_stop.JobStopped:  # a second stop came while the first was being handled
+        ending = Ending(0, None, True)
+    # The script is over: a late stop (a second sender) must not cut the record short nor kill
+    # the interpreter's exit midway, which torchrun would report as a failure. Ignored, not
+    # handled: Python resets handlers, not SIG_IGN, while it finalizes.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     if record:
-        record.ended, record.exit_code, record.error = time.time(), code, error
+        record.ended, record.exit_code, record.error, record.stopped = time.time(), *ending
         ranks.write(run_id, record)
-    return code
+    return ending.code
 
 
-def _run(script: str, argv: list[str]) -> tuple[int, str | None]:
+def _run(script: str, argv: list[str], run_id: str | None) -> Ending:
     sys.argv = [script, *argv[1:]]
     sys.path.insert(0, os.path.dirname(script))
     try:
+        parent_death.die_with_parent()
+        if _stop_requested(run_id):
+            raise job_stop.not_started()
         runpy.run_path(script, run_name="__main__")
+    except job_stop.JobStopped as stop:
+        return _stopped(stop)
     except SystemExit as exit:
         return _exit_status(exit.code)
     except BaseException as error:  # noqa: BLE001 - every uncaught error ends the rank, recorded
+        signal.signal(signal.SIGTERM, _note_stop)  # a SIGTERM still pending is noted, not raised
+        if job_stop.noted():  # the error came from the stop (a peer that stopped first)
+            return _stopped(job_stop.JobStopped())
         _print_user_traceback(error, script)
         _write_elastic_error_file(error)
-        return (130 if isinstance(error, KeyboardInterrupt) else 1), one_line(error)
+        return Ending(130 if isinstance(error, KeyboardInterrupt) else 1, one_line(error))
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
-    return 0, None
+    return Ending(0, None, job_stop.noted() is not None)  # a fit that honoured a stop ended it
 
 
-def _exit_status(code) -> tuple[int, str | None]:
+def _stop_now(signum, frame) -> None:
+    """SIGTERM outside ``fit``: the script ends where it is. Once a stop was noted (``fit``
+    honoured it), another SIGTERM changes nothing: the job already ends at its next stop point,
+    and the sender's SIGKILL bounds the wait."""
+    if job_stop.noted() is None:
+        raise job_stop.stop_now(SIGTERM_REASON)
+
+
+def _note_stop(signum, frame) -> None:
+    job_stop.note(SIGTERM_REASON)
+
+
+def _stopped(stop: job_stop.JobStopped) -> Ending:
+    if stop.message:
+        print(stop.message, file=sys.stderr)
+    return Ending(0, None, True)
+
+
+def _stop_requested(run_id: str | None) -> bool:
+    """Whether the run row already asks for a stop: read only where a store exists (a rank on
+    a Slurm node may have no store; it must not create one)."""
+    if not run_id or not store_path().exists():
+        return False
+    try:
+        return RunStore().get(run_id).stop_requested
+    except (StoreUnusable, UnknownRun, OSError):
+        return False
+
+
+def _exit_status(code) -> Ending:
     """``sys.exit`` semantics: None is 0, a number is itself, anything else is printed, 1."""
     if code is None:
-        return 0, None
+        return Ending(0)
     if isinstance(code, int):
-        return code, (f"exited with code {code}" if code else None)
+        return Ending(code, f"exited with code {code}" if code else None)
     print(code, file=sys.stderr)
-    return 1, str(code).splitlines()[0] if str(code) else "exited with code 1"
+    return Ending(1, str(code).splitlines()[0] if str(code) else "exited with code 1")
 
 
 def _start_record() -> ranks.RankRecord:

@@ -10,18 +10,16 @@ the job supervisor.
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
-import signal
 import subprocess
+import threading
 from pathlib import Path
 from typing import IO, Mapping, Sequence
 
 from ...core.run_files import RunFiles
-from . import process_tree as processes, rank_records as ranks, torchrun_command as torchrun
-
-PR_SET_PDEATHSIG = 1
+from . import parent_death, process_tree as processes, rank_records as ranks, torchrun_command as torchrun
+from . import torchrun_report
 
 
 class Launch:
@@ -34,11 +32,15 @@ class Launch:
     def start(cls, script: str | os.PathLike, *, nproc: int, run_id: str, args: Sequence[str] = (),
               cwd: str | os.PathLike | None = None, env: Mapping[str, str] | None = None,
               log: IO[bytes] | None = None, nnodes: int = 1, rdzv_endpoint: str | None = None,
-              node_rank: int | None = None, max_restarts: int = 0, die_with_parent: bool = False) -> "Launch":
+              node_rank: int | None = None, max_restarts: int = 0, die_with_parent: bool | None = None) -> "Launch":
         """Starts torchrun in a new session (its own process group), its output appended to
         ``log`` (default: the run's ``stdout.log``); ``env`` adds variables to the caller's
-        environment. ``die_with_parent`` asks Linux to SIGTERM
-        torchrun when the caller dies (only safe from a single-threaded caller: the supervisor)."""
+        environment. ``die_with_parent`` asks Linux to SIGTERM torchrun when the caller dies
+        (a ``kill -9`` of the kernel or the supervisor), and the ranks die with torchrun. The
+        request follows the thread that starts torchrun, so by default it is made from a
+        main thread only (the kernel's cells and the supervisor run there)."""
+        if die_with_parent is None:
+            die_with_parent = threading.current_thread() is threading.main_thread()
         files = RunFiles.of(run_id).create()
         cmd = torchrun.command(Path(script).resolve(), nproc, nnodes=nnodes, rdzv_endpoint=rdzv_endpoint,
                                node_rank=node_rank, max_restarts=max_restarts, log_dir=files.root / "torchrun",
@@ -48,7 +50,8 @@ class Launch:
         try:
             proc = subprocess.Popen(cmd, cwd=cwd, env=torchrun.environment(run_id, files.error, env),
                                     stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                    start_new_session=True, preexec_fn=_die_with_parent if die_with_parent else None)
+                                    start_new_session=True,
+                                    preexec_fn=parent_death.request if die_with_parent else None)
         finally:
             if own_log:
                 log.close()
@@ -73,8 +76,9 @@ class Launch:
         return self.proc.returncode
 
     def ranks(self) -> list[ranks.RankRecord]:
-        """Each rank's latest record (pid, restart, state running|exited|killed, exit code)."""
-        return ranks.read_all(self.run_id)
+        """Each rank's latest record (pid, restart, state running|exited|killed, exit code),
+        with the signal that killed it where torchrun reported one."""
+        return ranks.with_signals(ranks.read_all(self.run_id), torchrun_report.signals(self.files.log))
 
     def first_failure(self) -> ranks.RankRecord | None:
         return ranks.first_failure(self.ranks())
@@ -87,6 +91,8 @@ class Launch:
         failure = self.first_failure()
         if failure is not None:
             return failure.describe()
+        if self.returncode is not None and self.returncode < 0:
+            return f"torchrun killed by {ranks.signal_name(-self.returncode)}; its ranks were stopped with it"
         elastic = read_elastic_error(self.files.error)
         return elastic or f"torchrun exited with code {self.returncode}"
 
@@ -112,7 +118,3 @@ def read_elastic_error(path: Path) -> str | None:
         message = message.get("message")
     text = " ".join(str(message or "").split())
     return text or None
-
-
-def _die_with_parent() -> None:
-    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)

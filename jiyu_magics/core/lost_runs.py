@@ -1,0 +1,51 @@
+"""Runs that ended without reporting (a reboot, a ``kill -9`` of their owner): ``lost``.
+
+A run is lost once its recorded process (its supervisor, its kernel, or torchrun for a
+kernel's ``%%train --nproc``) is gone and no process carrying its id is left: ranks that are
+still stopping after their owner died (they die with their agent) are given their time, so a
+run is never declared over while something of it still trains or writes. Its end is dated by
+its last event, not by the moment a listing noticed, and its event log ends with an ``end``
+saying ``lost``, after whatever its ranks wrote while they stopped (their ``stopped``).
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from .event_log import EventLog, tail_events
+from .run_files import RunFiles
+from .run_model import EventKind, RunStatus
+from .run_processes import live_run_ids
+
+QUEUED_GRACE_S = 120.0  # a run queued longer than this with no process behind it was never started
+LOST_MESSAGE = "its process ended without reporting"
+SOURCE = "store"  # who wrote the lost end: the store, on noticing (no owner was left to write it)
+
+
+def vanished(rows: Iterable, now: float, alive) -> list[str]:
+    """The ids among active ``rows`` (id, pid, pid_started, created) whose recorded process is
+    gone (``alive(pid, started)`` false) and of which no process is left."""
+    gone = [row["id"] for row in rows
+            if (now - row["created"] > QUEUED_GRACE_S if row["pid"] is None
+                else not alive(row["pid"], row["pid_started"]))]
+    if not gone:
+        return []
+    running = live_run_ids()
+    return [run_id for run_id in gone if run_id not in running]
+
+
+def last_event_time(run_id: str) -> float | None:
+    events = tail_events(RunFiles.of(run_id).events)
+    return events[-1].get("t") if events else None
+
+
+def close_log(run_id: str) -> None:
+    """The lost end in the run's event log (when it has a folder), after everything else."""
+    files = RunFiles.of(run_id)
+    if not files.root.is_dir():
+        return
+    try:
+        with EventLog(files.events) as log:
+            log.append(EventKind.END.value, status=RunStatus.LOST.value, message=LOST_MESSAGE, source=SOURCE)
+    except OSError:
+        pass  # the row says lost; a log that cannot be written (a full disk) stays as it was
