@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_magic, magics_class
-from IPython.display import HTML, display
+from IPython.display import display
 
 
 @magics_class
