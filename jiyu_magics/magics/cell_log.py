@@ -46,8 +46,10 @@ class CellLog:
             self._file.close()
 
 
-class _Tee(io.TextIOBase):
-    """The kernel's stream, and the cell log beside it."""
+class _Tee:
+    """The kernel's stream, and the cell log beside it. Not an ``io.TextIOBase``: that would
+    answer ``isatty()`` False itself, and a terminal's in-place progress line needs the
+    stream's own answer."""
 
     def __init__(self, stream: TextIO, log: CellLog):
         self._stream, self._log = stream, log
@@ -59,7 +61,10 @@ class _Tee(io.TextIOBase):
     def flush(self) -> None:
         self._stream.flush()
 
-    def __getattr__(self, name: str):  # isatty, fileno, encoding, the kernel stream's own API
+    def isatty(self) -> bool:
+        return self._stream.isatty()
+
+    def __getattr__(self, name: str):  # fileno, encoding, the kernel stream's own API
         return getattr(self._stream, name)
 
 
