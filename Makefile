@@ -10,7 +10,7 @@ export MKL_NUM_THREADS ?= 1
 export OMP_WAIT_POLICY ?= PASSIVE
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: setup demo test test-slurm test-system-deps browser bench gpu-checks gpu-wheels screenshots readme api-schema clean
+.PHONY: setup demo test lint-ts test-slurm test-system-deps browser bench gpu-checks gpu-wheels screenshots readme api-schema clean
 
 setup: $(STAMP)
 
@@ -33,10 +33,16 @@ demo: setup
 # The layers (pyproject.toml [tool.importlinter]) first: a broken contract fails in a second, before
 # the ~20-minute suite; ruff's pyflakes checks catch an undefined name a merge left. JIYU_REQUIRE_SERVICES=1: a test whose real service (Slurm, Prometheus) is missing fails
 # instead of skipping.
-test: setup browser test-system-deps
+test: setup browser test-system-deps lint-ts
 	$(BIN)/lint-imports --no-logo
 	$(BIN)/ruff check --select F --no-cache jiyu_magics tests benchmarks
 	JIYU_REQUIRE_SERVICES=1 $(BIN)/python -m pytest
+
+# The TypeScript lint of the JupyterLab extension template: prettier (formatting) and eslint
+# (typescript-eslint rules), from the committed yarn.lock (CI=true: yarn will not write one).
+lint-ts: setup
+	cd labextension && PATH="$(abspath $(BIN)):$$PATH" jlpm install --immutable >/dev/null && \
+	  PATH="$(abspath $(BIN)):$$PATH" jlpm lint:check
 
 # Programs the tests drive for real, as PATH:package: sshd (the image's entrypoint), Slurm and munge
 # (tests/slurm_cluster.py starts a one-node cluster as root), kubectl (answers without a cluster),

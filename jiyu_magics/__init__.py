@@ -7,6 +7,21 @@ torch, no IPython, no NVML until a magic or command needs them.
 __version__ = "0.1.0"
 
 
+def runs(*run_ids: str, limit: int = 50):
+    """The runs' parameters (``param.NAME`` columns), training options and final/best metrics,
+    one row per run: the given ids (or unique prefixes), else the ``limit`` most recent runs.
+    A pandas DataFrame when pandas is installed, a list of dicts otherwise, for your own
+    analysis (``%runs compare`` draws the same table with the loss curves)."""
+    from .core.run_comparison import compare
+
+    records, _ = compare(list(run_ids) or None, limit=limit)
+    try:
+        import pandas
+    except ImportError:
+        return records
+    return pandas.DataFrame.from_records(records)
+
+
 def load_ipython_extension(ipython):
     from .magics import register
 

@@ -59,9 +59,10 @@ def write_user_settings(folder: Path, panel: dict) -> None:
 
 @contextmanager
 def jupyter_lab(workdir: Path, panel_settings: dict, timeout: float = 90, env: dict | None = None,
-                args: tuple[str, ...] = ()) -> Iterator[Lab]:
+                args: tuple[str, ...] = (), app: str = "jupyterlab") -> Iterator[Lab]:
     """``env`` adds to the server's environment (e.g. the NVML double's shared-box settings),
-    ``args`` to its command line (e.g. ``--JiyuApp.kernel_idle_warning=0``)."""
+    ``args`` to its command line (e.g. ``--JiyuApp.kernel_idle_warning=0``); ``app="notebook"``
+    starts Notebook 7 (the same front-end extension system) instead of JupyterLab."""
     root, home, jupyter = workdir / "root", workdir / "jiyu_home", workdir / "jupyter"
     for folder in (root, home, jupyter / "config", jupyter / "runtime"):
         folder.mkdir(parents=True, exist_ok=True)
@@ -70,10 +71,11 @@ def jupyter_lab(workdir: Path, panel_settings: dict, timeout: float = 90, env: d
     env = {**os.environ, "JIYU_HOME": str(home), "JUPYTER_CONFIG_DIR": str(jupyter / "config"),
            "JUPYTER_RUNTIME_DIR": str(jupyter / "runtime"),
            "PYTHONPATH": os.pathsep.join([str(NVML_DOUBLE_DIR), str(ROOT)]), **(env or {})}
-    command = [sys.executable, "-m", "jupyterlab", "--no-browser", "--allow-root", f"--port={port}",
+    klass = "LabApp" if app == "jupyterlab" else "JupyterNotebookApp"
+    command = [sys.executable, "-m", app, "--no-browser", "--allow-root", f"--port={port}",
                "--ServerApp.ip=127.0.0.1", "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}",
-               f"--ServerApp.root_dir={root}", f"--LabApp.user_settings_dir={jupyter / 'settings'}",
-               f"--LabApp.workspaces_dir={jupyter / 'workspaces'}", "--LabApp.expose_app_in_browser=True", *args]
+               f"--ServerApp.root_dir={root}", f"--{klass}.user_settings_dir={jupyter / 'settings'}",
+               f"--{klass}.workspaces_dir={jupyter / 'workspaces'}", f"--{klass}.expose_app_in_browser=True", *args]
     log = open(workdir / "jupyter_lab.log", "wb")
     process = subprocess.Popen(command, cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT,
                                start_new_session=True)

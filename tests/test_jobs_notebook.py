@@ -95,3 +95,33 @@ def jobs_submit(workload):
     from jiyu_magics import jobs
 
     return jobs.submit(workload, nproc=2, params={"steps": 400, "step_seconds": 0.1}, name="long")
+
+
+def test_attach_to_a_job_with_two_training_cells_shows_each_in_order(tmp_path, torchrun_tmp):
+    """One job, two %%train cells (different names, lengths): %job attach shows two summaries in
+    order, each titled with the job's name and which call it is, each with its own numbers."""
+    import nbformat
+    from nbformat.v4 import new_code_cell, new_notebook
+
+    from jiyu_magics import jobs
+
+    data = ("%load_ext jiyu_magics\nimport torch\nx = torch.randn(256, 4); y = x.sum(1, keepdim=True)\n"
+            "data = torch.utils.data.TensorDataset(x, y)")
+    cell = ("%%train --max-steps {steps} --name {name} --device cpu\nmodel = torch.nn.Linear(4, 1)\n"
+            "optimizer = torch.optim.SGD(model.parameters(), 0.05)\n"
+            "train_loader = torch.utils.data.DataLoader(data, batch_size=16)\nloss_fn = torch.nn.MSELoss()")
+    path = tmp_path / "two_cells.ipynb"
+    nbformat.write(new_notebook(cells=[new_code_cell(data), new_code_cell(cell.format(steps=6, name="warm-up")),
+                                       new_code_cell(cell.format(steps=14, name="main-fit"))],
+                                metadata={"kernelspec": {"name": "python3", "display_name": "Python 3",
+                                                         "language": "python"}}), path)
+    run = jobs.submit(path, nproc=1, name="two-cells")
+    wait_for(lambda: not RunStore().get(run.id).active, timeout=180, what="the job to end")
+    assert RunStore().get(run.id).status == "succeeded", (RunFiles.of(run.id).log.read_text()[-2000:])
+
+    nb = execute(notebook("%load_ext jiyu_magics", f"%job attach {run.id}"), tmp_path)
+    summaries = [out.data["text/plain"] for out in nb.cells[1].outputs if out.output_type == "display_data"]
+    assert len(summaries) == 2, summaries
+    first, second = summaries
+    assert "two-cells · fit 1: warm-up" in first and "step 6/6" in first, first
+    assert "two-cells · fit 2: main-fit" in second and "step 14/14" in second, second

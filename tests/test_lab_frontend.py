@@ -31,6 +31,23 @@ def test_vitest_unit_tests_pass(tmp_path):
     assert report["numPassedTests"] >= 25
 
 
+def test_typescript_lint_passes(tmp_path):
+    """prettier and eslint (the JupyterLab extension template's lint), as `make test` runs them;
+    a probe file with a loose comparison must fail it, so the lint is known to look."""
+    if not (LABEXT / "node_modules" / ".bin" / "eslint").exists():
+        installed = run(str(JLPM), "install", "--immutable", cwd=LABEXT)
+        assert installed.returncode == 0, installed.stdout + installed.stderr
+    result = run(str(JLPM), "lint:check", cwd=LABEXT)
+    assert result.returncode == 0, result.stdout + result.stderr
+    probe = LABEXT / "src" / "zz_lint_probe.ts"
+    probe.write_text("export function same(a: number, b: number): boolean {\n  return a == b;\n}\n")
+    try:
+        caught = run(str(JLPM), "eslint:check", cwd=LABEXT)
+    finally:
+        probe.unlink()
+    assert caught.returncode != 0 and "eqeqeq" in caught.stdout, caught.stdout + caught.stderr
+
+
 def test_pip_install_enabled_the_lab_and_server_extensions():
     """No `jupyter labextension install`, no `jupyter server extension enable`: installing the
     package is enough."""

@@ -239,8 +239,34 @@ def test_train_dashboard_renders_live_in_a_lab_notebook(page, lab, artifacts):
     row = page.locator(PANEL).locator("li.jp-JiyuRun", has_text="lab-digits")
     expect(row.locator(".jp-JiyuChip")).to_have_text("running", timeout=30_000)
     page.screenshot(path=artifacts / "lab_train_dashboard.png")
-    expect(output.locator("img")).to_be_visible(timeout=180_000)  # the static summary's loss PNG
+    expect(output.locator(".jiyu-train-summary svg polyline").first).to_be_visible(timeout=180_000)  # themed SVG
     expect(output).to_contain_text("succeeded")
     expect(row.locator(".jp-JiyuChip")).to_have_text("succeeded", timeout=30_000)
     run = next(r for r in RunStore(store_path(lab.home)).list() if r.name == "lab-digits")
     assert (run.kind, run.status) == ("kernel", "succeeded")
+    summary_in_the_dark_theme_and_a_narrow_window(page, output, artifacts)
+
+
+def summary_in_the_dark_theme_and_a_narrow_window(page, output, artifacts):
+    """The end-of-run summary's chart takes the theme's colours (its text readable on the dark
+    background, its gridlines fainter), and in a narrow output the numbers wrap under it."""
+    from .test_lab_pages import contrast
+
+    page.evaluate("window.jupyterapp.commands.execute('apputils:change-theme', {theme: 'JupyterLab Dark'})")
+    expect(page.locator("body")).to_have_attribute("data-jp-theme-light", "false", timeout=30_000)
+    page.wait_for_timeout(500)
+    summary = output.locator(".jiyu-train-summary")
+    summary.scroll_into_view_if_needed()
+    page.screenshot(path=artifacts / "lab_train_summary_dark.png")
+    background = page.locator(".jp-Notebook").evaluate("n => getComputedStyle(n).backgroundColor")
+    text = summary.locator("svg text").first.evaluate("n => getComputedStyle(n).fill")
+    grid = summary.locator("svg line").first.evaluate("n => getComputedStyle(n).stroke")
+    assert contrast(text, background) >= 4.5, (text, background)
+    assert contrast(grid, background) < contrast(text, background), (grid, text, background)
+    page.evaluate("window.jupyterapp.commands.execute('apputils:change-theme', {theme: 'JupyterLab Light'})")
+    expect(page.locator("body")).to_have_attribute("data-jp-theme-light", "true", timeout=30_000)
+    page.set_viewport_size({"width": 700, "height": 820})
+    page.wait_for_timeout(500)
+    chart, table = summary.locator("svg").first.bounding_box(), summary.locator("table").bounding_box()
+    assert table["y"] >= chart["y"] + chart["height"] - 1, "the numbers wrap under the chart"
+    assert table["x"] + table["width"] <= summary.bounding_box()["x"] + summary.bounding_box()["width"] + 1

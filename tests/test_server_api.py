@@ -163,6 +163,21 @@ async def test_events_are_read_by_byte_offset(jp_fetch):
     assert [e["kind"] for e in more["events"]] == ["end"]
 
 
+async def test_ranks_are_each_ranks_own_record(jp_fetch):
+    from jiyu_magics.jobs.process.rank_records import RankRecord, write
+
+    run = live_run()
+    assert body(await jp_fetch("jiyu", "api", "runs", run.id, "ranks")) == {"ranks": []}
+    write(run.id, RankRecord(rank=1, local_rank=1, pid=os.getpid(), started=1.0, ended=2.0, exit_code=1,
+                             error="ValueError: bad batch"))
+    write(run.id, RankRecord(rank=0, local_rank=0, pid=os.getpid(), started=1.0, ended=2.0, exit_code=0))
+    ranks = body(await jp_fetch("jiyu", "api", "runs", run.id, "ranks"))["ranks"]
+    assert [(r["rank"], r["state"], r["exit_code"], r["error"]) for r in ranks] == \
+        [(0, "exited", 0, None), (1, "exited", 1, "ValueError: bad batch")]
+    code, reply = await fails(jp_fetch("jiyu", "api", "runs", "deadbeef", "ranks"))
+    assert code == 404
+
+
 @pytest.mark.parametrize("offset", ["-1", "abc", "1.5", "0x10", "²"])
 async def test_bad_offsets_are_400(jp_fetch, offset):
     run = live_run()

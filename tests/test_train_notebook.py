@@ -69,6 +69,8 @@ def test_live_dashboard_refreshes_in_place_by_wall_clock(tmp_path):
     (output,) = nb.cells[1].outputs
     assert {"text/html", "image/png", "text/plain"} <= set(output.data) and WIDGET_MIME not in output.data
     assert "succeeded" in output.data["text/html"] and "Trained 1536 steps" in output.data["text/plain"]
+    summary = output.data["text/html"]  # the themed SVG in the live notebook, the PNG beside it for exporters
+    assert "<svg" in summary and "var(--jp-ui-font-color1" in summary and "<img" not in summary
     states = nb.metadata["widgets"]["application/vnd.jupyter.widget-state+json"]["state"].values()
     progress = [s["state"]["value"] for s in states if s["model_name"] == "FloatProgressModel"]
     labels = [s["state"]["value"] for s in states if s["model_name"] == "LabelModel"]
@@ -149,3 +151,20 @@ def _stream_text(kc, msg_id: str) -> str:
         if msg["parent_header"].get("msg_id") == msg_id and msg["msg_type"] == "stream":
             return msg["content"]["text"]
     raise AssertionError("the queued cell printed nothing")
+
+
+def test_what_a_kernel_run_prints_goes_into_its_log_too(tmp_path, jiyu_home):
+    """The panel's Logs of a kernel run read ``stdout.log``: what the cell printed (the body's
+    own prints before fit registered the run, a train_step's prints, warnings) is there, and
+    still in the cell's output."""
+    nb = notebook(SETUP, "%%train --max-steps 20 --name printed\n" + BODY.replace(
+        "loss_fn = nn.CrossEntropyLoss()",
+        "criterion = nn.CrossEntropyLoss()\nprint('body says hello')\n"
+        "def train_step(model, batch):\n"
+        "    print('step says hi', flush=True)\n"
+        "    return criterion(model(batch[0]), batch[1])"))
+    NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
+    run = next(r for r in RunStore().list() if r.name == "printed")
+    log = (jiyu_home / "runs" / run.id / "stdout.log").read_text()
+    assert "body says hello" in log and log.count("step says hi") == 20, log
+    assert "step says hi" in text_of(nb.cells[1]), "the cell's own output is unchanged"

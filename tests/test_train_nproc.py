@@ -53,6 +53,11 @@ def test_two_ranks_train_disjoint_samples_and_the_kernel_gets_rank0_weights(tmp_
         "print(train_result.history[0]['loss'] > train_result.history[-1]['loss'])"), tmp_path, timeout=300)
     status, step, run_id = text_of(nb.cells[2]).splitlines()[0].split()
     assert (status, step) == ("succeeded", "8")  # 512 samples / 2 ranks / batch 32
+    outputs = nb.cells[1].outputs  # said at once, before the seconds of export and torchrun start
+    dashboard = next(i for i, out in enumerate(outputs) if out.output_type == "display_data")
+    said = "".join(out.text for out in outputs[:dashboard] if out.output_type == "stream")
+    assert said.startswith(f"jiyu: exporting the notebook for run {run_id}") and \
+        "jiyu: starting torchrun (2 processes)" in said, said
     assert text_of(nb.cells[2]).splitlines()[1:] == ["True True", "True"], \
         "the kernel's model must hold rank 0's final weights (and differ from where it started)"
     # the ranks inherit the kernel's environment (%env included): the file names carry its mark

@@ -12,7 +12,7 @@ import textwrap
 from jiyu_magics.core.event_log import EventLog
 from jiyu_magics.core.run_files import RunFiles
 from jiyu_magics.core.run_store import RunStore
-from jiyu_magics.views.loss_chart import loss_svg
+from jiyu_magics.views.loss_chart import RAW, SMOOTH, loss_svg
 from jiyu_magics.views.loss_plot import render_loss_png
 from jiyu_magics.views.train_text import progress_line, summary_html
 from jiyu_magics.views.training_view import TrainingView
@@ -65,6 +65,30 @@ def test_smoothing_follows_the_trend_and_starts_at_the_first_value():
     view.feed([_events()[0]] + [{"kind": "step", "step": s, "loss": 1.0 if s % 2 else 3.0} for s in range(1, 101)])
     smooth = view.smoothed()
     assert smooth[0] == 1.0 and 1.6 < smooth[-1] < 2.4
+
+
+def _spiky_view() -> TrainingView:
+    """A loss at 0.01 with one step in ten spiking to 10: a log-scale chart (span 1000x)."""
+    view = TrainingView()
+    view.feed(_events()[:1] + [{"kind": "step", "step": s, "loss": 10.0 if s % 10 == 0 else 0.01}
+                               for s in range(1, 401)])
+    return view
+
+
+def test_smoothing_on_a_log_chart_sits_on_the_curve_not_above_it():
+    """The linear mean of a spiky loss is ~1 (100x the curve); in log space it stays near 0.01."""
+    view = _spiky_view()
+    assert view.smoothed()[-1] > 0.5
+    assert 0.005 < view.smoothed(log=True)[-1] < 0.05
+    import re
+
+    svg = loss_svg(view)
+    assert "log scale" in svg
+    lines = re.findall(r"stroke='([^']+)' stroke-width='[\d.]+' points='([^']+)'", svg)
+    raw = [float(p.split(",")[1]) for p in dict(lines)[RAW].split()]
+    smooth_y = float(dict(lines)[SMOOTH].split()[-1].split(",")[1])
+    floor_y = sorted(raw)[len(raw) // 2]  # the median point's height: the 0.01 floor
+    assert abs(smooth_y - floor_y) < 0.25 * (max(raw) - min(raw)), (smooth_y, floor_y)
 
 
 def test_svg_curve_has_train_smoothed_and_val_and_stays_small():
@@ -220,3 +244,54 @@ def test_jiyu_plot_refusals_are_one_line_with_exit_code_2(tmp_path):
                         ([run.id, "-o", str(tmp_path / "missing" / "x.png")], "cannot write")):
         done = jiyu("plot", *args)
         assert done.returncode == 2 and words in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+def test_one_status_palette_in_the_panel_the_tables_and_the_summary():
+    """Each status has the colour of the panel's chip (the same JupyterLab theme variable) in
+    the %jobs table and the dashboard's summary; %jobs had them the other way round."""
+    import re
+
+    from jiyu_magics.core.run_model import RunStatus
+    from jiyu_magics.core.run_store import Run
+    from jiyu_magics.views.run_table import render_html
+    from jiyu_magics.views.status_palette import status_colour
+
+    css = (ROOT / "labextension" / "style" / "base.css").read_text()
+    chips = {}
+    for selectors, body in re.findall(r"((?:\.jp-JiyuChip\.jp-mod-\w+,?\s*)+)\{([^}]*)\}", css):
+        variable = re.search(r"background:\s*var\((--jp-[\w-]+)", body).group(1)
+        for status in re.findall(r"jp-mod-(\w+)", selectors):
+            chips[status] = variable
+    for status in RunStatus:
+        assert status_colour(status).startswith(f"var({chips[status.value]},"), status
+    table = render_html([Run(id="r1", name="a", kind="job", status="running"),
+                         Run(id="r2", name="b", kind="job", status="succeeded")], everything=True)
+    assert f"color:{status_colour('running')}" in table and "var(--jp-brand-color1" in status_colour("running")
+    assert f"color:{status_colour('succeeded')}" in table and "var(--jp-success-color1" in status_colour("succeeded")
+    view = TrainingView()
+    view.feed(_events() + [{"kind": "end", "status": "failed", "step": 50, "message": "boom"}])
+    assert f"color:{status_colour('failed')}" in summary_html(view, svg=loss_svg(view))
+    assert "var(--jp-border-color2" in loss_svg(view), "gridlines in the theme's colours"
+
+
+def test_the_user_picks_the_loss_charts_scale(ip):
+    """--scale log|linear|auto: the live SVG and the summary PNG follow it; a bad value is refused
+    in one line by the magic."""
+    from IPython.core.error import UsageError
+
+    from jiyu_magics.widgets.train_dashboard import TrainingDashboard
+
+    view = _spiky_view()  # spans 1000x: auto draws it on a log scale
+    assert "log scale" in loss_svg(view) and "log scale" in loss_svg(view, scale="log")
+    assert "log scale" not in loss_svg(view, scale="linear")
+    flat = TrainingView()
+    flat.feed(_events()[:1] + [{"kind": "step", "step": s, "loss": 2.0 - s / 100} for s in range(1, 50)])
+    assert "log scale" not in loss_svg(flat) and "log scale" in loss_svg(flat, scale="log")
+    assert render_loss_png(view, scale="linear") != render_loss_png(view, scale="log")
+    assert TrainingDashboard(scale="linear").scale == "linear"
+    try:
+        ip.run_cell_magic("train", "--scale sideways", "pass")
+    except UsageError as error:
+        assert "sideways" in str(error) and "auto" in str(error)
+    else:
+        raise AssertionError("--scale sideways was accepted")

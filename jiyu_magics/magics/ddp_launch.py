@@ -62,7 +62,10 @@ class DdpLaunch:
                                                owner="kernel", notebook=os.environ.get(NOTEBOOK_ENV),
                                                params={"train": self.line})
         with self.lifecycle:
+            # said at once: exporting and torchrun's start take seconds before the dashboard shows
+            print(f"jiyu: exporting the notebook for run {self.lifecycle.run_id}…", flush=True)
             self._prepare()
+            print(f"jiyu: starting torchrun ({spec.nproc} process{'es' if spec.nproc != 1 else ''})…", flush=True)
             self.lifecycle.start(env=self._environment(), on_wait=lambda line: print(f"jiyu: {line}", flush=True))
             self.monitor = self._monitor()
             self.rank_output = self._rank_output()
@@ -103,13 +106,12 @@ class DdpLaunch:
         if in_notebook(self.shell):
             from ..widgets.ddp_dashboard import DdpDashboard
 
-            monitor = DdpDashboard(self.lifecycle, refresh=self.args.refresh or 1.0,
+            monitor = DdpDashboard(self.lifecycle, refresh=self.args.refresh or 1.0, scale=self.args.scale,
                                    on_stop=self.lifecycle.request_stop).show()
         else:
-            from ..views.train_text import TEXT_INTERVAL_S
             from ..widgets.text_progress import TextProgress
 
-            monitor = TextProgress(interval=self.args.refresh or TEXT_INTERVAL_S)
+            monitor = TextProgress(interval=self.args.refresh)  # 1 s in place on a terminal, 10 s lines elsewhere
         if self.on_monitor is not None:
             self.on_monitor(monitor)
         return monitor

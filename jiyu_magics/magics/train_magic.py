@@ -31,7 +31,10 @@ MAGIC_OPTIONS: list[tuple[tuple[str, ...], dict]] = [
                         "CPU) under torchrun, started from what this notebook executed; the kernel's model starts "
                         "them and gets rank 0's final weights back. Without it: in this kernel.")),
     (("--refresh",), dict(type=float, metavar="SECONDS", help="Dashboard refresh interval. Default: 1 s "
-                          "(text progress: 10 s).")),
+                          "(text progress: 10 s in a log, about 1 s redrawn in place on a terminal).")),
+    (("--scale",), dict(choices=("auto", "log", "linear"), default="auto", help="The loss chart's y axis (live "
+                        "and in the end-of-run summary): log, linear, or auto (log when the losses span more "
+                        "than 30x). The smoothed line is averaged in the space shown. Default: auto.")),
     *((("--" + name.replace("_", "-"),), dict(metavar="VAR", help=f"Variable holding {what}. Default: {default}"
                                               + ("." if required else f", from this cell, or from the notebook"
                                                  f"{' when it steps this optimizer' if name == 'scheduler' else ''} "
@@ -137,10 +140,12 @@ class TrainMagics(Magics):
         __tracebackhide__ = True  # noqa: F841 (IPython hides this frame: an error shows the user's)
         args = parse_argstring(self.train, line)
         launching = self._check(args)
-        kwargs = self._run_body(args, cell, launching)
         if launching:
-            return self._launch(line, args, cell, kwargs["model"])
-        self._train(args, kwargs)
+            return self._launch(line, args, cell, self._run_body(args, cell, launching)["model"])
+        from .cell_log import cell_log
+
+        with cell_log() as log:  # a kernel run's Logs show what the cell printed, its body's prints too
+            self._train(args, self._run_body(args, cell, launching), log)
 
     @staticmethod
     def _check(args: Namespace) -> bool:
@@ -172,14 +177,16 @@ class TrainMagics(Magics):
 
         launch_ddp(self.shell, line, args, cell, model, on_monitor=lambda m: setattr(TrainMagics, "dashboard", m))
 
-    def _train(self, args: Namespace, kwargs: dict) -> None:
+    def _train(self, args: Namespace, kwargs: dict, log) -> None:
         from ..train import StopSignal, TrainConfigError, TrainingFailed, fit
+        from ..train.monitor import NullMonitor
+        from .cell_log import LoggedMonitor
 
         __tracebackhide__ = True  # noqa: F841
         stop = StopSignal()
         monitor = self._monitor(args, stop)
         try:
-            result = fit(**kwargs, monitor=monitor, stop=stop)
+            result = fit(**kwargs, monitor=LoggedMonitor(monitor or NullMonitor(), log), stop=stop)
         except TrainingFailed as failure:
             self.shell.user_ns[args.result] = failure.result
             raise
@@ -199,12 +206,11 @@ class TrainMagics(Magics):
         if in_notebook(self.shell):
             from ..widgets.train_dashboard import TrainingDashboard
 
-            monitor = TrainingDashboard(refresh=args.refresh or 1.0, stop=stop).show()
+            monitor = TrainingDashboard(refresh=args.refresh or 1.0, stop=stop, scale=args.scale).show()
         else:
-            from ..views.train_text import TEXT_INTERVAL_S
             from ..widgets.text_progress import TextProgress
 
-            monitor = TextProgress(interval=args.refresh or TEXT_INTERVAL_S)
+            monitor = TextProgress(interval=args.refresh)  # 1 s in place on a terminal, 10 s lines elsewhere
         TrainMagics.dashboard = monitor
         return monitor
 

@@ -107,6 +107,15 @@ class RunStacksHandler(JiyuHandler):
         self.reply(await self.blocking(self.app.runs.stacks, run_id))
 
 
+class RunRanksHandler(JiyuHandler):
+    @web.authenticated
+    @answers_errors
+    async def get(self, run_id: str) -> None:
+        """Each rank's record: pid, state (running | exited | killed), exit code, error."""
+        await self.blocking(self.app.runs.row, run_id)  # an unknown run is a 404
+        self.reply({"ranks": await self.blocking(bridge.ranks, run_id)})
+
+
 class RunStopHandler(JiyuHandler):
     @web.authenticated
     @answers_errors
@@ -163,6 +172,7 @@ ROUTES = [
     (RUN + r"/events", RunEventsHandler),
     (RUN + r"/log", RunLogHandler),
     (RUN + r"/stacks", RunStacksHandler),
+    (RUN + r"/ranks", RunRanksHandler),
     (RUN + r"/stop", RunStopHandler),
     (r"/jiyu/metrics", MetricsHandler),
 ]

@@ -1,5 +1,6 @@
 """The live loss curve as an inline SVG string: drawn by the browser, built in about a
-millisecond in Python.
+millisecond in Python. Gridlines and text take JupyterLab's theme variables (with light
+fallbacks where there is no theme, e.g. a saved notebook on a website), so a dark theme reads.
 
 Why not matplotlib for the live view: a full redraw of a 1000-point, 2-line plot to PNG costs
 ~100 ms on these CPUs, 10% of wall time at a 1 s refresh in the training thread. Building this
@@ -20,29 +21,35 @@ RAW, SMOOTH, VAL = "#90caf9", "#1565c0", "#e65100"
 LOG_SPAN = 30  # losses spanning more than this ratio are drawn on a log scale (live SVG and final PNG)
 
 
-def wants_log(low: float, high: float) -> bool:
-    return low > 0 and high / low > LOG_SPAN
+SCALES = ("auto", "log", "linear")
 
 
-def loss_svg(view: TrainingView, width: int = WIDTH, height: int = HEIGHT) -> str:
+def wants_log(low: float, high: float, scale: str = "auto") -> bool:
+    """``auto``: log when the losses span more than LOG_SPAN; ``log`` wherever all are positive."""
+    if scale == "linear" or low <= 0:
+        return False
+    return scale == "log" or high / low > LOG_SPAN
+
+
+def loss_svg(view: TrainingView, width: int = WIDTH, height: int = HEIGHT, scale: str = "auto") -> str:
     raw = [(s, v) for s, v in view.losses if v is not None and math.isfinite(v)]
     vals = [(s, v) for s, v, _ in view.vals if v is not None and math.isfinite(v)]
     if not raw and not vals:
-        return _frame(width, height, "<text x='50%' y='50%' text-anchor='middle' fill='#888'>waiting for the "
+        return _frame(width, height, "<text x='50%' y='50%' text-anchor='middle' style='fill:var(--jp-ui-font-color2,#888)'>waiting for the "
                                      "first logged step…</text>")
-    smooth = list(zip((s for s, _ in view.losses), view.smoothed()))
     steps = [s for s, _ in raw + vals]
     values = [v for _, v in raw + vals]
-    scale = _Scale(min(steps), max(steps), min(values), max(values), width, height)
-    body = [_grid(scale), _polyline(_thin(raw), scale, RAW, 1), _polyline(_thin(smooth), scale, SMOOTH, 2),
-            *(f"<circle cx='{scale.x(s):.1f}' cy='{scale.y(v):.1f}' r='3' fill='{VAL}'/>" for s, v in vals),
+    axes = _Scale(min(steps), max(steps), min(values), max(values), width, height, scale)
+    smooth = list(zip((s for s, _ in view.losses), view.smoothed(log=axes.log)))  # in the space shown
+    body = [_grid(axes), _polyline(_thin(raw), axes, RAW, 1), _polyline(_thin(smooth), axes, SMOOTH, 2),
+            *(f"<circle cx='{axes.x(s):.1f}' cy='{axes.y(v):.1f}' r='3' fill='{VAL}'/>" for s, v in vals),
             _legend(width, bool(vals))]
     return _frame(width, height, "".join(body))
 
 
 class _Scale:
-    def __init__(self, x0, x1, y0, y1, width, height):
-        self.log = wants_log(y0, y1)
+    def __init__(self, x0, x1, y0, y1, width, height, scale: str = "auto"):
+        self.log = wants_log(y0, y1, scale)
         f = math.log10 if self.log else (lambda v: v)
         self.fy = f
         self.x0, self.x1 = x0, x1 if x1 > x0 else x0 + 1
@@ -100,14 +107,14 @@ def _grid(scale: _Scale) -> str:
     right = scale.width - RIGHT
     for value in scale.ticks():
         y = scale.y(value)
-        parts.append(f"<line x1='{LEFT}' x2='{right}' y1='{y:.1f}' y2='{y:.1f}' stroke='#eee'/>"
+        parts.append(f"<line x1='{LEFT}' x2='{right}' y1='{y:.1f}' y2='{y:.1f}' style='stroke:var(--jp-border-color2,#eee)'/>"
                      f"<text x='{LEFT - 4}' y='{y + 4:.1f}' text-anchor='end'>{value:.3g}</text>")
     base = scale.height - BOTTOM
-    parts.append(f"<line x1='{LEFT}' x2='{right}' y1='{base}' y2='{base}' stroke='#bbb'/>"
+    parts.append(f"<line x1='{LEFT}' x2='{right}' y1='{base}' y2='{base}' style='stroke:var(--jp-border-color1,#bbb)'/>"
                  f"<text x='{LEFT}' y='{scale.height - 6}'>step {scale.x0:g}</text>"
                  f"<text x='{right}' y='{scale.height - 6}' text-anchor='end'>{scale.x1:g}</text>")
     if scale.log:
-        parts.append(f"<text x='{LEFT + 4}' y='{TOP - 3}' fill='#888'>log scale</text>")
+        parts.append(f"<text x='{LEFT + 4}' y='{TOP - 3}' style='fill:var(--jp-ui-font-color2,#888)'>log scale</text>")
     return "".join(parts)
 
 
@@ -124,4 +131,4 @@ def _legend(width: int, with_val: bool) -> str:
 
 def _frame(width: int, height: int, body: str) -> str:
     return (f"<svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{height}' "
-            f"viewBox='0 0 {width} {height}' style='font:10px sans-serif;fill:#444'>{body}</svg>")
+            f"viewBox='0 0 {width} {height}' style='font:10px sans-serif;fill:var(--jp-ui-font-color1,#444)'>{body}</svg>")

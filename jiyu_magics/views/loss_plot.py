@@ -14,20 +14,22 @@ from .loss_chart import RAW, SMOOTH, VAL, wants_log
 from .training_view import TrainingView
 
 
-def render_loss_png(view: TrainingView, size: tuple[float, float] = (6.0, 3.2), dpi: int = 100) -> bytes:
+def render_loss_png(view: TrainingView, size: tuple[float, float] = (6.0, 3.2), dpi: int = 100,
+                    scale: str = "auto") -> bytes:
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=size, dpi=dpi, layout="constrained")
     ax = fig.subplots()
+    positive = [v for _, v in view.losses if v and v > 0]
+    log = bool(positive) and wants_log(min(positive), max(positive), scale)
     if view.losses:
         steps = [s for s, _ in view.losses]
         ax.plot(steps, [v for _, v in view.losses], color=RAW, lw=1, label="train")
-        ax.plot(steps, view.smoothed(), color=SMOOTH, lw=2, label="smoothed")
+        ax.plot(steps, view.smoothed(log=log), color=SMOOTH, lw=2, label="smoothed")
     vals = [(s, v) for s, v, _ in view.vals if v is not None]
     if vals:
         ax.plot(*zip(*vals), "o", color=VAL, ms=4, label="val")
-    positive = [v for _, v in view.losses if v and v > 0]
-    if positive and wants_log(min(positive), max(positive)):
+    if log:
         ax.set_yscale("log")
     ax.set_xlabel("step")
     ax.set_ylabel("loss")

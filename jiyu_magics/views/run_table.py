@@ -10,11 +10,10 @@ from ..core.run_files import RunFiles
 from ..core.run_model import RunStatus
 from ..core.run_store import Run
 from .format import NA, bar, duration, text_table
+from .status_palette import status_colour
 
 HEADERS = ["id", "name", "kind", "status", "nproc", "gpus", "progress", "loss", "started", "duration"]
-STATUS_COLORS = {RunStatus.RUNNING: "#1a7f37", RunStatus.QUEUED: "#9a6700", RunStatus.SUCCEEDED: "#0969da",
-                 RunStatus.FAILED: "#cf222e", RunStatus.STOPPED: "#6e7781", RunStatus.LOST: "#bc4c00"}
-STALLED_COLOR = "#bc4c00"
+STALLED_COLOR = status_colour("stopped")  # the warning colour, as the panel's stall chip
 SPARK = "▁▂▃▄▅▆▇█"
 
 
@@ -108,7 +107,7 @@ def render_html(runs: list[Run], everything: bool = False) -> str:
 
 
 def _html_row(r: dict) -> str:
-    color = STALLED_COLOR if "stalled" in r["status"] else STATUS_COLORS.get(r["status"].split()[0], "inherit")
+    color = STALLED_COLOR if "stalled" in r["status"] else status_colour(r["status"].split()[0])
     cells = []
     for h in HEADERS:
         text = html.escape(r[h])

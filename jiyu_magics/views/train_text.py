@@ -6,12 +6,11 @@ from __future__ import annotations
 import html
 import math
 
-from ..core.run_model import RunStatus
 from .format import duration, human_bytes, na
+from .status_palette import status_colour
 from .training_view import TrainingView
 
 TEXT_INTERVAL_S = 10.0
-STATUS_COLOURS = {RunStatus.SUCCEEDED: "#2e7d32", RunStatus.STOPPED: "#ef6c00", RunStatus.FAILED: "#c62828"}
 
 
 def num(value: float | None, digits: int = 4) -> str:
@@ -88,15 +87,18 @@ def summary_text(view: TrainingView) -> str:
     return "\n".join(lines)
 
 
-def summary_html(view: TrainingView, png_base64: str | None = None) -> str:
+def summary_html(view: TrainingView, png_base64: str | None = None, svg: str | None = None) -> str:
     """The static output left in the notebook when training ends: it survives export and
-    re-opening without a kernel, unlike a widget."""
+    re-opening without a kernel, unlike a widget. ``svg`` (the live chart, in the theme's
+    colours) is shown in place of the PNG where given; the PNG then travels beside it in the
+    output bundle for exporters that take images only. The table wraps under the chart in a
+    narrow output."""
     rows = "".join(f"<tr><th style='text-align:left;padding-right:1em'>{html.escape(k)}</th>"
                    f"<td>{html.escape(v)}</td></tr>" for k, v in stat_rows(view))
-    image = (f"<img alt='loss curve' style='max-width:100%' src='data:image/png;base64,{png_base64}'/>"
-             if png_base64 else "")
-    colour = STATUS_COLOURS.get(view.status, "#555")
+    image = svg or (f"<img alt='loss curve' style='max-width:100%' src='data:image/png;base64,{png_base64}'/>"
+                    if png_base64 else "")
+    colour = status_colour(view.status)
     return (f"<div class='jiyu-train-summary'><div><b style='color:{colour}'>{html.escape(view.status_text)}</b> · "
             f"{html.escape(header_text(view))}</div><div>{html.escape(view.message or '')}</div>"
-            f"<div style='display:flex;gap:1em;align-items:flex-start'>{image}"
+            f"<div style='display:flex;flex-wrap:wrap;gap:1em;align-items:flex-start'>{image}"
             f"<table style='font-size:90%'>{rows}</table></div></div>")

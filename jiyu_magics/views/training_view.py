@@ -27,16 +27,21 @@ class TrainingView(RunState):
     def status_text(self) -> str:
         return str(self.status) if self.status is not None else WAITING
 
-    def smoothed(self, spans: float = SMOOTHING_SPANS) -> list[float]:
+    def smoothed(self, spans: float = SMOOTHING_SPANS, log: bool = False) -> list[float]:
         """The train loss through an exponential moving average whose time constant is a
         fixed share of the steps shown (1/``spans``): logged points are unevenly spaced in
-        steps (the log interval adapts), so the decay is per step, not per point."""
+        steps (the log interval adapts), so the decay is per step, not per point.
+
+        ``log``: averaged in log space, as a log-scale chart shows it; a linear mean of a
+        spiky loss is dominated by its spikes and sits far above the curve there."""
         if not self.losses:
             return []
+        log = log and all(v is not None and v > 0 for _, v in self.losses)
+        to, back = (math.log, math.exp) if log else (float, float)
         tau = max(1.0, (self.losses[-1][0] - self.losses[0][0]) / spans)
-        out, average, previous = [], self.losses[0][1], self.losses[0][0]
+        out, average, previous = [], to(self.losses[0][1]), self.losses[0][0]
         for step, value in self.losses:
-            average += (1 - math.exp(-(step - previous) / tau)) * (value - average)
+            average += (1 - math.exp(-(step - previous) / tau)) * (to(value) - average)
             previous = step
-            out.append(average)
+            out.append(back(average))
         return out

@@ -11,17 +11,18 @@ from html import escape
 
 import ipywidgets as widgets
 
+from ..views.status_palette import status_colour
 from .train_dashboard import TrainingDashboard
 
 RANKS_EVERY_S = 2.0
-_COLORS = {"running": "#2e7d32", "exited": "#555", "killed": "#c62828"}
+_STATUS_OF_STATE = {"running": "running", "exited": "succeeded", "killed": "failed"}  # for the one palette
 
 
 def ranks_html(records) -> str:
     chips = []
     for record in records:
         failed = record.failed
-        color = "#c62828" if failed else _COLORS.get(record.state, "#555")
+        color = status_colour("failed" if failed else _STATUS_OF_STATE.get(record.state))
         label = record.state if record.state != "exited" else f"exited {record.exit_code}"
         restart = f" · restart {record.restart}" if record.restart else ""
         chips.append(f"<span style='margin-right:12px'><b>rank {record.rank}</b> "

@@ -13,12 +13,12 @@ from ..views.loss_plot import render_loss_png
 from ..views.training_view import TrainingView
 
 
-def summary_png(view: TrainingView) -> bytes | None:
+def summary_png(view: TrainingView, scale: str = "auto") -> bytes | None:
     """The view's loss curve as a PNG (None before any loss), also kept as the run's
     ``loss.png``; a run folder that cannot be written costs the copy, never the summary."""
     if not view.losses:
         return None
-    png = render_loss_png(view)
+    png = render_loss_png(view, scale=scale)
     if view.run_id:
         try:
             RunFiles.of(view.run_id).write_loss_plot(png)

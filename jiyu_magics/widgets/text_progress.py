@@ -13,15 +13,22 @@ from ..views.training_view import TrainingView
 from .summary_plot import summary_png
 
 
-class TextProgress:
-    """Prints a progress line at most every ``interval`` seconds, only when it changed."""
+TTY_INTERVAL_S = 1.0  # a terminal redraws one line in place, as tqdm does: cheap, so often
 
-    def __init__(self, interval: float = TEXT_INTERVAL_S, out: TextIO | None = None):
-        self.interval = interval
+
+class TextProgress:
+    """Progress at most every ``interval`` seconds, only when it changed. On a terminal one
+    line redrawn in place (carriage return) about once a second, the last one and the summary
+    kept; elsewhere (a job's log, a pipe) plain lines every 10 s, since a log cannot redraw."""
+
+    def __init__(self, interval: float | None = None, out: TextIO | None = None):
         self.out = out
+        self.tty = _is_terminal(out or sys.stdout)
+        self.interval = interval or (TTY_INTERVAL_S if self.tty else TEXT_INTERVAL_S)
         self.view = TrainingView()
         self._printed_version = -1
         self._printed_at = -math.inf
+        self._inline = False  # a progress line is on screen without its newline
         self.lines = 0
 
     def feed(self, events: list[dict]) -> None:
@@ -42,18 +49,39 @@ class TextProgress:
         self._printed_version, self._printed_at = self.view.version, now
         if self.view.finished:
             return  # close() prints the summary
-        self._write(progress_line(self.view))
+        if self.tty:
+            self._redraw(progress_line(self.view))
+        else:
+            self._write(progress_line(self.view))
 
     def close(self) -> None:
         """The summary line and, in the run folder, the loss plot a terminal cannot show (the
         end of a terminal or background-job run leaves ``loss.png`` as a notebook's does)."""
         if self.view.finished:
+            if self.tty and self.view.losses:
+                self._redraw(progress_line(self.view))  # the final numbers stay on screen
             self._write(self.view.message or progress_line(self.view))
             summary_png(self.view)
 
+    def _redraw(self, line: str) -> None:
+        """The line in place: back to the line's start, the text, the rest of the old one cleared."""
+        stream = self.out or sys.stdout
+        stream.write(f"\r{line}\x1b[K")
+        stream.flush()
+        self._inline = True
+
     def _write(self, line: str) -> None:
+        if self._inline:
+            line, self._inline = "\n" + line, False  # keep the progress line, start below it
         print(line, file=self.out or sys.stdout, flush=True)
         self.lines += 1
+
+
+def _is_terminal(stream: TextIO) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):  # a closed or a bare stream
+        return False
 
 
 def _notice(event: dict) -> str | None:

@@ -44,8 +44,9 @@ BAR_STYLES = {RunStatus.SUCCEEDED: "success", RunStatus.FAILED: "danger", RunSta
 
 class TrainingDashboard:
     def __init__(self, refresh: float = DEFAULT_REFRESH_S, stop: "StopSignal | None" = None,
-                 on_stop: Callable[[], None] | None = None):
+                 on_stop: Callable[[], None] | None = None, scale: str = "auto"):
         self.refresh = refresh
+        self.scale = scale  # the loss chart's y axis: auto (log past a 30x span) | log | linear
         self.interval = refresh
         self.stop = stop
         self.on_stop = on_stop
@@ -68,13 +69,14 @@ class TrainingDashboard:
         self.stop_button.on_click(self._clicked)
         self.progress = widgets.FloatProgress(value=0.0, min=0.0, max=1.0, layout=widgets.Layout(width="50%"))
         self.progress_label = widgets.Label()
-        self.chart = widgets.HTML(loss_svg(self.view))
+        self.chart = widgets.HTML(loss_svg(self.view, scale=self.scale))
         self.stats = widgets.HTML()
         self.notes = widgets.HTML()
         self.widget = widgets.VBox([
             widgets.HBox([self.stop_button, self.header], layout=widgets.Layout(align_items="center")),
             widgets.HBox([self.progress, self.progress_label], layout=widgets.Layout(align_items="center")),
-            widgets.HBox([self.chart, self.stats]), self.notes])
+            # wraps: in a narrow output (the panel's log beside the notebook) the numbers go under the chart
+            widgets.HBox([self.chart, self.stats], layout=widgets.Layout(flex_flow="row wrap")), self.notes])
 
     # -- the monitor interface the engine and follow() call ---------------------------------
     def show(self) -> "TrainingDashboard":
@@ -120,7 +122,7 @@ class TrainingDashboard:
         self._set(self.progress, "value", view.progress or 0.0)
         self._set(self.progress, "bar_style", BAR_STYLES.get(view.status, ""))
         self._set(self.progress_label, "value", self._progress_text())
-        self._set(self.chart, "value", loss_svg(view))
+        self._set(self.chart, "value", loss_svg(view, scale=self.scale))
         self._set(self.stats, "value", _stats_table(view))
         self._set(self.notes, "value", _notes(view))
         if view.finished and not self.stop_button.disabled:
@@ -133,8 +135,9 @@ class TrainingDashboard:
         self.render()
         if self.handle is None:
             return
-        png = summary_png(self.view)
-        bundle = {"text/html": summary_html(self.view, base64.b64encode(png).decode() if png else None),
+        png = summary_png(self.view, self.scale)
+        # the themed SVG for the live notebook; the PNG stays in the bundle for saved/exported copies
+        bundle = {"text/html": summary_html(self.view, svg=loss_svg(self.view, scale=self.scale)),
                   "text/plain": summary_text(self.view)}
         if png:
             bundle["image/png"] = base64.b64encode(png).decode()

@@ -7,6 +7,7 @@
 import { URLExt } from '@jupyterlab/coreutils';
 import { ServerConnection } from '@jupyterlab/services';
 
+import { IRankRecord, IRunEvent } from './runevents';
 import { IGpuSnapshot, ILogChunk, IRun, IStackDump, ISubmission } from './types';
 
 /** A refusal from the server, with the message it sent (400s name the bad field). */
@@ -28,6 +29,22 @@ export class JiyuApi {
 
   async runs(): Promise<IRun[]> {
     return (await this.request<{ runs: IRun[] }>('api/runs')).runs;
+  }
+
+  run(runId: string): Promise<IRun> {
+    return this.request(`api/runs/${encodeURIComponent(runId)}`);
+  }
+
+  /** Events after byte `offset` of the run's event log, and the offset to ask from next. */
+  events(runId: string, offset: number): Promise<{ events: IRunEvent[]; offset: number }> {
+    return this.request(`api/runs/${encodeURIComponent(runId)}/events`, {}, { offset });
+  }
+
+  async ranks(runId: string): Promise<IRankRecord[]> {
+    const reply = await this.request<{ ranks: IRankRecord[] }>(
+      `api/runs/${encodeURIComponent(runId)}/ranks`
+    );
+    return reply.ranks;
   }
 
   log(runId: string, offset: number): Promise<ILogChunk> {
@@ -55,8 +72,7 @@ export class JiyuApi {
     query: Record<string, string | number> = {}
   ): Promise<T> {
     const url =
-      URLExt.join(this.settings.baseUrl, 'jiyu', path) +
-      URLExt.objectToQueryString(query);
+      URLExt.join(this.settings.baseUrl, 'jiyu', path) + URLExt.objectToQueryString(query);
     let response: Response;
     try {
       response = await ServerConnection.makeRequest(url, init, this.settings);

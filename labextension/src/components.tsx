@@ -10,12 +10,23 @@ import { GpuHolder, IdleKernelWarnings, IKernelActions, ProcessList } from './ow
 import { sparkline } from './sparkline';
 import { isStalled, StallChip } from './stall';
 import { IGpuDevice, IGpuKernel, IGpuSnapshot, IRun } from './types';
+import { differingParams } from './comparison';
 import { describeRun, IRunView, visibleRuns } from './view';
 
 export interface IRunActions {
   onStop(run: IRun): void;
   onLogs(run: IRun): void;
   onStacks?(run: IRun): void;
+  /** Opens the run's page; the row shows no Open button without it. */
+  onOpen?(run: IRun): void;
+  /** The runs ticked for comparison, and how a tick changes them. */
+  selection?: ISelection;
+}
+
+export interface ISelection {
+  ids: ReadonlySet<string>;
+  toggle(runId: string): void;
+  compare(runIds: string[]): void;
 }
 
 const noShutdown = (_: IGpuKernel) => undefined;
@@ -51,6 +62,8 @@ export function PanelBody(props: IPanelBodyProps): JSX.Element {
           onStop={props.onStop}
           onLogs={props.onLogs}
           onStacks={props.onStacks}
+          onOpen={props.onOpen}
+          selection={props.selection}
         />
       </section>
     </div>
@@ -138,9 +151,7 @@ export function GpuCard(
         onShutdownKernel={props.onShutdownKernel ?? noShutdown}
       />
       <div className="jp-JiyuGpu-foot">
-        <span title="temperature">
-          {d.temperature === null ? fmt.NA : `${d.temperature}°C`}
-        </span>
+        <span title="temperature">{d.temperature === null ? fmt.NA : `${d.temperature}°C`}</span>
         <span title="power draw / limit">{fmt.watts(d.power_draw, d.power_limit)}</span>
         <span title="processes using this GPU">
           {d.processes.length} proc{d.processes.length === 1 ? '' : 's'}
@@ -196,28 +207,45 @@ export function RunList(props: IRunListProps): JSX.Element {
   if (runs.length === 0) {
     return (
       <p className="jp-JiyuPanel-placeholder">
-        No runs yet. Train with <code>%%train</code>, or submit this notebook as a
-        background job from its toolbar.
+        No runs yet. Train with <code>%%train</code>, or submit this notebook as a background job
+        from its toolbar.
       </p>
     );
   }
+  const differing = differingParams(runs);
   return (
-    <ul className="jp-JiyuRunList" aria-label="Runs">
-      {runs.map(run => (
-        <RunRow
-          key={run.id}
-          run={run}
-          onStop={props.onStop}
-          onLogs={props.onLogs}
-          onStacks={props.onStacks}
-        />
-      ))}
-    </ul>
+    <>
+      {props.selection && <CompareBar selection={props.selection} />}
+      <ul className="jp-JiyuRunList" aria-label="Runs">
+        {runs.map(run => (
+          <RunRow key={run.id} {...props} run={run} differing={differing.get(run.id)} />
+        ))}
+      </ul>
+    </>
   );
 }
 
-export function RunRow(props: { run: IRun } & IRunActions): JSX.Element {
+/** "Compare (n)" for the ticked runs: two or more. */
+function CompareBar(props: { selection: ISelection }): JSX.Element {
+  const ids = [...props.selection.ids];
+  return (
+    <div className="jp-JiyuCompareBar">
+      <button
+        type="button"
+        className="jp-JiyuButton"
+        disabled={ids.length < 2}
+        title={ids.length < 2 ? 'Tick two or more runs to compare them' : undefined}
+        onClick={() => props.selection.compare(ids)}
+      >
+        Compare ({ids.length})
+      </button>
+    </div>
+  );
+}
+
+export function RunRow(props: { run: IRun; differing?: string } & IRunActions): JSX.Element {
   const v = describeRun(props.run);
+  const selection = props.selection;
   return (
     <li
       className={`jp-JiyuRun jp-mod-${v.status}`}
@@ -225,6 +253,15 @@ export function RunRow(props: { run: IRun } & IRunActions): JSX.Element {
       aria-label={`Run ${v.name}, ${v.statusLabel}`}
     >
       <div className="jp-JiyuRun-head">
+        {selection && (
+          <input
+            type="checkbox"
+            className="jp-JiyuRun-select"
+            aria-label={`Select ${v.name} (${v.id}) to compare`}
+            checked={selection.ids.has(v.id)}
+            onChange={() => selection.toggle(v.id)}
+          />
+        )}
         <span className={`jp-JiyuChip jp-mod-${v.status}`}>{v.statusLabel}</span>
         <StallChip run={props.run} />
         <span className="jp-JiyuRun-name" title={`${v.name} (${v.id})`}>
@@ -234,6 +271,11 @@ export function RunRow(props: { run: IRun } & IRunActions): JSX.Element {
           {v.kind}
         </span>
       </div>
+      {props.differing && (
+        <div className="jp-JiyuRun-params" title="parameters that differ between runs of this name">
+          {props.differing}
+        </div>
+      )}
       {v.gpuText && <div className="jp-JiyuRun-gpus">{v.gpuText}</div>}
       <RunProgress view={v} />
       <Sparkline values={v.losses} />
@@ -250,6 +292,16 @@ export function RunRow(props: { run: IRun } & IRunActions): JSX.Element {
       {v.detail && <div className="jp-JiyuRun-detail">{v.detail}</div>}
       {v.note && <div className="jp-JiyuRun-note">{v.note}</div>}
       <div className="jp-JiyuRun-actions">
+        {props.onOpen && (
+          <button
+            type="button"
+            className="jp-JiyuButton"
+            aria-label={`Open the page of ${v.name}`}
+            onClick={() => props.onOpen!(props.run)}
+          >
+            Open
+          </button>
+        )}
         <button
           type="button"
           className="jp-JiyuButton"

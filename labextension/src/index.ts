@@ -3,23 +3,17 @@
  * "Submit notebook as background job" command (notebook toolbar and command palette).
  */
 
-import {
-  ILayoutRestorer,
-  JupyterFrontEnd,
-  JupyterFrontEndPlugin
-} from '@jupyterlab/application';
-import {
-  ICommandPalette,
-  MainAreaWidget,
-  Notification,
-  WidgetTracker
-} from '@jupyterlab/apputils';
+import { ILayoutRestorer, JupyterFrontEnd, JupyterFrontEndPlugin } from '@jupyterlab/application';
+import { ICommandPalette, MainAreaWidget, Notification, WidgetTracker } from '@jupyterlab/apputils';
 import { INotebookTracker } from '@jupyterlab/notebook';
 import { ISettingRegistry } from '@jupyterlab/settingregistry';
+import { SplitPanel, Widget } from '@lumino/widgets';
 
 import { JiyuApi } from './api';
 import { jiyuIcon } from './icons';
+import { CompareView } from './compare';
 import { LogView } from './logview';
+import { RunPage } from './runpage';
 import { PanelModel } from './model';
 import { JiyuPanel } from './panel';
 import { submitNotebook } from './submit';
@@ -29,6 +23,8 @@ const PLUGIN_ID = 'jiyu-magics:panel';
 
 export namespace CommandIDs {
   export const openLog = 'jiyu:open-log';
+  export const openRun = 'jiyu:open-run';
+  export const compare = 'jiyu:compare-runs';
   export const submit = 'jiyu:submit-notebook';
   export const showPanel = 'jiyu:show-panel';
 }
@@ -55,12 +51,23 @@ const plugin: JupyterFrontEndPlugin<void> = {
     const logs = new WidgetTracker<MainAreaWidget<LogView>>({ namespace: 'jiyu-log' });
     const openLog = (run: Pick<IRun, 'id' | 'name'>) =>
       app.commands.execute(CommandIDs.openLog, { id: run.id, name: run.name });
-    panel = new JiyuPanel(model, openLog, id => app.serviceManager.kernels.shutdown(id));
+    const pages = new WidgetTracker<MainAreaWidget<RunPage>>({ namespace: 'jiyu-run' });
+    const comparisons = new WidgetTracker<MainAreaWidget<CompareView>>({
+      namespace: 'jiyu-compare'
+    });
+    panel = new JiyuPanel(
+      model,
+      openLog,
+      id => app.serviceManager.kernels.shutdown(id),
+      run => app.commands.execute(CommandIDs.openRun, { id: run.id, name: run.name }),
+      ids => app.commands.execute(CommandIDs.compare, { ids })
+    );
     app.shell.add(panel, 'left', { rank: 850 });
     restorer?.add(panel, panel.id);
 
     app.commands.addCommand(CommandIDs.showPanel, {
       label: 'Show GPUs and runs',
+      caption: 'The JiyuTrainer panel: GPUs, runs, Logs, Compare',
       icon: jiyuIcon,
       execute: () => app.shell.activateById(panel!.id)
     });
@@ -79,7 +86,40 @@ const plugin: JupyterFrontEndPlugin<void> = {
         });
         widget.id = `jiyu-log-area-${id}`;
         void logs.add(widget);
-        app.shell.add(widget, 'main', { mode: 'split-right' });
+        openBeside(app, widget, 'split-right');
+        return widget;
+      }
+    });
+    app.commands.addCommand(CommandIDs.openRun, {
+      label: args => (args.name ? `Open run ${args.name}` : 'Open run page'),
+      icon: jiyuIcon,
+      execute: args => {
+        const id = String(args.id);
+        const open = pages.find(w => w.content.runId === id);
+        if (open) {
+          app.shell.activateById(open.id);
+          return open;
+        }
+        const widget = new MainAreaWidget({
+          content: new RunPage(api, id, String(args.name ?? id), run => {
+            void panel!.confirmStop(run).then(() => widget.content.refreshSoon());
+          })
+        });
+        widget.id = `jiyu-run-area-${id}`;
+        void pages.add(widget);
+        openBeside(app, widget);
+        return widget;
+      }
+    });
+    app.commands.addCommand(CommandIDs.compare, {
+      label: 'Compare runs',
+      icon: jiyuIcon,
+      execute: args => {
+        const ids = ((args.ids as unknown as string[] | undefined) ?? []).map(String);
+        const widget = new MainAreaWidget({ content: new CompareView(api, ids) });
+        widget.id = `jiyu-compare-area-${ids.join('-')}`;
+        void comparisons.add(widget);
+        openBeside(app, widget);
         return widget;
       }
     });
@@ -111,6 +151,16 @@ const plugin: JupyterFrontEndPlugin<void> = {
     notebooks?.currentChanged.connect(() => app.commands.notifyCommandChanged(CommandIDs.submit));
 
     if (restorer) {
+      void restorer.restore(pages, {
+        command: CommandIDs.openRun,
+        args: w => ({ id: w.content.runId, name: w.content.runName }),
+        name: w => w.content.runId
+      });
+      void restorer.restore(comparisons, {
+        command: CommandIDs.compare,
+        args: w => ({ ids: w.content.runIds }),
+        name: w => w.content.runIds.join('-')
+      });
       void restorer.restore(logs, {
         command: CommandIDs.openLog,
         args: w => ({ id: w.content.runId, name: w.content.runName }),
@@ -130,5 +180,31 @@ const plugin: JupyterFrontEndPlugin<void> = {
     }
   }
 };
+
+/**
+ * Into the main area, or, where that holds one document only (Notebook 7: a second main
+ * widget is silently dropped), into the panel below it.
+ */
+function openBeside(app: JupyterFrontEnd, widget: MainAreaWidget, mode?: 'split-right'): void {
+  app.shell.add(widget, 'main', mode ? { mode } : undefined);
+  if (!widget.isAttached) {
+    app.shell.add(widget, 'down');
+    giveRoom(widget);
+  }
+  app.shell.activateById(widget.id);
+}
+
+/** The panel below the notebook opens as a bare tab bar: give it about half the height. */
+function giveRoom(widget: Widget): void {
+  for (let parent = widget.parent; parent; parent = parent.parent) {
+    if (parent instanceof SplitPanel && parent.widgets.length === 2) {
+      const [main, down] = parent.relativeSizes();
+      if (down < 0.3 * (main + down)) {
+        parent.setRelativeSizes([0.55, 0.45]);
+      }
+      return;
+    }
+  }
+}
 
 export default plugin;

@@ -17,7 +17,7 @@ export interface IKernelActions {
 
 /** The file name of a notebook path, for a narrow sidebar. */
 export function notebookName(path: string | null): string | null {
-  return path ? path.split('/').pop() ?? path : null;
+  return path ? (path.split('/').pop() ?? path) : null;
 }
 
 export function leaseText(lease: IGpuLease): string {
@@ -118,8 +118,9 @@ export function IdleKernelWarnings(props: { kernels: IGpuKernel[] }): JSX.Elemen
     <div className="jp-JiyuPanel-warning" role="alert">
       {idle.map(k => (
         <div key={k.kernel_id}>
-          {notebookName(k.notebook) ?? `kernel ${k.kernel_id.slice(0, 8)}`} holds {fmt.gib(k.memory)} GiB on GPU{' '}
-          {k.gpus.join(', ')} and has been idle {fmt.duration(k.idle_s)}.
+          {notebookName(k.notebook) ?? `kernel ${k.kernel_id.slice(0, 8)}`} holds{' '}
+          {fmt.gib(k.memory)} GiB on GPU {k.gpus.join(', ')} and has been idle{' '}
+          {fmt.duration(k.idle_s)}.
         </div>
       ))}
     </div>

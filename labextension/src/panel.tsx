@@ -7,7 +7,7 @@
 import { Dialog, Notification, ReactWidget, showDialog, UseSignal } from '@jupyterlab/apputils';
 import * as React from 'react';
 
-import { PanelBody } from './components';
+import { ISelection, PanelBody } from './components';
 import { StacksBody } from './stall';
 import { jiyuIcon } from './icons';
 import { PanelModel } from './model';
@@ -21,7 +21,9 @@ export class JiyuPanel extends ReactWidget {
   constructor(
     readonly model: PanelModel,
     private readonly openLog: (run: IRun) => void,
-    private readonly shutdownKernel: (kernelId: string) => Promise<void>
+    private readonly shutdownKernel: (kernelId: string) => Promise<void>,
+    private readonly openRun?: (run: IRun) => void,
+    private readonly compare?: (runIds: string[]) => void
   ) {
     super();
     this.id = PANEL_ID;
@@ -44,12 +46,35 @@ export class JiyuPanel extends ReactWidget {
             onStop={run => void this.confirmStop(run)}
             onLogs={this.openLog}
             onStacks={run => void this.showStacks(run)}
+            onOpen={this.openRun}
+            selection={this.compare ? this.selection() : undefined}
             onShutdownKernel={kernel => void this.confirmShutdown(kernel)}
           />
         )}
       </UseSignal>
     );
   }
+
+  /** The runs ticked for Compare; kept across refreshes, dropped once compared. */
+  private selection(): ISelection {
+    return {
+      ids: this._selected,
+      toggle: id => {
+        this._selected = new Set(this._selected);
+        if (!this._selected.delete(id)) {
+          this._selected.add(id);
+        }
+        this.model.notify();
+      },
+      compare: ids => {
+        this.compare?.(ids);
+        this._selected = new Set();
+        this.model.notify();
+      }
+    };
+  }
+
+  private _selected: Set<string> = new Set();
 
   /** Asks first: a stop ends the run's whole process group after a checkpoint grace period. */
   async confirmStop(run: IRun): Promise<boolean> {

@@ -42,3 +42,12 @@ export function parseNproc(text: string): number {
   }
   return value;
 }
+
+/** The names the notebook's `parameters` cell assigns (top-level `name = ...` lines). */
+export function parameterNames(source: string): string[] {
+  const names = source
+    .split('\n')
+    .map(line => /^([A-Za-z_]\w*)\s*(?::[^=]*)?=(?!=)/.exec(line)?.[1])
+    .filter((name): name is string => !!name);
+  return [...new Set(names)];
+}

@@ -3,16 +3,16 @@
  * `POST /jiyu/api/runs`. The notebook is saved first: the job runs the file on disk.
  */
 
-import { Dialog, showDialog, showErrorMessage } from '@jupyterlab/apputils';
+import { Dialog, showDialog } from '@jupyterlab/apputils';
 import { NotebookPanel } from '@jupyterlab/notebook';
 import { Widget } from '@lumino/widgets';
 
 import { JiyuApi } from './api';
-import { ISubmitValues, toSubmission } from './params';
+import { ISubmitValues, parameterNames, toSubmission } from './params';
 import { IRun, ISubmission } from './types';
 
 export class SubmitForm extends Widget implements Dialog.IBodyWidget<ISubmitValues> {
-  constructor(notebookPath: string, nproc: number) {
+  constructor(notebookPath: string, nproc: number, parameterNames: string[] = []) {
     super();
     this.addClass('jp-JiyuSubmit');
     const where = document.createElement('p');
@@ -24,12 +24,29 @@ export class SubmitForm extends Widget implements Dialog.IBodyWidget<ISubmitValu
     this._params = document.createElement('textarea');
     this._params.rows = 4;
     this._params.placeholder = 'lr = 3e-4\nepochs = 5';
+    const names = document.createElement('p');
+    names.className = 'jp-JiyuSubmit-names';
+    names.textContent = parameterNames.length
+      ? `The parameters cell sets: ${parameterNames.join(', ')}`
+      : 'This notebook has no cell tagged "parameters": -p values have nothing to override.';
+    this._error.className = 'jp-JiyuSubmit-error';
+    this._error.setAttribute('role', 'alert');
     this.node.append(
       where,
       labelled('Processes per node (GPUs)', this._nproc),
       labelled('Run name', this._name),
-      labelled('Parameters, one "name = value" a line', this._params)
+      labelled('Parameters, one "name = value" a line', this._params),
+      names,
+      this._error
     );
+  }
+
+  /** What the user typed before, and why it was refused (shown in the dialog). */
+  setValue(values: ISubmitValues, refusal: string): void {
+    this._nproc.value = values.nproc;
+    this._name.value = values.name;
+    this._params.value = values.params;
+    this._error.textContent = refusal ? `Not submitted: ${refusal}` : '';
   }
 
   getValue(): ISubmitValues {
@@ -43,6 +60,7 @@ export class SubmitForm extends Widget implements Dialog.IBodyWidget<ISubmitValu
   private _nproc: HTMLInputElement;
   private _name: HTMLInputElement;
   private _params: HTMLTextAreaElement;
+  private _error = document.createElement('p');
 }
 
 function field(type: string, value: string): HTMLInputElement {
@@ -61,31 +79,57 @@ function labelled(text: string, control: HTMLElement): HTMLLabelElement {
   return label;
 }
 
-/** The run the server created, or null when the user cancelled or the input was invalid. */
+/**
+ * The run the server created, or null when the user cancelled. A refusal (an invalid value
+ * here, a 400 from the server, e.g. an unknown parameter) is shown in the dialog, which opens
+ * again with what was typed, until the user submits something valid or cancels.
+ */
 export async function submitNotebook(
   notebook: NotebookPanel,
   api: JiyuApi,
   nproc: number
 ): Promise<IRun | null> {
   const path = notebook.context.path;
-  const result = await showDialog({
-    title: 'Submit notebook as background job',
-    body: new SubmitForm(path, nproc),
-    buttons: [Dialog.cancelButton(), Dialog.okButton({ label: 'Submit' })],
-    focusNodeSelector: 'input'
-  });
-  if (!result.button.accept || !result.value) {
-    return null;
+  const names = notebookParameters(notebook);
+  let typed: ISubmitValues = { nproc: String(nproc), name: '', params: '' };
+  let refusal = '';
+  for (;;) {
+    // a new form each time: a closed dialog disposes its body
+    const form = new SubmitForm(path, nproc, names);
+    form.setValue(typed, refusal);
+    const result = await showDialog({
+      title: 'Submit notebook as background job',
+      body: form,
+      buttons: [Dialog.cancelButton(), Dialog.okButton({ label: 'Submit' })],
+      focusNodeSelector: 'input'
+    });
+    if (!result.button.accept || !result.value) {
+      return null;
+    }
+    typed = result.value;
+    try {
+      const submission: ISubmission = toSubmission(path, result.value);
+      if (notebook.context.model.dirty) {
+        await notebook.context.save();
+      }
+      return await api.submit(submission);
+    } catch (error) {
+      refusal = (error as Error).message;
+    }
   }
-  let submission: ISubmission;
-  try {
-    submission = toSubmission(path, result.value);
-  } catch (error) {
-    await showErrorMessage('Cannot submit the notebook', (error as Error).message);
-    return null;
+}
+
+function notebookParameters(notebook: NotebookPanel): string[] {
+  const cells = notebook.content.model?.cells;
+  if (!cells) {
+    return [];
   }
-  if (notebook.context.model.dirty) {
-    await notebook.context.save();
+  for (let i = 0; i < cells.length; i++) {
+    const cell = cells.get(i);
+    const tags = (cell.getMetadata('tags') as string[] | undefined) ?? [];
+    if (cell.type === 'code' && tags.includes('parameters')) {
+      return parameterNames(cell.sharedModel.getSource());
+    }
   }
-  return api.submit(submission);
+  return [];
 }

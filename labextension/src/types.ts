@@ -7,13 +7,7 @@
  * checks them against the JSON Schema `python -m jiyu_magics.server.rest_schema` writes.
  */
 
-export type RunStatus =
-  | 'queued'
-  | 'running'
-  | 'succeeded'
-  | 'failed'
-  | 'stopped'
-  | 'lost';
+export type RunStatus = 'queued' | 'running' | 'succeeded' | 'failed' | 'stopped' | 'lost';
 
 export const ACTIVE_STATUSES: ReadonlyArray<RunStatus> = ['queued', 'running'];
 
@@ -21,15 +15,7 @@ export type RunKind = 'kernel' | 'ddp' | 'job';
 
 /** The kinds of line in a run's `events.jsonl` (`/jiyu/api/runs/{id}/events`). */
 export type EventKind =
-  | 'start'
-  | 'step'
-  | 'val'
-  | 'ckpt'
-  | 'gpu'
-  | 'advice'
-  | 'stall'
-  | 'end'
-  | 'error';
+  'start' | 'step' | 'val' | 'ckpt' | 'gpu' | 'advice' | 'stall' | 'end' | 'error';
 
 export interface IRunSummary {
   total_steps: number | null;

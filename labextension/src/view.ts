@@ -40,7 +40,10 @@ export function describeRun(run: IRun): IRunView {
     status: run.status,
     statusLabel: statusLabel(run, active),
     kind: kindText(run),
-    where: run.backend !== 'local' && run.scheduler_id ? `${schedulerName(run.backend)} job ${run.scheduler_id}` : null,
+    where:
+      run.backend !== 'local' && run.scheduler_id
+        ? `${schedulerName(run.backend)} job ${run.scheduler_id}`
+        : null,
     active,
     canStop: active && run.kind !== 'kernel' && !run.stop_requested,
     progress: s.progress ?? fmt.fraction(s.step, s.total_steps),
@@ -76,7 +79,9 @@ function statusLabel(run: IRun, active: boolean): string {
   if (active && run.stop_requested) {
     return 'stopping';
   }
-  return run.status === 'queued' && run.queue_position ? `queued #${run.queue_position}` : run.status;
+  return run.status === 'queued' && run.queue_position
+    ? `queued #${run.queue_position}`
+    : run.status;
 }
 
 /** The GPUs a run holds (or held), or what a queued run waits for. */
@@ -91,11 +96,7 @@ export function gpuText(run: IRun): string | null {
   return null;
 }
 
-function stepText(
-  step: number | null,
-  total: number | null,
-  epoch: number | null
-): string {
+function stepText(step: number | null, total: number | null, epoch: number | null): string {
   if (step === null) {
     return 'starting';
   }

@@ -10,7 +10,15 @@ const noop = (_: IRun) => undefined;
 
 function body(props: Partial<React.ComponentProps<typeof PanelBody>>): string {
   return renderToStaticMarkup(
-    <PanelBody gpus={null} runs={null} error={null} finished={20} onStop={noop} onLogs={noop} {...props} />
+    <PanelBody
+      gpus={null}
+      runs={null}
+      error={null}
+      finished={20}
+      onStop={noop}
+      onLogs={noop}
+      {...props}
+    />
   );
 }
 
@@ -19,7 +27,9 @@ describe('GPU section', () => {
     const html = renderToStaticMarkup(<GpuSection snapshot={snapshot()} />);
     expect(html.match(/class="jp-JiyuGpu"/g)).toHaveLength(2);
     expect(html).toContain('NVIDIA H100 80GB HBM3');
-    expect(html).toContain('aria-label="GPU 0 utilisation" aria-valuemin="0" aria-valuemax="100" aria-valuenow="45"');
+    expect(html).toContain(
+      'aria-label="GPU 0 utilisation" aria-valuemin="0" aria-valuemax="100" aria-valuenow="45"'
+    );
     expect(html).toContain('12.0 / 80.0 GiB');
     expect(html).toContain('54°C');
     expect(html).toContain('250 / 700 W');
@@ -29,7 +39,9 @@ describe('GPU section', () => {
     const html = renderToStaticMarkup(<GpuSection snapshot={snapshot()} />);
     const t4 = html.slice(html.indexOf('Tesla T4'));
     expect(t4).toContain('hidden');
-    expect(t4).toContain('aria-label="GPU 1 utilisation" aria-valuemin="0" aria-valuemax="100" aria-valuetext="n/a"');
+    expect(t4).toContain(
+      'aria-label="GPU 1 utilisation" aria-valuemin="0" aria-valuemax="100" aria-valuetext="n/a"'
+    );
     expect(t4).toContain('jp-JiyuMeter-fill jp-mod-warn');
   });
 
@@ -40,7 +52,12 @@ describe('GPU section', () => {
           available: false,
           devices: [],
           reason: 'the NVIDIA driver’s NVML library is not installed',
-          doctor: { check: 'torch build', level: 'problem', summary: 'torch 2.13.0+cpu is a CPU-only build.', fix: 'Install a CUDA build.' }
+          doctor: {
+            check: 'torch build',
+            level: 'problem',
+            summary: 'torch 2.13.0+cpu is a CPU-only build.',
+            fix: 'Install a CUDA build.'
+          }
         })}
       />
     );
@@ -55,13 +72,18 @@ describe('run rows', () => {
   it('show chip, name, progress, sparkline and both actions for a running job', () => {
     const html = renderToStaticMarkup(
       <RunRow
-        run={run({}, { step: 30, total_steps: 120, loss: 0.5, losses: [2, 1, 0.5], progress: 0.25 })}
+        run={run(
+          {},
+          { step: 30, total_steps: 120, loss: 0.5, losses: [2, 1, 0.5], progress: 0.25 }
+        )}
         onStop={noop}
         onLogs={noop}
       />
     );
     expect(html).toContain('class="jp-JiyuChip jp-mod-running">running<');
-    expect(html).toContain('aria-label="Progress of digits-mlp" aria-valuemin="0" aria-valuemax="100" aria-valuenow="25"');
+    expect(html).toContain(
+      'aria-label="Progress of digits-mlp" aria-valuemin="0" aria-valuemax="100" aria-valuenow="25"'
+    );
     expect(html).toMatch(/<polyline points="[\d.,\s]+"/);
     expect(html).toContain('aria-label="Loss over the last 3 logs: from 2 to 0.5"');
     expect(html).toContain('aria-label="Stop digits-mlp"');
@@ -77,7 +99,9 @@ describe('run rows', () => {
   });
 
   it('escape run names (they come from users)', () => {
-    const html = renderToStaticMarkup(<RunRow run={run({ name: '<img src=x onerror=alert(1)>' })} onStop={noop} onLogs={noop} />);
+    const html = renderToStaticMarkup(
+      <RunRow run={run({ name: '<img src=x onerror=alert(1)>' })} onStop={noop} onLogs={noop} />
+    );
     expect(html).not.toContain('<img');
     expect(html).toContain('&lt;img src=x onerror=alert(1)&gt;');
   });
@@ -101,7 +125,10 @@ describe('panel body', () => {
 
   it('lists active runs above finished ones', () => {
     const html = body({
-      runs: [run({ id: 'f', name: 'finished-run', status: 'succeeded', created: 5 }), run({ id: 'a', name: 'active-run', created: 1 })]
+      runs: [
+        run({ id: 'f', name: 'finished-run', status: 'succeeded', created: 5 }),
+        run({ id: 'a', name: 'active-run', created: 1 })
+      ]
     });
     expect(html.indexOf('active-run')).toBeLessThan(html.indexOf('finished-run'));
   });

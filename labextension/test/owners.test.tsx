@@ -24,21 +24,62 @@ function shared(): IGpuSnapshot {
   const [gpu0, gpu1] = snap.devices;
   gpu0.free = false;
   gpu0.leases = [
-    { uuid: 'GPU-1111', index: 0, run_id: 'a1b2c3d4', since: 0, ended: null, shared: false, run_name: 'digits',
-      run_kind: 'job', notebook: '/work/train.ipynb', reported_memory: 3 * GIB }
+    {
+      uuid: 'GPU-1111',
+      index: 0,
+      run_id: 'a1b2c3d4',
+      since: 0,
+      ended: null,
+      shared: false,
+      run_name: 'digits',
+      run_kind: 'job',
+      notebook: '/work/train.ipynb',
+      reported_memory: 3 * GIB
+    }
   ];
   gpu0.processes = [
-    { pid: 4242, used_memory: null, command: null, type: 'compute', mine: false,
-      owner: { kind: 'outside', label: 'pid outside this container', run_id: null, run_name: null, run_kind: null,
-               notebook: null, kernel_id: null, session_id: null, execution_state: null, idle_s: null } }
+    {
+      pid: 4242,
+      used_memory: null,
+      command: null,
+      type: 'compute',
+      mine: false,
+      owner: {
+        kind: 'outside',
+        label: 'pid outside this container',
+        run_id: null,
+        run_name: null,
+        run_kind: null,
+        notebook: null,
+        kernel_id: null,
+        session_id: null,
+        execution_state: null,
+        idle_s: null
+      }
+    }
   ];
   gpu1.free = false;
   gpu1.foreign_memory = 6 * GIB;
   gpu1.processes = [
-    { pid: 77, used_memory: 6 * GIB, command: 'python -m ipykernel_launcher', type: 'compute', mine: false,
-      owner: { kind: 'kernel', label: 'kernel 5371d62e · alpha.ipynb', run_id: null, run_name: null, run_kind: null,
-               notebook: KERNEL.notebook, kernel_id: KERNEL.kernel_id, session_id: 's1', execution_state: 'idle',
-               idle_s: 2400 } }
+    {
+      pid: 77,
+      used_memory: 6 * GIB,
+      command: 'python -m ipykernel_launcher',
+      type: 'compute',
+      mine: false,
+      owner: {
+        kind: 'kernel',
+        label: 'kernel 5371d62e · alpha.ipynb',
+        run_id: null,
+        run_name: null,
+        run_kind: null,
+        notebook: KERNEL.notebook,
+        kernel_id: KERNEL.kernel_id,
+        session_id: 's1',
+        execution_state: 'idle',
+        idle_s: 2400
+      }
+    }
   ];
   return snap;
 }
@@ -46,7 +87,9 @@ function shared(): IGpuSnapshot {
 describe('GPU owners', () => {
   it('shows the lease of a GPU with run, id, kind, notebook and what the run reports', () => {
     const html = renderToStaticMarkup(<GpuSection snapshot={shared()} />);
-    expect(html).toMatch(/Leased by run digits \(a1b2c3d4, job\) · train\.ipynb since \d\d:\d\d · reports 3\.0 GiB/);
+    expect(html).toMatch(
+      /Leased by run digits \(a1b2c3d4, job\) · train\.ipynb since \d\d:\d\d · reports 3\.0 GiB/
+    );
     expect(html).toContain('pid outside this container');
   });
 
@@ -76,7 +119,14 @@ describe('queued and running runs', () => {
 
   it('show the GPU indices a running run holds', () => {
     const lease = { uuid: 'u', run_id: 'a1b2c3d4', since: 1, ended: null, shared: false };
-    const v = describeRun(run({ gpus: [{ ...lease, index: 3 }, { ...lease, index: 1 }] }));
+    const v = describeRun(
+      run({
+        gpus: [
+          { ...lease, index: 3 },
+          { ...lease, index: 1 }
+        ]
+      })
+    );
     expect(v.statusLabel).toBe('running');
     expect(v.gpuText).toBe('GPU 1, 3');
   });

@@ -20,7 +20,9 @@ describe('paramLines', () => {
 
 describe('toSubmission', () => {
   it('carries the raw parameter lines, not values parsed in the browser', () => {
-    expect(toSubmission('dir/train.ipynb', { nproc: '2', name: ' exp ', params: 'lr = 3e-4\nn = 600' })).toEqual({
+    expect(
+      toSubmission('dir/train.ipynb', { nproc: '2', name: ' exp ', params: 'lr = 3e-4\nn = 600' })
+    ).toEqual({
       notebook: 'dir/train.ipynb',
       nproc: 2,
       param_lines: ['lr = 3e-4', 'n = 600'],
@@ -35,5 +37,15 @@ describe('parseNproc', () => {
     expect(() => parseNproc('0')).toThrow(ParamError);
     expect(() => parseNproc('1.5')).toThrow(ParamError);
     expect(() => parseNproc('two')).toThrow(ParamError);
+  });
+});
+
+import { parameterNames } from '../src/params';
+
+describe('the parameters cell', () => {
+  it('names what it assigns, once each, not comparisons or indented lines', () => {
+    expect(
+      parameterNames('lr = 3e-4\nepochs: int = 5\nif lr == 1:\n    x = 2\nlr = 1e-3\n# n = 3')
+    ).toEqual(['lr', 'epochs']);
   });
 });

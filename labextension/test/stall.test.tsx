@@ -21,7 +21,12 @@ describe('stalled runs', () => {
   it('shows the chip and the Stacks button only beside running with a stall', () => {
     const since = Date.now() / 1000 - 12 * 60 - 3;
     const stalled = renderToStaticMarkup(
-      <RunRow run={run({ status: 'running', stalled_since: since })} onStop={noop} onLogs={noop} onStacks={noop} />
+      <RunRow
+        run={run({ status: 'running', stalled_since: since })}
+        onStop={noop}
+        onLogs={noop}
+        onStacks={noop}
+      />
     );
     expect(stalled).toContain('jp-JiyuChip jp-mod-running');
     expect(stalled).toContain('jp-JiyuChip jp-mod-stalled');
@@ -33,7 +38,12 @@ describe('stalled runs', () => {
     expect(moving).not.toContain('jp-mod-stalled');
     expect(moving).not.toContain('>Stacks</button>');
     const ended = renderToStaticMarkup(
-      <RunRow run={run({ status: 'stopped', stalled_since: since })} onStop={noop} onLogs={noop} onStacks={noop} />
+      <RunRow
+        run={run({ status: 'stopped', stalled_since: since })}
+        onStop={noop}
+        onLogs={noop}
+        onStacks={noop}
+      />
     );
     expect(ended).not.toContain('no step for');
   });
@@ -60,6 +70,8 @@ describe('stalled runs', () => {
       />
     );
     expect(html).toContain('rank 1 is in train_step (job.py:17)');
-    expect(html).toContain('File &quot;/r/job.py&quot;, line 40 in &lt;module&gt;\n  File &quot;/r/job.py&quot;, line 17 in train_step');
+    expect(html).toContain(
+      'File &quot;/r/job.py&quot;, line 40 in &lt;module&gt;\n  File &quot;/r/job.py&quot;, line 17 in train_step'
+    );
   });
 });

@@ -6,7 +6,10 @@ import { run } from './records';
 describe('describeRun', () => {
   it('derives progress, step, loss, rate and duration from the summary', () => {
     const v = describeRun(
-      run({}, { step: 120, total_steps: 400, epoch: 1, loss: 0.4321, samples_per_s: 1530, progress: 0.3 })
+      run(
+        {},
+        { step: 120, total_steps: 400, epoch: 1, loss: 0.4321, samples_per_s: 1530, progress: 0.3 }
+      )
     );
     expect(v.progress).toBe(0.3);
     expect(v.stepText).toBe('step 120/400 · ep 1');
@@ -47,11 +50,13 @@ describe('describeRun', () => {
   });
 
   it('shows the error of a failed run', () => {
-    const v = describeRun(run({ status: 'failed', error: 'exit code 1' }, { error: 'loss is NaN at step 7' }));
-    expect(v.detail).toBe('loss is NaN at step 7');
-    expect(describeRun(run({ status: 'lost', error: 'its process ended without reporting' })).detail).toBe(
-      'its process ended without reporting'
+    const v = describeRun(
+      run({ status: 'failed', error: 'exit code 1' }, { error: 'loss is NaN at step 7' })
     );
+    expect(v.detail).toBe('loss is NaN at step 7');
+    expect(
+      describeRun(run({ status: 'lost', error: 'its process ended without reporting' })).detail
+    ).toBe('its process ended without reporting');
   });
 });
 

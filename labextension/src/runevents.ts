@@ -1,0 +1,136 @@
+/**
+ * A run's event log (`GET /jiyu/api/runs/<id>/events`) folded into what its page shows: the
+ * loss and validation series, the facts of its last `start`, checkpoints, errors by rank and
+ * the latest numbers. Pure: the page and the comparison both use it, vitest checks it.
+ * The fields are those `core/event_model.py` declares.
+ */
+
+import { IPoint } from './chart';
+
+/** One event line as the server sends it; fields by kind as in core/event_model.py. */
+export interface IRunEvent {
+  kind: string;
+  t: number;
+  [field: string]: unknown;
+}
+
+/** A rank's own record (`GET /jiyu/api/runs/<id>/ranks`; jobs/process/rank_records.py). */
+export interface IRankRecord {
+  rank: number;
+  pid: number;
+  restart: number;
+  state: 'running' | 'exited' | 'killed';
+  exit_code: number | null;
+  error: string | null;
+  cuda_visible_devices: string | null;
+}
+
+export interface ICheckpoint {
+  step: number | null;
+  path: string;
+}
+
+export interface IRunHistory {
+  /** Training loss by step and by wall-clock seconds since the first event. */
+  loss: { step: IPoint[]; time: IPoint[] };
+  valLoss: { step: IPoint[]; time: IPoint[] };
+  valAccuracy: { step: IPoint[]; time: IPoint[] };
+  /** The last `start` event's fields (amp, batch_size, device, strategy...). */
+  start: Record<string, unknown>;
+  checkpoints: ICheckpoint[];
+  errors: Array<{ rank: number | null; message: string; source: string | null }>;
+  advice: string[];
+  last: Record<string, number | null>;
+  end: Record<string, unknown> | null;
+}
+
+export function emptyHistory(): IRunHistory {
+  return {
+    loss: { step: [], time: [] },
+    valLoss: { step: [], time: [] },
+    valAccuracy: { step: [], time: [] },
+    start: {},
+    checkpoints: [],
+    errors: [],
+    advice: [],
+    last: {},
+    end: null
+  };
+}
+
+/** Adds events to a history (the page reads the log in chunks as it grows). */
+export function foldEvents(history: IRunHistory, events: ReadonlyArray<IRunEvent>): IRunHistory {
+  for (const event of events) {
+    fold(history, event);
+  }
+  return history;
+}
+
+function fold(h: IRunHistory, e: IRunEvent): void {
+  const t0 = (h.start.t0 as number | undefined) ?? e.t;
+  h.start.t0 = t0;
+  const num = (key: string) => (typeof e[key] === 'number' ? (e[key] as number) : null);
+  const add = (series: { step: IPoint[]; time: IPoint[] }, value: number | null) => {
+    const step = num('step');
+    if (value !== null && step !== null) {
+      series.step.push({ x: step, y: value });
+      series.time.push({ x: e.t - t0, y: value });
+    }
+  };
+  if (e.kind === 'start') {
+    Object.assign(h.start, e);
+  } else if (e.kind === 'step') {
+    add(h.loss, num('loss'));
+    for (const key of [
+      'step',
+      'epoch',
+      'loss',
+      'lr',
+      'samples_per_s',
+      'elapsed',
+      'eta',
+      'mem_peak'
+    ]) {
+      h.last[key] = num(key);
+    }
+  } else if (e.kind === 'val') {
+    add(h.valLoss, num('loss'));
+    add(h.valAccuracy, num('accuracy'));
+    h.last.val_loss = num('loss');
+    h.last.val_accuracy = num('accuracy');
+  } else if (e.kind === 'ckpt' && typeof e.path === 'string') {
+    h.checkpoints.push({ step: num('step'), path: e.path });
+  } else if (e.kind === 'error') {
+    h.errors.push({
+      rank: num('rank'),
+      message: String(e.message ?? ''),
+      source: (e.source as string) ?? null
+    });
+  } else if (e.kind === 'advice' && typeof e.message === 'string') {
+    h.advice.push(e.message);
+  } else if (e.kind === 'end') {
+    h.end = e;
+  }
+}
+
+/** The lowest value of a series, or null. */
+export function best(points: ReadonlyArray<IPoint>, lowest = true): number | null {
+  const ys = points.map(p => p.y).filter(v => isFinite(v));
+  if (ys.length === 0) {
+    return null;
+  }
+  return lowest ? Math.min(...ys) : Math.max(...ys);
+}
+
+export function final(points: ReadonlyArray<IPoint>): number | null {
+  return points.length ? points[points.length - 1].y : null;
+}
+
+/** The command that resumes training from a checkpoint, as the magic takes it. */
+export function resumeCommand(name: string, checkpoint: ICheckpoint): string {
+  return `%%train --resume ${quote(checkpoint.path)} --name ${quote(name)}`;
+}
+
+function quote(text: string): string {
+  return /^[\w./:@%+=-]+$/.test(text) ? text : `'${text.replace(/'/g, "'\\''")}'`;
+}

@@ -1,0 +1,41 @@
+/**
+ * One run as a page follows it: its record and its event log read on from the last offset,
+ * folded into a history. `done` once the run has ended and its whole log is read, so a
+ * finished run's page asks nothing more.
+ */
+
+import { JiyuApi } from './api';
+import { emptyHistory, foldEvents, IRankRecord, IRunHistory } from './runevents';
+import { ACTIVE_STATUSES, IRun } from './types';
+
+export class RunFeed {
+  constructor(
+    readonly api: JiyuApi,
+    readonly runId: string
+  ) {}
+
+  run: IRun | null = null;
+  history: IRunHistory = emptyHistory();
+  /** Each rank's own record, where its ranks write one (jobs and --nproc runs). */
+  ranks: IRankRecord[] = [];
+  done = false;
+
+  /** One refresh: the record, then every event written since the last one. */
+  async update(): Promise<void> {
+    const run = await this.api.run(this.runId);
+    for (;;) {
+      const chunk = await this.api.events(this.runId, this._offset);
+      foldEvents(this.history, chunk.events);
+      const moved = chunk.offset !== this._offset;
+      this._offset = chunk.offset;
+      if (!moved || chunk.events.length === 0) {
+        break;
+      }
+    }
+    this.ranks = run.kind === 'kernel' ? [] : await this.api.ranks(this.runId);
+    this.run = run;
+    this.done = !ACTIVE_STATUSES.includes(run.status);
+  }
+
+  private _offset = 0;
+}

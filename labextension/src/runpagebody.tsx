@@ -1,0 +1,304 @@
+/**
+ * What the run page shows, rendered from a run record and its folded event history. No
+ * JupyterLab imports: vitest renders it with react-dom/server.
+ */
+
+import * as React from 'react';
+
+import { ISeries } from './chart';
+import * as fmt from './format';
+import { ChartControls, DEFAULT_OPTIONS, IChartOptions, LossChart, PALETTE } from './lossplot';
+import { best, IRankRecord, IRunHistory, resumeCommand } from './runevents';
+import type { RunFeed } from './runfeed';
+import { IRun } from './types';
+import { describeRun } from './view';
+
+export function RunPageBody(props: {
+  feed: RunFeed;
+  error: string | null;
+  onStop: (run: IRun) => void;
+}): JSX.Element {
+  const run = props.feed.run;
+  if (run === null) {
+    return (
+      <p className="jp-JiyuRunPage-placeholder">
+        {props.error ? `Cannot read the run: ${props.error}` : 'Reading the run…'}
+      </p>
+    );
+  }
+  return (
+    <RunDetails
+      run={run}
+      history={props.feed.history}
+      ranks={props.feed.ranks}
+      onStop={props.onStop}
+      error={props.error}
+    />
+  );
+}
+
+export function RunDetails(props: {
+  run: IRun;
+  history: IRunHistory;
+  ranks?: IRankRecord[];
+  onStop: (run: IRun) => void;
+  error?: string | null;
+}): JSX.Element {
+  const { run, history } = props;
+  const v = describeRun(run);
+  const [options, setOptions] = React.useState<IChartOptions>(DEFAULT_OPTIONS);
+  return (
+    <div className="jp-JiyuRunPage-body" data-run-id={run.id}>
+      <header className="jp-JiyuRunPage-head">
+        <span className={`jp-JiyuChip jp-mod-${v.status}`}>{v.statusLabel}</span>
+        <h1 className="jp-JiyuRunPage-title">{run.name}</h1>
+        <span className="jp-JiyuRunPage-id">
+          {run.id} · {v.kind}
+          {v.where ? ` · ${v.where}` : ''}
+        </span>
+        {v.canStop && (
+          <button
+            type="button"
+            className="jp-JiyuButton jp-mod-stop"
+            aria-label={`Stop ${run.name}`}
+            onClick={() => props.onStop(run)}
+          >
+            Stop
+          </button>
+        )}
+      </header>
+      {props.error && (
+        <div className="jp-JiyuPanel-error" role="alert">
+          {props.error}
+        </div>
+      )}
+      {v.detail && <div className="jp-JiyuRun-detail">{v.detail}</div>}
+      <div className="jp-JiyuRunPage-main">
+        <section className="jp-JiyuRunPage-chart" aria-label="Loss chart">
+          <ChartControls options={options} onChange={setOptions} />
+          <LossChart
+            series={lossSeries(history, options)}
+            options={options}
+            label={`Loss of ${run.name}`}
+          />
+        </section>
+        <Metrics run={run} history={history} />
+      </div>
+      <Facts run={run} history={history} ranks={props.ranks} />
+      <Checkpoints run={run} history={history} />
+      <h2 className="jp-JiyuRunPage-heading">Log</h2>
+    </div>
+  );
+}
+
+function lossSeries(h: IRunHistory, o: IChartOptions): ISeries[] {
+  const pick = (s: { step: any; time: any }) => (o.xAxis === 'step' ? s.step : s.time);
+  return [
+    { label: 'train loss', points: pick(h.loss), color: PALETTE[0] },
+    { label: 'val loss', points: pick(h.valLoss), color: PALETTE[1], dashed: true }
+  ];
+}
+
+/** The latest numbers, as the cell's dashboard shows them. */
+export function Metrics(props: { run: IRun; history: IRunHistory }): JSX.Element {
+  const h = props.history;
+  const last = h.last;
+  const total = (h.start.total_steps as number | null) ?? props.run.summary.total_steps;
+  const rows: Array<[string, string]> = [
+    [
+      'step',
+      last.step === undefined || last.step === null
+        ? fmt.NA
+        : `${last.step}${total ? `/${total}` : ''}`
+    ],
+    ['epoch', last.epoch === undefined || last.epoch === null ? fmt.NA : String(last.epoch)],
+    ['loss', fmt.loss(last.loss)],
+    ['best loss', fmt.loss(best(h.loss.step))],
+    ['val loss', fmt.loss(last.val_loss)],
+    [
+      'val accuracy',
+      last.val_accuracy === undefined || last.val_accuracy === null
+        ? fmt.NA
+        : `${(100 * last.val_accuracy).toFixed(1)}%`
+    ],
+    ['lr', last.lr === undefined || last.lr === null ? fmt.NA : last.lr.toExponential(2)],
+    ['throughput', fmt.rate(last.samples_per_s)],
+    ['wall time', fmt.duration(props.run.duration)],
+    ['eta', fmt.duration(last.eta)]
+  ];
+  return (
+    <dl className="jp-JiyuRunPage-metrics" aria-label="Metrics">
+      {rows.map(([k, v]) => (
+        <div key={k} className="jp-JiyuRunPage-metric">
+          <dt>{k}</dt>
+          <dd>{v}</dd>
+        </div>
+      ))}
+    </dl>
+  );
+}
+
+const START_FACTS = [
+  'epochs',
+  'total_steps',
+  'batch_size',
+  'accum',
+  'amp',
+  'device',
+  'strategy',
+  'backend',
+  'nproc',
+  'params',
+  'data',
+  'resumed_from',
+  'from_notebook'
+];
+
+/** Parameters (-p values), the training options of the last start, where it ran, processes. */
+function Facts(props: { run: IRun; history: IRunHistory; ranks?: IRankRecord[] }): JSX.Element {
+  const { run, history } = props;
+  const params = Object.entries(run.params ?? {});
+  const facts = START_FACTS.filter(
+    k => history.start[k] !== undefined && history.start[k] !== null
+  );
+  const gpus = [...new Set((run.gpus ?? []).map(g => g.index))];
+  return (
+    <div className="jp-JiyuRunPage-facts">
+      <section aria-label="Parameters">
+        <h2 className="jp-JiyuRunPage-heading">Parameters</h2>
+        {params.length === 0 ? (
+          <p className="jp-JiyuRunPage-placeholder">No -p parameters.</p>
+        ) : (
+          <table className="jp-JiyuTable">
+            <tbody>
+              {params.map(([k, val]) => (
+                <tr key={k}>
+                  <th>{k}</th>
+                  <td>{JSON.stringify(val)}</td>
+                </tr>
+              ))}
+            </tbody>
+          </table>
+        )}
+      </section>
+      <section aria-label="Options">
+        <h2 className="jp-JiyuRunPage-heading">Options</h2>
+        <table className="jp-JiyuTable">
+          <tbody>
+            {facts.map(k => (
+              <tr key={k}>
+                <th>{k}</th>
+                <td>{String(history.start[k])}</td>
+              </tr>
+            ))}
+            <tr>
+              <th>notebook</th>
+              <td>{run.notebook ?? fmt.NA}</td>
+            </tr>
+            <tr>
+              <th>GPUs</th>
+              <td>{gpus.length ? gpus.join(', ') : 'none'}</td>
+            </tr>
+          </tbody>
+        </table>
+      </section>
+      <section aria-label="Processes">
+        <h2 className="jp-JiyuRunPage-heading">Processes</h2>
+        <Ranks run={run} history={history} records={props.ranks} />
+      </section>
+    </div>
+  );
+}
+
+/**
+ * Each rank's state: from the rank's own record where it wrote one (pid, exited with code,
+ * killed, its error), else the run's, or the error a rank put in the event log.
+ */
+export function Ranks(props: {
+  run: IRun;
+  history: IRunHistory;
+  records?: IRankRecord[];
+}): JSX.Element {
+  const { run, history } = props;
+  const records = new Map((props.records ?? []).map(r => [r.rank, r]));
+  const count = Math.max(1, run.nproc * run.nnodes, records.size);
+  const failed = new Map(
+    history.errors.filter(e => e.rank !== null).map(e => [e.rank as number, e.message])
+  );
+  const launcher = history.errors.filter(e => e.rank === null);
+  return (
+    <>
+      <ul className="jp-JiyuRunPage-ranks" aria-label="Ranks">
+        {Array.from({ length: count }, (_, rank) => {
+          const text = rankText(rank, run, records.get(rank), failed.get(rank));
+          return (
+            <li key={rank} className={text.failed ? 'jp-mod-failed' : `jp-mod-${run.status}`}>
+              {text.line}
+            </li>
+          );
+        })}
+      </ul>
+      {launcher.map((e, i) => (
+        <p key={i} className="jp-JiyuRun-detail">
+          {e.source ?? 'launcher'}: {e.message}
+        </p>
+      ))}
+    </>
+  );
+}
+
+function rankText(
+  rank: number,
+  run: IRun,
+  record: IRankRecord | undefined,
+  error: string | undefined
+): { line: string; failed: boolean } {
+  if (!record) {
+    return error
+      ? { line: `rank ${rank}: failed: ${error}`, failed: true }
+      : { line: `rank ${rank}: ${run.status}`, failed: false };
+  }
+  const failed = record.state === 'killed' || !!record.exit_code;
+  const state =
+    record.state === 'exited'
+      ? (record.error ?? `exited with code ${record.exit_code}`)
+      : record.state;
+  const gpus = record.cuda_visible_devices ? ` · GPU ${record.cuda_visible_devices}` : '';
+  const restart = record.restart ? ` · restart ${record.restart}` : '';
+  return { line: `rank ${rank}: ${state} · pid ${record.pid}${gpus}${restart}`, failed };
+}
+
+function Checkpoints(props: { run: IRun; history: IRunHistory }): JSX.Element {
+  const ckpts = props.history.checkpoints;
+  return (
+    <section aria-label="Checkpoints">
+      <h2 className="jp-JiyuRunPage-heading">Checkpoints</h2>
+      {ckpts.length === 0 ? (
+        <p className="jp-JiyuRunPage-placeholder">No checkpoint written.</p>
+      ) : (
+        <table className="jp-JiyuTable jp-JiyuRunPage-ckpts">
+          <thead>
+            <tr>
+              <th>step</th>
+              <th>path</th>
+              <th>resume with</th>
+            </tr>
+          </thead>
+          <tbody>
+            {ckpts.map(c => (
+              <tr key={c.path + c.step}>
+                <td>{c.step ?? fmt.NA}</td>
+                <td>
+                  <code>{c.path}</code>
+                </td>
+                <td>
+                  <code>{resumeCommand(props.run.name, c)}</code>
+                </td>
+              </tr>
+            ))}
+          </tbody>
+        </table>
+      )}
+    </section>
+  );
+}

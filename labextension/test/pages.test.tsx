@@ -1,0 +1,141 @@
+import * as React from 'react';
+import { renderToStaticMarkup } from 'react-dom/server';
+import { describe, expect, it } from 'vitest';
+
+import { logTicks, niceTicks, smooth } from '../src/chart';
+import { Comparison } from '../src/comparebody';
+import { compareRows, differingParams } from '../src/comparison';
+import { RunDetails } from '../src/runpagebody';
+import { emptyHistory, foldEvents, IRunEvent, resumeCommand } from '../src/runevents';
+import { run } from './records';
+
+function history(losses: number[], extra: IRunEvent[] = []) {
+  const events: IRunEvent[] = [
+    { kind: 'start', t: 100, total_steps: losses.length, amp: 'bf16', batch_size: 32 },
+    ...losses.map((loss, i) => ({ kind: 'step', t: 101 + i, step: i + 1, loss, epoch: 1 })),
+    ...extra
+  ];
+  return foldEvents(emptyHistory(), events);
+}
+
+describe('smoothing', () => {
+  it('on a log axis stays within the curve where a linear mean sits above it', () => {
+    const spiky = Array.from({ length: 40 }, (_, i) => ({ x: i, y: i % 10 === 0 ? 100 : 0.01 }));
+    const log = smooth(spiky, 0.9, 'log');
+    const linear = smooth(spiky, 0.9, 'linear');
+    const median = 0.01;
+    expect(log[39].y).toBeLessThan(median * 10);
+    expect(linear[39].y).toBeGreaterThan(median * 100);
+  });
+
+  it('weight 0 leaves the points as they are', () => {
+    const points = [
+      { x: 1, y: 3 },
+      { x: 2, y: 1 }
+    ];
+    expect(smooth(points, 0, 'log')).toEqual(points);
+  });
+});
+
+describe('ticks', () => {
+  it('are round numbers, powers of ten on a log axis', () => {
+    expect(niceTicks(0, 100, 5)).toEqual([0, 20, 40, 60, 80, 100]);
+    expect(logTicks(0.005, 3)).toEqual([0.01, 0.1, 1]);
+  });
+});
+
+describe('the run page', () => {
+  it('draws train and val loss and lists checkpoints with the command that resumes', () => {
+    const h = history(
+      [2, 1, 0.5],
+      [
+        { kind: 'val', t: 104, step: 3, epoch: 1, loss: 0.7, accuracy: 0.9 },
+        { kind: 'ckpt', t: 105, step: 3, path: '/runs/ab/ckpt-3.pt' }
+      ]
+    );
+    const html = renderToStaticMarkup(
+      <RunDetails run={run({ params: { lr: 0.01 } })} history={h} onStop={() => undefined} />
+    );
+    expect(html).toContain('data-label="train loss"');
+    expect(html).toContain('data-label="val loss"');
+    expect(html).toContain('90.0%');
+    expect(html).toContain('%%train --resume /runs/ab/ckpt-3.pt --name digits-mlp');
+    expect(html).toContain('bf16');
+    expect(html).toContain('Stop digits-mlp');
+  });
+
+  it('quotes a checkpoint path with spaces in the resume command', () => {
+    expect(resumeCommand('my run', { step: 1, path: '/a b/c.pt' })).toBe(
+      "%%train --resume '/a b/c.pt' --name 'my run'"
+    );
+  });
+});
+
+describe('compare', () => {
+  const a = { run: run({ id: 'aaaa', params: { lr: 0.1, epochs: 3 } }), history: history([2, 1]) };
+  const b = {
+    run: run({ id: 'bbbb', params: { lr: 0.01, epochs: 3 } }),
+    history: history([3, 2, 1.5])
+  };
+
+  it('marks only the parameters that differ', () => {
+    const rows = compareRows([a, b]);
+    const lr = rows.find(r => r.name === 'lr')!;
+    const epochs = rows.find(r => r.name === 'epochs')!;
+    expect(lr.differs).toBe(true);
+    expect(lr.values).toEqual(['0.1', '0.01']);
+    expect(epochs.differs).toBe(false);
+    expect(rows.find(r => r.name === 'final loss')!.values).toEqual(['1', '1.5']);
+  });
+
+  it('draws one curve per run', () => {
+    const html = renderToStaticMarkup(<Comparison runs={[a, b]} />);
+    expect(html.match(/class="jp-JiyuChart-series"/g)).toHaveLength(2);
+    expect(html).toContain('jp-mod-differs');
+  });
+
+  it('tells runs of one name apart by their differing parameters', () => {
+    const found = differingParams([
+      a.run,
+      b.run,
+      run({ id: 'cccc', name: 'other', params: { lr: 1 } })
+    ]);
+    expect(found.get('aaaa')).toBe('lr=0.1');
+    expect(found.get('bbbb')).toBe('lr=0.01');
+    expect(found.get('cccc')).toBe('');
+  });
+});
+
+describe('ranks', () => {
+  it("show each rank's own record: pid, exit, the failing rank's error", () => {
+    const html = renderToStaticMarkup(
+      <RunDetails
+        run={run({ status: 'failed' })}
+        history={history([1])}
+        ranks={[
+          {
+            rank: 0,
+            pid: 11,
+            restart: 0,
+            state: 'exited',
+            exit_code: 0,
+            error: null,
+            cuda_visible_devices: '0'
+          },
+          {
+            rank: 1,
+            pid: 12,
+            restart: 0,
+            state: 'exited',
+            exit_code: 1,
+            error: 'ValueError: x',
+            cuda_visible_devices: '1'
+          }
+        ]}
+        onStop={() => undefined}
+      />
+    );
+    expect(html).toContain('rank 0: exited with code 0 · pid 11 · GPU 0');
+    expect(html).toContain('<li class="jp-mod-failed">rank 1: ValueError: x · pid 12 · GPU 1</li>');
+  });
+});
