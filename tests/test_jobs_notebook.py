@@ -120,8 +120,9 @@ def test_attach_to_a_job_with_two_training_cells_shows_each_in_order(tmp_path, t
     assert RunStore().get(run.id).status == "succeeded", (RunFiles.of(run.id).log.read_text()[-2000:])
 
     nb = execute(notebook("%load_ext jiyu_magics", f"%job attach {run.id}"), tmp_path)
-    summaries = [out.data["text/plain"] for out in nb.cells[1].outputs if out.output_type == "display_data"]
-    assert len(summaries) == 2, summaries
+    shown = [out.data["text/plain"] for out in nb.cells[1].outputs if out.output_type == "display_data"]
+    summaries = [text for text in shown if text.startswith("run ")]
+    assert len(summaries) == 2 and len(shown) == 3, shown  # and the ranks' output pane, once
     first, second = summaries
     assert "two-cells · fit 1: warm-up" in first and "step 6/6" in first, first
     assert "two-cells · fit 2: main-fit" in second and "step 14/14" in second, second
