@@ -54,7 +54,7 @@ class RunsHandler(JiyuHandler):
     @answers_errors
     async def get(self) -> None:
         """The newest runs (``?limit=N``, default ``JiyuApp.runs_limit``; ``?since=T``: created
-        at or after unix time T), each without its params."""
+        at or after unix time T), each with its params in short form."""
         limit = validation.list_limit(self.get_query_argument("limit", None))
         since = validation.since(self.get_query_argument("since", None))
         self.reply({"runs": await self.blocking(self.app.runs.list, limit, since)})

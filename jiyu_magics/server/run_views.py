@@ -3,12 +3,15 @@
 A finished run's progress is the summary the store kept when it ended (no log read at all);
 a running one's comes from its event log through ``core.event_log.summarize``, kept while the
 log's size and modification time stay the same, so a poll reads no unchanged log twice. The
-list leaves out each run's ``params`` (any size a submission gave; the run's own route has
-them): a panel poll carries progress, not parameters. Every method blocks (SQLite, files): handlers call them on a worker thread.
+list carries each run's ``params`` in short form (``brief_params``: a value over
+``BRIEF_VALUE_CHARS`` of JSON becomes its size, at most ``BRIEF_KEYS`` names; the run's own route
+has them whole): enough for the panel to show which parameters differ between runs of one name,
+while a poll stays small whatever a submission gave. Every method blocks (SQLite, files): handlers call them on a worker thread.
 """
 
 from __future__ import annotations
 
+import json
 import threading
 from pathlib import Path
 
@@ -18,6 +21,19 @@ from ..core.run_files import RunFiles, store_path
 from ..core.run_store import Run, RunStore
 from ..views.stack_view import as_json
 from . import jobs_bridge as bridge
+
+
+BRIEF_VALUE_CHARS = 80
+BRIEF_KEYS = 32
+
+
+def brief_params(params: dict) -> dict:
+    """Each parameter as listed: itself when its JSON is short, else a note of its size."""
+    brief = {}
+    for name in sorted(params)[:BRIEF_KEYS]:
+        text = json.dumps(params[name], default=str)
+        brief[name] = params[name] if len(text) <= BRIEF_VALUE_CHARS else f"<{len(text)} characters>"
+    return brief
 
 
 class RunViews:
@@ -34,11 +50,12 @@ class RunViews:
 
     def list(self, limit: int | None = None, since: float | None = None) -> list[dict]:
         """The ``limit`` (default ``self.limit``) most recent runs created at or after ``since``,
-        newest first, without their params; runs whose process died are marked ``lost``, runs
+        newest first, with their params in short form; runs whose process died are marked ``lost``, runs
         a scheduler holds are brought up to date with it."""
         bridge.follow_scheduled(self.store)
         runs = self.store.list(limit=limit or self.limit, since=since)
-        return [{k: v for k, v in self.record(run).items() if k != "params"} for run in runs]
+        return [{**record, "params": brief_params(record.get("params") or {})}
+                for record in map(self.record, runs)]
 
     def stacks(self, run_id: str) -> dict:
         """The newest stack dump of a run, grouped (``core.stack_groups``); raises for an unknown run."""
