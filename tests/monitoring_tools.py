@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import time
 import urllib.parse
 import urllib.request
@@ -22,7 +23,8 @@ REQUIRE_SERVICES_ENV = "JIYU_REQUIRE_SERVICES"
 
 def program(name: str, installed_by: str = "Debian's prometheus package: make test-system-deps") -> str:
     """The path of ``name``; skips where it is missing, fails under ``make test``."""
-    found = shutil.which(name) or (f"/usr/bin/{name}" if os.access(f"/usr/bin/{name}", os.X_OK) else None)
+    candidates = [Path(sys.executable).with_name(name), Path("/usr/bin") / name]  # this venv's, Debian's
+    found = shutil.which(name) or next((str(c) for c in candidates if os.access(c, os.X_OK)), None)
     if found is None:
         reason = f"{name} is not installed ({installed_by})"
         if os.environ.get(REQUIRE_SERVICES_ENV) == "1":

@@ -11,6 +11,8 @@ import threading
 import pytest
 from playwright.sync_api import expect
 
+from jiyu_magics.core.event_log import read_events
+from jiyu_magics.core.run_files import RunFiles
 from jiyu_magics.core.run_model import RunKind
 from jiyu_magics.core.run_store import RunStore
 from jiyu_magics.jobs.launch_spec import LaunchSpec
@@ -51,6 +53,9 @@ def test_the_panel_shows_a_stalled_run_and_its_stacks(page, stalled_run, artifac
     expect(chip).to_be_visible(timeout=30_000)
     expect(chip).to_contain_text("no step for")
     expect(row.locator(".jp-JiyuChip.jp-mod-running")).to_be_visible()
+    # the flag shows first; the dump (both ranks' stacks, then the stall event) follows within seconds
+    wait_for(lambda: any(e["kind"] == "stall" for e in read_events(RunFiles.of(run_id).events)[0]), 60,
+             what="the stall's stack dump")
     row.get_by_role("button", name="Show every rank's stack of stuck-in-allreduce").click()
     dialog = page.locator(".jp-Dialog")
     expect(dialog).to_contain_text(f"rank 1 is in train_step (job.py:{SLEEP_LINE})", timeout=15_000)

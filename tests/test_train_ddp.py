@@ -79,7 +79,10 @@ def test_two_rank_ddp_shards_the_loader_and_only_rank_zero_writes(tmp_path):
     losses = [row["loss"] for row in ranks[0]["history"] if row["loss"] is not None]
     assert losses[-1] < 0.8 * losses[0]
     files = RunFiles.of(run.id)
-    assert sorted(p.name for p in files.root.iterdir()) == ["ckpt", "events.jsonl", "run.json"]  # run.json: the row, for `jiyu store repair`
+    # run.json: the row, for `jiyu store repair`; stacks/: each rank's own faulthandler file, for a stall's dump
+    assert sorted(p.name for p in files.root.iterdir()) in (["ckpt", "events.jsonl", "run.json"],
+                                                             ["ckpt", "events.jsonl", "run.json", "stacks"])
+    assert all(p.suffix == ".live" for p in (files.root / "stacks").glob("*")), "no dump without a stall"
     events = read_events(files.events)[0]
     start = [e for e in events if e["kind"] == "start"]
     assert len(start) == 1 and (start[0]["nproc"], start[0]["strategy"], start[0]["backend"]) == (2, "ddp", "gloo")

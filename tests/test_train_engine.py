@@ -263,3 +263,16 @@ def test_input_bound_advice_names_the_loader_settings_for_this_machine():
         assert setting in advice
     assert input_bound_advice(0.15, "cuda", loader_with_no_workers) is None
     assert input_bound_advice(0.9, "cpu", loader_with_no_workers) is None, "on CPU the loader competes for the same cores"
+
+
+def test_the_time_limit_overrides_a_sigterm_but_no_other_stop_reason():
+    """torchrun's agent may pass a SIGTERM to the ranks beside the scheduler's USR1: the stop is
+    still the time limit's (the job requeues and resumes); a user's own stop keeps its reason."""
+    from jiyu_magics.train.stop_signal import INTERRUPT, TERMINATE, TIME_LIMIT
+
+    for first, then, reason in [(TERMINATE, TIME_LIMIT, TIME_LIMIT), (TIME_LIMIT, TERMINATE, TIME_LIMIT),
+                                (INTERRUPT, TIME_LIMIT, INTERRUPT)]:
+        stop = StopSignal()
+        stop.request(first)
+        stop.request(then)
+        assert (stop.requested, stop.reason) == (True, reason)

@@ -14,6 +14,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -80,7 +81,8 @@ def _appended(path: Path, offset: int) -> str:
 
 def _native_frames(pid: int) -> str:
     """``py-spy dump --native``'s view, or nothing where py-spy is missing or not allowed."""
-    tool = shutil.which("py-spy")
+    beside = Path(sys.executable).with_name("py-spy")  # installed in this environment, not on PATH
+    tool = str(beside) if os.access(beside, os.X_OK) else shutil.which("py-spy")
     if tool is None:
         return ""
     try:

@@ -38,7 +38,10 @@ class StopSignal:
         self.reason: str | None = None
 
     def request(self, reason: str = BUTTON) -> None:
-        if not self.requested:
+        """The first reason stands, except that the time limit's overrides a SIGTERM: when the
+        scheduler's USR1 reaches torchrun, its agent may pass a SIGTERM on to the ranks before
+        or beside the USR1, and the stop is still the time limit's (requeue, resume)."""
+        if not self.requested or (reason == TIME_LIMIT and self.reason == TERMINATE):
             self.reason = reason
             self.requested = True
 
