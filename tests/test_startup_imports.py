@@ -35,6 +35,15 @@ def test_cli_help_imports_no_launcher_scheduler_or_gpu_code():
     assert loaded_after(code, watched) == set()
 
 
+def test_listing_local_runs_leaves_the_lifecycle_for_a_scheduled_run(tmp_path, monkeypatch):
+    """`jiyu jobs` follows scheduled runs; with none, the lifecycle chain (~45 ms) stays unloaded."""
+    monkeypatch.setenv("JIYU_HOME", str(tmp_path))
+    code = ("from jiyu_magics.cli import main\n"
+            "assert main(['jobs', '--all']) == 0")
+    watched = ("jiyu_magics.jobs.lifecycle", "jiyu_magics.jobs.rank_placement", "jiyu_magics.jobs.stall_watch")
+    assert loaded_after(code, watched) == set()
+
+
 def test_load_ext_leaves_gpu_checks_listings_and_the_launcher_for_later():
     code = ("from IPython.core.interactiveshell import InteractiveShell\n"
             "InteractiveShell.instance().run_line_magic('load_ext', 'jiyu_magics')")

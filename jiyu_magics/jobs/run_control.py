@@ -8,7 +8,6 @@ from dataclasses import dataclass, field
 from ..core.run_store import Run, RunStore, UnknownRun, process_alive
 from .job_error import JobError
 from . import scheduled_runs
-from .lifecycle import record_end_without_owner
 from .process import process_tree as processes
 
 SUPERVISOR_REPORT_S = 5.0
@@ -148,4 +147,6 @@ def _await_final(store: RunStore, run_id: str, supervisor: int | None, stop_owne
         time.sleep(0.1)
     if supervisor is not None and stop_owner:
         processes.stop(processes.tree(supervisor), grace=1.0)
+    from .lifecycle import record_end_without_owner  # a stop's end, not a listing's start-up
+
     return record_end_without_owner(store, run_id)

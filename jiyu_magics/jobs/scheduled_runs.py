@@ -11,16 +11,17 @@ often, however many panels, kernels and shells are watching.
 from __future__ import annotations
 
 import time
-from typing import Callable, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable
 
 from ..core.run_files import RunFiles
 from ..core.run_store import Run, RunStore
 from .backends import SCHEDULED_BACKENDS, placement_for
-from .final_status import Outcome
 from .job_error import JobError
-from .launch_spec import LaunchSpec
-from .lifecycle import RunLifecycle
-from .rank_placement import SchedulerUnreachable
+
+if TYPE_CHECKING:  # imported where a scheduled run is followed: a listing of local runs (``jiyu
+    # jobs``, 45 ms of its start-up) never needs the lifecycle chain
+    from .final_status import Outcome
+    from .lifecycle import RunLifecycle
 
 POLL_EVERY_S = 3.0
 END_WAIT_S = 60.0  # after a stop, how long the scheduler may take to report the job's end
@@ -31,9 +32,12 @@ def scheduled(run: Run) -> bool:
     return run.backend in SCHEDULED_BACKENDS
 
 
-def owner_of(run: Run, store: RunStore) -> RunLifecycle:
+def owner_of(run: Run, store: RunStore) -> "RunLifecycle":
     """The run's lifecycle owner, made again from its row, with its scheduler's placement (and
     its saved launch spec; the row's numbers where the folder lost it, as after a store repair)."""
+    from .launch_spec import LaunchSpec
+    from .lifecycle import RunLifecycle
+
     try:
         spec = LaunchSpec.load(RunFiles.of(run.id))
     except (OSError, ValueError, TypeError):
@@ -47,6 +51,8 @@ def follow(store: RunStore | None = None, runs: Iterable[Run] | None = None, eve
     store = store or RunStore()
     for run in (store.list(include_finished=False) if runs is None else runs):
         if _due(run, every) and store.claim_poll(run.id, every):
+            from .rank_placement import SchedulerUnreachable
+
             try:
                 owner_of(run, store).follow()
             except SchedulerUnreachable:
@@ -70,6 +76,8 @@ def follow_run(run: Run, store: RunStore | None = None, every: float = POLL_EVER
 def stop(run: Run, store: RunStore, grace: float) -> Run:
     """Stops a scheduled run through its owner (SIGTERM first so the ranks checkpoint, then the
     scheduler's cancel), checks that the job left the scheduler, and records its end."""
+    from .rank_placement import SchedulerUnreachable
+
     owner = owner_of(run, store)
     try:
         result = owner.stop(grace)
@@ -81,16 +89,16 @@ def stop(run: Run, store: RunStore, grace: float) -> Run:
     return store.get(run.id)
 
 
-def _await_end(owner: RunLifecycle) -> None:
+def _await_end(owner: "RunLifecycle") -> None:
     deadline = time.monotonic() + END_WAIT_S
     while owner.follow().active and time.monotonic() < deadline:
         time.sleep(END_CHECK_S)
 
 
-def log_end(run: Run) -> Callable[[Outcome], None]:
+def log_end(run: Run) -> Callable[["Outcome"], None]:
     """The run's last log line, as a local job's supervisor writes it, so ``jiyu logs`` shows
     how the run ended (the scheduler's job has exited: nothing else writes the log then)."""
-    def announce(outcome: Outcome) -> None:
+    def announce(outcome: "Outcome") -> None:
         code = outcome.exit_code
         line = (f"[jiyu] {time.strftime('%H:%M:%S')} {run.backend} job {outcome.status}"
                 + (f" (exit code {code})" if code else "") + (f": {outcome.error}" if outcome.error else ""))
