@@ -89,8 +89,9 @@ def measure(home: Path, count: int, repeat: int) -> dict[str, float]:
     from jiyu_magics.views import run_table
 
     env = {**os.environ, "JIYU_HOME": str(home), "PYTHONPATH": str(ROOT)}
-    shell = InteractiveShell.instance()
-    shell.run_line_magic("load_ext", "jiyu_magics")
+    shell = InteractiveShell.instance()  # one shell for every size: load the extension into it once
+    if "jiyu_magics" not in shell.extension_manager.loaded:
+        shell.run_line_magic("load_ext", "jiyu_magics")
     store = RunStore()
 
     def old_listing() -> None:  # every run's summary folded from its log, as before schema 5
