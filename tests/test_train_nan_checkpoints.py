@@ -19,7 +19,7 @@ from jiyu_magics.train.checkpoint import load_checkpoint
 
 from .train_models import shell_setup, shell_train_body
 
-SETUP = shell_setup(samples=3200)
+SETUP = shell_setup(3200, "MisbehavingMlp")
 BODY = shell_train_body("MisbehavingMlp(nan_at=60)", lr=1e-3)
 
 

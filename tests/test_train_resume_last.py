@@ -12,7 +12,7 @@ from jiyu_magics.core.run_files import RunFiles
 
 from .train_models import shell_setup, shell_train_body
 
-SETUP = shell_setup(samples=512)
+SETUP = shell_setup(512, "MisbehavingMlp")
 BODY = shell_train_body("MisbehavingMlp(interrupt_at=-1)", lr=1e-2)
 
 

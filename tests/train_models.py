@@ -61,17 +61,16 @@ class MisbehavingMlp(nn.Module):
         return out * float("nan") if self.training and self.calls == self.nan_at else out
 
 
-def shell_setup(samples: int) -> str:
+def shell_setup(samples: int, *classes: str) -> str:
     """What a notebook runs before its ``%%train`` cell, for the tests that train in a real shell:
-    torch and the model class imported, the seed fixed, ``X``/``y`` the sign-of-the-first-feature
-    problem (``samples`` points of 20 features)."""
+    torch imported, the seed fixed, ``X``/``y`` the sign-of-the-first-feature problem (``samples``
+    points of 20 features), and ``classes``, model classes of this module, imported."""
+    imports = "".join(f"from tests.train_models import {name}\n" for name in classes)
     return f"""
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
-from tests.train_models import MisbehavingMlp
-
-torch.manual_seed(0)
+{imports}torch.manual_seed(0)
 X = torch.randn({samples}, 20); y = (X[:, 0] > 0).long()
 """
 
