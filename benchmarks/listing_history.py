@@ -30,6 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.timing import timed  # noqa: E402
 from jiyu_magics.core.event_log import EventLog, summarize  # noqa: E402
 from jiyu_magics.core.run_files import RunFiles  # noqa: E402
 from jiyu_magics.core.run_store import Run, RunStore, new_run_id  # noqa: E402
@@ -72,12 +73,6 @@ def fresh_process(argv: list[str], env: dict) -> float:
     start = time.perf_counter()
     subprocess.run([sys.executable, "-m", "jiyu_magics", *argv], env=env, check=True,
                    stdout=subprocess.DEVNULL)
-    return time.perf_counter() - start
-
-
-def timed(fn) -> float:
-    start = time.perf_counter()
-    fn()
     return time.perf_counter() - start
 
 

@@ -24,12 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.fake_box import populate, use_fake_box  # noqa: E402
-
-
-def timed(fn) -> float:
-    start = time.perf_counter()
-    fn()
-    return time.perf_counter() - start
+from benchmarks.timing import timed  # noqa: E402
 
 
 def main() -> None:

@@ -20,24 +20,18 @@ import json
 import os
 import statistics
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.fake_box import GIB, populate, use_fake_box  # noqa: E402
+from benchmarks.timing import timed  # noqa: E402
 
 
 def start_kernels(count: int) -> list:
     from jupyter_client.manager import start_new_kernel
 
     return [start_new_kernel(kernel_name="python3") for _ in range(count)]
-
-
-def timed(fn) -> float:
-    start = time.perf_counter()
-    fn()
-    return time.perf_counter() - start
 
 
 def main() -> None:

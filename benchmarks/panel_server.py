@@ -15,22 +15,16 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.fake_box import populate, use_fake_box  # noqa: E402
+from benchmarks.timing import timed  # noqa: E402
 from jiyu_magics.core.event_log import EventLog  # noqa: E402
 from jiyu_magics.core.run_files import RunFiles  # noqa: E402
 from jiyu_magics.server import metrics  # noqa: E402
 from jiyu_magics.server.run_views import RunViews  # noqa: E402
-
-
-def timed(fn) -> float:
-    start = time.perf_counter()
-    fn()
-    return time.perf_counter() - start
 
 
 def main() -> None:
