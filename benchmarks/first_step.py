@@ -2,8 +2,8 @@
 
 Every figure is read from the run's own event log: the time of its first ``step`` event (written
 by rank 0) minus the moment the start was asked for, so a job and plain torchrun are timed alike.
-jiyu_magics is imported only when a function is called: the benchmarks set ``JIYU_HOME`` and
-friends first, and one of them times the package's own imports.
+jiyu_magics is imported only when a function is called, so importing this module loads nothing
+of the package before a benchmark has set its environment (``JIYU_HOME``, the NVML double).
 """
 
 from __future__ import annotations
