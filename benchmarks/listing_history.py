@@ -30,6 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.timing import timed  # noqa: E402
 from jiyu_magics.core.event_log import EventLog, summarize  # noqa: E402
 from jiyu_magics.core.run_files import RunFiles  # noqa: E402
 from jiyu_magics.core.run_store import Run, RunStore, new_run_id  # noqa: E402
@@ -75,12 +76,6 @@ def fresh_process(argv: list[str], env: dict) -> float:
     return time.perf_counter() - start
 
 
-def timed(fn) -> float:
-    start = time.perf_counter()
-    fn()
-    return time.perf_counter() - start
-
-
 def measure(home: Path, count: int, repeat: int) -> dict[str, float]:
     from IPython.core.interactiveshell import InteractiveShell
     from IPython.utils.capture import capture_output
@@ -89,8 +84,9 @@ def measure(home: Path, count: int, repeat: int) -> dict[str, float]:
     from jiyu_magics.views import run_table
 
     env = {**os.environ, "JIYU_HOME": str(home), "PYTHONPATH": str(ROOT)}
-    shell = InteractiveShell.instance()
-    shell.run_line_magic("load_ext", "jiyu_magics")
+    shell = InteractiveShell.instance()  # one shell for every size: load the extension into it once
+    if "jiyu_magics" not in shell.extension_manager.loaded:
+        shell.run_line_magic("load_ext", "jiyu_magics")
     store = RunStore()
 
     def old_listing() -> None:  # every run's summary folded from its log, as before schema 5

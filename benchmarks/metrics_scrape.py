@@ -16,47 +16,15 @@ repetitions; the output's size is what Prometheus ingests per scrape.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-
-def setup(gpus: int) -> None:
-    os.environ["JIYU_HOME"] = tempfile.mkdtemp(prefix="jiyu-bench-")
-    os.environ["JIYU_NVML_DOUBLE_GPUS"] = str(gpus)
-    sys.path.insert(0, str(ROOT / "tests" / "nvml_double"))
-
-
-def populate(runs: int, gpus: int, steps: int) -> None:
-    from jiyu_magics.core.event_log import EventLog
-    from jiyu_magics.core.gpu_leases import GpuSlot
-    from jiyu_magics.core.run_files import RunFiles
-    from jiyu_magics.core.run_store import RunStore, process_start_time
-
-    store, pid, ids = RunStore(), os.getpid(), []
-    for i in range(runs):
-        run = store.create("job", f"run-{i}", status="running", pid=pid, pid_started=process_start_time(pid))
-        ids.append(run.id)
-        with EventLog(RunFiles.of(run.id).create().events) as log:
-            log.append("start", total_steps=steps * 2)
-            for step in range(1, steps + 1):
-                log.append("step", step=step, epoch=1, loss=1.0 / step, lr=1e-3, samples_per_s=1000.0)
-        if i < gpus:
-            store.leases.record(run.id, GpuSlot(f"GPU-00000000-0000-0000-0000-{i:012d}", i))
-        else:
-            store.finish(run.id, "succeeded", exit_code=0)
-    store.mark_stalled(ids[0], time.time() - 600)  # one of the running ones
-
-
-def timed(fn) -> float:
-    start = time.perf_counter()
-    fn()
-    return time.perf_counter() - start
+from benchmarks.fake_box import populate, use_fake_box  # noqa: E402
+from benchmarks.timing import timed  # noqa: E402
 
 
 def main() -> None:
@@ -66,8 +34,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=2000)
     parser.add_argument("--repeat", type=int, default=31)
     args = parser.parse_args()
-    setup(args.gpus)
-    populate(args.runs, args.gpus, args.steps)
+    use_fake_box(args.gpus)
+    live = populate(args.runs, args.steps, running=args.gpus, epoch=1, lr=1e-3)
     from jiyu_magics.core.run_store import RunStore
     from jiyu_magics.server import metrics
     from jiyu_magics.server.gpu_sampler import Holders, doctor_finding, read_gpus
@@ -76,6 +44,7 @@ def main() -> None:
     views, store = RunViews(limit=args.runs), RunStore()
     holders = Holders(store=store)
     finding = doctor_finding  # asked only when NVML sees no GPU
+    store.mark_stalled(live[0].id, time.time() - 600)  # one of the running ones
     snapshot = read_gpus(finding, holders)
     records, counts, usage = views.list(), views.status_counts(), views.gpu_seconds()
     parts = {

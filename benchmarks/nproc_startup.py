@@ -20,7 +20,6 @@ import argparse
 import functools
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -29,6 +28,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from benchmarks.first_step import first_event_time, torchrun_to_first_step  # noqa: E402
 
 SETUP = """import torch
 from torch.utils.data import TensorDataset
@@ -89,23 +90,6 @@ def install_timers() -> None:
     jobs.export_history = export_history
 
 
-def events_of(run_id: str) -> list[dict]:
-    from jiyu_magics.core.event_log import read_events
-    from jiyu_magics.core.run_files import RunFiles
-
-    return read_events(RunFiles.of(run_id).events)[0]
-
-
-def first(run_id: str, kind: str, timeout: float = 300) -> float:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        found = [e["t"] for e in events_of(run_id) if e["kind"] == kind]
-        if found:
-            return found[0]
-        time.sleep(0.02)
-    raise TimeoutError(f"run {run_id} logged no {kind}")
-
-
 def via_magic(shell, nproc: int) -> tuple[dict[str, float], str]:
     from IPython.utils.capture import capture_output
 
@@ -115,8 +99,8 @@ def via_magic(shell, nproc: int) -> tuple[dict[str, float], str]:
     with capture_output():
         shell.run_cell_magic("train", line, CELL)
     result = shell.user_ns["train_result"]
-    started = first(result.run_id, "start")
-    step = first(result.run_id, "step")
+    started = first_event_time(result.run_id, "start")
+    step = first_event_time(result.run_id, "step")
     torchrun_started = STARTED["  torchrun started (RunLifecycle.start)"] + PHASES["  torchrun started (RunLifecycle.start)"]
     return {"A cell start → first step": step - start,
             "cell body and checks in the kernel": STARTED["whole launch (DdpLaunch.run)"] - start,
@@ -124,23 +108,6 @@ def via_magic(shell, nproc: int) -> tuple[dict[str, float], str]:
             "torchrun started → ranks' start event": started - torchrun_started,
             "ranks' start event → first step": step - started,
             "(whole cell, to the end of training)": time.time() - start}, result.run_id
-
-
-def via_torchrun(script: Path, nproc: int, cwd: Path) -> float:
-    from jiyu_magics.core.run_files import RunFiles
-    from jiyu_magics.core.run_store import RunStore
-
-    run = RunStore().create("ddp", "bench-torchrun", status="running")
-    RunFiles.of(run.id).create()
-    env = {**os.environ, "JIYU_RUN_ID": run.id, "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
-    start = time.time()
-    proc = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
-                             str(nproc), str(script)], cwd=cwd, env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-    latency = first(run.id, "step") - start
-    proc.wait(300)
-    RunStore().finish(run.id, "succeeded", proc.returncode)
-    return latency
 
 
 def main() -> None:
@@ -165,7 +132,7 @@ def main() -> None:
     for _ in range(args.repeat):
         figures, run_id = via_magic(shell, args.nproc)
         ours.append(figures)
-        theirs.append(via_torchrun(RunFiles.of(run_id).script, args.nproc, tmp))
+        theirs.append(torchrun_to_first_step(RunFiles.of(run_id).script, args.nproc, tmp))
     print(f"%%train --nproc {args.nproc} (gloo, CPU) vs torchrun on the exported script: "
           f"median of {args.repeat} interleaved repetitions")
     order = ["A cell start → first step", "cell body and checks in the kernel", "  run registered (RunLifecycle.register)",

@@ -20,51 +20,18 @@ import json
 import os
 import statistics
 import sys
-import tempfile
-import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-DOUBLE = ROOT / "tests" / "nvml_double"
-sys.path[:0] = [str(DOUBLE), str(ROOT)]
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-GIB = 2**30
+from benchmarks.fake_box import GIB, populate, use_fake_box  # noqa: E402
+from benchmarks.timing import timed  # noqa: E402
 
 
 def start_kernels(count: int) -> list:
     from jupyter_client.manager import start_new_kernel
 
     return [start_new_kernel(kernel_name="python3") for _ in range(count)]
-
-
-def populate(runs: int, gpus: int) -> list:
-    """``runs`` runs with event logs; the last ``gpus`` running (this process) with a lease each."""
-    from jiyu_magics.core.event_log import EventLog
-    from jiyu_magics.core.gpu_leases import GpuSlot
-    from jiyu_magics.core.run_files import RunFiles
-    from jiyu_magics.core.run_store import RunStore, process_start_time
-
-    store, live = RunStore(), []
-    for i in range(runs):
-        run = store.create("job", f"run-{i}", status="running", pid=os.getpid(), notebook=f"/lab/nb{i % 7}.ipynb",
-                           pid_started=process_start_time(os.getpid()), gpus_requested=1)
-        with EventLog(RunFiles.of(run.id).create().events) as log:
-            log.append("start", total_steps=1000)
-            for step in range(1, 200):
-                log.append("step", step=step, loss=1.0 / step, samples_per_s=1000.0, mem_peak=3 * GIB)
-        if i < runs - gpus:
-            store.finish(run.id, "succeeded", exit_code=0)
-        else:
-            index = len(live)
-            store.leases.record(run.id, GpuSlot(f"GPU-00000000-0000-0000-0000-{index:012d}", index))
-            live.append(run)
-    return live
-
-
-def timed(fn) -> float:
-    start = time.perf_counter()
-    fn()
-    return time.perf_counter() - start
 
 
 def main() -> None:
@@ -74,10 +41,8 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=50)
     parser.add_argument("--kernels", type=int, default=10)
     args = parser.parse_args()
-    tmp = Path(tempfile.mkdtemp(prefix="jiyu-bench-"))
-    state = tmp / "nvml.json"
-    os.environ.update({"JIYU_HOME": str(tmp / "home"), "JIYU_NVML_DOUBLE_GPUS": str(args.gpus),
-                       "JIYU_NVML_DOUBLE_PROCESSES": str(state)})
+    state = use_fake_box(args.gpus) / "nvml.json"
+    os.environ["JIYU_NVML_DOUBLE_PROCESSES"] = str(state)
     from jiyu_magics.core.gpu_owners import KernelInfo
     from jiyu_magics.server.gpu_sampler import Holders, read_gpus
     from jiyu_magics.server.run_views import RunViews
@@ -88,7 +53,7 @@ def main() -> None:
         processes: dict[str, list] = {}
         for i, pid in enumerate(pids):
             processes.setdefault(str(i % args.gpus), []).append([pid, 2 * GIB])
-        live = populate(args.runs, args.gpus)
+        live = populate(args.runs, 200, running=args.gpus, mem_peak=3 * GIB)
         for i, _ in enumerate(live):
             processes.setdefault(str(i), []).append([os.getpid(), 10 * GIB])
         state.write_text(json.dumps({"processes": processes}))

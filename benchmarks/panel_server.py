@@ -13,38 +13,18 @@ of one ``/jiyu/metrics`` render from the same records.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
-import tempfile
-import time
+import sys
+from pathlib import Path
 
-from jiyu_magics.core.event_log import EventLog
-from jiyu_magics.core.run_files import RunFiles
-from jiyu_magics.core.run_store import RunStore, process_start_time
-from jiyu_magics.server import metrics
-from jiyu_magics.server.run_views import RunViews
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-
-def populate(runs: int, steps: int) -> str:
-    """``runs`` runs with ``steps`` step events each; all finished but the last, which stays
-    running (owned by this process). Returns the running one's id."""
-    store = RunStore()
-    for i in range(runs):
-        run = store.create("job", f"run-{i}", status="running", pid=os.getpid(),
-                           pid_started=process_start_time(os.getpid()))
-        if i < runs - 1:
-            store.finish(run.id, "succeeded", exit_code=0)
-        with EventLog(RunFiles.of(run.id).create().events) as log:
-            log.append("start", total_steps=steps)
-            for step in range(1, steps + 1):
-                log.append("step", step=step, epoch=0, loss=1.0 / step, lr=1e-3, samples_per_s=1000.0)
-    return run.id
-
-
-def timed(fn) -> float:
-    start = time.perf_counter()
-    fn()
-    return time.perf_counter() - start
+from benchmarks.fake_box import populate, use_fake_box  # noqa: E402
+from benchmarks.timing import timed  # noqa: E402
+from jiyu_magics.core.event_log import EventLog  # noqa: E402
+from jiyu_magics.core.run_files import RunFiles  # noqa: E402
+from jiyu_magics.server import metrics  # noqa: E402
+from jiyu_magics.server.run_views import RunViews  # noqa: E402
 
 
 def main() -> None:
@@ -53,8 +33,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=5000)
     parser.add_argument("--repeat", type=int, default=21)
     args = parser.parse_args()
-    os.environ["JIYU_HOME"] = tempfile.mkdtemp(prefix="jiyu-bench-")
-    live = populate(args.runs, args.steps)
+    use_fake_box(gpus=0)  # no GPUs: the runs' summaries are what is timed
+    live = populate(args.runs, args.steps, running=1, leasing=False, epoch=0, lr=1e-3)[0].id
     warm = RunViews(limit=args.runs)
     warm.list()
     grow = EventLog(RunFiles.of(live).events)

@@ -24,7 +24,6 @@ import os
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -32,34 +31,13 @@ DOUBLE = ROOT / "tests" / "nvml_double"
 REAL_GPU = "--real-gpu" in sys.argv
 sys.path[:0] = [str(ROOT)] if REAL_GPU else [str(DOUBLE), str(ROOT)]
 
+from benchmarks.first_step import first_event_time, submit_to_first_step, wait_end  # noqa: E402
 from jiyu_magics import jobs  # noqa: E402
-from jiyu_magics.core.event_log import read_events  # noqa: E402
-from jiyu_magics.core.run_files import RunFiles  # noqa: E402
 from jiyu_magics.core.run_store import RunStore  # noqa: E402
 from tests.jobs_workload import write_notebook  # noqa: E402
 
 QUICK = {"steps": 3, "step_seconds": 0.0}
 HOLD = {"steps": 30, "step_seconds": 0.1}
-
-
-def first_step_time(run_id: str, timeout: float = 300) -> float:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        steps = [e for e in read_events(RunFiles.of(run_id).events)[0] if e["kind"] == "step"]
-        if steps:
-            return steps[0]["t"]
-        time.sleep(0.02)
-    raise TimeoutError(f"run {run_id} logged no step")
-
-
-def wait_end(run_id: str, timeout: float = 300):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        run = RunStore().get(run_id)
-        if not run.active:
-            return run
-        time.sleep(0.1)
-    raise TimeoutError(f"run {run_id} did not end")
 
 
 def queued(notebook: Path) -> tuple[float, float]:
@@ -68,18 +46,10 @@ def queued(notebook: Path) -> tuple[float, float]:
     assert RunStore().get(waiting.id).status == "queued"
     ended = wait_end(holder.id)
     freed = max(g["ended"] for g in ended.gpus)
-    latency = first_step_time(waiting.id) - freed
+    latency = first_event_time(waiting.id) - freed
     leased = min(g["since"] for g in RunStore().get(waiting.id).gpus) - freed
     wait_end(waiting.id)
     return latency, leased
-
-
-def direct(notebook: Path) -> float:
-    start = time.time()
-    run = jobs.submit(notebook, nproc=1, gpus=1, params=QUICK)
-    latency = first_step_time(run.id) - start
-    wait_end(run.id)
-    return latency
 
 
 def main() -> None:
@@ -100,7 +70,7 @@ def main() -> None:
             latency, leased = queued(notebook)
             a.append(latency)
             lease.append(leased)
-            b.append(direct(notebook))
+            b.append(submit_to_first_step(notebook, nproc=1, gpus=1, params=QUICK).latency)
     ma, mb = statistics.median(a), statistics.median(b)
     where = "the first real GPU" if args.real_gpu else "NVML double with 1 GPU"
     print(f"queue latency, 1 rank (gloo), {where}, {args.repeat} interleaved repetitions")

@@ -9,54 +9,22 @@ from __future__ import annotations
 import json
 import re
 
-import pytest
-from playwright.sync_api import expect, sync_playwright
+from playwright.sync_api import expect
 
-from jiyu_magics import jobs as jobs_api
 from jiyu_magics.core.run_files import store_path
-from jiyu_magics.core.run_store import RunStore, UnknownRun
+from jiyu_magics.core.run_store import RunStore
 
-from .lab_runner import jupyter_lab, launch_chromium, submit_training_job
-from .test_lab_panel import status_of, wait_until
-
-PANEL = "#jiyu-panel"
-PYTHON3 = {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}}
+from .test_lab_panel import PANEL, PYTHON3, browser, jobs, lab, status_of, wait_until  # noqa: F401 (fixtures)
 
 
-@pytest.fixture(scope="module")
-def lab(tmp_path_factory):
-    with jupyter_lab(tmp_path_factory.mktemp("lab"), {"refreshInterval": 1}) as lab:
-        yield lab
-
-
-@pytest.fixture
-def browser():
-    with sync_playwright() as playwright:
-        chromium = launch_chromium(playwright)
-        yield chromium
-        chromium.close()
-
-
-@pytest.fixture
-def jobs(tmp_path, monkeypatch):
-    started = []
-    yield lambda lab, name, **kw: started.append((lab, submit_training_job(lab, name, tmp=tmp_path, **kw))) or started[-1][1]
-    for lab, job in started:  # leave nothing running
-        monkeypatch.setenv("JIYU_HOME", str(lab.home))
-        try:
-            jobs_api.stop(job.run_id, grace=10)
-        except UnknownRun:
-            pass
-
-
-def open_lab(browser, lab, width=1360, height=820, reset=True):
+def open_lab(browser, lab, width=1360, height=820, reset=True):  # noqa: F811
     context = browser.new_context(viewport={"width": width, "height": height})
     page = context.new_page()
     load(page, lab, reset)
     return page
 
 
-def load(page, lab, reset: bool) -> None:
+def load(page, lab, reset: bool) -> None:  # noqa: F811
     page.goto(lab.entry + ("&reset" if reset else ""))
     page.wait_for_function("() => window.jupyterapp !== undefined", timeout=90_000)
     page.evaluate("() => window.jupyterapp.restored.then(() => true)")
@@ -95,7 +63,7 @@ def composite(rgba: str, under: str) -> str:
     return f"rgb({mixed[0]}, {mixed[1]}, {mixed[2]})"
 
 
-def test_reload_mid_run_then_open_shows_the_live_page_with_stop(browser, lab, jobs, artifacts):
+def test_reload_mid_run_then_open_shows_the_live_page_with_stop(browser, lab, jobs, artifacts):  # noqa: F811
     job = jobs(lab, "page-digits", steps=2000, pace=0.1)
     page = open_lab(browser, lab)
     row = page.locator(PANEL).locator(f'li.jp-JiyuRun[data-run-id="{job.run_id}"]')
@@ -132,7 +100,7 @@ def test_reload_mid_run_then_open_shows_the_live_page_with_stop(browser, lab, jo
     expect(page.locator(".jp-JiyuRunPage .jp-JiyuLog-state")).to_contain_text("end of log", timeout=15_000)
 
 
-def test_compare_two_runs_overlays_curves_and_marks_the_differing_parameter(browser, lab, jobs, artifacts):
+def test_compare_two_runs_overlays_curves_and_marks_the_differing_parameter(browser, lab, jobs, artifacts):  # noqa: F811
     fast = jobs(lab, "cmp-digits", steps=40, pace=0.02)
     slow = jobs(lab, "cmp-digits", steps=60, pace=0.02)
     page = open_lab(browser, lab)
@@ -200,7 +168,7 @@ def metric_cells(table, name: str) -> list[str]:
     return table.locator(f'tr[data-row="{name}"] td').all_inner_texts()
 
 
-def test_submit_dialog_lists_the_parameters_and_keeps_a_refusal_in_the_dialog(browser, lab):
+def test_submit_dialog_lists_the_parameters_and_keeps_a_refusal_in_the_dialog(browser, lab):  # noqa: F811
     cells = [{"cell_type": "code", "metadata": {"tags": ["parameters"]}, "execution_count": None, "outputs": [],
               "source": "lr = 0.1\nepochs: int = 2"},
              {"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [], "source": "print(lr)"}]

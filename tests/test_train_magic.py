@@ -9,13 +9,9 @@ from IPython.core.error import UsageError
 
 from jiyu_magics.core.run_store import RunStore
 
-SETUP = """
-import torch
-from torch import nn
-from torch.utils.data import DataLoader, TensorDataset
-torch.manual_seed(0)
-X = torch.randn(512, 20); y = (X[:, 0] > 0).long()
-"""
+from .train_models import shell_setup
+
+SETUP = shell_setup(512)
 
 BODY = """
 model = nn.Sequential(nn.Linear(20, 32), nn.ReLU(), nn.Linear(32, 2))

@@ -17,37 +17,10 @@ from jiyu_magics.core.event_log import read_events
 from jiyu_magics.core.run_files import RunFiles
 from jiyu_magics.train.checkpoint import load_checkpoint
 
-SETUP = """
-import torch
-from torch import nn
-from torch.utils.data import DataLoader, TensorDataset
+from .train_models import shell_setup, shell_train_body
 
-class NanOnce(nn.Module):
-    '''An MLP whose output is NaN at one training step (its ``bad_step``-th forward in train mode).'''
-
-    def __init__(self, bad_step):
-        super().__init__()
-        self.net = nn.Sequential(nn.Linear(20, 32), nn.ReLU(), nn.Linear(32, 2))
-        self.bad_step, self.calls = bad_step, 0
-
-    def forward(self, x):
-        out = self.net(x)
-        if self.training:
-            self.calls += 1
-            if self.calls == self.bad_step:
-                out = out * float("nan")
-        return out
-
-torch.manual_seed(0)
-X = torch.randn(3200, 20); y = (X[:, 0] > 0).long()
-"""
-
-BODY = """
-model = NanOnce(bad_step=60)
-optimizer = torch.optim.AdamW(model.parameters(), 1e-3)
-train_loader = DataLoader(TensorDataset(X, y), batch_size=32, shuffle=True)
-loss_fn = nn.CrossEntropyLoss()
-"""
+SETUP = shell_setup(3200, "MisbehavingMlp")
+BODY = shell_train_body("MisbehavingMlp(nan_at=60)", lr=1e-3)
 
 
 @pytest.fixture
@@ -81,7 +54,7 @@ def test_a_nan_keeps_the_good_checkpoints_and_names_the_last_good_one(shell, cap
 
 def test_resume_last_after_a_nan_starts_from_the_good_checkpoint(shell):
     shell.run_cell(f"%%train --epochs 1 --ckpt-every 1 --name nan-run\n{BODY}")
-    shell.run_cell("model.bad_step = -1")  # the cause fixed
+    shell.run_cell("model.nan_at = -1")  # the cause fixed
     shell.run_line_magic("train", "--resume last --name nan-run --epochs 1")
     result = shell.user_ns["train_result"]
     assert result.status == "succeeded" and result.history[0]["step"] > 59
@@ -92,7 +65,7 @@ def test_resume_last_after_a_nan_starts_from_the_good_checkpoint(shell):
 def test_weights_gone_bad_with_a_finite_loss_are_not_saved(shell, capsys):
     """A NaN gradient (here put there by a hook) spoils the weights while the loss it came from
     is finite: the checkpoint after it is refused all the same."""
-    shell.run_cell(BODY.replace("bad_step=60", "bad_step=-1"))
+    shell.run_cell(BODY.replace("nan_at=60", "nan_at=-1"))
     shell.run_cell("step_count = [0]\n"
                    "def spoil(grad):\n"
                    "    step_count[0] += 1\n"
@@ -109,7 +82,7 @@ def test_weights_gone_bad_with_a_finite_loss_are_not_saved(shell, capsys):
 
 def test_the_nan_step_is_the_results_step(shell, capsys):
     """After a NaN at step 2 with the loss read every 4 steps, the message and the result agree."""
-    shell.run_cell(BODY.replace("bad_step=60", "bad_step=2"))
+    shell.run_cell(BODY.replace("nan_at=60", "nan_at=2"))
     shell.run_cell("%train --max-steps 8 --log-every 4 --no-ckpt")
     result = shell.user_ns["train_result"]
     assert "Loss became nan at step 2;" in result.message
@@ -125,6 +98,6 @@ def test_a_buffer_meant_to_hold_inf_is_no_nan(shell):
                    "        self.register_buffer('mask', torch.triu(torch.full((4, 4), float('-inf')), 1))\n"
                    "    def forward(self, x):\n"
                    "        return self.net(x)\n")
-    shell.run_cell("%%train --max-steps 20 --ckpt-every 5" + BODY.replace("NanOnce(bad_step=60)", "Masked()"))
+    shell.run_cell("%%train --max-steps 20 --ckpt-every 5" + BODY.replace("MisbehavingMlp(nan_at=60)", "Masked()"))
     result = shell.user_ns["train_result"]
     assert result.status == "succeeded" and len(result.checkpoints) == 3

@@ -10,37 +10,10 @@ import pytest
 from jiyu_magics.core.event_log import read_events
 from jiyu_magics.core.run_files import RunFiles
 
-SETUP = """
-import os, signal
-import torch
-from torch import nn
-from torch.utils.data import DataLoader, TensorDataset
+from .train_models import shell_setup, shell_train_body
 
-class Interrupted(nn.Module):
-    '''An MLP that interrupts its kernel (as the user's Stop would) at one training step.'''
-
-    def __init__(self, stop_at):
-        super().__init__()
-        self.net = nn.Sequential(nn.Linear(20, 32), nn.ReLU(), nn.Linear(32, 2))
-        self.stop_at, self.calls = stop_at, 0
-
-    def forward(self, x):
-        if self.training:
-            self.calls += 1
-            if self.calls == self.stop_at:
-                os.kill(os.getpid(), signal.SIGINT)
-        return self.net(x)
-
-torch.manual_seed(0)
-X = torch.randn(512, 20); y = (X[:, 0] > 0).long()
-"""
-
-BODY = """
-model = Interrupted(stop_at=-1)
-optimizer = torch.optim.AdamW(model.parameters(), 1e-2)
-train_loader = DataLoader(TensorDataset(X, y), batch_size=32, shuffle=True)
-loss_fn = nn.CrossEntropyLoss()
-"""
+SETUP = shell_setup(512, "MisbehavingMlp")
+BODY = shell_train_body("MisbehavingMlp(interrupt_at=-1)", lr=1e-2)
 
 
 @pytest.fixture
@@ -54,7 +27,7 @@ def start_of(result) -> dict:
 
 
 def test_the_stop_message_prints_a_resume_command_that_works(shell):
-    shell.run_cell("%%train --epochs 3 --name digits-cnn" + BODY.replace("stop_at=-1", "stop_at=10"))
+    shell.run_cell("%%train --epochs 3 --name digits-cnn" + BODY.replace("interrupt_at=-1", "interrupt_at=10"))
     stopped = shell.user_ns["train_result"]
     assert stopped.status == "stopped" and stopped.step == 10
     command = re.search(r"Continue with (%train [^(]*?) \(or fit", stopped.message)
@@ -66,7 +39,7 @@ def test_the_stop_message_prints_a_resume_command_that_works(shell):
 
 
 def test_without_a_name_the_command_leaves_it_out(shell):
-    shell.run_cell("%%train --max-steps 30" + BODY.replace("stop_at=-1", "stop_at=5"))
+    shell.run_cell("%%train --max-steps 30" + BODY.replace("interrupt_at=-1", "interrupt_at=5"))
     message = shell.user_ns["train_result"].message
     assert "Continue with %train --resume last --max-steps 30 (or fit" in message
 
