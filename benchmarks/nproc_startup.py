@@ -36,7 +36,7 @@ from torch.utils.data import TensorDataset
 torch.manual_seed(0)
 X = torch.randn(2048, 32); y = torch.randint(0, 4, (2048,))
 model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 4))
-torch.optim.AdamW(model.parameters())  # torch's first optimizer imports torch._dynamo (seconds): not ours to time
+_ = torch.optim.AdamW(model.parameters())  # torch's first optimizer imports torch._dynamo (seconds): not ours to time
 """
 CELL = """optimizer = torch.optim.AdamW(model.parameters(), 1e-3)
 train_loader = torch.utils.data.DataLoader(TensorDataset(X, y), batch_size=64, shuffle=True)
