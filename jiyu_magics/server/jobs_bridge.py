@@ -32,7 +32,8 @@ def submit(submission: Submission) -> Run:
         params = submission.params or jobs.parse_lines(submission.param_lines)
         return jobs.submit(str(submission.notebook), nproc=submission.nproc, params=params or None,
                            name=submission.name, cwd=str(submission.notebook.parent), gpus=submission.gpus,
-                           priority=submission.priority, share=submission.share)
+                           priority=submission.priority, share=submission.share,
+                           stall_timeout=submission.stall_timeout)
     except jobs.JobError as error:
         raise RequestError(str(error)) from None
 
