@@ -178,6 +178,25 @@ async def test_ranks_are_each_ranks_own_record(jp_fetch):
     assert code == 404
 
 
+async def test_ranks_say_how_each_ended_stopped_or_killed_by_a_signal(jp_fetch):
+    """A rank that stopped on request says so; one killed by a signal wrote no end, and which
+    signal only torchrun's agent saw: its line in the run's log names it."""
+    from jiyu_magics.jobs.process.rank_records import RankRecord, write
+
+    run = live_run()
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()  # a pid no process has now: the rank that never reported its end
+    write(run.id, RankRecord(rank=0, local_rank=0, pid=os.getpid(), started=1.0, ended=2.0, exit_code=0,
+                             stopped=True))
+    write(run.id, RankRecord(rank=1, local_rank=1, pid=gone.pid, started=1.0))
+    files = RunFiles.of(run.id)
+    files.log.write_text(f"[rank0]: step 3\nE1201 05:23:07.857000 19250 torch/distributed/elastic/multiprocessing/"
+                         f"api.py:1002] failed (exitcode: -9) local_rank: 1 (pid: {gone.pid}) of binary: python\n")
+    ranks = body(await jp_fetch("jiyu", "api", "runs", run.id, "ranks"))["ranks"]
+    assert [(r["state"], r["stopped"], r["signal"], r["signal_name"]) for r in ranks] == \
+        [("exited", True, None, None), ("killed", False, 9, "SIGKILL")]
+
+
 @pytest.mark.parametrize("offset", ["-1", "abc", "1.5", "0x10", "²"])
 async def test_bad_offsets_are_400(jp_fetch, offset):
     run = live_run()

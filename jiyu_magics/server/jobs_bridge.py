@@ -58,11 +58,12 @@ def stop(run_id: str, grace: float) -> Run:
 
 
 def ranks(run_id: str) -> list[dict]:
-    """Each rank's own record (pid, state, exit code, error, GPUs seen), as the run page shows
+    """Each rank's own record (pid, state, exit code, error, GPUs seen, whether it stopped on
+    request, the signal that killed it as torchrun reported it), as the run page shows
     it; none for a run whose ranks write none (a kernel run), or without the jobs layer."""
     try:
         jobs_module()
     except Unavailable:
         return []
     records = importlib.import_module("jiyu_magics.jobs.process.rank_records")
-    return [record.to_dict() for record in records.read_all(run_id)]
+    return [record.to_dict() for record in records.read_with_signals(run_id)]
