@@ -153,6 +153,18 @@ def test_a_cell_that_clears_the_namespace_ends_the_history(ip, clearing):
     assert ip.run_line_magic("who_ls", "") == ["after"], "the marker the reset is noticed by stays hidden"
 
 
+def test_a_reset_before_the_extension_loaded_ends_the_history_too(ip):
+    """Cells run before ``%load_ext`` are read from ``In``: a ``%reset`` among them still counts,
+    a ``%reset out`` (a cache flush) does not."""
+    from jiyu_magics.magics.cell_history import CellHistory
+
+    CellHistory.of(ip).close()  # as if the extension had not been loaded yet
+    for source in ("print('forget me')", "%reset -f", "kept = 1", "%reset -f out", "also = 2"):
+        ip.run_cell(source, store_history=True)
+    assert [c.source.strip() for c in CellHistory.of(ip).cells()] == \
+        ["kept = 1", "get_ipython().run_line_magic('reset', '-f out')", "also = 2"]
+
+
 @pytest.mark.parametrize("deleting", ["del before", "%reset_selective -f ^before$", "%reset -f in"])
 def test_deleting_some_names_keeps_the_history(ip, deleting):
     """The ranks replay the deleting cell too, so they delete what the kernel deleted."""

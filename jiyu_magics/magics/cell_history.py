@@ -9,7 +9,8 @@ reset itself, which in a rank's headless shell would wipe the job script's own n
 has no reset event, so the namespace is watched: ``%reset`` (``-f``, ``--aggressive``,
 ``get_ipython().reset()``) rebuilds it without the hidden marker put there at load, and
 ``%reset -s`` or a ``%reset_selective`` that matches every name leaves none of the user's names
-where there were some. ``del x`` and a ``%reset_selective`` of some names keep the history: the
+where there were some. Among the cells that ran before the extension loaded, a ``%reset`` is
+found in their source. ``del x`` and a ``%reset_selective`` of some names keep the history: the
 ranks replay those cells too, and so delete what the kernel deleted.
 """
 
@@ -74,13 +75,16 @@ class CellHistory:
 
     def cells(self) -> list[ExecutedCell]:
         """Every executed cell in order since the namespace was last cleared. Cells from before
-        the extension loaded come from ``In``; their outcome was not seen, so they count as succeeded."""
+        the extension loaded come from ``In``; their outcome was not seen, so they count as
+        succeeded, and a ``%reset`` among them is found in their source."""
         from ..jobs import ExecutedCell
+        from ..jobs.export.cell_rules import clears_namespace
 
         inputs = self.shell.user_ns.get("In", [])
         earlier = [ExecutedCell(source, count) for count, source in enumerate(inputs[:self.first_recorded])
                    if count and source.strip()]
-        return earlier + list(self.recorded)
+        last_reset = max((i for i, cell in enumerate(earlier) if clears_namespace(cell.source)), default=-1)
+        return earlier[last_reset + 1:] + list(self.recorded)
 
     # -- the namespace -------------------------------------------------------------------------
     def _namespace_cleared(self) -> bool:
