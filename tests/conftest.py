@@ -86,9 +86,9 @@ def ip():
     yield shell
     shell.run_line_magic("unload_ext", "jiyu_magics")
     shell.reset(new_session=False)
-    history = shell.__dict__.pop("_jiyu_cell_history", None)  # %%train --nproc replays what it recorded:
-    if history is not None:                                    # the next test's shell starts with none
-        shell.events.unregister("post_run_cell", history.record)
+    history = shell.__dict__.get("_jiyu_cell_history")  # %%train --nproc replays what it recorded:
+    if history is not None:                              # the next test's shell starts with none
+        history.close()
 
 
 @pytest.fixture

@@ -139,6 +139,44 @@ def test_the_kernel_history_records_which_cells_raised(ip):
     assert "base / 0" not in script and "left out: it raised an error" in script and "print(base + 2)" in script
 
 
+@pytest.mark.parametrize("clearing", ["%reset -f", "%reset -f -s", "%reset_selective -f .",
+                                      "get_ipython().reset(new_session=False)"])
+def test_a_cell_that_clears_the_namespace_ends_the_history(ip, clearing):
+    """%%train --nproc replays the history: after a reset its ranks start from nothing too."""
+    from jiyu_magics.magics.cell_history import CellHistory
+
+    history = CellHistory.of(ip)
+    ip.run_cell("print('forget me'); before = 1", store_history=True)
+    ip.run_cell(clearing, store_history=True)
+    ip.run_cell("after = 2", store_history=True)
+    assert [c.source for c in history.cells()] == ["after = 2"]
+    assert ip.run_line_magic("who_ls", "") == ["after"], "the marker the reset is noticed by stays hidden"
+
+
+def test_a_reset_before_the_extension_loaded_ends_the_history_too(ip):
+    """Cells run before ``%load_ext`` are read from ``In``: a ``%reset`` among them still counts,
+    a ``%reset out`` (a cache flush) does not."""
+    from jiyu_magics.magics.cell_history import CellHistory
+
+    CellHistory.of(ip).close()  # as if the extension had not been loaded yet
+    for source in ("print('forget me')", "%reset -f", "kept = 1", "%reset -f out", "also = 2"):
+        ip.run_cell(source, store_history=True)
+    assert [c.source.strip() for c in CellHistory.of(ip).cells()] == \
+        ["kept = 1", "get_ipython().run_line_magic('reset', '-f out')", "also = 2"]
+
+
+@pytest.mark.parametrize("deleting", ["del before", "%reset_selective -f ^before$", "%reset -f in"])
+def test_deleting_some_names_keeps_the_history(ip, deleting):
+    """The ranks replay the deleting cell too, so they delete what the kernel deleted."""
+    from jiyu_magics.magics.cell_history import CellHistory
+
+    history = CellHistory.of(ip)
+    ip.run_cell("kept = 0", store_history=True)
+    ip.run_cell("before = 1", store_history=True)
+    ip.run_cell(deleting, store_history=True)
+    assert [c.source for c in history.cells()][-3:] == ["kept = 0", "before = 1", deleting]
+
+
 def test_submit_returns_the_run_id_and_displays_nothing_more(ip, tmp_path, capsys, no_schedulers):
     nb = tiny_notebook(tmp_path / "ret.ipynb")
     result = ip.run_cell(f"run = %submit {nb} --backend slurm\nrun")

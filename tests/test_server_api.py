@@ -178,6 +178,25 @@ async def test_ranks_are_each_ranks_own_record(jp_fetch):
     assert code == 404
 
 
+async def test_ranks_say_how_each_ended_stopped_or_killed_by_a_signal(jp_fetch):
+    """A rank that stopped on request says so; one killed by a signal wrote no end, and which
+    signal only torchrun's agent saw: its line in the run's log names it."""
+    from jiyu_magics.jobs.process.rank_records import RankRecord, write
+
+    run = live_run()
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()  # a pid no process has now: the rank that never reported its end
+    write(run.id, RankRecord(rank=0, local_rank=0, pid=os.getpid(), started=1.0, ended=2.0, exit_code=0,
+                             stopped=True))
+    write(run.id, RankRecord(rank=1, local_rank=1, pid=gone.pid, started=1.0))
+    files = RunFiles.of(run.id)
+    files.log.write_text(f"[rank0]: step 3\nE1201 05:23:07.857000 19250 torch/distributed/elastic/multiprocessing/"
+                         f"api.py:1002] failed (exitcode: -9) local_rank: 1 (pid: {gone.pid}) of binary: python\n")
+    ranks = body(await jp_fetch("jiyu", "api", "runs", run.id, "ranks"))["ranks"]
+    assert [(r["state"], r["stopped"], r["signal"], r["signal_name"]) for r in ranks] == \
+        [("exited", True, None, None), ("killed", False, 9, "SIGKILL")]
+
+
 @pytest.mark.parametrize("offset", ["-1", "abc", "1.5", "0x10", "²"])
 async def test_bad_offsets_are_400(jp_fetch, offset):
     run = live_run()
@@ -256,6 +275,10 @@ def _post(jp_fetch, payload, *parts):
     ({"notebook": "train.ipynb", "params": {"class": 1}}, 400, "not a Python identifier"),
     ({"notebook": "train.ipynb", "name": "x" * 500}, 400, "'name'"),
     ({"notebook": "train.ipynb", "nprocs": 2}, 400, "unknown field(s) 'nprocs'"),
+    ({"notebook": "train.ipynb", "stall_timeout": -1}, 400, "'stall_timeout' must be a number of seconds >= 0"),
+    ({"notebook": "train.ipynb", "stall_timeout": "300"}, 400, "'stall_timeout' must be a number"),
+    ({"notebook": "train.ipynb", "stall_timeout": True}, 400, "'stall_timeout' must be a number"),
+    (b'{"notebook": "train.ipynb", "stall_timeout": 1e400}', 400, "'stall_timeout' must be a number"),
 ])
 async def test_bad_submissions_are_refused_with_the_reason(jp_fetch, notebooks, payload, code, words):
     got, reply = await fails(_post(jp_fetch, payload))
@@ -320,6 +343,23 @@ async def test_parameter_lines_reach_the_job_as_the_cli_reads_them(jp_fetch, jp_
     done = await asyncio.to_thread(wait_until_ended, reply["id"])
     assert done.status == "succeeded", RunFiles.of(done.id).log.read_text()[-2000:]
     assert "got 0.0003 'resnet' [64, 32] 'a = b'" in RunFiles.of(done.id).log.read_text()
+
+
+async def test_a_stall_timeout_reaches_the_jobs_launch_as_the_cli_gives_it(jp_fetch, jp_root_dir, tmp_path,
+                                                                           monkeypatch):
+    """``"stall_timeout": S`` is ``jiyu submit --stall-timeout S``: the supervisor's launch spec
+    holds it (tests/test_stall.py follows one such job to its stall)."""
+    from jiyu_magics.jobs.launch_spec import LaunchSpec
+
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("print('ran')")]),
+                   jp_root_dir / "quick.ipynb")
+    for timeout, expected in ((2.5, 2.5), (0, 0.0), (None, None)):
+        payload = {"notebook": "quick.ipynb", "gpus": 0, **({} if timeout is None else {"stall_timeout": timeout})}
+        reply = body(await _post(jp_fetch, payload))
+        assert LaunchSpec.load(RunFiles.of(reply["id"])).stall_timeout == expected
+        done = await asyncio.to_thread(wait_until_ended, reply["id"])
+        assert done.status == "succeeded", RunFiles.of(done.id).log.read_text()[-2000:]
 
 
 def wait_until_ended(run_id: str, timeout: float = 120):

@@ -168,10 +168,11 @@ def test_a_jobs_stall_timeout_is_the_default_of_its_fit_calls_and_jiyu_stop_ends
     assert_no_processes(run_id)
 
 
-def test_a_bad_stall_timeout_is_one_line_and_exit_code_2(tmp_path, no_schedulers):
+@pytest.mark.parametrize("value, shown", [("-1", "-1.0"), ("nan", "nan"), ("inf", "inf")])
+def test_a_bad_stall_timeout_is_one_line_and_exit_code_2(tmp_path, no_schedulers, value, shown):
     path = tmp_path / "any.ipynb"
     path.write_text('{"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}')
-    done = jiyu("submit", str(path), "--stall-timeout", "-1")
+    done = jiyu("submit", str(path), "--stall-timeout", value)
     assert (done.returncode, done.stdout) == (2, "")
-    assert done.stderr.strip() == "jiyu submit: error: --stall-timeout -1.0: expected seconds >= 0 (0: off)"
+    assert done.stderr.strip() == f"jiyu submit: error: --stall-timeout {shown}: expected seconds >= 0 (0: off)"
     assert RunStore().list() == [], "nothing is created"

@@ -58,6 +58,8 @@ def test_resume_last_continues_the_previous_run(shell):
     ("--epochs -1", "", "--epochs must be >= 1, got -1"),
     ("--accum 0", "", "--accum must be >= 1, got 0"),
     ("--clip -1", "", "clip must be a positive gradient norm, got -1"),
+    ("--stall-timeout -1", "", "--stall-timeout must be seconds >= 0 (0: off), got -1.0"),
+    ("--stall-timeout inf", "", "--stall-timeout must be seconds >= 0 (0: off), got inf"),
     ("--bogus 3", "", "unrecognized arguments: --bogus 3"),
     ("--amp fp8", "", "argument --amp: invalid choice: 'fp8'"),
     ("--nproc 0", "", "--nproc must be >= 1, got 0"),

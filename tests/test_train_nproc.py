@@ -162,6 +162,23 @@ def test_in_a_terminal_rank_zeros_lines_are_printed(ip, tmp_path, monkeypatch, c
     assert ip.user_ns["train_result"].status == "succeeded"
 
 
+def test_after_reset_the_ranks_replay_only_what_came_after_it(ip, tmp_path, monkeypatch, capsys):
+    """``%reset -f`` clears the kernel's namespace, so the cells before it are not replayed."""
+    monkeypatch.chdir(tmp_path)
+    ip.run_cell("print('before-the-reset'); stale = 1", store_history=True)
+    ip.run_cell("%reset -f", store_history=True)
+    ip.run_cell(DATA.split("\n", 1)[1], store_history=True)
+    ip.run_cell_magic("train", "--nproc 1 --max-steps 2 --name ddp-after-reset",
+                      "print(f\"stale on rank {os.environ.get('RANK', 'kernel')}: {'stale' in globals()}\")"
+                      + RECORDING_BODY)
+    out = capsys.readouterr().out
+    result = ip.user_ns["train_result"]
+    assert result.status == "succeeded", out
+    script = RunFiles.of(result.run_id).script.read_text()
+    assert "before-the-reset" not in script and "'reset'" not in script, script
+    assert "[rank0] stale on rank 0: False" in out and "[rank0] before-the-reset" not in out, out
+
+
 def test_bad_nproc_values(ip, nvml_double):
     """NVML test double: two GPUs visible (no driver on this machine)."""
     ip.run_cell(DATA.split("\n", 1)[1])

@@ -28,8 +28,8 @@ FIT_OPTIONS = option_specs()
 # Options of the magic itself (fit's options come from FitOptions), declared once.
 MAGIC_OPTIONS: list[tuple[tuple[str, ...], dict]] = [
     (("--nproc",), dict(type=int, metavar="N", help="Train with DDP in N processes (one GPU each, or gloo on the "
-                        "CPU) under torchrun, started from what this notebook executed; the kernel's model starts "
-                        "them and gets rank 0's final weights back. Without it: in this kernel.")),
+                        "CPU) under torchrun, started from what this notebook executed (since its last %%reset); the "
+                        "kernel's model starts them and gets rank 0's final weights back. Without it: in this kernel.")),
     (("--refresh",), dict(type=float, metavar="SECONDS", help="Dashboard refresh interval. Default: 1 s "
                           "(text progress: 10 s in a log, about 1 s redrawn in place on a terminal).")),
     (("--scale",), dict(choices=("auto", "log", "linear"), default="auto", help="The loss chart's y axis (live "

@@ -32,7 +32,8 @@ def submit(submission: Submission) -> Run:
         params = submission.params or jobs.parse_lines(submission.param_lines)
         return jobs.submit(str(submission.notebook), nproc=submission.nproc, params=params or None,
                            name=submission.name, cwd=str(submission.notebook.parent), gpus=submission.gpus,
-                           priority=submission.priority, share=submission.share)
+                           priority=submission.priority, share=submission.share,
+                           stall_timeout=submission.stall_timeout)
     except jobs.JobError as error:
         raise RequestError(str(error)) from None
 
@@ -57,11 +58,12 @@ def stop(run_id: str, grace: float) -> Run:
 
 
 def ranks(run_id: str) -> list[dict]:
-    """Each rank's own record (pid, state, exit code, error, GPUs seen), as the run page shows
+    """Each rank's own record (pid, state, exit code, error, GPUs seen, whether it stopped on
+    request, the signal that killed it as torchrun reported it), as the run page shows
     it; none for a run whose ranks write none (a kernel run), or without the jobs layer."""
     try:
         jobs_module()
     except Unavailable:
         return []
     records = importlib.import_module("jiyu_magics.jobs.process.rank_records")
-    return [record.to_dict() for record in records.read_all(run_id)]
+    return [record.to_dict() for record in records.read_with_signals(run_id)]

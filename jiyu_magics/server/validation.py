@@ -23,7 +23,7 @@ MAX_NAME = 200
 MAX_PARAM_LINES = 1000
 MAX_PARAM_BYTES = 64 * 1024  # one parameter's value as JSON (or one typed line): a model size, not a data set
 MAX_LIST = 10_000  # runs one GET /jiyu/api/runs may ask for
-SUBMIT_FIELDS = ("notebook", "nproc", "params", "param_lines", "name", "gpus", "priority", "share")
+SUBMIT_FIELDS = ("notebook", "nproc", "params", "param_lines", "name", "gpus", "priority", "share", "stall_timeout")
 MAX_GPUS = 1024
 MAX_PRIORITY = 10**6
 
@@ -42,6 +42,7 @@ class Submission:
     gpus: int | None = None      # None: one per process where GPUs are visible
     priority: int = 0
     share: bool = False
+    stall_timeout: float | None = None  # None: the rule (jiyu submit's --stall-timeout)
 
 
 def _no_constants(name: str):
@@ -106,7 +107,8 @@ def submission(body: dict, root: str | Path) -> Submission:
                       nproc=nproc(body.get("nproc", 1)), params=params(body.get("params")),
                       param_lines=param_lines(body.get("param_lines")), name=run_name(body.get("name")),
                       gpus=gpus(body.get("gpus")), priority=priority(body.get("priority", 0)),
-                      share=flag("share", body.get("share", False)))
+                      share=flag("share", body.get("share", False)),
+                      stall_timeout=stall_timeout(body.get("stall_timeout")))
 
 
 def gpus(value: Any) -> int | None:
@@ -116,6 +118,17 @@ def gpus(value: Any) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_GPUS:
         raise RequestError(f"'gpus' must be an integer from 0 to {MAX_GPUS} (0 runs on the CPU), got {value!r}")
     return value
+
+
+def stall_timeout(value: Any) -> float | None:
+    """Seconds without a logged step before the job is flagged stalled (``--stall-timeout``):
+    absent or null for the rule, 0 to turn it off."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
+        raise RequestError(f"'stall_timeout' must be a number of seconds >= 0 (0 turns stall detection off), "
+                           f"got {repr(value)[:40]}")
+    return float(value)
 
 
 def priority(value: Any) -> int:

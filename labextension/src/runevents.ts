@@ -23,6 +23,11 @@ export interface IRankRecord {
   exit_code: number | null;
   error: string | null;
   cuda_visible_devices: string | null;
+  /** It ended because its run was asked to stop (exit code 0, but it did not finish). */
+  stopped: boolean;
+  /** The signal that killed it (number and name, e.g. 9 and 'SIGKILL'), as torchrun reported it. */
+  signal: number | null;
+  signal_name: string | null;
 }
 
 export interface ICheckpoint {

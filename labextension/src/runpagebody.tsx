@@ -259,13 +259,23 @@ function rankText(
       : { line: `rank ${rank}: ${run.status}`, failed: false };
   }
   const failed = record.state === 'killed' || !!record.exit_code;
-  const state =
-    record.state === 'exited'
-      ? (record.error ?? `exited with code ${record.exit_code}`)
-      : record.state;
   const gpus = record.cuda_visible_devices ? ` · GPU ${record.cuda_visible_devices}` : '';
   const restart = record.restart ? ` · restart ${record.restart}` : '';
-  return { line: `rank ${rank}: ${state} · pid ${record.pid}${gpus}${restart}`, failed };
+  return { line: `rank ${rank}: ${rankEnd(record)} · pid ${record.pid}${gpus}${restart}`, failed };
+}
+
+/** How a rank ended (or that it runs): its error, "stopped on request", "killed by SIGKILL"... */
+export function rankEnd(record: IRankRecord): string {
+  if (record.state === 'killed') {
+    return record.signal_name ? `killed by ${record.signal_name}` : 'killed';
+  }
+  if (record.state === 'running') {
+    return 'running';
+  }
+  if (record.stopped) {
+    return 'stopped on request';
+  }
+  return record.error ?? `exited with code ${record.exit_code}`;
 }
 
 function Checkpoints(props: { run: IRun; history: IRunHistory }): JSX.Element {

@@ -202,6 +202,8 @@ export interface ISubmission {
   name?: string;
   /** GPUs to lease; absent: one per process. */
   gpus?: number;
+  /** Seconds without a step before the job is flagged stalled (0: off); absent: the rule. */
+  stall_timeout?: number;
 }
 
 /** One group of ranks with identical stacks (`GET /jiyu/api/runs/{id}/stacks`, views/stack_view.py). */

@@ -120,7 +120,10 @@ describe('ranks', () => {
             state: 'exited',
             exit_code: 0,
             error: null,
-            cuda_visible_devices: '0'
+            cuda_visible_devices: '0',
+            stopped: false,
+            signal: null,
+            signal_name: null
           },
           {
             rank: 1,
@@ -129,7 +132,10 @@ describe('ranks', () => {
             state: 'exited',
             exit_code: 1,
             error: 'ValueError: x',
-            cuda_visible_devices: '1'
+            cuda_visible_devices: '1',
+            stopped: false,
+            signal: null,
+            signal_name: null
           }
         ]}
         onStop={() => undefined}
@@ -137,5 +143,34 @@ describe('ranks', () => {
     );
     expect(html).toContain('rank 0: exited with code 0 · pid 11 · GPU 0');
     expect(html).toContain('<li class="jp-mod-failed">rank 1: ValueError: x · pid 12 · GPU 1</li>');
+  });
+
+  it('say which rank stopped on request and which a signal killed', () => {
+    const record = {
+      restart: 0,
+      exit_code: null,
+      error: null,
+      cuda_visible_devices: null,
+      stopped: false,
+      signal: null,
+      signal_name: null
+    };
+    const html = renderToStaticMarkup(
+      <RunDetails
+        run={run({ status: 'stopped', nproc: 4 })}
+        history={history([1])}
+        ranks={[
+          { ...record, rank: 0, pid: 11, state: 'exited', exit_code: 0, stopped: true },
+          { ...record, rank: 1, pid: 12, state: 'killed', signal: 9, signal_name: 'SIGKILL' },
+          { ...record, rank: 2, pid: 13, state: 'killed' },
+          { ...record, rank: 3, pid: 14, state: 'exited', exit_code: 0 }
+        ]}
+        onStop={() => undefined}
+      />
+    );
+    expect(html).toContain('<li class="jp-mod-stopped">rank 0: stopped on request · pid 11</li>');
+    expect(html).toContain('<li class="jp-mod-failed">rank 1: killed by SIGKILL · pid 12</li>');
+    expect(html).toContain('<li class="jp-mod-failed">rank 2: killed · pid 13</li>');
+    expect(html).toContain('rank 3: exited with code 0 · pid 14');
   });
 });

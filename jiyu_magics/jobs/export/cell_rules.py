@@ -106,3 +106,24 @@ def command_of(node: ast.AST) -> Command | None:
 def _is_get_ipython(node: ast.AST) -> bool:
     return (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
             and node.func.id == "get_ipython" and not node.args)
+
+
+def clears_namespace(code: str) -> bool:
+    """Whether transformed code (as IPython's ``In`` holds it) resets the user's namespace:
+    ``%reset`` with only options (``-f``, ``-s``, ``--aggressive``), not ``%reset in``/``out``/
+    ``dhist``/``array``, which flush a cache and keep the names; or ``get_ipython().reset()``."""
+    if "reset" not in code:
+        return False
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return False
+    for node in ast.walk(tree):
+        command = command_of(node) if isinstance(node, ast.Expr) else None
+        if command is not None and command.kind == "line" and command.name == "reset":
+            if all(word.startswith("-") for word in command.args.split()):
+                return True
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "reset"
+                and _is_get_ipython(node.func.value)):
+            return True
+    return False

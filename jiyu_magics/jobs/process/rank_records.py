@@ -60,7 +60,9 @@ class RankRecord:
         return f"rank {self.rank}: {self.state}"
 
     def to_dict(self) -> dict:
-        return {**asdict(self), "state": self.state}
+        """The record, its state and the name of the signal that killed it (``SIGKILL``)."""
+        return {**asdict(self), "state": self.state,
+                "signal_name": None if self.signal is None else signal_name(self.signal)}
 
 
 def ranks_dir(run_id: str) -> Path:
@@ -84,6 +86,17 @@ def read_all(run_id: str) -> list[RankRecord]:
         except (OSError, ValueError, TypeError):
             continue
     return sorted(records, key=lambda r: r.rank)
+
+
+def read_with_signals(run_id: str) -> list[RankRecord]:
+    """The records with the signal that killed a rank, from torchrun's report in the run's log;
+    the log's tail is read only when a rank was killed, not on every poll of the run page."""
+    records = read_all(run_id)
+    if any(record.state == "killed" for record in records):
+        from . import torchrun_report
+
+        records = with_signals(records, torchrun_report.signals(RunFiles.of(run_id).log))
+    return records
 
 
 def with_signals(records: list[RankRecord], killed_by: dict[int, int]) -> list[RankRecord]:
