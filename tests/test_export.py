@@ -147,6 +147,20 @@ def test_rules_apply_inside_the_body_of_time_and_capture(tmp_path):
     assert "run_cell_magic('capture', 'out'," in script
 
 
+@pytest.mark.parametrize("reset", ["%reset -f", "get_ipython().reset()"])
+def test_a_reset_clears_the_notebooks_names_and_the_job_goes_on(reset, tmp_path):
+    """As in the notebook, names defined before the reset are gone after it; the script's own
+    names (the stop points between cells) come back, so the cells after it run."""
+    cells = ["x = 1", reset, "print('after reset', 'x' in globals())",
+             "print('a later cell', 'x' in globals())"]
+    nb = write_nb(tmp_path / "nb.ipynb", *cells)
+    out = tmp_path / "job.py"
+    export_notebook(nb).write(out)
+    done = run_script(out, tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "after reset False" in done.stdout and "a later cell False" in done.stdout
+
+
 @pytest.mark.parametrize("name", ["plain", "markdown_raw_unicode", "magics", "shell", "tags", "control",
                                   "help_and_display", "writefile", "capture"])
 def test_exported_scripts_run_under_a_headless_ipython(name, tmp_path):

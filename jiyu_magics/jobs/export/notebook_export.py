@@ -163,9 +163,11 @@ def _render(cell: SourceCell, transformer, export: Export) -> list[str]:
     tags = sorted(cell.tags - {cell_rules.KEEP_TAG})
     title = cell.label + (f" (tags: {', '.join(tags)})" if tags else "")
     stop = [script.stop_point(cell.label)] if export.code_cells > 1 else []
+    rebind = [script.REBIND_AFTER_RESET] if cell_rules.clears_namespace(code) else []
     if cell.best_effort:
-        return ["", script.cell_marker(title + " (best effort)"), *stop, script.best_effort_cell(code, cell.label)]
-    return ["", script.cell_marker(title), *stop, code.rstrip("\n")]
+        return ["", script.cell_marker(title + " (best effort)"), *stop, script.best_effort_cell(code, cell.label),
+                *rebind]
+    return ["", script.cell_marker(title), *stop, code.rstrip("\n"), *rebind]
 
 
 def _left_out(export: Export, cell: SourceCell, why: str) -> list[str]:

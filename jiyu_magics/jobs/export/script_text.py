@@ -42,6 +42,12 @@ _jiyu_headless_shell()
 '''
 
 
+# After a cell that clears the namespace (``%reset -f``): the script's names went with the
+# user's, and the next stop point (or a best-effort cell's error report) would be a NameError.
+REBIND_AFTER_RESET = ("import sys as _jiyu_sys  # the reset above cleared the script's own names too\n"
+                      "from jiyu_magics.core.job_stop import stop_point as _jiyu_stop_point")
+
+
 def header(origin: str) -> str:
     return HEADER.format(version=__version__, origin=origin)
 
