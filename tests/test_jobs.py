@@ -9,6 +9,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -32,11 +33,14 @@ def test_a_submitted_notebook_runs_detached_to_success(tmp_path):
     marker = tmp_path / "notified.txt"
     run = jobs.submit(nb, nproc=2, params={"steps": 10}, notify=f"sh -c 'echo \"$0 $1\" > {marker}'")
     assert run.status == "queued" and run.kind == "job" and run.pid  # the supervisor's pid, at once
+    # one rule for owners: the supervisor records the end, so it is the owner as well
+    assert (run.owner_pid, run.owner_started) == (run.pid, run.pid_started)
     assert (run.name, run.nproc, run.cwd, run.params) == ("train", 2, str(tmp_path), {"steps": 10})
     # running from the moment its lease is taken; torchrun's group is recorded once it has started
     running = wait_for(lambda: (lambda r: r if r.status == "running" and r.pgid else None)(RunStore().get(run.id)),
                        what="running, with torchrun's process group")
     assert running.pgid and running.pgid != running.pid and running.started  # torchrun's own group
+    assert running.pid == running.owner_pid == run.pid, "the supervisor is recorded, not torchrun"
     done = finished(run.id)
     assert (done.status, done.exit_code, done.error) == ("succeeded", 0, None) and done.ended >= done.started
     files = RunFiles.of(run.id)
@@ -84,6 +88,32 @@ def test_stop_refuses_a_run_training_inside_a_kernel(tmp_path):
         result = jiyu("stop", run.id)
         assert result.returncode == 2 and "interrupt that kernel" in result.stderr
         assert kernel.poll() is None and RunStore().get(run.id).status == "running"
+    finally:
+        kernel.kill()
+        kernel.wait()
+
+
+def test_a_stop_as_torchrun_exits_waits_for_the_kernel_that_owns_the_run_and_never_signals_it(tmp_path):
+    """``jiyu stop`` in the moment a ``%%train --nproc`` run's torchrun (its recorded pid) has
+    exited after the last step and its kernel (the owner; here a process standing in for it)
+    has not yet recorded the end: the stop waits for the kernel's word, succeeded, rather than
+    recording a stop of its own that would stand as the first final status."""
+    from jiyu_magics.core.run_store import process_start_time
+    from jiyu_magics.jobs.final_status import Outcome, RunStatus
+    from jiyu_magics.jobs.lifecycle import record_end
+
+    kernel = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    torchrun = subprocess.Popen([sys.executable, "-c", "pass"])
+    torchrun.wait()
+    try:
+        run = RunStore().create("ddp", "just-finished", status="running", pid=torchrun.pid, owner_pid=kernel.pid,
+                                owner_started=process_start_time(kernel.pid))
+        recorder = threading.Timer(1.0, lambda: record_end(RunStore(), run.id, Outcome(RunStatus.SUCCEEDED, 0, None)))
+        recorder.start()
+        stopped = jobs.stop(run.id, grace=1)
+        recorder.join()
+        assert (stopped.status, stopped.exit_code) == ("succeeded", 0), "the kernel's end, not the stop's"
+        assert kernel.poll() is None, "the kernel was signalled"
     finally:
         kernel.kill()
         kernel.wait()

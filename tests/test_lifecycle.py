@@ -4,6 +4,7 @@ to the event log, and that nothing of the run is left running, however it ended.
 
 from __future__ import annotations
 
+import os
 import threading
 
 import pytest
@@ -67,6 +68,10 @@ def test_a_run_that_succeeds_goes_through_every_state_and_ends_as_rank0_said(tmp
     lifecycle = lifecycle_of(tmp_path, steps=6)
     assert lifecycle.start() and RunStore().get(lifecycle.run_id).status == "running"
     lifecycle.wait()
+    # torchrun (the recorded pid) has exited, the owner (this process, as a kernel) has not
+    # recorded the end yet: a listing in this moment must not mark the run lost
+    (listed,) = RunStore().list()
+    assert (listed.status, listed.pid, listed.owner_pid) == ("running", lifecycle.handle.pid, os.getpid())
     outcome = lifecycle.end()
     assert (outcome.status, outcome.exit_code, outcome.error) == (RunStatus.SUCCEEDED, 0, None)
     assert lifecycle.states == [*STARTED, S.ENDED]

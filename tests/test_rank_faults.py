@@ -99,9 +99,11 @@ def test_ranks_die_with_their_agent_when_nobody_is_left_to_stop_them(tmp_path):
     assert lost.ended == pytest.approx(rest[-1]["t"], abs=0.01) and lost.ended < listed - 1.5
 
 
-def test_kill_9_of_a_kernel_during_train_nproc_leaves_no_rank_and_the_run_lost(tmp_path):
-    """The kernel's whole process group: torchrun (a session of its own) and the ranks must
-    notice, end, and the run becomes ``lost`` with nothing left."""
+@pytest.mark.parametrize("victim", ["kernel", "group"])
+def test_kill_9_of_a_kernel_during_train_nproc_leaves_no_rank_and_the_run_lost(tmp_path, victim):
+    """The kernel alone (as the OOM killer picks it), or its whole process group: torchrun (a
+    session of its own) and the ranks must notice, end, and the run becomes ``lost`` with
+    nothing left. Until then the kernel, its owner, kept it ``running`` past any listing."""
     kernel = KernelManager(kernel_name="python3")
     kernel.start_kernel(cwd=str(tmp_path))
     client = kernel.client()
@@ -119,7 +121,13 @@ def test_kill_9_of_a_kernel_during_train_nproc_leaves_no_rank_and_the_run_lost(t
                           what="the run")
         wait_for(lambda: any(e["kind"] == "ckpt" for e in events_of(run_id)), 180, what="a checkpoint")
         assert processes_of(run_id), "torchrun and its ranks run"
-        os.killpg(os.getpgid(kernel.provisioner.process.pid), signal.SIGKILL)
+        kernel_pid = kernel.provisioner.process.pid
+        listed = {r.id: r for r in jobs.list_runs(include_finished=True)}[run_id]
+        assert (listed.status, listed.owner_pid) == ("running", kernel_pid) and listed.pid != kernel_pid
+        if victim == "kernel":
+            os.kill(kernel_pid, signal.SIGKILL)
+        else:
+            os.killpg(os.getpgid(kernel_pid), signal.SIGKILL)
         assert_no_processes(run_id, within=ORPHAN_DEADLINE_S)
     finally:
         client.stop_channels()

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import time
 
 import pytest
@@ -54,6 +57,21 @@ async def test_gpus_and_runs_parse_as_prometheus_text(nvml_double, jp_fetch):
     assert value(found, "jiyu_runs", status="running") == 1
     assert value(found, "jiyu_runs", status="failed") == 1
     assert all(s.labels.get("run_name") != "failed-long-ago" for s in found["jiyu_run_status"])
+
+
+async def test_a_scrape_does_not_call_lost_a_run_whose_owner_lives(jp_fetch):
+    """The moment between torchrun's exit and its kernel recording the end of a ``%%train
+    --nproc`` run (the kernel: this process, the run's owner): running, not lost."""
+    torchrun = subprocess.Popen([sys.executable, "-c", "pass"])
+    torchrun.wait()
+    run = live_run("owned", kind="ddp")
+    RunStore().update(run.id, pid=torchrun.pid, pid_started=None, owner_pid=run.pid, owner_started=run.pid_started)
+    found = samples((await jp_fetch("jiyu", "metrics")).body.decode())
+    assert value(found, "jiyu_run_status", run_id=run.id, jiyu_run_status="running") == 1
+    assert value(found, "jiyu_runs", status="running") == 1
+    assert all(s.value == 0 for s in found["jiyu_runs"] if s.labels["status"] == "lost")
+    listed = json.loads((await jp_fetch("jiyu", "api", "runs")).body)
+    assert [(r["id"], r["status"], r["owner_pid"]) for r in listed["runs"]] == [(run.id, "running", run.pid)]
 
 
 @pytest.mark.driverless

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from jiyu_magics.core.run_store import RunStore, UnknownRun
+from jiyu_magics.core.run_store import RunStore, UnknownRun, process_start_time
 from jiyu_magics.core.store_db import SCHEMA_VERSION
 
 
@@ -58,6 +58,46 @@ def test_a_dead_process_makes_its_run_lost(store):
     assert store.get(run.id).status == "running"  # nothing reconciled yet
     listed = {r.id: r for r in store.list()}
     assert listed[run.id].status == "lost" and "ended without reporting" in listed[run.id].error
+
+
+def ended_process() -> tuple[int, float]:
+    """The pid and start time of a process that has exited (as torchrun has, for a moment,
+    before the kernel owning its ``%%train --nproc`` records the end)."""
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    started = process_start_time(child.pid)
+    child.kill()
+    child.wait()
+    return child.pid, started
+
+
+def test_a_run_stays_running_while_its_owner_lives_after_its_recorded_process_ended(store):
+    """A kernel owns its ``%%train --nproc`` run, whose recorded pid is torchrun's: between
+    torchrun's exit and the kernel recording the end, listings, lookups and status counts (a
+    Prometheus scrape, the panel) must not mark it lost. Once the owner is gone too, it is."""
+    kernel = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        torchrun, torchrun_started = ended_process()
+        run = store.create("ddp", "owned", status="running", pid=torchrun, pid_started=torchrun_started,
+                           owner_pid=kernel.pid, owner_started=process_start_time(kernel.pid))
+        assert store.reconcile() == []
+        assert store.list()[0].status == "running" and store.resolve(run.id).status == "running"
+        assert store.count_by_status() == {"running": 1}
+        assert RunStore(store.path).get(run.id).owner_pid == kernel.pid  # the column, read back
+        kernel.kill()
+        kernel.wait()
+        listed = store.list()[0]
+        assert (listed.status, listed.error) == ("lost", "its process ended without reporting")
+        assert store.count_by_status() == {"lost": 1}
+    finally:
+        kernel.kill()
+        kernel.wait()
+
+
+def test_a_recycled_owner_pid_keeps_no_run_alive(store):
+    torchrun, torchrun_started = ended_process()
+    store.create("ddp", status="running", pid=torchrun, pid_started=torchrun_started,
+                 owner_pid=subprocess.os.getpid(), owner_started=time.time() - 3600)
+    assert store.list()[0].status == "lost"
 
 
 def test_recycled_pid_is_not_mistaken_for_the_run(store):
@@ -112,7 +152,8 @@ def test_a_version_1_store_is_migrated_in_place(tmp_path):
     assert (old.gpus_requested, old.priority) == (None, 0)
     assert old.gpus == []  # the lease table exists, empty
     assert old.stalled_since is None and not old.stalled
-    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 6
+    assert (old.owner_pid, old.owner_started) == (None, None)
+    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 7
 
 
 def test_one_caller_per_interval_polls_a_scheduler(store):

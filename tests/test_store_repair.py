@@ -5,13 +5,16 @@ every run back from its folder."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 from tornado.httpclient import HTTPClientError
 
 from jiyu_magics.core.event_log import EventLog
 from jiyu_magics.core.run_files import RunFiles, store_path
-from jiyu_magics.core.run_store import RECORD_FILE, RunStore
+from jiyu_magics.core.run_store import RECORD_FILE, RunStore, process_start_time
 
 from .cli_runner import jiyu
 from .server_fixtures import server_config
@@ -78,6 +81,25 @@ def test_a_deleted_store_is_rebuilt_also_from_folders_without_a_saved_row():
     runs = {r.id: r for r in RunStore().list()}
     assert (runs[kept].name, runs[kept].status, runs[kept].nproc) == ("kept", "succeeded", 2)
     assert (runs[old].name, runs[old].status, runs[old].kind) == ("older-version", "stopped", "ddp")
+
+
+def test_repair_brings_back_a_running_runs_owner_and_an_older_record_has_none():
+    """A kernel-owned ``%%train --nproc`` run whose torchrun has just exited: its record
+    carries the owner, so the rebuilt store does not call it lost while the kernel (here this
+    process) lives. A record from before owners were recorded reads as having none."""
+    torchrun = subprocess.Popen([sys.executable, "-c", "pass"])
+    torchrun.wait()
+    owned = RunStore().create("ddp", "owned", status="running", pid=torchrun.pid, owner_pid=os.getpid(),
+                              owner_started=process_start_time(os.getpid())).id
+    older = finished_run("older")
+    record = RunFiles.of(older).root / RECORD_FILE
+    row = json.loads(record.read_text())
+    record.write_text(json.dumps({k: v for k, v in row.items() if not k.startswith("owner_")}))
+    store_path().unlink()
+    assert jiyu("store", "repair").returncode == 0
+    runs = {r.id: r for r in RunStore().list()}
+    assert (runs[owned].status, runs[owned].owner_pid) == ("running", os.getpid())
+    assert (runs[older].status, runs[older].owner_pid, runs[older].owner_started) == ("succeeded", None, None)
 
 
 async def test_the_rest_api_answers_503_with_the_reason(jp_fetch):

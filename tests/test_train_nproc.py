@@ -5,16 +5,21 @@ stops every rank with a checkpoint that a second launch resumes; a failing rank 
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import time
 
+import psutil
 import pytest
 from IPython.core.error import UsageError
+from jupyter_client import KernelManager
 from nbclient import NotebookClient
 
 from jiyu_magics.core.event_log import read_events
 from jiyu_magics.core.run_files import RunFiles
 from jiyu_magics.core.run_store import RunStore
 
+from .cli_runner import jiyu
 from .jobs_workload import processes_of
 from .notebook_runner import first_logged_step, execute, notebook, text_of, widget_html
 
@@ -112,6 +117,53 @@ def test_interrupt_stops_every_rank_with_a_checkpoint_and_resume_continues(tmp_p
     start = next(e for e in read_events(RunFiles.of(resumed[0].id).events)[0] if e["kind"] == "start")
     assert start["start_step"] == stopped_at and start["resumed_from"], "the second launch resumed the checkpoint"
     assert text_of(nb.cells[4]).split() == ["succeeded", str(max(stopped_at, 4))]
+
+
+def run_in(client, code: str) -> str:
+    """Runs ``code`` in the kernel (after whatever it is still running) and returns what it printed."""
+    out = []
+    reply = client.execute_interactive(code, timeout=180,
+                                       output_hook=lambda m: out.append(m["content"].get("text", "")))
+    assert reply["content"]["status"] == "ok", reply["content"]
+    return "".join(out)
+
+
+def test_jiyu_stop_of_a_kernels_run_ends_its_ranks_and_the_kernel_lives_on(tmp_path, jiyu_home):
+    """``jiyu stop ID`` from a shell, on a ``%%train --nproc`` run a live kernel owns: the row
+    records torchrun as the run's process and the kernel as its owner; the stop ends every
+    rank, the run is ``stopped``, and no signal reaches the kernel, which goes on working, nor
+    another process the kernel started (were the kernel the recorded process, the stop would
+    sweep its whole tree)."""
+    kernel = KernelManager(kernel_name="python3")
+    kernel.start_kernel(cwd=str(tmp_path))
+    client = kernel.client()
+    client.start_channels()
+    helper = None
+    try:
+        client.wait_for_ready(60)
+        kernel_pid = kernel.provisioner.process.pid
+        helper = int(run_in(client, DATA + "\nimport subprocess, sys\n"
+                            "helper = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])\n"
+                            "print(helper.pid)"))
+        client.execute("%%train --nproc 2 --epochs 100000 --log-every 2 --name ddp-cli-stop" + RECORDING_BODY)
+        run_id = first_logged_step(jiyu_home)
+        run = RunStore().get(run_id)
+        assert (run.status, run.owner_pid) == ("running", kernel_pid)
+        assert run.pid not in (None, kernel_pid), "torchrun is the recorded process, not the kernel"
+        assert "torch.distributed.run" in " ".join(psutil.Process(run.pid).cmdline())
+        stop = jiyu("stop", run_id, "--grace", "10")
+        assert stop.returncode == 0, stop.stderr
+        assert stop.stdout.strip() == f"Run {run_id} (ddp-cli-stop): stopped.", stop.stdout
+        assert processes_of(run_id) == [] and RunStore().get(run_id).status == "stopped"
+        assert kernel.is_alive() and psutil.Process(kernel_pid).status() != psutil.STATUS_ZOMBIE
+        assert psutil.Process(helper).status() != psutil.STATUS_ZOMBIE, "the kernel's other child was signalled"
+        assert run_in(client, "print(train_result.status, train_result.run_id, 6 * 7)").split() == \
+            ["stopped", run_id, "42"], "the kernel bound the result and runs the next cell"
+    finally:
+        client.stop_channels()
+        kernel.shutdown_kernel(now=True)
+        if helper is not None:
+            os.kill(helper, signal.SIGKILL)
 
 
 def test_a_failing_rank_is_one_line_and_nothing_is_left(tmp_path):

@@ -1,7 +1,9 @@
 """Runs that ended without reporting (a reboot, a ``kill -9`` of their owner): ``lost``.
 
 A run is lost once its recorded process (its supervisor, its kernel, or torchrun for a
-kernel's ``%%train --nproc``) is gone and no process carrying its id is left: ranks that are
+kernel's ``%%train --nproc``) and its owner (the process that records its end: the kernel
+of a ``%%train --nproc``, which outlives its torchrun by the moment it takes to record) are
+both gone, and no process carrying its id is left: ranks that are
 still stopping after their owner died (they die with their agent) are given their time, so a
 run is never declared over while something of it still trains or writes. Its end is dated by
 its last event, not by the moment a listing noticed, and its event log ends with an ``end``
@@ -23,15 +25,22 @@ SOURCE = "store"  # who wrote the lost end: the store, on noticing (no owner was
 
 
 def vanished(rows: Iterable, now: float, alive) -> list[str]:
-    """The ids among active ``rows`` (id, pid, pid_started, created) whose recorded process is
-    gone (``alive(pid, started)`` false) and of which no process is left."""
-    gone = [row["id"] for row in rows
-            if (now - row["created"] > QUEUED_GRACE_S if row["pid"] is None
-                else not alive(row["pid"], row["pid_started"]))]
+    """The ids among active ``rows`` (id, pid, pid_started, owner_pid, owner_started, created)
+    whose recorded process and owner are both gone (``alive(pid, started)`` false) and of
+    which no process is left."""
+    gone = [row["id"] for row in rows if not _lives(row, now, alive)]
     if not gone:
         return []
     running = live_run_ids()
     return [run_id for run_id in gone if run_id not in running]
+
+
+def _lives(row, now: float, alive) -> bool:
+    """A run with no process recorded yet lives through the queued grace (its launcher is
+    handing it over); then while its recorded process or its owner does."""
+    if row["pid"] is None and row["owner_pid"] is None:
+        return now - row["created"] <= QUEUED_GRACE_S
+    return alive(row["pid"], row["pid_started"]) or alive(row["owner_pid"], row["owner_started"])
 
 
 def last_event_time(run_id: str) -> float | None:

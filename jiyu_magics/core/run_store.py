@@ -45,9 +45,15 @@ class Run:
     host: str = ""
     backend: str = "local"
     params: dict = field(default_factory=dict)
+    # the run's recorded process: what ``jiyu stop`` spares and waits for (a job's supervisor;
+    # torchrun for a kernel's ``%%train --nproc``, so that a stop never reaches the kernel)
     pid: int | None = None
-    pid_started: float | None = None
+    pid_started: float | None = None  # its start time: a recycled pid is not the run's
     pgid: int | None = None
+    # the process that records the run's end (its lifecycle owner: the kernel, the supervisor);
+    # the run is not lost while it lives, even once ``pid`` ended. Never signalled for a kernel
+    owner_pid: int | None = None
+    owner_started: float | None = None
     created: float = 0.0
     started: float | None = None
     ended: float | None = None
@@ -333,14 +339,16 @@ class RunStore:
             return dict(db.execute("SELECT status, COUNT(*) FROM runs GROUP BY status").fetchall())
 
     def reconcile(self) -> list[str]:
-        """Marks ``lost`` the active runs of this host whose process is gone (a reboot, a
-        ``kill -9``) and of which nothing is left running (``lost_runs``), so nothing shows
-        ``running`` forever. Returns the ids it marked. Runs handed to Slurm or Kubernetes have
-        no local process to watch and are left alone."""
+        """Marks ``lost`` the active runs of this host whose recorded process and owner are both
+        gone (a reboot, a ``kill -9``) and of which nothing is left running (``lost_runs``), so
+        nothing shows ``running`` forever, while a run whose torchrun just exited stays active
+        until its living owner (a kernel) records the end. Returns the ids it marked. Runs
+        handed to Slurm or Kubernetes have no local process to watch and are left alone."""
         with self._read() as db:
             rows = db.execute(
-                f"SELECT id, pid, pid_started, created FROM runs WHERE host = ? AND backend = 'local' AND status IN "
-                f"({', '.join('?' * len(ACTIVE))})", (self.host, *ACTIVE)).fetchall()
+                f"SELECT id, pid, pid_started, owner_pid, owner_started, created FROM runs WHERE host = ? "
+                f"AND backend = 'local' AND status IN ({', '.join('?' * len(ACTIVE))})",
+                (self.host, *ACTIVE)).fetchall()
         now = time.time()
         lost = lost_runs.vanished(rows, now, process_alive)
         marked = []

@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 # to version: the statements that bring the one before to it (new tables come from SCHEMA's
 # CREATE ... IF NOT EXISTS, run after every migration)
 MIGRATIONS = {
@@ -30,6 +30,10 @@ MIGRATIONS = {
     # the progress summary, stored once when the run ends (listings read no event log)
     5: ("ALTER TABLE runs ADD COLUMN summary TEXT",),
     6: ("ALTER TABLE runs ADD COLUMN stalled_since REAL",),
+    # the process that records the run's end (a kernel owning a ``%%train --nproc`` run whose
+    # pid is torchrun's): the run is not lost while it lives
+    7: ("ALTER TABLE runs ADD COLUMN owner_pid INTEGER",
+        "ALTER TABLE runs ADD COLUMN owner_started REAL"),
 }
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -62,7 +66,9 @@ CREATE TABLE IF NOT EXISTS runs (
     queue_rank REAL,
     share INTEGER NOT NULL DEFAULT 0,
     summary TEXT,
-    stalled_since REAL
+    stalled_since REAL,
+    owner_pid INTEGER,
+    owner_started REAL
 );
 CREATE INDEX IF NOT EXISTS runs_by_status ON runs(status);
 CREATE INDEX IF NOT EXISTS runs_by_created ON runs(created);

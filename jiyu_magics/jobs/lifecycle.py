@@ -16,7 +16,10 @@ queue, ``gpu_queue``); a stop request while it waits ends it ``stopped`` and not
 Where the ranks run is the placement's business (``rank_placement``); stopping is the one
 procedure of ``process_tree.stop_run``; the final status is the one rule of ``final_status``.
 The owner records the end (event log, then run row); its leases end in the same transaction
-as the run row, and nothing else records while the owner lives.
+as the run row, and nothing else records while the owner lives. The row names the owner
+(``owner_pid``: the kernel, the supervisor) apart from the process it records (``pid``: the
+supervisor, or torchrun once a kernel's ranks start, which ``jiyu stop`` spares and waits
+for): a kernel is never signalled, and a listing marks the run lost only once both are gone.
 
 A scheduler's placement (Slurm, Kubernetes) grants at once and submits in ``start``; the
 scheduler then holds the run, so no owner process waits on it: whoever asks about the run
@@ -72,16 +75,19 @@ class LifecycleState(str, Enum):
 
 class RunLifecycle:
     def __init__(self, run_id: str, spec: LaunchSpec, *, placement: RankPlacement | None = None,
-                 store: RunStore | None = None, owner: str = "launcher", owner_pid: int | None = None,
+                 store: RunStore | None = None, owner: str = "launcher", recorded_pid: int | None = None,
                  announce: Callable[[Outcome], None] | None = None):
-        """``owner_pid`` is the process ``jiyu stop`` spares and waits for (the supervisor);
-        None for an owner that must never be signalled (a kernel): torchrun stands in.
+        """``recorded_pid`` is the run row's ``pid`` while the ranks run: the process ``jiyu
+        stop`` spares and waits for (the supervisor, which owns the run). None for an owner
+        that must never be signalled (a kernel): torchrun is recorded instead, and the kernel
+        only as the row's owner (``owner_pid``), which keeps the run from being marked lost in
+        the moment between torchrun's exit and the kernel recording the end.
         ``announce`` hears the outcome before the run row says it (the supervisor's log line)."""
         self.run_id, self.spec = run_id, spec
         self.store = store or RunStore()
         self.files = RunFiles.of(run_id).create()
         self.placement = placement or LocalProcessGroup()
-        self.owner, self.owner_pid, self.announce = owner, owner_pid, announce
+        self.owner, self.recorded_pid, self.announce = owner, recorded_pid, announce
         self.states = [LifecycleState.REGISTERED]
         self.handle: RankHandle | None = None
         self.grant: Grant | None = None
@@ -97,11 +103,13 @@ class RunLifecycle:
     def register(cls, kind: str, name: str, spec: LaunchSpec, *, notebook: str | None = None,
                  params: dict | None = None, **options) -> "RunLifecycle":
         """A new run row (``queued``, in line for ``spec.gpus``) and its owner, this process:
-        while the run waits, the store knows it by this pid (a dead owner frees its place)."""
+        while the run waits, the store knows it by this pid (a dead owner frees its place), and
+        as its owner (``owner_pid``) until the end, whatever pid the ranks' start records."""
         store, placement = options.pop("store", None) or RunStore(), options.pop("placement", None) or LocalProcessGroup()
+        pid, started = os.getpid(), process_start_time(os.getpid())
         run = store.create(kind, name, nproc=spec.nproc, nnodes=spec.nnodes, notebook=notebook,
-                           params=params or {}, backend=placement.backend, pid=os.getpid(),
-                           pid_started=process_start_time(os.getpid()), **spec.queue_fields())
+                           params=params or {}, backend=placement.backend, pid=pid, pid_started=started,
+                           owner_pid=pid, owner_started=started, **spec.queue_fields())
         return cls(run.id, spec, store=store, placement=placement, **options)
 
     @classmethod
@@ -133,7 +141,7 @@ class RunLifecycle:
         if self.placement.scheduled:
             self.follow()
             return True
-        self.store.mark_running(self.run_id, pid=self.owner_pid or self.handle.pid, pgid=self.handle.pgid)
+        self.store.mark_running(self.run_id, pid=self.recorded_pid or self.handle.pid, pgid=self.handle.pgid)
         self.stall_watch = StallWatch(self.run_id, self.store, self.spec.stall_timeout)
         self._enter(LifecycleState.RUNNING)
         return True

@@ -100,11 +100,11 @@ def stop_report(run_id: str, grace: float = 10.0) -> StopReport:
     """Stops a run and every process of it by the procedure its owner uses (``stop_run``:
     SIGTERM to the ranks, SIGKILL after ``grace`` seconds, then a check of the process table).
     The run's recorded process is spared (its supervisor; torchrun for ``%%train --nproc``,
-    whose kernel owns the run): the stop request in the row tells the owner, which records the
-    end. A run a scheduler holds is cancelled there (``scancel`` / ``kubectl delete``, SIGTERM
-    first) and checked to have left it. A run that already ended keeps its status, but any
-    process here still carrying its id (a rank whose agent was killed) is stopped all the same,
-    and the report names them."""
+    whose kernel owns the run), and a kernel that owns it is never signalled: the stop request
+    in the row tells the owner, which records the end. A run a scheduler holds is cancelled
+    there (``scancel`` / ``kubectl delete``, SIGTERM first) and checked to have left it. A run
+    that already ended keeps its status, but any process here still carrying its id (a rank
+    whose agent was killed) is stopped all the same, and the report names them."""
     if not grace >= 0:
         raise JobError(f"--grace {grace!r}: expected a number of seconds >= 0")
     store = RunStore()
@@ -124,29 +124,41 @@ def _stop_active(store: RunStore, run: Run, grace: float) -> Run:
         raise JobError(f"run {run.id} runs on {run.host}; stop it there (jiyu stop on that host)")
     store.request_stop(run.id, grace)
     supervisor = run.pid if process_alive(run.pid, run.pid_started) else None
+    kernel = _owning_kernel(run)
     if run.status == "queued":  # nothing started: its owner leaves the queue and records the stop
-        return _await_final(store, run.id, supervisor, stop_owner=run.kind == "job")
-    result = processes.stop_run(run.id, supervisor, grace, spare=[supervisor] if supervisor else [])
-    final = _await_final(store, run.id, supervisor)
+        return _await_final(store, run.id, supervisor, kernel, stop_owner=run.kind == "job")
+    result = processes.stop_run(run.id, supervisor, grace, spare=[pid for pid in (supervisor, kernel) if pid])
+    final = _await_final(store, run.id, supervisor, kernel)
     if result.remaining:
         raise JobError(f"run {run.id}: processes {result.remaining} survived SIGKILL")
     return final
 
 
-def _await_final(store: RunStore, run_id: str, supervisor: int | None, stop_owner: bool = True) -> Run:
+def _owning_kernel(run: Run) -> int | None:
+    """The run's living owner where it is not a job's supervisor: the kernel of a ``%%train
+    --nproc`` run (whose recorded pid is torchrun's, or its own while queued). A stop waits for
+    it to record the end and never signals it."""
+    if run.kind == "job" or not process_alive(run.owner_pid, run.owner_started):
+        return None
+    return run.owner_pid
+
+
+def _await_final(store: RunStore, run_id: str, supervisor: int | None, kernel: int | None = None,
+                 stop_owner: bool = True) -> Run:
     """The owner records the outcome when torchrun exits, so it is given a few seconds even
     once the recorded process is gone (for ``%%train --nproc`` that is torchrun, and the
-    kernel records after it). An owner that does not report is stopped (never a kernel: a
-    queued ``%%train --nproc`` is known by its kernel's pid), and the end is recorded here by
-    the same rule (no exit code seen, a stop requested: stopped)."""
+    kernel records after it: waited for while it lives). An owner that does not report is
+    stopped (never a kernel: a queued ``%%train --nproc`` is known by its kernel's pid, and
+    ``kernel`` is spared whatever it is recorded as), and the end is recorded here by the same
+    rule (no exit code seen, a stop requested: stopped)."""
     deadline = time.monotonic() + SUPERVISOR_REPORT_S
-    while supervisor is not None and time.monotonic() < deadline:
+    while (supervisor is not None or kernel is not None) and time.monotonic() < deadline:
         run = store.get(run_id)
         if not run.active:
             return run
         time.sleep(0.1)
     if supervisor is not None and stop_owner:
-        processes.stop(processes.tree(supervisor), grace=1.0)
+        processes.stop(processes.tree(supervisor), grace=1.0, spare=[kernel] if kernel else [])
     from .lifecycle import record_end_without_owner  # a stop's end, not a listing's start-up
 
     return record_end_without_owner(store, run_id)

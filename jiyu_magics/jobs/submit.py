@@ -88,7 +88,9 @@ def _notebook_path(notebook: str | os.PathLike, cwd: str | None) -> Path:
 def _hand_over(store: RunStore, run: Run, spec: LaunchSpec, files: RunFiles) -> None:
     if spec.backend == "local":
         proc = start_supervisor(run.id, run.cwd, files)
-        store.update(run.id, pid=proc.pid, pid_started=process_start_time(proc.pid))
+        # the supervisor is the recorded process and the owner (it records the end)
+        started = process_start_time(proc.pid)
+        store.update(run.id, pid=proc.pid, pid_started=started, owner_pid=proc.pid, owner_started=started)
         return
     RunLifecycle(run.id, spec, placement=placement_for(spec.backend), store=store, owner="submit").start()
 

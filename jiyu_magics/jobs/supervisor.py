@@ -38,7 +38,7 @@ class Supervisor:
         self.run_id = run_id
         self.stop_wanted = False
         self.lifecycle = RunLifecycle.adopt(run_id, placement=LocalProcessGroup(die_with_parent=True),
-                                            owner="supervisor", owner_pid=os.getpid(), announce=self._announce)
+                                            owner="supervisor", recorded_pid=os.getpid(), announce=self._announce)
         self.spec = self.lifecycle.spec
         self._sampled = -float("inf")
 

@@ -86,11 +86,11 @@ class RunBinding:
 def _register(name: str, dist: DistContext, params: dict) -> str:
     """The new run's id. An unusable store (corrupt, deleted, full disk) must not stop training:
     the run gets a folder of its own, is said to be unrecorded, and trains."""
-    pid = os.getpid()
-    try:
+    pid, started = os.getpid(), process_start_time(os.getpid())
+    try:  # this process both trains and records the end: the recorded process and the owner
         run = RunStore().create("ddp" if dist.distributed else "kernel", name, status="running", pid=pid,
-                                pid_started=process_start_time(pid), pgid=os.getpgid(0), nproc=dist.world_size,
-                                notebook=os.environ.get(NOTEBOOK_ENV), params=params)
+                                pid_started=started, owner_pid=pid, owner_started=started, pgid=os.getpgid(0),
+                                nproc=dist.world_size, notebook=os.environ.get(NOTEBOOK_ENV), params=params)
     except StoreUnusable as problem:
         _warn_unrecorded(problem)
         return UNRECORDED_PREFIX + new_run_id()

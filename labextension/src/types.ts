@@ -51,9 +51,13 @@ export interface IRun {
   backend: string;
   /** Sent by GET /jiyu/api/runs/{id} only: the runs list leaves parameters out. */
   params?: Record<string, unknown>;
+  /** The run's recorded process: a job's supervisor, or torchrun for a kernel's `%%train --nproc`. */
   pid: number | null;
   pid_started: number | null;
   pgid: number | null;
+  /** The process that records the run's end (the kernel, the supervisor): not lost while it lives. */
+  owner_pid: number | null;
+  owner_started: number | null;
   created: number;
   started: number | null;
   ended: number | null;
