@@ -54,6 +54,26 @@ def test_resume_last_continues_the_previous_run(shell):
     assert shell.user_ns["train_result"].step == 32
 
 
+def test_quoted_values_lose_their_quotes_as_in_a_shell(shell, tmp_path, monkeypatch):
+    from jiyu_magics.train.end_messages import resume_command
+
+    monkeypatch.chdir(tmp_path)
+    shell.run_cell_magic("train", f"--epochs 1 --name \"my run\" --ckpt-dir '{tmp_path}/ck dir'", BODY)
+    result = shell.user_ns["train_result"]
+    assert RunStore().get(result.run_id).name == "my run"
+    assert result.checkpoints and all(path.startswith(f"{tmp_path}/ck dir/") for path in result.checkpoints)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ck dir"], "no folder named after a quote"
+    command = resume_command("my run", 2, None)  # what a stop prints, pasted back
+    assert command == "%train --resume last --name 'my run' --epochs 2"
+    shell.run_line_magic("train", command.removeprefix("%train "))
+    assert shell.user_ns["train_result"].step == 32
+
+
+def test_an_unclosed_quote_is_one_line(shell):
+    with pytest.raises(UsageError, match="^cannot read the options: no closing quotation in '--name \"my run'$"):
+        shell.run_cell_magic("train", "--name \"my run", BODY)
+
+
 @pytest.mark.parametrize("line, prepare, message", [
     ("--epochs -1", "", "--epochs must be >= 1, got -1"),
     ("--accum 0", "", "--accum must be >= 1, got 0"),

@@ -14,12 +14,13 @@ from argparse import Namespace
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, magics_class
-from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+from IPython.core.magic_arguments import argument, magic_arguments
 
 from ..train.fit_options import FitOptions, OptionSpec, flag_of, option_specs
 from ..train.train_errors import TrainConfigError
 from .defining_cell import defining_cells
 from .frontend import in_notebook
+from .magic_line import parse_line
 from .train_objects import NONE, OBJECTS, choose, identities, rebound, watched
 from .user_traceback import raise_without_jiyu_frames
 
@@ -72,7 +73,7 @@ def under_torchrun() -> bool:
 
 def parse_options(line: str) -> Namespace:
     """``%%train`` options parsed as the magic parses them (for the ``--nproc`` launcher)."""
-    return parse_argstring(TrainMagics.train, line)
+    return parse_line(TrainMagics.train, line)
 
 
 def fit_kwargs(args: Namespace, namespace: dict, fresh: frozenset[str] = frozenset(),
@@ -138,7 +139,7 @@ class TrainMagics(Magics):
             %train --resume last --epochs 6     # line form: no set-up code, same options
         """
         __tracebackhide__ = True  # noqa: F841 (IPython hides this frame: an error shows the user's)
-        args = parse_argstring(self.train, line)
+        args = parse_line(self.train, line)
         launching = self._check(args)
         if launching:
             return self._launch(line, args, cell, self._run_body(args, cell, launching)["model"])
