@@ -19,7 +19,7 @@ import torch
 from ..core import job_stop
 from . import rng_state as rng
 from .batches import BatchLoss
-from .checkpoint import CheckpointKeeper, load_checkpoint
+from .checkpoint import CheckpointKeeper, checkpoint_folder_usable, load_checkpoint
 from .input_checks import check_objects, trainable_parameters
 from .stack_signal import stacks_on_signal
 from .stop_signal import StopSignal, leave_for_requeue, signals_request_stop
@@ -139,6 +139,8 @@ class Trainer:
         self.precision = resolve_precision(opts.amp, self.device)
         self.sharded = self.dist.distributed and opts.strategy == "fsdp"
         self.data.place(self.device)
+        if opts.save_ckpts and opts.ckpt_dir and self.dist.is_writer:
+            checkpoint_folder_usable(Path(opts.ckpt_dir).expanduser())
 
     def _open_run(self) -> None:
         """The run this call writes into, and what records its progress there."""
