@@ -187,6 +187,8 @@ def test_bad_paths_and_unknown_ids_are_one_line_errors(tmp_path):
     (["submit", "{dir}/missing.ipynb"], "no such notebook"),
     (["submit", "{nb}", "-p", "lr", "[1,"], "is not a valid Python literal"),
     (["submit", "{nb}", "-p", "steps"], "expected 2 arguments"),
+    (["submit", "{nb}", "--stall-timeout", "nan"], "--stall-timeout nan: expected seconds >= 0 (0: off)"),
+    (["submit", "{nb}", "--stall-timeout", "inf"], "--stall-timeout inf: expected seconds >= 0 (0: off)"),
     (["stop", "feedbeef"], "no run with id"),
     (["logs", "feedbeef"], "no run with id"),
     (["logs", "{run}", "--tail", "-5"], "--tail -5: expected a number of lines >= 0"),

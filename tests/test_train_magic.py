@@ -82,6 +82,7 @@ def test_an_unclosed_quote_is_one_line(shell):
     ("--amp fp8", "", "argument --amp: invalid choice: 'fp8'"),
     ("--nproc 0", "", "--nproc must be >= 1, got 0"),
     ("--refresh 0", "", "--refresh takes a positive number of seconds, got 0"),
+    ("--stall-timeout inf", "", "--stall-timeout must be seconds >= 0 (0: off), got inf"),
     ("--no-ckpt --ckpt-every 5", "", "--no-ckpt and --ckpt-every conflict"),
     ("", "del model", "no model named 'model' in the notebook: define it in the cell or pass --model NAME"),
     ("--val-loader missing", "", "no val_loader named 'missing'"),

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import math
 import shlex
 import shutil
 from dataclasses import asdict, dataclass, replace
@@ -42,7 +43,7 @@ class LaunchSpec:
             raise JobError(f"--priority {self.priority!r}: expected a whole number")
         if self.stall_timeout is not None and (isinstance(self.stall_timeout, bool) or
                                                not isinstance(self.stall_timeout, (int, float)) or
-                                               self.stall_timeout < 0):
+                                               not 0 <= self.stall_timeout < math.inf):  # NaN: off unsaid
             raise JobError(f"--stall-timeout {self.stall_timeout!r}: expected seconds >= 0 (0: off)")
         if self.backend not in BACKENDS:
             raise JobError(f"--backend {self.backend!r}: expected one of {', '.join(BACKENDS)}")

@@ -8,6 +8,7 @@ neither torch nor IPython: the magic reads it at ``%load_ext`` time.
 
 from __future__ import annotations
 
+import math
 import typing
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
@@ -97,7 +98,7 @@ class FitOptions:
         if self.clip is not None and not self.clip > 0:
             raise TrainConfigError(f"clip must be a positive gradient norm, got {self.clip:g}")
         if self.stall_timeout is not None and not (isinstance(self.stall_timeout, (int, float))
-                                                   and self.stall_timeout >= 0):
+                                                   and 0 <= self.stall_timeout < math.inf):
             raise TrainConfigError(f"stall_timeout must be seconds >= 0 (0: off), got {self.stall_timeout!r}")
         if not self.log_interval_s > 0:
             raise TrainConfigError(f"log_interval_s must be positive, got {self.log_interval_s:g}")
