@@ -83,6 +83,8 @@ def test_an_unclosed_quote_is_one_line(shell):
     ("--nproc 0", "", "--nproc must be >= 1, got 0"),
     ("--refresh 0", "", "--refresh takes a positive number of seconds, got 0"),
     ("--stall-timeout inf", "", "--stall-timeout must be seconds >= 0 (0: off), got inf"),
+    ("--result 1bad", "", "--result '1bad': expected a variable name (a Python identifier)"),
+    ("--result train_result.x", "", "--result 'train_result.x': expected a variable name"),
     ("--no-ckpt --ckpt-every 5", "", "--no-ckpt and --ckpt-every conflict"),
     ("", "del model", "no model named 'model' in the notebook: define it in the cell or pass --model NAME"),
     ("--val-loader missing", "", "no val_loader named 'missing'"),

@@ -8,6 +8,7 @@ free of torch) does the training.
 
 from __future__ import annotations
 
+import keyword
 import os
 import re
 from argparse import Namespace
@@ -155,6 +156,8 @@ class TrainMagics(Magics):
             raise UsageError(f"--nproc must be >= 1, got {args.nproc}")
         if args.refresh is not None and not args.refresh > 0:
             raise UsageError(f"--refresh takes a positive number of seconds, got {args.refresh:g}")
+        if not args.result.isidentifier() or keyword.iskeyword(args.result):
+            raise UsageError(f"--result {args.result!r}: expected a variable name (a Python identifier)")
         launching = args.nproc is not None and not under_torchrun()
         if launching:
             from .ddp_launch import check_devices
