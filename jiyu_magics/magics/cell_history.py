@@ -21,6 +21,7 @@ class CellHistory:
         self.first_recorded = shell.execution_count  # cells before this ran before we listened
         self.recorded: list[ExecutedCell] = []
         self.last_run: float | None = None  # when the last recorded cell finished (wall clock)
+        self.setup_ran = False  # the running cell is a %%train whose set-up body ran
         shell.events.register("post_run_cell", self.record)
 
     @classmethod
@@ -36,7 +37,9 @@ class CellHistory:
         if getattr(result.info, "store_history", True) and result.info.raw_cell.strip():
             from ..jobs import ExecutedCell
 
-            self.recorded.append(ExecutedCell.from_result(result))
+            cell = ExecutedCell.from_result(result)
+            cell.setup_ran, self.setup_ran = self.setup_ran and not cell.succeeded, False
+            self.recorded.append(cell)
             self.last_run = time.time()
 
     def cells(self) -> list[ExecutedCell]:

@@ -19,6 +19,7 @@ from IPython.core.magic_arguments import argument, magic_arguments
 
 from ..train.fit_options import FitOptions, OptionSpec, flag_of, option_specs
 from ..train.train_errors import TrainConfigError
+from .cell_history import CellHistory
 from .defining_cell import defining_cells
 from .frontend import in_notebook
 from .magic_line import parse_line
@@ -172,6 +173,8 @@ class TrainMagics(Magics):
         body = bool(cell and cell.strip())
         if body and not self.shell.run_cell(cell, store_history=False).success:
             raise UsageError(f"the cell body failed (traceback above); nothing was {'launched' if launching else 'trained'}")
+        if body:  # whatever fails next, the kernel keeps what the body bound: --nproc replays it
+            CellHistory.of(self.shell).setup_ran = True
         return fit_kwargs(args, namespace, rebound(namespace, before) if body else frozenset(),
                           defining_cells(self.shell))
 
