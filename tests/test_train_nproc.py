@@ -213,3 +213,14 @@ def test_a_train_cell_refused_after_its_body_ran_still_sets_up_the_ranks(ip, tmp
     assert result.status == "succeeded" and result.step == 2, out[-3000:]
     assert processes_of(result.run_id) == []
 
+
+def test_the_line_form_launches_too(ip, tmp_path, monkeypatch, capsys):
+    """``%train --nproc 2`` (no set-up body): the ranks replay it as the line magic it is (as
+    ``%%train`` with an empty body IPython refused it in every rank)."""
+    monkeypatch.chdir(tmp_path)
+    ip.run_cell(DATA.split("\n", 1)[1] + "\n" + RECORDING_BODY, store_history=True)
+    ip.run_cell("%train --nproc 2 --max-steps 2 --name line-form", store_history=True)
+    out = capsys.readouterr().out
+    result = ip.user_ns.get("train_result")
+    assert result is not None and (result.status, result.step) == ("succeeded", 2), out[-3000:]
+    assert processes_of(result.run_id) == []
