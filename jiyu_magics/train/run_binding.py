@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..core.event_log import EventLog, read_events
-from ..core.run_files import RUN_ID_ENV, RunFiles
+from ..core.run_files import RUN_ID_ENV, RunFiles, jiyu_home
 from ..core.run_model import EventKind
 from ..core.run_store import RunStore, new_run_id, process_start_time
 from ..core.store_db import StoreUnusable
@@ -85,8 +85,10 @@ class RunBinding:
 
 def _register(name: str, dist: DistContext, params: dict) -> str:
     """The new run's id. An unusable store (corrupt, deleted, full disk) must not stop training:
-    the run gets a folder of its own, is said to be unrecorded, and trains."""
+    the run gets a folder of its own, is said to be unrecorded, and trains. A home folder that
+    cannot be made has room for no folder either: that ends the call, in one line."""
     pid = os.getpid()
+    jiyu_home()
     try:
         run = RunStore().create("ddp" if dist.distributed else "kernel", name, status="running", pid=pid,
                                 pid_started=process_start_time(pid), pgid=os.getpgid(0), nproc=dist.world_size,
