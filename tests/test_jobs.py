@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -99,6 +100,9 @@ def test_kill_9_of_the_supervisor_makes_the_run_lost_and_stops_its_ranks(tmp_pat
     wait_for(lambda: processes_of(run.id) == [], 15, what="the orphaned ranks to stop")
     listing = jiyu("jobs", "--all")
     assert f"{run.id}" in listing.stdout and "lost at step" in listing.stdout
+    log = jiyu("logs", run.id, "--tail", "1")  # the log says how it ended, as the supervisor's end line would
+    assert re.fullmatch(r"\[jiyu\] \d\d:\d\d:\d\d run lost: its process ended without reporting "
+                        r"\(last heard from at \d\d:\d\d:\d\d\)\n", log.stdout), log.stdout
 
 
 def test_a_killed_rank_is_restarted_and_resumes_from_its_checkpoint(tmp_path):
