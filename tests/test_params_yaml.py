@@ -40,6 +40,7 @@ def test_yaml_parameters(text, params):
 
 @pytest.mark.parametrize("text, message", [
     ("[1, 2]", "-y: expected a mapping of parameter names to values (lr: 0.1), got a list"),
+    ("3", "-y: expected a mapping of parameter names to values (lr: 0.1), got an int"),
     ("lr: [1", "-y: cannot read it as YAML at line 1, column 7"),
     ("1x: 3", "-y: '1x' is not a parameter name (a Python identifier)"),
     ("cmd: !!python/object/apply:os.system [ls]", "-y: cannot read it as YAML"),

@@ -126,7 +126,7 @@ def parse_yaml(text: str, origin: str = "-y") -> dict[str, Any]:
         return {}
     if not isinstance(data, dict):
         raise JobError(f"{origin}: expected a mapping of parameter names to values (lr: 0.1), "
-                       f"got a {type(data).__name__}")
+                       f"got {'an' if type(data).__name__[0] in 'aeiou' else 'a'} {type(data).__name__}")
     return _checked_mapping(data, origin)
 
 
