@@ -111,6 +111,19 @@ def test_bad_input_is_a_one_line_usage_error(shell, line, prepare, message):
     assert all(run.status != "running" for run in RunStore().list()), "nothing left running"
 
 
+@pytest.mark.parametrize("line, message", [
+    ("--resume /nowhere/ckpt.pt", "resume checkpoint /nowhere/ckpt.pt does not exist"),
+    ("--resume last --name never-trained", "--resume last: no checkpoint of an earlier run named 'never-trained'"),
+])
+def test_a_resume_that_cannot_be_done_is_said_once_and_registers_no_run(shell, capsys, line, message):
+    capsys.readouterr()
+    with pytest.raises(UsageError, match=f"^{re.escape(message)}"):
+        shell.run_cell_magic("train", line, BODY)
+    out = capsys.readouterr()
+    assert message not in out.out + out.err, "the UsageError is the one line (no progress summary repeating it)"
+    assert RunStore().list() == [], "a refused call leaves no failed run in %jobs"
+
+
 def test_fit_checks_the_run_name_by_the_one_rule():
     from torch import nn
 

@@ -41,7 +41,7 @@ from .fit_options import FitOptions
 from .precision import resolve_precision
 from .reporter import Reporter
 from .fit_result import FitResult
-from .run_binding import RunBinding, default_name, resume_path
+from .run_binding import RunBinding, check_resume_request, default_name, resume_path
 from .fit_calls import is_own_after_restart, own_checkpoint, restored_message, starts_afresh
 from .checkpoint_state import load_model_optimizer_state, load_other_states, model_optimizer_state, other_states
 from .model_wrap import uses_ddp, uses_fsdp, wrap_model
@@ -141,6 +141,8 @@ class Trainer:
         self.data.place(self.device)
         if opts.save_ckpts and opts.ckpt_dir and self.dist.is_writer:
             checkpoint_folder_usable(Path(opts.ckpt_dir).expanduser())
+        if not self.dist.distributed:
+            check_resume_request(opts.resume, self.name)
 
     def _open_run(self) -> None:
         """The run this call writes into, and what records its progress there."""

@@ -134,6 +134,20 @@ def resume_path(requested: str | None, run: RunBinding, name: str) -> Path | Non
     return found
 
 
+def check_resume_request(requested: str | None, name: str) -> None:
+    """A call that owns its run (a kernel's, a script's: nothing of its own to fall back on)
+    refuses a resume it cannot do before its run is registered, so a typo leaves no failed run
+    behind and says so once."""
+    if requested is None or os.environ.get(RUN_ID_ENV):
+        return
+    if requested != "last":
+        if not Path(requested).expanduser().is_file():
+            raise TrainConfigError(f"resume checkpoint {requested} does not exist")
+    elif _last_of_name(name, "") is None:
+        raise TrainConfigError(f"--resume last: no checkpoint of an earlier run named {name!r}; "
+                               "give a checkpoint path instead")
+
+
 def _last_of_name(name: str, current: str) -> Path | None:
     notebook = os.environ.get(NOTEBOOK_ENV)
     try:
