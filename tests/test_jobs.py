@@ -194,6 +194,7 @@ def test_bad_paths_and_unknown_ids_are_one_line_errors(tmp_path):
     (["submit", "{nb}", "--stall-timeout", "nan"], "--stall-timeout nan: expected seconds >= 0 (0: off)"),
     (["submit", "{nb}", "--stall-timeout", "inf"], "--stall-timeout inf: expected seconds >= 0 (0: off)"),
     (["stop", "feedbeef"], "no run with id"),
+    (["stop", "{run}", "--grace", "inf"], "--grace inf: expected a number of seconds >= 0"),
     (["logs", "feedbeef"], "no run with id"),
     (["logs", "{run}", "--tail", "-5"], "--tail -5: expected a number of lines >= 0"),
     (["logs", "{gone}"], "has no folder any more"),
