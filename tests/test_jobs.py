@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -129,6 +130,9 @@ def test_kill_9_of_the_supervisor_makes_the_run_lost_and_stops_its_ranks(tmp_pat
     wait_for(lambda: processes_of(run.id) == [], 15, what="the orphaned ranks to stop")
     listing = jiyu("jobs", "--all")
     assert f"{run.id}" in listing.stdout and "lost at step" in listing.stdout
+    log = jiyu("logs", run.id, "--tail", "1")  # the log says how it ended, as the supervisor's end line would
+    assert re.fullmatch(r"\[jiyu\] \d\d:\d\d:\d\d run lost: its process ended without reporting "
+                        r"\(last heard from at \d\d:\d\d:\d\d\)\n", log.stdout), log.stdout
 
 
 def test_a_killed_rank_is_restarted_and_resumes_from_its_checkpoint(tmp_path):
@@ -217,7 +221,10 @@ def test_bad_paths_and_unknown_ids_are_one_line_errors(tmp_path):
     (["submit", "{dir}/missing.ipynb"], "no such notebook"),
     (["submit", "{nb}", "-p", "lr", "[1,"], "is not a valid Python literal"),
     (["submit", "{nb}", "-p", "steps"], "expected 2 arguments"),
+    (["submit", "{nb}", "--stall-timeout", "nan"], "--stall-timeout nan: expected seconds >= 0 (0: off)"),
+    (["submit", "{nb}", "--stall-timeout", "inf"], "--stall-timeout inf: expected seconds >= 0 (0: off)"),
     (["stop", "feedbeef"], "no run with id"),
+    (["stop", "{run}", "--grace", "inf"], "--grace inf: expected a number of seconds >= 0"),
     (["logs", "feedbeef"], "no run with id"),
     (["logs", "{run}", "--tail", "-5"], "--tail -5: expected a number of lines >= 0"),
     (["logs", "{gone}"], "has no folder any more"),

@@ -31,7 +31,7 @@ def parameters_notebook(path):
     ("when: 2024-01-01", {"when": "2024-01-01"}),      # dates stay text, as papermill reads them
     ("name: '3e-4'\nflag: yes", {"name": "3e-4", "flag": True}),  # quoted stays text; YAML 1.1's yes
     ("{lr: 0.5, name: vit}", {"lr": 0.5, "name": "vit"}),
-    ("'{lr: 0.5}'", {"lr": 0.5}),                       # as %submit hands it over: IPython keeps the quotes
+    ("'{lr: 0.5}'", {"lr": 0.5}),                       # quoted as a whole: read without the quotes
     ("", {}),
 ])
 def test_yaml_parameters(text, params):
@@ -40,6 +40,7 @@ def test_yaml_parameters(text, params):
 
 @pytest.mark.parametrize("text, message", [
     ("[1, 2]", "-y: expected a mapping of parameter names to values (lr: 0.1), got a list"),
+    ("3", "-y: expected a mapping of parameter names to values (lr: 0.1), got an int"),
     ("lr: [1", "-y: cannot read it as YAML at line 1, column 7"),
     ("1x: 3", "-y: '1x' is not a parameter name (a Python identifier)"),
     ("cmd: !!python/object/apply:os.system [ls]", "-y: cannot read it as YAML"),
@@ -90,6 +91,16 @@ def test_submit_magic_takes_yaml_parameters(ip, tmp_path, monkeypatch, no_schedu
     assert run.params == {"name": "from-file", "lr": 0.001, "layers": [64, 128], "when": 3}
     with pytest.raises(UsageError, match="^-y: expected a mapping"):
         ip.run_line_magic("submit", f"{nb} --backend slurm -y '[1, 2]'")
+
+
+def test_submit_magic_reads_quotes_as_the_shell_does(ip, tmp_path, no_schedulers):
+    nb = parameters_notebook(tmp_path / "my nb.ipynb")
+    ip.run_line_magic("submit", f"'{nb}' --backend slurm --name \"my job\" -p name \"'vit b'\" -p layers '[64, 128]'")
+    (run,) = RunStore().list()
+    assert run.name == "my job"
+    assert run.params == {"name": "vit b", "layers": [64, 128]}  # what `jiyu submit` gives in a shell
+    with pytest.raises(UsageError, match="^cannot read the options: no closing quotation in "):
+        ip.run_line_magic("submit", f"{nb} --name \"unclosed")
 
 
 def test_the_help_says_how_p_differs_from_papermill(ip):

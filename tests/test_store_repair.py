@@ -9,7 +9,9 @@ import os
 import subprocess
 import sys
 
+import nbformat
 import pytest
+from nbformat.v4 import new_code_cell, new_notebook
 from tornado.httpclient import HTTPClientError
 
 from jiyu_magics.core.event_log import EventLog
@@ -125,3 +127,22 @@ def test_training_in_a_kernel_goes_on_when_the_store_is_unusable(ip, capsys):
     assert "this run is not recorded in the run store, training goes on" in err
     listing_magic = ip.run_cell("%jobs")
     assert type(listing_magic.error_in_exec).__name__ == "StoreUnusable"
+
+
+def test_a_home_folder_that_cannot_be_made_is_one_line_everywhere(ip, tmp_path, monkeypatch, capsys):
+    (tmp_path / "a-file").write_text("")
+    nbformat.write(new_notebook(cells=[new_code_cell("print('hi')")]), tmp_path / "nb.ipynb")
+    home = tmp_path / "a-file" / "jiyu"
+    monkeypatch.setenv("JIYU_HOME", str(home))
+    line = f"the jiyu home folder {home} cannot be made (Not a directory): set JIYU_HOME to a folder you can write"
+    for args in (["jobs"], ["logs", "feedbeef"], ["submit", str(tmp_path / "nb.ipynb")]):
+        done = jiyu(*args)
+        assert (done.returncode, done.stderr) == (1, f"jiyu {args[0]}: error: {line}\n")
+    ip.run_cell("import torch\nmodel = torch.nn.Linear(4, 1)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+                "loss_fn = torch.nn.MSELoss()\ntrain_loader = [(torch.randn(8, 4), torch.randn(8, 1))]\n")
+    capsys.readouterr()
+    for cell in ("%jobs", "%train --max-steps 1"):
+        result = ip.run_cell(cell)
+        assert type(result.error_in_exec).__name__ == "StoreUnusable" and str(result.error_in_exec) == line
+    out = capsys.readouterr()
+    assert "Traceback" not in out.out + out.err and "training goes on" not in out.err

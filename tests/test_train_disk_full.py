@@ -42,3 +42,32 @@ def test_a_full_disk_is_one_line_and_keeps_the_last_checkpoint(ip, tiny_disk, ca
     assert f"the last checkpoint, {last}, is kept" in line
     assert not [p for p in ckpts.iterdir() if p.name.startswith(".")], "the partial file was left behind"
     assert load_checkpoint(last)["step"] >= 1  # whole and loadable
+
+
+def test_a_checkpoint_folder_that_cannot_be_made_mid_run_is_one_line(ip, tmp_path, capsys):
+    ckpts = tmp_path / "ckpt"
+    ip.run_cell("import shutil, torch\nfrom torch.utils.data import TensorDataset\n"
+                "model = torch.nn.Linear(4, 1)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.01)\n"
+                "train_loader = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))\ncalls = []\n"
+                "def train_step(m, batch):\n"
+                "    calls.append(1)\n"
+                f"    if len(calls) == 3:  # the folder goes and a file takes its name (a cleanup script)\n"
+                f"        shutil.rmtree({str(ckpts)!r}); open({str(ckpts)!r}, 'w').close()\n"
+                "    return torch.nn.functional.mse_loss(m(batch[0]), batch[1])\n")
+    result = ip.run_cell(f"%train --batch-size 2 --max-steps 10 --ckpt-every 1 --ckpt-dir {ckpts}")
+    out = capsys.readouterr()
+    error = result.error_in_exec
+    assert type(error).__name__ == "CheckpointWriteError", out
+    assert f"CheckpointWriteError: [Errno 17] cannot write checkpoint {ckpts}/step-00000003.pt: File exists" in out.out
+    assert "Traceback" not in out.out + out.err
+
+
+def test_a_ckpt_dir_that_cannot_be_made_is_refused_before_training(ip, tmp_path):
+    (tmp_path / "a-file").write_text("")
+    ip.run_cell("import torch\nfrom torch.utils.data import TensorDataset\n"
+                "model = torch.nn.Linear(4, 1)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.01)\n"
+                "loss_fn = torch.nn.MSELoss()\ntrain_loader = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))\n")
+    result = ip.run_cell(f"%train --batch-size 2 --max-steps 10 --ckpt-dir {tmp_path}/a-file/ckpt")
+    assert type(result.error_in_exec).__name__ == "UsageError"
+    assert str(result.error_in_exec) == (f"ckpt_dir must be a folder checkpoints can be written to; "
+                                         f"{tmp_path}/a-file/ckpt: Not a directory")

@@ -54,6 +54,26 @@ def test_resume_last_continues_the_previous_run(shell):
     assert shell.user_ns["train_result"].step == 32
 
 
+def test_quoted_values_lose_their_quotes_as_in_a_shell(shell, tmp_path, monkeypatch):
+    from jiyu_magics.train.end_messages import resume_command
+
+    monkeypatch.chdir(tmp_path)
+    shell.run_cell_magic("train", f"--epochs 1 --name \"my run\" --ckpt-dir '{tmp_path}/ck dir'", BODY)
+    result = shell.user_ns["train_result"]
+    assert RunStore().get(result.run_id).name == "my run"
+    assert result.checkpoints and all(path.startswith(f"{tmp_path}/ck dir/") for path in result.checkpoints)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ck dir"], "no folder named after a quote"
+    command = resume_command("my run", 2, None)  # what a stop prints, pasted back
+    assert command == "%train --resume last --name 'my run' --epochs 2"
+    shell.run_line_magic("train", command.removeprefix("%train "))
+    assert shell.user_ns["train_result"].step == 32
+
+
+def test_an_unclosed_quote_is_one_line(shell):
+    with pytest.raises(UsageError, match="^cannot read the options: no closing quotation in '--name \"my run'$"):
+        shell.run_cell_magic("train", "--name \"my run", BODY)
+
+
 @pytest.mark.parametrize("line, prepare, message", [
     ("--epochs -1", "", "--epochs must be >= 1, got -1"),
     ("--accum 0", "", "--accum must be >= 1, got 0"),
@@ -64,6 +84,9 @@ def test_resume_last_continues_the_previous_run(shell):
     ("--amp fp8", "", "argument --amp: invalid choice: 'fp8'"),
     ("--nproc 0", "", "--nproc must be >= 1, got 0"),
     ("--refresh 0", "", "--refresh takes a positive number of seconds, got 0"),
+    ("--stall-timeout nan", "", "--stall-timeout must be seconds >= 0 (0: off), got nan"),
+    ("--result 1bad", "", "--result '1bad': expected a variable name (a Python identifier)"),
+    ("--result train_result.x", "", "--result 'train_result.x': expected a variable name"),
     ("--no-ckpt --ckpt-every 5", "", "--no-ckpt and --ckpt-every conflict"),
     ("", "del model", "no model named 'model' in the notebook: define it in the cell or pass --model NAME"),
     ("--val-loader missing", "", "no val_loader named 'missing'"),
@@ -88,6 +111,19 @@ def test_bad_input_is_a_one_line_usage_error(shell, line, prepare, message):
         shell.run_line_magic("train", line)
     assert message in str(error.value) and "\n" not in str(error.value).strip()
     assert all(run.status != "running" for run in RunStore().list()), "nothing left running"
+
+
+@pytest.mark.parametrize("line, message", [
+    ("--resume /nowhere/ckpt.pt", "resume checkpoint /nowhere/ckpt.pt does not exist"),
+    ("--resume last --name never-trained", "--resume last: no checkpoint of an earlier run named 'never-trained'"),
+])
+def test_a_resume_that_cannot_be_done_is_said_once_and_registers_no_run(shell, capsys, line, message):
+    capsys.readouterr()
+    with pytest.raises(UsageError, match=f"^{re.escape(message)}"):
+        shell.run_cell_magic("train", line, BODY)
+    out = capsys.readouterr()
+    assert message not in out.out + out.err, "the UsageError is the one line (no progress summary repeating it)"
+    assert RunStore().list() == [], "a refused call leaves no failed run in %jobs"
 
 
 def test_fit_checks_the_run_name_by_the_one_rule():

@@ -168,3 +168,20 @@ def test_what_a_kernel_run_prints_goes_into_its_log_too(tmp_path, jiyu_home):
     log = (jiyu_home / "runs" / run.id / "stdout.log").read_text()
     assert "body says hello" in log and log.count("step says hi") == 20, log
     assert "step says hi" in text_of(nb.cells[1]), "the cell's own output is unchanged"
+
+
+def test_a_front_end_without_widgets_is_told_how_to_get_text_progress(tmp_path):
+    """The kernel dies mid-training (a SIGKILL in the step), so the saved output keeps what a
+    front-end without ipywidgets showed while the run was live: the widget's text fallback."""
+    nb = notebook(SETUP, "%%train --max-steps 1000 --name no-widgets" + BODY.replace("loss_fn = nn.CrossEntropyLoss()", "")
+                  + "\nimport os, signal\ncalls = []\ndef train_step(m, batch):\n    calls.append(1)\n"
+                  "    if len(calls) == 30: os.kill(os.getpid(), signal.SIGKILL)\n"
+                  "    return nn.functional.cross_entropy(m(batch[0]), batch[1])")
+    client = NotebookClient(nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}})
+    try:
+        client.execute()
+    except Exception as error:  # nbclient's DeadKernelError
+        assert "died" in str(error).lower(), error
+    fallback = [out.data["text/plain"] for out in nb.cells[1].outputs if out.output_type == "display_data"]
+    assert fallback == ["Training dashboard (needs a widget-capable front-end; run %env JIYU_UI=text before "
+                        "training for text progress)"], nb.cells[1].outputs

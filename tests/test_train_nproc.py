@@ -264,3 +264,31 @@ loss_fn = torch.nn.MSELoss()
     final = torch.load(result.last_checkpoint, weights_only=True)["model"]
     assert all(torch.equal(final[k].cuda(), v) for k, v in ip.user_ns["model"].state_dict().items())
     assert processes_of(result.run_id) == [] and held.sum().item() == 1024
+
+
+def test_a_train_cell_refused_after_its_body_ran_still_sets_up_the_ranks(ip, tmp_path, monkeypatch, capsys):
+    """A first try refused for want of a train_loader: its body bound the optimizer in the kernel,
+    so the next launch replays that body in the ranks too (they used to say "no optimizer")."""
+    monkeypatch.chdir(tmp_path)
+    ip.run_cell(DATA.split("\n", 1)[1], store_history=True)
+    first = ip.run_cell("%%train --nproc 2 --max-steps 2\noptimizer = torch.optim.SGD(model.parameters(), 0.05)",
+                        store_history=True)
+    assert "no train_loader named 'train_loader'" in str(first.error_in_exec)
+    ip.run_cell(RECORDING_BODY.replace("optimizer =", "_unused ="), store_history=True)  # train_loader, train_step
+    ip.run_cell("%%train --nproc 2 --max-steps 2 --name after-refusal\nprint('second try')", store_history=True)
+    out = capsys.readouterr().out
+    result = ip.user_ns["train_result"]
+    assert result.status == "succeeded" and result.step == 2, out[-3000:]
+    assert processes_of(result.run_id) == []
+
+
+def test_the_line_form_launches_too(ip, tmp_path, monkeypatch, capsys):
+    """``%train --nproc 2`` (no set-up body): the ranks replay it as the line magic it is (as
+    ``%%train`` with an empty body IPython refused it in every rank)."""
+    monkeypatch.chdir(tmp_path)
+    ip.run_cell(DATA.split("\n", 1)[1] + "\n" + RECORDING_BODY, store_history=True)
+    ip.run_cell("%train --nproc 2 --max-steps 2 --name line-form", store_history=True)
+    out = capsys.readouterr().out
+    result = ip.user_ns.get("train_result")
+    assert result is not None and (result.status, result.step) == ("succeeded", 2), out[-3000:]
+    assert processes_of(result.run_id) == []

@@ -12,6 +12,7 @@ saying ``lost``, after whatever its ranks wrote while they stopped (their ``stop
 
 from __future__ import annotations
 
+import time
 from typing import Iterable
 
 from .event_log import EventLog, tail_events
@@ -49,12 +50,19 @@ def last_event_time(run_id: str) -> float | None:
 
 
 def close_log(run_id: str) -> None:
-    """The lost end in the run's event log (when it has a folder), after everything else."""
+    """The lost end in the run's event log (when it has a folder), after everything else, and
+    one line at the end of its output log, so ``jiyu logs`` (``-f`` too) says how it ended, as
+    it does for a run whose owner wrote its end."""
     files = RunFiles.of(run_id)
     if not files.root.is_dir():
         return
+    last = last_event_time(run_id)
     try:
         with EventLog(files.events) as log:
             log.append(EventKind.END.value, status=RunStatus.LOST.value, message=LOST_MESSAGE, source=SOURCE)
+        if files.log.is_file():
+            heard = f" (last heard from at {time.strftime('%H:%M:%S', time.localtime(last))})" if last else ""
+            with open(files.log, "a", encoding="utf-8") as out:
+                out.write(f"[jiyu] {time.strftime('%H:%M:%S')} run lost: {LOST_MESSAGE}{heard}\n")
     except OSError:
         pass  # the row says lost; a log that cannot be written (a full disk) stays as it was

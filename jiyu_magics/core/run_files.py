@@ -24,7 +24,13 @@ def jiyu_home() -> Path:
     """The home folder, created on first use; read from the environment each call so tests
     and jobs can point a process at another home without re-importing."""
     home = Path(os.environ.get(HOME_ENV) or Path.home() / ".jiyu").expanduser()
-    home.mkdir(parents=True, exist_ok=True)
+    try:
+        home.mkdir(parents=True, exist_ok=True)
+    except OSError as error:  # a file of that name, a read-only or missing parent: one line, not a traceback
+        from .store_db import StoreUnusable
+
+        raise StoreUnusable(f"the jiyu home folder {home} cannot be made ({error.strerror or error}): "
+                            f"set {HOME_ENV} to a folder you can write") from None
     return home
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 
@@ -105,7 +106,7 @@ def stop_report(run_id: str, grace: float = 10.0) -> StopReport:
     there (``scancel`` / ``kubectl delete``, SIGTERM first) and checked to have left it. A run
     that already ended keeps its status, but any process here still carrying its id (a rank
     whose agent was killed) is stopped all the same, and the report names them."""
-    if not grace >= 0:
+    if not 0 <= grace < math.inf:  # inf: a stuck rank would be waited for forever, never killed
         raise JobError(f"--grace {grace!r}: expected a number of seconds >= 0")
     store = RunStore()
     run = resolve(run_id, store)

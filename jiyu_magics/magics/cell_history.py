@@ -35,6 +35,7 @@ class CellHistory:
         self.recorded: list[ExecutedCell] = []
         self.last_run: float | None = None  # when the last recorded cell finished (wall clock)
         self.had_names = False  # whether the user's namespace held names when the cell started
+        self.setup_ran = False  # the running cell is a %%train whose set-up body ran
         self._mark_namespace()
         shell.events.register("pre_run_cell", self.before)
         shell.events.register("post_run_cell", self.record)
@@ -61,10 +62,13 @@ class CellHistory:
     def record(self, result) -> None:
         if self._namespace_cleared():
             self.forget()  # the cell that cleared it is not replayed either
+            self.setup_ran = False
         elif getattr(result.info, "store_history", True) and result.info.raw_cell.strip():
             from ..jobs import ExecutedCell
 
-            self.recorded.append(ExecutedCell.from_result(result))
+            cell = ExecutedCell.from_result(result)
+            cell.setup_ran, self.setup_ran = self.setup_ran and not cell.succeeded, False
+            self.recorded.append(cell)
             self.last_run = time.time()
 
     def forget(self) -> None:

@@ -82,13 +82,20 @@ class DdpLaunch:
         files = self.lifecycle.files
         history = relaunch_history(CellHistory.of(self.shell).cells())
         try:
-            export = jobs.export_history(history, current=f"%%train {self.line}\n{self.cell}", best_effort=True)
+            export = jobs.export_history(history, current=self._current_cell(), best_effort=True)
         except jobs.JobError as error:  # e.g. a syntax error the exporter found in a replayed cell
             self.lifecycle.end(error=str(error))
             raise UsageError(str(error)) from None
         export.write(files.script)
         self.init_weights, self.final_weights = files.root / "init.pt", files.root / "final.pt"
         save_weights(self.model, self.init_weights)
+
+    def _current_cell(self) -> str:
+        """This call as the ranks run it: ``%train`` (no set-up body) stays a line magic, since
+        IPython refuses a ``%%train`` cell whose body is empty."""
+        if not self.cell.strip():
+            return f"%train {self.line}"
+        return f"%%train {self.line}\n{self.cell}"
 
     def _environment(self) -> dict:
         """What the ranks need beyond this kernel's environment: the weights to start from and

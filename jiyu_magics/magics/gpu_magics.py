@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_magic, magics_class
-from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+from IPython.core.magic_arguments import argument, magic_arguments
 from IPython.display import HTML, display
 
 from .frontend import in_notebook
+from .magic_line import parse_line
 
 # NVML, the CUDA checks and their views are imported by the magic that uses them: %load_ext
 # stays quick (issue 17: ≤ 50 ms), and a notebook that never asks about GPUs never loads them.
@@ -49,7 +50,7 @@ class GpuMagics(Magics):
         from ..core.gpu_status import owned_snapshot
         from ..views import gpu_table as gpu_view
 
-        args = parse_argstring(self.gpu_status, line)
+        args = parse_line(self.gpu_status, line)
         positive_seconds(args.watch)
         if args.json and args.watch:
             raise UsageError("--json and --watch cannot be combined")
@@ -91,7 +92,7 @@ class GpuMagics(Magics):
         from ..core import cuda_doctor as doctor
         from ..views import doctor_report as doctor_view
 
-        args = parse_argstring(self.gpu_doctor, line)
+        args = parse_line(self.gpu_doctor, line)
         findings = doctor.diagnose()
         if args.json:
             return [f.to_dict() for f in findings]

@@ -9,13 +9,14 @@ from pathlib import Path
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_magic, magics_class
-from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+from IPython.core.magic_arguments import argument, magic_arguments
 from IPython.display import HTML, display
 
 from .. import jobs
 from ..core.time_spans import since_time
 from ..jobs.submit_options import SUBMIT_OPTIONS, submit_kwargs
 from .frontend import in_notebook
+from .magic_line import parse_line
 
 
 def with_submit_options(func):
@@ -108,7 +109,7 @@ class JobMagics(Magics):
         """
         from ..views import run_table as view
 
-        args = parse_argstring(self.submit, line)
+        args = parse_line(self.submit, line)
         notebook = args.notebook or current_notebook(self.shell)
         if notebook is None:
             raise UsageError("%submit cannot tell which notebook this kernel runs; pass its path: "
@@ -150,7 +151,7 @@ class JobMagics(Magics):
         many it left out; --limit and --since page it."""
         from ..views import run_table as view
 
-        args = parse_argstring(self.jobs, line)
+        args = parse_line(self.jobs, line)
         page = jobs.list_page(include_finished=args.all, limit=args.limit, since=args.since)
         note = view.page_note(len(page.runs), page.total)
         if in_notebook(self.shell):
@@ -188,7 +189,7 @@ class JobMagics(Magics):
     def _logs(self, rest: str):
         from ..jobs import run_logs as job_logs
 
-        args = parse_argstring(self._logs, rest)
+        args = parse_line(self._logs, rest)
         run = jobs.resolve(args.id)
         text, offset = job_logs.tail(run.id, args.tail)
         print(text, end="")
@@ -203,7 +204,7 @@ class JobMagics(Magics):
     @argument("id", help="run id or unique prefix")
     @argument("--grace", type=float, default=10.0, metavar="S", help="seconds between SIGTERM and SIGKILL")
     def _stop(self, rest: str):
-        args = parse_argstring(self._stop, rest)
+        args = parse_line(self._stop, rest)
         print(jobs.stop_report(args.id, grace=args.grace).describe())
 
     @magic_arguments(name="job attach")
@@ -211,7 +212,7 @@ class JobMagics(Magics):
     @argument("--wait", action="store_true", help="in a notebook, keep the cell busy until the run ends "
               "(default: follow in the background, the kernel stays free)")
     def _attach(self, rest: str):
-        args = parse_argstring(self._attach, rest)
+        args = parse_line(self._attach, rest)
         run = jobs.resolve(args.id)
         if not in_notebook(self.shell):
             from ..views import run_table as view

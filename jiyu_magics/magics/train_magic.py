@@ -8,18 +8,21 @@ free of torch) does the training.
 
 from __future__ import annotations
 
+import keyword
 import os
 import re
 from argparse import Namespace
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, magics_class
-from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+from IPython.core.magic_arguments import argument, magic_arguments
 
 from ..train.fit_options import FitOptions, OptionSpec, flag_of, option_specs
 from ..train.train_errors import TrainConfigError
+from .cell_history import CellHistory
 from .defining_cell import defining_cells
 from .frontend import in_notebook
+from .magic_line import parse_line
 from .train_objects import NONE, OBJECTS, choose, identities, rebound, watched
 from .user_traceback import raise_without_jiyu_frames
 
@@ -72,7 +75,7 @@ def under_torchrun() -> bool:
 
 def parse_options(line: str) -> Namespace:
     """``%%train`` options parsed as the magic parses them (for the ``--nproc`` launcher)."""
-    return parse_argstring(TrainMagics.train, line)
+    return parse_line(TrainMagics.train, line)
 
 
 def fit_kwargs(args: Namespace, namespace: dict, fresh: frozenset[str] = frozenset(),
@@ -138,7 +141,7 @@ class TrainMagics(Magics):
             %train --resume last --epochs 6     # line form: no set-up code, same options
         """
         __tracebackhide__ = True  # noqa: F841 (IPython hides this frame: an error shows the user's)
-        args = parse_argstring(self.train, line)
+        args = parse_line(self.train, line)
         launching = self._check(args)
         if launching:
             return self._launch(line, args, cell, self._run_body(args, cell, launching)["model"])
@@ -154,6 +157,8 @@ class TrainMagics(Magics):
             raise UsageError(f"--nproc must be >= 1, got {args.nproc}")
         if args.refresh is not None and not args.refresh > 0:
             raise UsageError(f"--refresh takes a positive number of seconds, got {args.refresh:g}")
+        if not args.result.isidentifier() or keyword.iskeyword(args.result):
+            raise UsageError(f"--result {args.result!r}: expected a variable name (a Python identifier)")
         launching = args.nproc is not None and not under_torchrun()
         if launching:
             from .ddp_launch import check_devices
@@ -168,6 +173,8 @@ class TrainMagics(Magics):
         body = bool(cell and cell.strip())
         if body and not self.shell.run_cell(cell, store_history=False).success:
             raise UsageError(f"the cell body failed (traceback above); nothing was {'launched' if launching else 'trained'}")
+        if body:  # whatever fails next, the kernel keeps what the body bound: --nproc replays it
+            CellHistory.of(self.shell).setup_ran = True
         return fit_kwargs(args, namespace, rebound(namespace, before) if body else frozenset(),
                           defining_cells(self.shell))
 

@@ -7,6 +7,7 @@ final name and fsyncs the folder. A writer killed mid-save leaves only a tempora
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import pickle
@@ -39,23 +40,38 @@ def checkpoint_name(step: int, label: str = "") -> str:
 
 def save_atomic(state: dict[str, Any], path: Path | str) -> Path:
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    remove_stale_temps(path.parent)
     temp = path.with_name(f".{path.name}{TEMP_MARK}{os.getpid()}")
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)  # a folder that cannot be made: one line too
+        remove_stale_temps(path.parent)
         with open(temp, "wb") as f:
             torch.save(state, f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(temp, path)
     except BaseException as error:
-        temp.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # no folder (or a file in its place): no temp file either
+            temp.unlink()
         cause = _os_error_in(error)
         if cause is None:
             raise
         raise CheckpointWriteError(cause.errno, _write_failure(cause, path, state)) from None
     _fsync_folder(path.parent)
     return path
+
+
+def checkpoint_folder_usable(folder: Path) -> None:
+    """``--ckpt-dir`` checked before training starts: a folder that cannot be made or written
+    is refused in one line at once, not after the first epoch's training is lost with it."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        writable = os.access(folder, os.W_OK | os.X_OK)
+    except OSError as error:
+        raise TrainConfigError(f"ckpt_dir must be a folder checkpoints can be written to; {folder}: "
+                               f"{error.strerror or error}") from None
+    if not writable:
+        raise TrainConfigError(f"ckpt_dir must be a folder checkpoints can be written to; {folder}: "
+                               "Permission denied")
 
 
 def _os_error_in(error: BaseException) -> OSError | None:

@@ -19,7 +19,7 @@ import torch
 from ..core import job_stop
 from . import rng_state as rng
 from .batches import BatchLoss
-from .checkpoint import CheckpointKeeper, load_checkpoint
+from .checkpoint import CheckpointKeeper, checkpoint_folder_usable, load_checkpoint
 from .input_checks import check_objects, trainable_parameters
 from .stack_signal import stacks_on_signal
 from .stop_signal import StopSignal, leave_for_requeue, signals_request_stop
@@ -41,7 +41,7 @@ from .fit_options import FitOptions
 from .precision import resolve_precision
 from .reporter import Reporter
 from .fit_result import FitResult
-from .run_binding import RunBinding, default_name, resume_path
+from .run_binding import RunBinding, check_resume_request, default_name, resume_path
 from .fit_calls import is_own_after_restart, own_checkpoint, restored_message, starts_afresh
 from .checkpoint_state import load_model_optimizer_state, load_other_states, model_optimizer_state, other_states
 from .model_wrap import uses_ddp, uses_fsdp, wrap_model
@@ -139,6 +139,10 @@ class Trainer:
         self.precision = resolve_precision(opts.amp, self.device)
         self.sharded = self.dist.distributed and opts.strategy == "fsdp"
         self.data.place(self.device)
+        if opts.save_ckpts and opts.ckpt_dir and self.dist.is_writer:
+            checkpoint_folder_usable(Path(opts.ckpt_dir).expanduser())
+        if not self.dist.distributed:
+            check_resume_request(opts.resume, self.name)
 
     def _open_run(self) -> None:
         """The run this call writes into, and what records its progress there."""

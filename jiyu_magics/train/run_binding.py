@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..core.event_log import EventLog, read_events
-from ..core.run_files import RUN_ID_ENV, RunFiles
+from ..core.run_files import RUN_ID_ENV, RunFiles, jiyu_home
 from ..core.run_model import EventKind
 from ..core.run_store import RunStore, new_run_id, process_start_time
 from ..core.store_db import StoreUnusable
@@ -85,8 +85,10 @@ class RunBinding:
 
 def _register(name: str, dist: DistContext, params: dict) -> str:
     """The new run's id. An unusable store (corrupt, deleted, full disk) must not stop training:
-    the run gets a folder of its own, is said to be unrecorded, and trains."""
+    the run gets a folder of its own, is said to be unrecorded, and trains. A home folder that
+    cannot be made has room for no folder either: that ends the call, in one line."""
     pid, started = os.getpid(), process_start_time(os.getpid())
+    jiyu_home()
     try:  # this process both trains and records the end: the recorded process and the owner
         run = RunStore().create("ddp" if dist.distributed else "kernel", name, status="running", pid=pid,
                                 pid_started=started, owner_pid=pid, owner_started=started, pgid=os.getpgid(0),
@@ -130,6 +132,20 @@ def resume_path(requested: str | None, run: RunBinding, name: str) -> Path | Non
         raise TrainConfigError(f"--resume last: no checkpoint of an earlier run named {name!r}; "
                                "give a checkpoint path instead")
     return found
+
+
+def check_resume_request(requested: str | None, name: str) -> None:
+    """A call that owns its run (a kernel's, a script's: nothing of its own to fall back on)
+    refuses a resume it cannot do before its run is registered, so a typo leaves no failed run
+    behind and says so once."""
+    if requested is None or os.environ.get(RUN_ID_ENV):
+        return
+    if requested != "last":
+        if not Path(requested).expanduser().is_file():
+            raise TrainConfigError(f"resume checkpoint {requested} does not exist")
+    elif _last_of_name(name, "") is None:
+        raise TrainConfigError(f"--resume last: no checkpoint of an earlier run named {name!r}; "
+                               "give a checkpoint path instead")
 
 
 def _last_of_name(name: str, current: str) -> Path | None:

@@ -39,6 +39,10 @@ WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
 DEFAULT_REFRESH_S = 1.0
 MAX_RENDER_SHARE = 0.01   # a slow front-end link stretches the interval to keep rendering under 1%
 GPU_EVERY_S = 5.0
+# What a front-end without ipywidgets shows while training (the summary replaces it at the end),
+# and what a notebook saved mid-run keeps: the way to progress such a front-end can show.
+FALLBACK_TEXT = ("Training dashboard (needs a widget-capable front-end; run %env JIYU_UI=text before "
+                 "training for text progress)")
 BAR_STYLES = {RunStatus.SUCCEEDED: "success", RunStatus.FAILED: "danger", RunStatus.STOPPED: "warning"}
 
 
@@ -91,7 +95,7 @@ class TrainingDashboard:
         self._show_pending = False
         self.render()
         bundle = self.widget._repr_mimebundle_()
-        bundle["text/plain"] = "Training dashboard (needs a widget-capable front-end)"
+        bundle["text/plain"] = FALLBACK_TEXT
         self.handle = display(bundle, raw=True, display_id=True)
 
     def feed(self, events: list[dict]) -> None:

@@ -2,7 +2,9 @@
 
 Earlier ``%%train`` cells already trained in the kernel, and their result reaches the ranks as
 weights (``JIYU_INIT_WEIGHTS``), so the ranks run only their set-up body; ``%train`` lines are
-left out for the same reason. Everything else replays as the kernel ran it.
+left out for the same reason. A ``%%train`` cell that raised after its body ran (no
+``train_loader`` yet, a NaN) still replays its set-up: the kernel kept what the body bound.
+Everything else replays as the kernel ran it.
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ def setup_only(cell: ExecutedCell) -> ExecutedCell:
     source = TRAIN_LINE.sub(lambda m: f"{m.group(1)}pass  # {m.group(0).strip()}: trained in the kernel", source)
     if source == cell.source:
         return cell
-    return ExecutedCell(source, cell.execution_count, cell.succeeded)
+    # the set-up ran in the kernel even where training then raised: what it bound is there, so here too
+    return ExecutedCell(source, cell.execution_count, cell.succeeded or bool(header and cell.setup_ran))
 
 
 def relaunch_history(cells: list[ExecutedCell]) -> list[ExecutedCell]:

@@ -60,6 +60,7 @@ class ExecutedCell:
     source: str
     execution_count: int | None = None
     succeeded: bool = True
+    setup_ran: bool = False  # a %%train cell that raised after its set-up body ran (training refused or failed)
 
     @classmethod
     def from_result(cls, result: Any) -> "ExecutedCell":

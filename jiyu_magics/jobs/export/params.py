@@ -111,7 +111,7 @@ def assignment_lines(params: Mapping[str, Any]) -> list[str]:
 
 def parse_yaml(text: str, origin: str = "-y") -> dict[str, Any]:
     """A YAML mapping of parameter names to values (papermill's ``-y``/``-f``). Text quoted as
-    a whole (IPython's magics keep the quotes a shell would remove) is read without them."""
+    a whole (as IPython's own ``parse_argstring`` would hand it over) is read without them."""
     import yaml
 
     if len(text) > 1 and text[0] == text[-1] and text[0] in QUOTES:
@@ -126,7 +126,7 @@ def parse_yaml(text: str, origin: str = "-y") -> dict[str, Any]:
         return {}
     if not isinstance(data, dict):
         raise JobError(f"{origin}: expected a mapping of parameter names to values (lr: 0.1), "
-                       f"got a {type(data).__name__}")
+                       f"got {'an' if type(data).__name__[0] in 'aeiou' else 'a'} {type(data).__name__}")
     return _checked_mapping(data, origin)
 
 
