@@ -13,6 +13,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 
 import pytest
@@ -340,9 +341,13 @@ def test_train_nproc_waits_in_the_queue_runs_on_its_lease_and_an_interrupt_leave
                          params={"steps": 60, "step_seconds": 0.1})
     running(holder.id)
     ip.run_cell(NPROC_DATA, store_history=True)  # what a kernel runs is what %%train --nproc replays
+    cell_output = sys.stdout  # capsys's buffer: the cell's lines as the user sees them
+
     def interrupt_once_queued():  # as a user's interrupt while the cell waits (not while its body runs)
         wait_for(lambda: [r for r in RunStore().list() if r.name == "waits-then-leaves" and r.status == "queued"],
                  120, what="the cell's run queued")
+        # the run is queued before the cell says so: interrupt once the user could have read why
+        wait_for(lambda: "waiting for 1 GPU(s)" in cell_output.getvalue(), 60, what="the cell's waiting line")
         os.kill(os.getpid(), signal.SIGINT)
 
     threading.Thread(target=interrupt_once_queued, daemon=True).start()
