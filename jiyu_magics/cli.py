@@ -2,12 +2,14 @@
 
 Subcommands register themselves from small modules (``commands/``) so each concern keeps its
 own parser.
-Bad input exits with code 2 and one line on stderr (argparse's convention).
+Bad input exits with code 2 and one line on stderr: argparse's exit code, without the usage
+block it prints first (a wrong value in a long command line hid under it; ``--help`` has it).
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 
 from . import __version__
 from .commands import (CliError, gpu_commands, job_commands, plot_commands, queue_commands, store_commands,
@@ -17,8 +19,16 @@ from .core.store_db import StoreUnusable
 COMMAND_MODULES = (gpu_commands, job_commands, plot_commands, queue_commands, store_commands, usage_commands)
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse's errors as one line that says where the usage is; subcommands' parsers are of
+    this class too (``add_subparsers`` makes them the parent's class)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="jiyu", description="GPUs, training runs and background torchrun jobs of JiyuTrainer.")
     parser.add_argument("--version", action="version", version=f"jiyu {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
@@ -29,6 +39,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    if not (sys.argv[1:] if argv is None else argv):  # `jiyu` alone: what it can do, not an error line
+        parser.print_help(sys.stderr)
+        return 2
     args = parser.parse_args(argv)
     try:
         return int(args.handler(args) or 0)

@@ -17,6 +17,11 @@ def test_help_lists_the_subcommands():
         assert command in result.stdout
 
 
+def test_jiyu_alone_shows_its_help():
+    result = jiyu()
+    assert result.returncode == 2 and "COMMAND" in result.stderr and "submit" in result.stderr
+
+
 @pytest.mark.driverless
 def test_gpu_without_driver_is_one_line():
     result = jiyu("gpu")
@@ -60,5 +65,6 @@ def test_bad_input_exits_2_with_one_line(args, message):
     result = jiyu(*args)
     assert result.returncode == 2
     assert message in result.stderr
-    assert result.stderr.strip().splitlines()[-1].startswith("jiyu")
+    (line,) = result.stderr.strip().splitlines()  # no usage block above it: --help has that
+    assert line.startswith("jiyu")
     assert "Traceback" not in result.stderr

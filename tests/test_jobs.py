@@ -238,8 +238,8 @@ def test_cli_bad_input_exits_2_with_one_line(args, message, tmp_path):
     shutil.rmtree(RunFiles.of(gone.id).root)
     done = jiyu(*[a.format(nb=nb, dir=tmp_path, run=run.id, gone=gone.id) for a in args])
     assert done.returncode == 2 and "Traceback" not in done.stderr
-    last = done.stderr.strip().splitlines()[-1]  # argparse may print its usage first; the error is one line
-    assert last.startswith("jiyu") and message.format(dir=tmp_path) in last
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith("jiyu") and message.format(dir=tmp_path) in line
 
 
 def test_cli_submit_logs_and_jobs(tmp_path):

@@ -87,7 +87,7 @@ def test_jobs_pages_with_limit_and_since():
                                          (["--since", "yesterday"], "a span such as 7d")])
 def test_bad_paging_values_are_one_line_and_exit_code_2(args, words):
     result = jiyu("jobs", "--all", *args)
-    assert result.returncode == 2 and words in result.stderr and len(result.stderr.strip().splitlines()) <= 2
+    assert result.returncode == 2 and words in result.stderr and len(result.stderr.strip().splitlines()) == 1
 
 
 # -- REST ------------------------------------------------------------------------------------
