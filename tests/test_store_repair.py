@@ -85,6 +85,22 @@ def test_a_deleted_store_is_rebuilt_also_from_folders_without_a_saved_row():
     assert (runs[old].name, runs[old].status, runs[old].kind) == ("older-version", "stopped", "ddp")
 
 
+def test_repair_of_a_readable_store_adds_the_missing_runs_and_keeps_its_rows():
+    """A run's record is its row as it was created or ended; the live row is newer. So a repair
+    of a store that reads fine only adds the runs whose folders have no row."""
+    kept = finished_run("row-name")
+    record = RunFiles.of(kept).root / RECORD_FILE
+    record.write_text(json.dumps({**json.loads(record.read_text()), "name": "stale-record-name"}))
+    missing = finished_run("copied-in")
+    with RunStore().db.write() as db:  # as a folder copied from another machine's JIYU_HOME
+        db.execute("DELETE FROM runs WHERE id = ?", (missing,))
+    repaired = jiyu("store", "repair")
+    assert repaired.returncode == 0, repaired.stderr
+    assert "Set the broken store aside" not in repaired.stdout
+    assert "1 run(s) restored" in repaired.stdout and "1 run(s) already in the store kept" in repaired.stdout
+    assert listing() == {kept: ("row-name", "succeeded"), missing: ("copied-in", "succeeded")}
+
+
 def test_repair_brings_back_a_running_runs_owner_and_an_older_record_has_none():
     """A kernel-owned ``%%train --nproc`` run whose torchrun has just exited: its record
     carries the owner, so the rebuilt store does not call it lost while the kernel (here this

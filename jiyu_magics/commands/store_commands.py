@@ -39,5 +39,6 @@ def run_repair(args: argparse.Namespace) -> int:
     if report.set_aside:
         print(f"Set the broken store aside as {report.set_aside}.")
     print(f"Rebuilt {report.path}: {report.restored} run(s) restored from their folders "
-          f"({report.from_records} from their saved rows, the rest from their event logs).")
+          f"({report.from_records} from their saved rows, the rest from their event logs)"
+          + (f"; {report.kept} run(s) already in the store kept as they are." if report.kept else "."))
     return 0

@@ -31,6 +31,7 @@ class StoreCheck:
     path: Path
     problems: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    file_unusable: bool = False  # the file itself (missing, unreadable, failing integrity), not its folders
 
     @property
     def healthy(self) -> bool:
@@ -44,6 +45,7 @@ def check_store(home: Path | None = None) -> StoreCheck:
     check = StoreCheck(store_path(home))
     if not check.path.exists():
         check.problems.append(f"{check.path} does not exist (deleted?)")
+        check.file_unusable = True
         return _with_folders(check, home, known=set())
     try:
         db = sqlite3.connect(f"file:{check.path}?mode=ro", uri=True)
@@ -55,9 +57,11 @@ def check_store(home: Path | None = None) -> StoreCheck:
             db.close()
     except sqlite3.DatabaseError as error:
         check.problems.append(f"{check.path} cannot be read: {error}")
+        check.file_unusable = True
         return _with_folders(check, home, known=set())
     if verdict != "ok":
         check.problems.append(f"{check.path} fails SQLite's integrity check: {verdict}")
+        check.file_unusable = True
     if version != SCHEMA_VERSION:
         check.notes.append(f"schema version {version}; this jiyu writes {SCHEMA_VERSION} (migrated on next use)")
     check.notes.append(f"{len(known)} run(s) recorded")
@@ -83,18 +87,24 @@ class RepairReport:
     set_aside: Path | None
     restored: int
     from_records: int
+    kept: int = 0  # rows a readable store already had, left as they are
 
 
 def repair_store(home: Path | None = None) -> RepairReport:
-    """Sets a broken store file aside (never deletes it) and rebuilds the runs from their folders."""
+    """Sets a broken store file aside (never deletes it) and rebuilds the runs from their folders.
+    A readable store keeps the rows it has: they are newer than any folder's record (a running
+    run's record is its row when it was created), so only folders without a row come back."""
     home = home or jiyu_home()
     path = store_path(home)
-    aside = _set_aside(path) if path.exists() and not check_store(home).healthy else None
+    aside = _set_aside(path) if path.exists() and check_store(home).file_unusable else None
     store = RunStore(path)
-    runs = [run_from_folder(folder) for folder in run_folders(home)]
+    with store.db.read() as db:
+        known = {row[0] for row in db.execute("SELECT id FROM runs")}
+    missing = [folder for folder in run_folders(home) if folder.name not in known]
+    runs = [run_from_folder(folder) for folder in missing]
     store.restore(run for run in runs if run is not None)
     return RepairReport(path, aside, sum(r is not None for r in runs),
-                        sum((f / RECORD_FILE).exists() for f in run_folders(home)))
+                        sum((f / RECORD_FILE).exists() for f in missing), kept=len(known))
 
 
 def _set_aside(path: Path) -> Path:
