@@ -8,6 +8,11 @@ from jiyu_magics.core.rank_output import RankLines, first_traceback
 
 TRACEBACK = """\
 [rank1]: Traceback (most recent call last):
+[rank1]:   File "/tmp/run/job.py", line 40, in <module>
+[rank1]:     get_ipython().run_line_magic('train', '--nproc 2')
+[rank1]:   File "/home/u/.venv/lib/python3.11/site-packages/IPython/core/interactiveshell.py", line 2583, in run_line_magic
+[rank1]:     result = fn(*args, **kwargs)
+[rank1]:              ^^^^^^^^^^^^^^^^^^^
 [rank1]:   File "/home/u/.venv/lib/python3.11/site-packages/jiyu_magics/train/engine.py", line 90, in run
 [rank1]:     result = self._execute()
 [rank1]:              ^^^^^^^^^^^^^^^
@@ -41,11 +46,13 @@ def test_a_late_reader_starts_near_the_end_of_a_long_log(tmp_path):
     assert lines.lines()[0].startswith("[rank0] line 00"), "a whole first line, not a torn one"
 
 
-def test_the_first_traceback_of_a_rank_without_jiyus_frames(tmp_path):
+def test_the_first_traceback_of_a_rank_without_jiyus_or_ipythons_frames(tmp_path):
     log = tmp_path / "stdout.log"
     log.write_text(TRACEBACK)
     assert first_traceback(log, 1).splitlines() == [
         "Traceback (most recent call last):",
+        '  File "/tmp/run/job.py", line 40, in <module>',
+        "    get_ipython().run_line_magic('train', '--nproc 2')",
         '  File "/tmp/run/job.py", line 12, in train_step',
         '    raise RuntimeError("out of coffee")',
         "RuntimeError: out of coffee"]

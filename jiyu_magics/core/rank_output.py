@@ -14,8 +14,10 @@ PREFIX = re.compile(r"^\[rank(?P<rank>\d+)\]:\s?(?P<text>.*)$")
 KEPT_LINES = 200
 READ_CHUNK = 256 * 1024
 START_TAIL = 64 * 1024  # a late reader (``%job attach`` to a long job) starts this far from the end
+# the launcher's and the job script's plumbing: jiyu, torch elastic, runpy, and IPython's
+# run_line_magic/run_cell_magic frame that the script's `%%train` line goes through
 NOISE_FILES = ("/jiyu_magics/", "/torch/distributed/elastic/", "/torch/distributed/run.py", "<frozen runpy>",
-               "/runpy.py")
+               "/runpy.py", "/IPython/core/interactiveshell.py")
 FRAME = re.compile(r'^\s+File "(?P<file>[^"]+)", line \d+')
 CHAINED = ("During handling of the above exception", "The above exception was the direct cause")
 
