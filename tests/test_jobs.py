@@ -120,6 +120,25 @@ def test_a_stop_as_torchrun_exits_waits_for_the_kernel_that_owns_the_run_and_nev
         kernel.wait()
 
 
+def test_a_stop_reaches_rank_0_of_the_users_own_torchrun_that_registered_the_run(tmp_path):
+    """``fit`` under a torchrun the user started registers the run from rank 0: the recorded
+    process and the owner are rank 0 itself, which trains and must be stopped (unlike a kernel)."""
+    from jiyu_magics.core.run_store import process_start_time
+
+    rank0 = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        started = process_start_time(rank0.pid)
+        run = RunStore().create("ddp", "own-torchrun", status="running", pid=rank0.pid, pid_started=started,
+                                owner_pid=rank0.pid, owner_started=started)
+        done = jiyu("stop", run.id, "--grace", "1")
+        assert done.returncode == 0, done.stderr
+        assert rank0.wait(timeout=15) is not None, "rank 0 was spared as if it were a kernel"
+        assert RunStore().get(run.id).status == "stopped"
+    finally:
+        rank0.kill()
+        rank0.wait()
+
+
 def test_kill_9_of_the_supervisor_makes_the_run_lost_and_stops_its_ranks(tmp_path):
     run = jobs.submit(write_notebook(tmp_path / "nb.ipynb"), nproc=2, params={"steps": 10_000})
     wait_for(lambda: steps_logged(run.id), what="the first step")

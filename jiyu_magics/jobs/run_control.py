@@ -137,9 +137,11 @@ def _stop_active(store: RunStore, run: Run, grace: float) -> Run:
 
 def _owning_kernel(run: Run) -> int | None:
     """The run's living owner where it is not a job's supervisor: the kernel of a ``%%train
-    --nproc`` run (whose recorded pid is torchrun's, or its own while queued). A stop waits for
-    it to record the end and never signals it."""
-    if run.kind == "job" or not process_alive(run.owner_pid, run.owner_started):
+    --nproc`` run, whose recorded pid is torchrun's. A stop waits for it to record the end and
+    never signals it. An owner that is also the recorded process is none of that: a job's
+    supervisor, rank 0 of the user's own torchrun (it trains; a stop must reach it), or a queued
+    ``%%train --nproc`` (its kernel, never stopped as the owner of a queued run: ``stop_owner``)."""
+    if run.kind == "job" or run.owner_pid == run.pid or not process_alive(run.owner_pid, run.owner_started):
         return None
     return run.owner_pid
 
