@@ -27,7 +27,8 @@ from .jobs_workload import (assert_no_processes, finished, processes_of, steps_l
 
 pytestmark = pytest.mark.usefixtures("torchrun_tmp")
 
-ORPHAN_DEADLINE_S = 60.0  # parent-death SIGTERM, a checkpoint, or at worst the ranks' own 30 s SIGKILL
+ORPHAN_DEADLINE_S = 90.0  # parent-death SIGTERM, a checkpoint; at worst torchrun's 30 s grace before it SIGKILLs
+# a rank stuck in a collective plus the ranks' own 30 s orphan grace (60 s), with room for a loaded machine
 
 
 def torchrun_of(run_id: str) -> psutil.Process:
