@@ -170,4 +170,21 @@ def steps_logged(run_id: str) -> list[dict]:
 def assert_no_processes(run_id: str, within: float = 10.0) -> None:
     """No process of the run is left, at the latest ``within`` seconds from now (a supervisor
     takes a moment to exit after recording the end)."""
-    wait_for(lambda: processes_of(run_id) == [], within, every=0.1, what=f"no process of run {run_id}")
+    try:
+        wait_for(lambda: processes_of(run_id) == [], within, every=0.1, what=f"no process of run {run_id}")
+    except AssertionError as timed_out:
+        raise AssertionError(f"{timed_out}; left: {describe_processes(processes_of(run_id))}") from None
+
+
+def describe_processes(pids: list[int]) -> str:
+    """Each pid with its parent, state and command line: what a timed-out wait names."""
+    import psutil
+
+    described = []
+    for pid in pids:
+        try:
+            proc = psutil.Process(pid)
+            described.append(f"{pid} (parent {proc.ppid()}, {proc.status()}): {' '.join(proc.cmdline())[:160]}")
+        except psutil.Error:
+            described.append(f"{pid} (gone)")
+    return "; ".join(described) or "none"

@@ -27,8 +27,9 @@ from .jobs_workload import (assert_no_processes, finished, processes_of, steps_l
 
 pytestmark = pytest.mark.usefixtures("torchrun_tmp")
 
-ORPHAN_DEADLINE_S = 90.0  # parent-death SIGTERM, a checkpoint; at worst torchrun's 30 s grace before it SIGKILLs
-# a rank stuck in a collective plus the ranks' own 30 s orphan grace (60 s), with room for a loaded machine
+ORPHAN_DEADLINE_S = 90.0  # parent-death SIGKILL of torchrun, SIGTERM of the ranks, a checkpoint; at worst the
+# ranks' own 30 s orphan grace for one stuck in a collective (or torchrun's 30 s grace before it SIGKILLs a rank,
+# where torchrun lives), with room for a loaded machine
 
 
 def torchrun_of(run_id: str) -> psutil.Process:
@@ -104,7 +105,9 @@ def test_ranks_die_with_their_agent_when_nobody_is_left_to_stop_them(tmp_path):
 def test_kill_9_of_a_kernel_during_train_nproc_leaves_no_rank_and_the_run_lost(tmp_path, victim):
     """The kernel alone (as the OOM killer picks it), or its whole process group: torchrun (a
     session of its own) and the ranks must notice, end, and the run becomes ``lost`` with
-    nothing left. Until then the kernel, its owner, kept it ``running`` past any listing."""
+    nothing left. Until then the kernel, its owner, kept it ``running`` past any listing. The
+    kernel has many threads, each of which signals torchrun as it dies: torchrun once hung at
+    exit after a second SIGTERM (1 in 4 under load), so it gets SIGKILL instead."""
     kernel = KernelManager(kernel_name="python3")
     kernel.start_kernel(cwd=str(tmp_path))
     client = kernel.client()

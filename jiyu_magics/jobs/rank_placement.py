@@ -107,10 +107,10 @@ class ScheduledPlacement(RankPlacement, Protocol):
 @dataclass
 class LocalProcessGroup:
     """torchrun as a child process group of the owner, on this machine. ``die_with_parent``
-    asks Linux to SIGTERM torchrun when the owner dies (a ``kill -9`` of the supervisor or of
-    the kernel's process group), and the ranks die with torchrun. None: when the owner runs in
-    a main thread (the supervisor, a kernel's cells), since the signal follows the thread that
-    started torchrun."""
+    asks Linux to SIGKILL torchrun when the owner dies (a ``kill -9`` of the supervisor or of
+    the kernel's process group), and the ranks stop with a checkpoint as torchrun dies. None:
+    when the owner runs in a main thread (the supervisor, a kernel's cells), since the signal
+    follows the thread that started torchrun."""
 
     die_with_parent: bool | None = None
     backend: str = "local"

@@ -2,8 +2,13 @@
 
 Linux sends a chosen signal to a process when its parent dies (``prctl(PR_SET_PDEATHSIG)``),
 so a ``kill -9`` of torchrun (as the OOM killer does it) or of the kernel that started it no
-longer leaves ranks training with nobody to stop them. The signal is SIGTERM: a rank in
-``fit`` then stops at a step with a checkpoint, like any stop. Two gaps are closed by hand:
+longer leaves ranks training with nobody to stop them. A rank gets SIGTERM: in ``fit`` it then
+stops at a step with a checkpoint, like any stop. torchrun gets SIGKILL (``request_kill``),
+and its ranks then get their SIGTERM: the parent's death signal comes once per thread of a
+dying multi-threaded parent (Linux hands the child to the next live thread and signals again),
+and torchrun, hit by a second SIGTERM while it shuts its workers down, skips stopping its log
+tailers and then waits for them forever at exit (seen after a ``kill -9`` of a kernel under
+load). A rank takes repeated SIGTERMs as one stop. Two gaps are closed by hand:
 
 - the parent may die before the request takes hold: the parent seen before and after asking
   must be the same, and not the init process that adopts orphans (unless init is the launcher
@@ -37,6 +42,11 @@ def request(sig: int = signal.SIGTERM) -> None:
     """Asks Linux to send ``sig`` to this process when its parent dies (in ``preexec_fn``
     after a fork, or in the process itself)."""
     _prctl(PR_SET_PDEATHSIG, int(sig))
+
+
+def request_kill() -> None:
+    """SIGKILL when the parent dies: for torchrun, whose ranks then stop on their own."""
+    request(signal.SIGKILL)
 
 
 def die_with_parent(grace: float = ORPHAN_GRACE_S) -> None:

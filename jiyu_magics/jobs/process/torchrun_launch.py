@@ -35,8 +35,9 @@ class Launch:
               node_rank: int | None = None, max_restarts: int = 0, die_with_parent: bool | None = None) -> "Launch":
         """Starts torchrun in a new session (its own process group), its output appended to
         ``log`` (default: the run's ``stdout.log``); ``env`` adds variables to the caller's
-        environment. ``die_with_parent`` asks Linux to SIGTERM torchrun when the caller dies
-        (a ``kill -9`` of the kernel or the supervisor), and the ranks die with torchrun. The
+        environment. ``die_with_parent`` asks Linux to SIGKILL torchrun when the caller dies
+        (a ``kill -9`` of the kernel or the supervisor), and the ranks, told by their own
+        parent-death SIGTERM, stop at a step with a checkpoint (``parent_death``). The
         request follows the thread that starts torchrun, so by default it is made from a
         main thread only (the kernel's cells and the supervisor run there)."""
         if die_with_parent is None:
@@ -51,7 +52,7 @@ class Launch:
             proc = subprocess.Popen(cmd, cwd=cwd, env=torchrun.environment(run_id, files.error, env),
                                     stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                     start_new_session=True,
-                                    preexec_fn=parent_death.request if die_with_parent else None)
+                                    preexec_fn=parent_death.request_kill if die_with_parent else None)
         finally:
             if own_log:
                 log.close()
