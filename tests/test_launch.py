@@ -56,3 +56,60 @@ def test_stop_ends_every_rank_within_ten_seconds(tmp_path):
     assert processes_of(launch.run_id) == []
     assert {(r.state, r.stopped) for r in launch.ranks()} == {("exited", True)}
     assert {r.pid for r in launch.ranks()} == pids
+
+
+BEFORE_THE_GROUP = """import os, time, torch.distributed as dist
+if os.environ["RANK"] == "1":
+    time.sleep(5)  # rank 0 is inside init_process_group by then, even on a loaded machine
+    raise ValueError("rank 1 broke before joining")
+dist.init_process_group("gloo")
+"""
+
+
+def test_a_rank_stuck_waiting_for_a_peer_that_failed_ends_itself_and_the_peer_stays_the_cause(tmp_path):
+    """Rank 1 fails before joining the group: rank 0 waits inside ``init_process_group`` (C++,
+    its SIGTERM handler cannot run) and before the peer watch torchrun SIGKILLed it only after
+    its 30 s grace; now it ends itself ``STUCK_S`` after the peer's error, well before that."""
+    from jiyu_magics.jobs.process.peer_failure import STUCK_S
+
+    (tmp_path / "job.py").write_text(BEFORE_THE_GROUP)
+    run = RunStore().create("ddp", "stuck-peer", status="running")
+    launch = Launch.start(tmp_path / "job.py", nproc=2, run_id=run.id, cwd=tmp_path)
+    assert launch.wait(180) != 0
+    assert launch.error_line() == "rank 1: ValueError: rank 1 broke before joining"
+    stuck, failed = launch.ranks()
+    assert (stuck.state, stuck.exit_code) == ("exited", 1) and "after rank 1 failed: it was stuck" in stuck.error
+    assert STUCK_S <= stuck.ended - failed.ended < 25, "ended by its own watch, not by torchrun's SIGKILL at 30 s"
+    assert f"[jiyu] rank 0 ended {STUCK_S:.0f} s after rank 1 failed" in RunFiles.of(run.id).log.read_text()
+    assert processes_of(run.id) == []
+
+
+TAKES_THE_STOP = """import os, signal, sys, time
+from jiyu_magics.core import job_stop
+if os.environ["RANK"] == "1":
+    time.sleep(1)
+    raise ValueError("rank 1 broke")
+stopping = []
+signal.signal(signal.SIGTERM, lambda *_: (job_stop.note("test"), stopping.append(time.time())))
+while not stopping:
+    time.sleep(0.05)
+while time.time() - stopping[0] < {busy}:  # a long stop checkpoint, in Python: the stop is taken
+    time.sleep(0.05)
+open({marker!r}, "w").write("finished its stop")
+"""
+
+
+def test_a_rank_busy_with_its_stop_after_a_peer_failed_is_not_cut_short(tmp_path):
+    """The watch ends only a rank that has not taken the stop: one writing its stop
+    checkpoint (here: as ``fit`` does, its handler noted the stop) runs on past ``STUCK_S``."""
+    from jiyu_magics.jobs.process.peer_failure import STUCK_S
+
+    marker = tmp_path / "marker.txt"
+    (tmp_path / "job.py").write_text(TAKES_THE_STOP.format(busy=STUCK_S + 4, marker=str(marker)))
+    run = RunStore().create("ddp", "busy-peer", status="running")
+    launch = Launch.start(tmp_path / "job.py", nproc=2, run_id=run.id, cwd=tmp_path)
+    assert launch.wait(180) != 0
+    assert marker.read_text() == "finished its stop"
+    busy, failed = launch.ranks()
+    assert (busy.exit_code, busy.error) == (0, None) and failed.error == "ValueError: rank 1 broke"
+    assert launch.error_line() == "rank 1: ValueError: rank 1 broke"

@@ -24,7 +24,7 @@ from .jobs_workload import processes_of
 from .notebook_runner import first_logged_step, execute, notebook, text_of, widget_html
 
 DATA = """%load_ext jiyu_magics
-import os, torch
+import os, time, torch
 from torch.utils.data import DataLoader, TensorDataset
 torch.manual_seed(0)
 X = torch.randn(512, 8); y = X @ torch.linspace(-1, 1, 8).unsqueeze(1)
@@ -185,6 +185,28 @@ def test_a_failing_rank_is_one_line_and_nothing_is_left(tmp_path):
     (run,) = [r for r in RunStore().list() if r.name == "ddp-fail"]
     assert run.status == "failed" and "rank one is out of coffee" in run.error
     assert processes_of(run.id) == []
+
+
+def test_a_rank_failing_before_training_does_not_leave_the_cell_waiting_on_rank_0(tmp_path):
+    """Rank 1 fails in the cell's set-up, before it joins the process group; rank 0 waits for it
+    inside ``init_process_group``, where its SIGTERM handler cannot run. It ends itself (its
+    record says so) instead of waiting for torchrun's SIGKILL, and rank 1 is the failure shown."""
+    from jiyu_magics.jobs.process import rank_records
+
+    nb = execute(notebook(
+        DATA, "%%train --nproc 2 --max-steps 50 --name ddp-early\n"
+              "if os.environ.get('RANK') == '1':\n    time.sleep(5)  # rank 0 is in init_process_group by then\n"
+              "    raise RuntimeError('no shard for rank 1')" + RECORDING_BODY),
+        tmp_path, timeout=300, allow_errors=True)
+    (error,) = [o for o in nb.cells[1].outputs if o.output_type == "error"]
+    assert error.evalue == "%%train --nproc 2 failed: rank 1: RuntimeError: no shard for rank 1", \
+        "the body's own error, not a generic 'the cell body failed'"
+    assert error.traceback[-2:] == ["    raise RuntimeError('no shard for rank 1')", "RuntimeError: no shard for rank 1"]
+    (run,) = [r for r in RunStore().list() if r.name == "ddp-early"]
+    rank0, rank1 = rank_records.read_all(run.id)
+    assert (rank0.state, rank0.exit_code) == ("exited", 1) and "after rank 1 failed: it was stuck" in rank0.error
+    assert rank1.error == "RuntimeError: no shard for rank 1" and rank1.ended < rank0.ended
+    assert run.status == "failed" and processes_of(run.id) == []
 
 
 def test_rank_output_and_a_print_in_the_cell_body_reach_the_cell(tmp_path):

@@ -171,7 +171,11 @@ class TrainMagics(Magics):
         namespace = self.shell.user_ns
         before = identities(namespace, watched(args))
         body = bool(cell and cell.strip())
-        if body and not self.shell.run_cell(cell, store_history=False).success:
+        ran = self.shell.run_cell(cell, store_history=False) if body else None
+        if ran is not None and not ran.success:
+            error = ran.error_before_exec or ran.error_in_exec
+            if under_torchrun() and error is not None:
+                raise error  # a rank: the body's own error is the failure the cell and the run name
             raise UsageError(f"the cell body failed (traceback above); nothing was {'launched' if launching else 'trained'}")
         if body:  # whatever fails next, the kernel keeps what the body bound: --nproc replays it
             CellHistory.of(self.shell).setup_ran = True

@@ -9,7 +9,8 @@ A stop ends the job (``core.job_stop``): SIGTERM outside ``fit`` ends the script
 inside ``fit`` the engine stops at a step with a checkpoint and the script ends before its next
 cell; either way the rank exits with status 0 and records that it stopped, so torchrun reports
 no failure and restarts nothing. A rank started after its run was asked to stop (a restart, a
-slow start) runs nothing. The rank dies with its torchrun agent (``parent_death``).
+slow start) runs nothing. The rank dies with its torchrun agent (``parent_death``), and ends
+itself when it is stuck after a peer failed (``peer_failure``).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from ...core import job_stop
 from ...core.run_files import RUN_ID_ENV, store_path
 from ...core.run_store import RunStore, UnknownRun, process_start_time
 from ...core.store_db import StoreUnusable
-from . import parent_death, rank_records as ranks
+from . import parent_death, peer_failure, rank_records as ranks
 from .error_line import one_line
 
 SIGTERM_REASON = "a stop request (SIGTERM)"
@@ -50,6 +51,8 @@ def main(argv: list[str] | None = None) -> int:
     if record:
         ranks.write(run_id, record)
     signal.signal(signal.SIGTERM, _stop_now)
+    if record and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        peer_failure.watch(run_id, record)
     try:
         ending = _run(script, argv, run_id)
     except job_stop.JobStopped:  # a second stop came while the first was being handled
