@@ -130,5 +130,5 @@ class KubernetesJob:
         state = self.state()
         if state.phase is not Phase.ENDED or state.exit_code == 0:
             return None
-        failed = sorted((r for r in self.ranks() if r.ended is not None and r.exit_code), key=lambda r: r.ended)
+        failed = sorted((r for r in self.ranks() if r.exited_with_error), key=lambda r: r.ended)
         return failed[0].describe() if failed else state.error

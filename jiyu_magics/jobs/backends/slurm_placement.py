@@ -129,7 +129,7 @@ class SlurmJob:
         state = self.state()
         if state.phase is not Phase.ENDED or state.exit_code == 0:
             return None
-        failed = sorted((r for r in self.ranks() if r.ended is not None and r.exit_code), key=lambda r: r.ended)
+        failed = sorted((r for r in self.ranks() if r.exited_with_error), key=lambda r: r.ended)
         if failed:
             return failed[0].describe()
         return state.error or f"Slurm job {self.scheduler_id} ended with exit code {state.exit_code}"

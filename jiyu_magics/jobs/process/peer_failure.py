@@ -33,20 +33,21 @@ def watch(run_id: str, record: ranks.RankRecord) -> None:
 
 def _watch(run_id: str, record: ranks.RankRecord) -> None:
     failed_since = None
-    while job_stop.noted() is None and record.ended is None:  # the script's own end stands
+    while True:
         time.sleep(WATCH_S)
+        if job_stop.noted() is not None or record.ended is not None:  # it took the stop, or its own end stands
+            return
         peer = failed_peer(ranks.read_all(run_id), record)
         if peer is None:
             continue
         failed_since = failed_since or time.monotonic()
-        if time.monotonic() - failed_since >= STUCK_S and job_stop.noted() is None and record.ended is None:
+        if time.monotonic() - failed_since >= STUCK_S:
             _end_stuck(run_id, record, peer)
 
 
 def failed_peer(records: list[ranks.RankRecord], me: ranks.RankRecord) -> ranks.RankRecord | None:
-    """Another rank of this attempt that ended with an error it recorded (not a stop)."""
-    return next((r for r in records if r.rank != me.rank and r.restart == me.restart and r.ended is not None
-                 and r.exit_code and not r.stopped), None)
+    """Another rank of this attempt that ended with an error it recorded (a stop exits 0)."""
+    return next((r for r in records if r.rank != me.rank and r.restart == me.restart and r.exited_with_error), None)
 
 
 def _end_stuck(run_id: str, record: ranks.RankRecord, peer: ranks.RankRecord) -> None:

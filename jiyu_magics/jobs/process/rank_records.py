@@ -46,6 +46,11 @@ class RankRecord:
         return self.state == "killed" or bool(self.exit_code)
 
     @property
+    def exited_with_error(self) -> bool:
+        """It ended with a non-zero status it recorded itself (an error, not a kill nor a stop)."""
+        return self.ended is not None and bool(self.exit_code)
+
+    @property
     def killed_by_signal(self) -> bool:
         """Killed by a signal other than SIGTERM: SIGTERM is what torchrun sends the ranks that
         are left once one failed, so a rank that died of it is a victim, not the cause."""
@@ -113,7 +118,7 @@ def first_failure(records: list[RankRecord]) -> RankRecord | None:
     peer"), whatever their errors' times say. Else the earliest error that was recorded, else
     a rank that was killed by an unknown hand."""
     by_signal = sorted((r for r in records if r.killed_by_signal), key=lambda r: r.rank)
-    exited = sorted((r for r in records if r.ended is not None and r.exit_code), key=lambda r: r.ended)
+    exited = sorted((r for r in records if r.exited_with_error), key=lambda r: r.ended)
     killed = [r for r in records if r.state == "killed"]
     return (by_signal or exited or killed or [None])[0]
 
