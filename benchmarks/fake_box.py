@@ -36,10 +36,10 @@ def populate(runs: int, steps: int, *, running: int, leasing: bool = True, **ste
     """``runs`` job runs from notebooks, with a ``start`` and ``steps`` step events each (plus
     ``step_fields`` in every step), all finished but the last ``running``, which stay running
     and, with ``leasing``, lease one GPU each, GPU 0 upwards. Returns those running runs."""
-    from jiyu_magics.core.event_log import EventLog
-    from jiyu_magics.core.gpu_leases import GpuSlot
-    from jiyu_magics.core.run_files import RunFiles
-    from jiyu_magics.core.run_store import RunStore, process_start_time
+    from jiyu_magics.core.events.log import EventLog
+    from jiyu_magics.core.store.leases import GpuSlot
+    from jiyu_magics.core.runs.files import RunFiles
+    from jiyu_magics.core.store.run_store import RunStore, process_start_time
 
     store, pid, live = RunStore(), os.getpid(), []
     for i in range(runs):

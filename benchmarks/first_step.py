@@ -24,8 +24,8 @@ class Submitted(NamedTuple):
 
 def first_event_time(run_id: str, kind: str = "step", timeout: float = 300) -> float:
     """The time of the run's first ``kind`` event, polled every 20 ms."""
-    from jiyu_magics.core.event_log import read_events
-    from jiyu_magics.core.run_files import RunFiles
+    from jiyu_magics.core.events.log import read_events
+    from jiyu_magics.core.runs.files import RunFiles
 
     deadline = time.time() + timeout
     while time.time() < deadline:
@@ -38,7 +38,7 @@ def first_event_time(run_id: str, kind: str = "step", timeout: float = 300) -> f
 
 def wait_end(run_id: str, timeout: float = 300):
     """The run's row once it is no longer active (so the next repetition starts on an idle box)."""
-    from jiyu_magics.core.run_store import RunStore
+    from jiyu_magics.core.store.run_store import RunStore
 
     deadline = time.time() + timeout
     while time.time() < deadline:
@@ -64,8 +64,8 @@ def submit_to_first_step(notebook: Path, **options) -> Submitted:
 def torchrun_to_first_step(script: Path, nproc: int, cwd: Path) -> float:
     """``torchrun --standalone --nproc-per-node N script`` started directly (no supervisor), timed
     to rank 0's first step: the script logs into a run row made for it, as a job's does."""
-    from jiyu_magics.core.run_files import RunFiles
-    from jiyu_magics.core.run_store import RunStore
+    from jiyu_magics.core.runs.files import RunFiles
+    from jiyu_magics.core.store.run_store import RunStore
 
     run = RunStore().create("ddp", "bench-torchrun", status="running")
     RunFiles.of(run.id).create()

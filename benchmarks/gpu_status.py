@@ -11,7 +11,7 @@ import statistics
 import subprocess
 import time
 
-from jiyu_magics.core import gpu_snapshot as gpu
+from jiyu_magics.core.gpu import snapshot as gpu
 from jiyu_magics.views import gpu_table as view
 
 QUERY = "index,uuid,name,utilization.gpu,utilization.memory,memory.used,memory.total,temperature.gpu,power.draw,clocks.sm"

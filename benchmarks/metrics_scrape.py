@@ -36,7 +36,7 @@ def main() -> None:
     args = parser.parse_args()
     use_fake_box(args.gpus)
     live = populate(args.runs, args.steps, running=args.gpus, epoch=1, lr=1e-3)
-    from jiyu_magics.core.run_store import RunStore
+    from jiyu_magics.core.store.run_store import RunStore
     from jiyu_magics.server import metrics
     from jiyu_magics.server.gpu_sampler import Holders, doctor_finding, read_gpus
     from jiyu_magics.server.run_views import RunViews

@@ -122,7 +122,7 @@ def main() -> None:
     os.chdir(tmp)
     from IPython.core.interactiveshell import InteractiveShell
 
-    from jiyu_magics.core.run_files import RunFiles
+    from jiyu_magics.core.runs.files import RunFiles
 
     shell = InteractiveShell.instance()
     shell.run_line_magic("load_ext", "jiyu_magics")

@@ -43,7 +43,7 @@ def main() -> None:
     args = parser.parse_args()
     state = use_fake_box(args.gpus) / "nvml.json"
     os.environ["JIYU_NVML_DOUBLE_PROCESSES"] = str(state)
-    from jiyu_magics.core.gpu_owners import KernelInfo
+    from jiyu_magics.core.gpu.owners import KernelInfo
     from jiyu_magics.server.gpu_sampler import Holders, read_gpus
     from jiyu_magics.server.run_views import RunViews
 

@@ -22,8 +22,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.fake_box import populate, use_fake_box  # noqa: E402
 from benchmarks.timing import timed  # noqa: E402
-from jiyu_magics.core.event_log import EventLog  # noqa: E402
-from jiyu_magics.core.run_files import RunFiles  # noqa: E402
+from jiyu_magics.core.events.log import EventLog  # noqa: E402
+from jiyu_magics.core.runs.files import RunFiles  # noqa: E402
 from jiyu_magics.server import metrics  # noqa: E402
 from jiyu_magics.server.run_views import RunViews  # noqa: E402
 

@@ -33,7 +33,7 @@ sys.path[:0] = [str(ROOT)] if REAL_GPU else [str(DOUBLE), str(ROOT)]
 
 from benchmarks.first_step import first_event_time, submit_to_first_step, wait_end  # noqa: E402
 from jiyu_magics import jobs  # noqa: E402
-from jiyu_magics.core.run_store import RunStore  # noqa: E402
+from jiyu_magics.core.store.run_store import RunStore  # noqa: E402
 from tests.jobs_workload import write_notebook  # noqa: E402
 
 QUICK = {"steps": 3, "step_seconds": 0.0}

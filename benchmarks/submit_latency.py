@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.first_step import submit_to_first_step, torchrun_to_first_step  # noqa: E402
-from jiyu_magics.core.run_files import RunFiles  # noqa: E402
+from jiyu_magics.core.runs.files import RunFiles  # noqa: E402
 from tests.jobs_workload import write_notebook  # noqa: E402
 
 PARAMS = {"steps": 3, "step_seconds": 0.0}

@@ -4,7 +4,9 @@
 torch, no IPython, no NVML until a magic or command needs them.
 """
 
-__version__ = "0.1.0"
+from ._version import __version__
+
+__all__ = ["__version__", "runs"]
 
 
 def runs(*run_ids: str, limit: int = 50):

@@ -11,10 +11,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import __version__
-from .commands import (CliError, gpu_commands, job_commands, plot_commands, queue_commands, store_commands,
-                       usage_commands)
-from .core.store_db import StoreUnusable
+from ._version import __version__
+from .commands import CliError, gpu_commands, job_commands, plot_commands, queue_commands, store_commands, usage_commands
+from .core.store.database import StoreUnusable
 
 COMMAND_MODULES = (gpu_commands, job_commands, plot_commands, queue_commands, store_commands, usage_commands)
 

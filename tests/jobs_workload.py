@@ -25,8 +25,8 @@ import os, time
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
-from jiyu_magics.core.event_log import EventLog
-from jiyu_magics.core.run_files import RunFiles
+from jiyu_magics.core.events.log import EventLog
+from jiyu_magics.core.runs.files import RunFiles
 
 dist.init_process_group("gloo")
 rank, world = dist.get_rank(), dist.get_world_size()
@@ -139,7 +139,7 @@ def wait_for(predicate, timeout: float = 120.0, every: float = 0.2, what: str = 
 
 def finished(run_id: str, timeout: float = 180.0):
     """The run's store row once it is no longer active (succeeded, failed, stopped, lost)."""
-    from jiyu_magics.core.run_store import RunStore
+    from jiyu_magics.core.store.run_store import RunStore
 
     return wait_for(lambda: (lambda r: r if not r.active else None)(RunStore().get(run_id)), timeout,
                     what=f"run {run_id} to end")
@@ -161,8 +161,8 @@ def processes_of(run_id: str) -> list[int]:
 
 
 def steps_logged(run_id: str) -> list[dict]:
-    from jiyu_magics.core.event_log import read_events
-    from jiyu_magics.core.run_files import RunFiles
+    from jiyu_magics.core.events.log import read_events
+    from jiyu_magics.core.runs.files import RunFiles
 
     return [e for e in read_events(RunFiles.of(run_id).events)[0] if e["kind"] == "step"]
 

@@ -70,7 +70,7 @@ def with_parameters(nb: nbformat.NotebookNode, **params) -> nbformat.NotebookNod
 def first_logged_step(home: Path, timeout: float = 120.0) -> str:
     """Waits until some run under ``home`` has logged a training step; returns its id (for
     tests that interrupt or stop training mid-run)."""
-    from jiyu_magics.core.event_log import read_events
+    from jiyu_magics.core.events.log import read_events
 
     deadline = time.time() + timeout
     while time.time() < deadline:

@@ -3,8 +3,8 @@ views or folds under test)."""
 
 from __future__ import annotations
 
-from jiyu_magics.core.event_log import read_events
-from jiyu_magics.core.run_files import RunFiles
+from jiyu_magics.core.events.log import read_events
+from jiyu_magics.core.runs.files import RunFiles
 
 
 def events_of(result, kind: str | None = None) -> list[dict]:

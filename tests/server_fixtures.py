@@ -9,9 +9,9 @@ import re
 from tornado.httpclient import HTTPResponse
 from traitlets.config import Config
 
-from jiyu_magics.core.event_log import EventLog
-from jiyu_magics.core.run_files import RunFiles
-from jiyu_magics.core.run_store import Run, RunStore, process_start_time
+from jiyu_magics.core.events.log import EventLog
+from jiyu_magics.core.runs.files import RunFiles
+from jiyu_magics.core.store.run_store import Run, RunStore, process_start_time
 
 
 def server_config(**jiyu) -> Config:

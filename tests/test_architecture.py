@@ -5,6 +5,7 @@ so the cases do not depend on today's module names."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -67,3 +68,77 @@ def test_a_forbidden_import_breaks_its_contract(contract, modules, reported, tmp
     result = lint_imports(tmp_path, "--contract", contract)
     assert result.returncode == 1 and "Contracts: 0 kept, 1 broken." in result.stdout, result.stdout + result.stderr
     assert reported in result.stdout
+
+
+def module_cycles(package_root: Path) -> list[list[str]]:
+    """Every import cycle among the package's modules, package ``__init__`` files and
+    function-level imports included (import-linter's ``acyclic_siblings`` compares siblings
+    only: a package importing its own child which imports the package back passes it)."""
+    code = (
+        "import grimp, json, sys\n"
+        "g = grimp.build_graph('jiyu_magics')\n"
+        "mods = sorted(m for m in g.modules if m.startswith('jiyu_magics'))\n"
+        "print(json.dumps({m: sorted(d for d in g.find_modules_directly_imported_by(m) "
+        "if d.startswith('jiyu_magics')) for m in mods}))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(package_root)}
+    out = subprocess.run([sys.executable, "-c", code], cwd=package_root, env=env, capture_output=True, text=True,
+                         timeout=120, check=True).stdout
+    graph = json.loads(out)
+    return strongly_connected(graph)
+
+
+def strongly_connected(graph: dict[str, list[str]]) -> list[list[str]]:
+    """The components of more than one module (Tarjan's algorithm, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    components = []
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(graph.get(root, [])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, edges = work[-1]
+            child = next(edges, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(graph.get(child, []))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    components.append(sorted(component))
+    return components
+
+
+def test_no_import_cycle_at_any_depth():
+    assert module_cycles(ROOT) == []
+
+
+def test_a_package_importing_its_child_back_is_a_cycle(tmp_path):
+    shutil.copytree(ROOT / "jiyu_magics", tmp_path / "jiyu_magics", ignore=shutil.ignore_patterns("__pycache__", "labextension"))
+    views = tmp_path / "jiyu_magics" / "views"
+    (views / "_probe.py").write_text("def f():\n    from . import format\n")
+    init = views / "__init__.py"
+    init.write_text(init.read_text() + "\nfrom . import _probe\n")
+    (views / "format.py").write_text((views / "format.py").read_text() + "\n\ndef g():\n    from .. import views\n")
+    assert ["jiyu_magics.views", "jiyu_magics.views._probe", "jiyu_magics.views.format"] in module_cycles(tmp_path)

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from jiyu_magics.core import cuda_doctor as doctor
-from jiyu_magics.core.cuda_doctor import PROBLEM, WARNING, OK, Probes
-from jiyu_magics.core.torch_versions import TorchFacts
+from jiyu_magics.core.gpu import doctor
+from jiyu_magics.core.gpu.doctor import PROBLEM, WARNING, OK, Probes
+from jiyu_magics.core.gpu.torch_versions import TorchFacts
 
 CUDA_TORCH = TorchFacts(version="2.5.1+cu124", cuda="12.4", cudnn="9.1.0", nccl="2.21.5")
 

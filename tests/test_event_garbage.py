@@ -9,9 +9,9 @@ import json
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from jiyu_magics.core.event_log import EventLog, read_events, summarize, tail_events
-from jiyu_magics.core.run_model import EventKind
-from jiyu_magics.core.run_files import RunFiles
+from jiyu_magics.core.events.log import EventLog, read_events, summarize, tail_events
+from jiyu_magics.core.runs.model import EventKind
+from jiyu_magics.core.runs.files import RunFiles
 
 from .cli_runner import jiyu
 from .server_fixtures import body, live_run, server_config, training_events

@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from jiyu_magics.core.event_log import EventLog, read_events, summarize, tail_events
+from jiyu_magics.core.events.log import EventLog, read_events, summarize, tail_events
 
 
 def test_append_and_read_by_offset(tmp_path):
@@ -83,7 +83,7 @@ def test_summary_follows_the_latest_fit_of_a_run(tmp_path):
 
 
 def test_last_start_reads_across_chunk_boundaries(tmp_path):
-    from jiyu_magics.core.event_log import last_start
+    from jiyu_magics.core.events.log import last_start
 
     path = tmp_path / "e.jsonl"
     with EventLog(path) as log:

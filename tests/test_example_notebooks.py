@@ -10,7 +10,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from jiyu_magics.core.run_store import RunStore
+from jiyu_magics.core.store.run_store import RunStore
 
 from .conftest import ROOT
 from .notebook_runner import execute, mimetypes_of, text_of, with_parameters

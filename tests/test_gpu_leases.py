@@ -10,11 +10,11 @@ import time
 
 import pytest
 
-from jiyu_magics.core.gpu_leases import GpuSlot
-from jiyu_magics.core.gpu_owners import Attribution
-from jiyu_magics.core.gpu_snapshot import GpuDevice, GpuProcess, GpuSnapshot
-from jiyu_magics.core.gpu_usage import accrue, report
-from jiyu_magics.core.run_store import RunStore, process_start_time
+from jiyu_magics.core.store.leases import GpuSlot
+from jiyu_magics.core.gpu.owners import Attribution
+from jiyu_magics.core.gpu.snapshot import GpuDevice, GpuProcess, GpuSnapshot
+from jiyu_magics.core.gpu.usage import accrue, report
+from jiyu_magics.core.store.run_store import RunStore, process_start_time
 
 SLOTS = [GpuSlot(f"GPU-{i}", i) for i in range(4)]
 

@@ -14,8 +14,8 @@ import time
 import pytest
 
 from jiyu_magics import jobs
-from jiyu_magics.core import gpu_snapshot as gpu
-from jiyu_magics.core.run_store import RunStore
+from jiyu_magics.core.gpu import snapshot as gpu
+from jiyu_magics.core.store.run_store import RunStore
 from jiyu_magics.jobs.process import rank_records as ranks
 
 from .cli_runner import jiyu

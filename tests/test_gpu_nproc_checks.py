@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from jiyu_magics.core.event_log import read_events
-from jiyu_magics.core.run_files import RunFiles
+from jiyu_magics.core.events.log import read_events
+from jiyu_magics.core.runs.files import RunFiles
 
 from .conftest import ARTIFACTS
 from .jobs_workload import processes_of

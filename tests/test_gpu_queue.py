@@ -19,7 +19,7 @@ import time
 import pytest
 
 from jiyu_magics import jobs
-from jiyu_magics.core.run_store import RunStore
+from jiyu_magics.core.store.run_store import RunStore
 from jiyu_magics.jobs.process import rank_records as ranks
 
 from .cli_runner import JIYU, jiyu
@@ -114,7 +114,7 @@ def test_a_stopped_queued_run_never_starts(box, tmp_path):
 
 
 def _log(run_id: str) -> str:
-    from jiyu_magics.core.run_files import RunFiles
+    from jiyu_magics.core.runs.files import RunFiles
 
     path = RunFiles.of(run_id).log
     return path.read_text() if path.exists() else ""
@@ -188,7 +188,7 @@ def test_the_busy_threshold_comes_from_the_environment(box, tmp_path, monkeypatc
 
 KERNEL_LEASE = """
 import os, torch
-from jiyu_magics.core.run_store import RunStore, process_start_time
+from jiyu_magics.core.store.run_store import RunStore, process_start_time
 from jiyu_magics.train.device_lease import record_device_lease
 run = RunStore().create("kernel", "notebook-training", status="running", pid=os.getpid(),
                         pid_started=process_start_time(os.getpid()), notebook="/lab/holder.ipynb")

@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from jiyu_magics.core import gpu_snapshot as gpu
+from jiyu_magics.core.gpu import snapshot as gpu
 
 pytestmark = pytest.mark.gpu
 MIB = 2**20

@@ -7,7 +7,7 @@ import json
 import pytest
 import os
 
-from jiyu_magics.core import gpu_snapshot as gpu
+from jiyu_magics.core.gpu import snapshot as gpu
 from jiyu_magics.views import gpu_table as view
 
 GIB = 2**30

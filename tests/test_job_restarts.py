@@ -16,8 +16,8 @@ import torch
 from nbformat.v4 import new_code_cell, new_notebook
 
 from jiyu_magics import jobs
-from jiyu_magics.core.event_log import read_events
-from jiyu_magics.core.run_files import RunFiles
+from jiyu_magics.core.events.log import read_events
+from jiyu_magics.core.runs.files import RunFiles
 from jiyu_magics.jobs.process import rank_records
 
 from .jobs_workload import assert_no_processes, finished, wait_for
@@ -112,7 +112,7 @@ def test_a_requeued_script_resumes_each_call_from_its_own_checkpoints(monkeypatc
     """A Slurm requeue relaunches the whole script with ``JIYU_RESUME=last``: the same rule as
     a torchrun restart. Here in one process, attempt by attempt, with ``fit`` itself: two calls
     of different shapes, the second cut short in the first attempt."""
-    from jiyu_magics.core.run_store import RunStore
+    from jiyu_magics.core.store.run_store import RunStore
     from jiyu_magics.train import fit
 
     run = RunStore().create("job", "requeued", status="running", pid=os.getpid())

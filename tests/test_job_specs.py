@@ -11,9 +11,9 @@ import time
 import yaml
 
 from jiyu_magics import jobs
-from jiyu_magics.core.run_files import RunFiles
-from jiyu_magics.core.run_store import RunStore
-from jiyu_magics.jobs.backends import Handover
+from jiyu_magics.core.runs.files import RunFiles
+from jiyu_magics.core.store.run_store import RunStore
+from jiyu_magics.jobs.backends.handover import Handover
 
 from .cli_runner import jiyu
 from .jobs_workload import write_notebook

@@ -12,9 +12,9 @@ import torch
 from nbformat.v4 import new_code_cell, new_notebook
 
 from jiyu_magics import jobs
-from jiyu_magics.core.event_log import read_events
-from jiyu_magics.core.run_files import RunFiles
-from jiyu_magics.core.run_store import RunStore
+from jiyu_magics.core.events.log import read_events
+from jiyu_magics.core.runs.files import RunFiles
+from jiyu_magics.core.store.run_store import RunStore
 from jiyu_magics.jobs.process import rank_records
 from jiyu_magics.train import fit
 from jiyu_magics.train.checkpoint import load_checkpoint, newest_checkpoint

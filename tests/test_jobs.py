@@ -16,9 +16,9 @@ import time
 import pytest
 
 from jiyu_magics import jobs
-from jiyu_magics.core.event_log import read_events, summarize
-from jiyu_magics.core.run_files import RunFiles
-from jiyu_magics.core.run_store import RunStore
+from jiyu_magics.core.events.log import read_events, summarize
+from jiyu_magics.core.runs.files import RunFiles
+from jiyu_magics.core.store.run_store import RunStore
 from jiyu_magics.jobs.process import rank_records as ranks
 
 from .cli_runner import jiyu
@@ -99,7 +99,7 @@ def test_a_stop_as_torchrun_exits_waits_for_the_kernel_that_owns_the_run_and_nev
     exited after the last step and its kernel (the owner; here a process standing in for it)
     has not yet recorded the end: the stop waits for the kernel's word, succeeded, rather than
     recording a stop of its own that would stand as the first final status."""
-    from jiyu_magics.core.run_store import process_start_time
+    from jiyu_magics.core.store.run_store import process_start_time
     from jiyu_magics.jobs.final_status import Outcome, RunStatus
     from jiyu_magics.jobs.lifecycle import record_end
 
@@ -123,7 +123,7 @@ def test_a_stop_as_torchrun_exits_waits_for_the_kernel_that_owns_the_run_and_nev
 def test_a_stop_reaches_rank_0_of_the_users_own_torchrun_that_registered_the_run(tmp_path):
     """``fit`` under a torchrun the user started registers the run from rank 0: the recorded
     process and the owner are rank 0 itself, which trains and must be stopped (unlike a kernel)."""
-    from jiyu_magics.core.run_store import process_start_time
+    from jiyu_magics.core.store.run_store import process_start_time
 
     rank0 = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:

@@ -8,8 +8,8 @@ import os
 import signal
 
 from jiyu_magics import jobs
-from jiyu_magics.core.event_log import read_events
-from jiyu_magics.core.run_files import RunFiles
+from jiyu_magics.core.events.log import read_events
+from jiyu_magics.core.runs.files import RunFiles
 from jiyu_magics.jobs.process import rank_records as ranks
 
 from .jobs_workload import assert_no_processes, finished, wait_for, write_train_notebook

@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from jiyu_magics.core.run_files import RunFiles
-from jiyu_magics.core.run_store import RunStore
+from jiyu_magics.core.runs.files import RunFiles
+from jiyu_magics.core.store.run_store import RunStore
 from jiyu_magics.jobs import JobError, Launch
 from jiyu_magics.jobs.launch_spec import check_fits_devices, visible_gpus
 
@@ -17,8 +17,8 @@ pytestmark = pytest.mark.gpu
 
 NCCL_SCRIPT = """\
 import json, os, torch, torch.distributed as dist
-from jiyu_magics.core.event_log import EventLog
-from jiyu_magics.core.run_files import RunFiles
+from jiyu_magics.core.events.log import EventLog
+from jiyu_magics.core.runs.files import RunFiles
 torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
 dist.init_process_group("nccl")
 x = torch.ones(4, device="cuda") * (dist.get_rank() + 1)

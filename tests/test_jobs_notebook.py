@@ -8,9 +8,9 @@ import subprocess
 
 import psutil
 
-from jiyu_magics.core.event_log import summarize
-from jiyu_magics.core.run_files import RunFiles
-from jiyu_magics.core.run_store import RunStore
+from jiyu_magics.core.events.log import summarize
+from jiyu_magics.core.runs.files import RunFiles
+from jiyu_magics.core.store.run_store import RunStore
 
 from .jobs_workload import assert_no_processes, wait_for, write_notebook
 from .notebook_runner import execute, html_of, mimetypes_of, notebook, text_of, widget_html

@@ -20,9 +20,9 @@ import pytest
 import yaml
 
 from jiyu_magics import jobs
-from jiyu_magics.core.run_files import RunFiles
-from jiyu_magics.core.run_store import RunStore
-from jiyu_magics.jobs.backends.kubernetes_states import state_of
+from jiyu_magics.core.runs.files import RunFiles
+from jiyu_magics.core.store.run_store import RunStore
+from jiyu_magics.jobs.backends.kubernetes.states import state_of
 from jiyu_magics.jobs.rank_placement import Phase
 
 from .cli_runner import jiyu

@@ -15,8 +15,8 @@ import urllib.request
 import psutil
 from playwright.sync_api import expect, sync_playwright
 
-from jiyu_magics.core.run_files import store_path
-from jiyu_magics.core.run_store import RunStore
+from jiyu_magics.core.runs.files import store_path
+from jiyu_magics.core.store.run_store import RunStore
 
 from .conftest import ROOT, NVML_DOUBLE_DIR
 from .gpu_box import GIB, GpuBox

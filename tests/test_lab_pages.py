@@ -11,8 +11,8 @@ import re
 
 from playwright.sync_api import expect
 
-from jiyu_magics.core.run_files import store_path
-from jiyu_magics.core.run_store import RunStore
+from jiyu_magics.core.runs.files import store_path
+from jiyu_magics.core.store.run_store import RunStore
 
 from .test_lab_panel import PANEL, PYTHON3, browser, jobs, lab, status_of, wait_until  # noqa: F401 (fixtures)
 

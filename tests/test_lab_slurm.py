@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 from playwright.sync_api import expect
 
-from jiyu_magics.core.run_files import store_path
-from jiyu_magics.core.run_store import RunStore
+from jiyu_magics.core.runs.files import store_path
+from jiyu_magics.core.store.run_store import RunStore
 
 from .jobs_workload import assert_no_processes
 from .lab_runner import jupyter_lab, submit_training_job

@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from jiyu_magics.core.run_files import RunFiles
-from jiyu_magics.core.run_store import RunStore
+from jiyu_magics.core.runs.files import RunFiles
+from jiyu_magics.core.store.run_store import RunStore
 from jiyu_magics.jobs import Launch
 
 from .jobs_workload import processes_of, steps_logged, wait_for, write_script
@@ -85,7 +85,7 @@ def test_a_rank_stuck_waiting_for_a_peer_that_failed_ends_itself_and_the_peer_st
 
 
 TAKES_THE_STOP = """import os, signal, sys, time
-from jiyu_magics.core import job_stop
+from jiyu_magics.core.processes import job_stop
 if os.environ["RANK"] == "1":
     time.sleep(1)
     raise ValueError("rank 1 broke")

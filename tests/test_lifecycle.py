@@ -10,10 +10,10 @@ import threading
 import pytest
 
 from jiyu_magics import jobs
-from jiyu_magics.core.event_log import read_events
-from jiyu_magics.core.run_model import RunKind, RunStatus
-from jiyu_magics.core.run_store import RunStore
-from jiyu_magics.core.run_files import RunFiles
+from jiyu_magics.core.events.log import read_events
+from jiyu_magics.core.runs.model import RunKind, RunStatus
+from jiyu_magics.core.store.run_store import RunStore
+from jiyu_magics.core.runs.files import RunFiles
 from jiyu_magics.jobs.final_status import Outcome, closing_events, decide, final_status, fit_end_status
 from jiyu_magics.jobs.launch_spec import LaunchSpec
 from jiyu_magics.jobs.lifecycle import LifecycleState as S, RunLifecycle, record_end, record_end_without_owner
@@ -25,8 +25,8 @@ STARTED = [S.REGISTERED, S.QUEUED, S.STARTING, S.RUNNING]
 # Rank 0's engine honoured a stop and both ranks exited cleanly: torchrun exits 0.
 ENDS_STOPPED = """
 import os
-from jiyu_magics.core.event_log import EventLog
-from jiyu_magics.core.run_files import RunFiles
+from jiyu_magics.core.events.log import EventLog
+from jiyu_magics.core.runs.files import RunFiles
 
 if os.environ["RANK"] == "0":
     with EventLog(RunFiles.of(os.environ["JIYU_RUN_ID"]).events) as log:

@@ -13,9 +13,9 @@ import re
 import pytest
 import yaml
 
-from jiyu_magics.core.run_model import RunKind
-from jiyu_magics.core.gpu_leases import GpuSlot
-from jiyu_magics.core.run_store import RunStore
+from jiyu_magics.core.runs.model import RunKind
+from jiyu_magics.core.store.leases import GpuSlot
+from jiyu_magics.core.store.run_store import RunStore
 from jiyu_magics.jobs.launch_spec import LaunchSpec
 from jiyu_magics.jobs.lifecycle import RunLifecycle
 

@@ -12,7 +12,7 @@ import sys
 import jsonschema
 import pytest
 
-from jiyu_magics.core.run_model import ACTIVE, EventKind, RunKind, RunStatus
+from jiyu_magics.core.runs.model import ACTIVE, EventKind, RunKind, RunStatus
 from jiyu_magics.server.rest_schema import api_schema
 
 from .conftest import ROOT

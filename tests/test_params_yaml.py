@@ -8,7 +8,7 @@ import pytest
 from IPython.core.error import UsageError
 from nbformat.v4 import new_code_cell, new_notebook
 
-from jiyu_magics.core.run_store import RunStore
+from jiyu_magics.core.store.run_store import RunStore
 from jiyu_magics.jobs import JobError
 from jiyu_magics.jobs.export.params import parse_yaml
 

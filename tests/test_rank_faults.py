@@ -16,9 +16,9 @@ import pytest
 from jupyter_client import KernelManager
 
 from jiyu_magics import jobs
-from jiyu_magics.core.event_log import read_events
-from jiyu_magics.core.run_files import RunFiles
-from jiyu_magics.core.run_store import RunStore
+from jiyu_magics.core.events.log import read_events
+from jiyu_magics.core.runs.files import RunFiles
+from jiyu_magics.core.store.run_store import RunStore
 from jiyu_magics.jobs.process import rank_records, torchrun_report
 
 from .cli_runner import jiyu

@@ -4,7 +4,7 @@ the launcher's frames. Through the real kernel: tests/test_train_nproc.py."""
 
 from __future__ import annotations
 
-from jiyu_magics.core.rank_output import RankLines, first_traceback
+from jiyu_magics.core.runs.rank_output import RankLines, first_traceback
 
 TRACEBACK = """\
 [rank1]: Traceback (most recent call last):

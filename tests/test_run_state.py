@@ -3,9 +3,9 @@ the list summary, FitResult.from_events and the training views."""
 
 from __future__ import annotations
 
-from jiyu_magics.core.event_log import EventLog, read_events, summarize
-from jiyu_magics.core.run_model import RunStatus
-from jiyu_magics.core.run_state import RunState, RunSummary
+from jiyu_magics.core.events.log import EventLog, read_events, summarize
+from jiyu_magics.core.runs.model import RunStatus
+from jiyu_magics.core.events.fold import RunState, RunSummary
 from jiyu_magics.train.fit_result import FitResult
 from jiyu_magics.views.training_view import TrainingView
 

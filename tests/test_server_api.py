@@ -15,9 +15,9 @@ import nbformat
 import pytest
 from tornado.httpclient import HTTPClientError
 
-from jiyu_magics.core.event_log import EventLog
-from jiyu_magics.core.run_files import RunFiles
-from jiyu_magics.core.run_store import RunStore
+from jiyu_magics.core.events.log import EventLog
+from jiyu_magics.core.runs.files import RunFiles
+from jiyu_magics.core.store.run_store import RunStore
 from jiyu_magics.server.handlers import ROUTES
 
 from .conftest import ROOT

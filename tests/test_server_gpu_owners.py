@@ -48,8 +48,8 @@ async def test_gpu_processes_of_two_kernels_are_named_by_their_notebooks(jp_fetc
     box.hold(0, pids[alpha["kernel"]["id"]], 2 * GIB)
     box.hold(1, pids[beta["kernel"]["id"]], 5 * GIB)
     run = live_run("leased", notebook=str(jp_root_dir / "gamma.ipynb"))
-    from jiyu_magics.core.gpu_leases import GpuSlot
-    from jiyu_magics.core.run_store import RunStore
+    from jiyu_magics.core.store.leases import GpuSlot
+    from jiyu_magics.core.store.run_store import RunStore
 
     RunStore().leases.record(run.id, GpuSlot("GPU-00000000-0000-0000-0000-000000000002", 2))
     for session in (alpha, beta):

@@ -11,7 +11,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from tornado.httpclient import HTTPClientError
 
-from jiyu_magics.core.run_store import RunStore
+from jiyu_magics.core.store.run_store import RunStore
 from jiyu_magics.server import metrics
 
 from .server_fixtures import live_run, server_config, training_events
@@ -112,9 +112,9 @@ H100 = "GPU-11111111-2222-3333-4444-555555555555"
 
 
 async def test_a_stalled_run_its_last_step_time_its_lease_and_gpu_seconds(nvml_double, jp_fetch):
-    from jiyu_magics.core.gpu_leases import GpuSlot
-    from jiyu_magics.core.run_files import RunFiles
-    from jiyu_magics.core.event_log import read_events
+    from jiyu_magics.core.store.leases import GpuSlot
+    from jiyu_magics.core.runs.files import RunFiles
+    from jiyu_magics.core.events.log import read_events
     from jiyu_magics import __version__
 
     stuck, fine = live_run("stuck"), live_run("fine")

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from tornado.httpclient import HTTPClientError
 
-from jiyu_magics.core.run_files import RunFiles
+from jiyu_magics.core.runs.files import RunFiles
 
 from .server_fixtures import body, live_run, server_config
 

@@ -13,10 +13,10 @@ import time
 import pytest
 
 from jiyu_magics import jobs
-from jiyu_magics.core.event_log import read_events, summarize
-from jiyu_magics.core.run_files import RunFiles
-from jiyu_magics.core.run_store import Run, RunStore
-from jiyu_magics.jobs.backends import slurm_commands
+from jiyu_magics.core.events.log import read_events, summarize
+from jiyu_magics.core.runs.files import RunFiles
+from jiyu_magics.core.store.run_store import Run, RunStore
+from jiyu_magics.jobs.backends.slurm import commands as slurm_commands
 
 from .cli_runner import jiyu
 from .jobs_workload import assert_no_processes, wait_for

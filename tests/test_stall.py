@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from jiyu_magics.core.event_log import read_events
-from jiyu_magics.core.run_files import RunFiles
-from jiyu_magics.core.run_model import RunKind, RunStatus
-from jiyu_magics.core.run_store import RunStore
-from jiyu_magics.core.stall_clock import DEFAULT_MIN_TIMEOUT_S, StallClock
+from jiyu_magics.core.events.log import read_events
+from jiyu_magics.core.runs.files import RunFiles
+from jiyu_magics.core.runs.model import RunKind, RunStatus
+from jiyu_magics.core.store.run_store import RunStore
+from jiyu_magics.core.events.stall_clock import DEFAULT_MIN_TIMEOUT_S, StallClock
 from jiyu_magics.jobs.launch_spec import LaunchSpec
 from jiyu_magics.jobs.lifecycle import RunLifecycle
 

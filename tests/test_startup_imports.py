@@ -30,7 +30,7 @@ def test_export_reads_the_notebook_without_nbformat_or_jsonschema(tmp_path):
 def test_cli_help_imports_no_launcher_scheduler_or_gpu_code():
     code = ("from jiyu_magics.cli import build_parser\n"
             "build_parser().format_help()")
-    watched = ("jiyu_magics.jobs.lifecycle", "jiyu_magics.core.cuda_doctor", "jiyu_magics.core.gpu_snapshot",
+    watched = ("jiyu_magics.jobs.lifecycle", "jiyu_magics.core.gpu.doctor", "jiyu_magics.core.gpu.snapshot",
                "jiyu_magics.jobs.export.notebook_export", "importlib.metadata")
     assert loaded_after(code, watched) == set()
 
@@ -47,7 +47,7 @@ def test_listing_local_runs_leaves_the_lifecycle_for_a_scheduled_run(tmp_path, m
 def test_load_ext_leaves_gpu_checks_listings_and_the_launcher_for_later():
     code = ("from IPython.core.interactiveshell import InteractiveShell\n"
             "InteractiveShell.instance().run_line_magic('load_ext', 'jiyu_magics')")
-    watched = ("jiyu_magics.core.cuda_doctor", "jiyu_magics.core.gpu_status", "jiyu_magics.jobs.lifecycle",
+    watched = ("jiyu_magics.core.gpu.doctor", "jiyu_magics.core.gpu.status", "jiyu_magics.jobs.lifecycle",
                "jiyu_magics.views.run_table", "jiyu_magics.jobs.export.notebook_export", "torch")
     assert loaded_after(code, watched) == set()
 

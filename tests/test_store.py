@@ -6,8 +6,8 @@ import time
 
 import pytest
 
-from jiyu_magics.core.run_store import RunStore, UnknownRun, process_start_time
-from jiyu_magics.core.store_db import SCHEMA_VERSION
+from jiyu_magics.core.store.run_store import RunStore, UnknownRun, process_start_time
+from jiyu_magics.core.store.database import SCHEMA_VERSION
 
 
 @pytest.fixture

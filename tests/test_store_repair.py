@@ -14,9 +14,9 @@ import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 from tornado.httpclient import HTTPClientError
 
-from jiyu_magics.core.event_log import EventLog
-from jiyu_magics.core.run_files import RunFiles, store_path
-from jiyu_magics.core.run_store import RECORD_FILE, RunStore, process_start_time
+from jiyu_magics.core.events.log import EventLog
+from jiyu_magics.core.runs.files import RunFiles, store_path
+from jiyu_magics.core.store.run_store import RECORD_FILE, RunStore, process_start_time
 
 from .cli_runner import jiyu
 from .server_fixtures import server_config

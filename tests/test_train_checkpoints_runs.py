@@ -13,9 +13,9 @@ import pytest
 import torch
 from torch import nn
 
-from jiyu_magics.core.event_log import read_events
-from jiyu_magics.core.run_files import RunFiles
-from jiyu_magics.core.run_store import RunStore
+from jiyu_magics.core.events.log import read_events
+from jiyu_magics.core.runs.files import RunFiles
+from jiyu_magics.core.store.run_store import RunStore
 from jiyu_magics.train import TrainConfigError, fit
 from jiyu_magics.train.checkpoint import FORMAT, load_checkpoint, newest_checkpoint, save_atomic
 

@@ -9,8 +9,8 @@ import pytest
 import torch
 from torch import nn
 
-from jiyu_magics.core.run_files import RunFiles
-from jiyu_magics.core.run_store import RunStore
+from jiyu_magics.core.runs.files import RunFiles
+from jiyu_magics.core.store.run_store import RunStore
 from jiyu_magics.train import StopSignal, TrainingFailed, fit
 from jiyu_magics.train.checkpoint import load_checkpoint
 

@@ -7,7 +7,7 @@ import re
 import pytest
 from IPython.core.error import UsageError
 
-from jiyu_magics.core.run_store import RunStore
+from jiyu_magics.core.store.run_store import RunStore
 
 from .train_models import shell_setup
 

@@ -13,8 +13,8 @@ import re
 import pytest
 import torch
 
-from jiyu_magics.core.event_log import read_events
-from jiyu_magics.core.run_files import RunFiles
+from jiyu_magics.core.events.log import read_events
+from jiyu_magics.core.runs.files import RunFiles
 from jiyu_magics.train.checkpoint import load_checkpoint
 
 from .train_models import shell_setup, shell_train_body

@@ -10,7 +10,7 @@ import time
 from jupyter_client.manager import start_new_kernel
 from nbclient import NotebookClient
 
-from jiyu_magics.core.run_store import RunStore
+from jiyu_magics.core.store.run_store import RunStore
 
 from .notebook_runner import first_logged_step, notebook, text_of
 

@@ -15,9 +15,9 @@ from IPython.core.error import UsageError
 from jupyter_client import KernelManager
 from nbclient import NotebookClient
 
-from jiyu_magics.core.event_log import read_events
-from jiyu_magics.core.run_files import RunFiles
-from jiyu_magics.core.run_store import RunStore
+from jiyu_magics.core.events.log import read_events
+from jiyu_magics.core.runs.files import RunFiles
+from jiyu_magics.core.store.run_store import RunStore
 
 from .cli_runner import jiyu
 from .jobs_workload import processes_of

@@ -7,8 +7,8 @@ import re
 
 import pytest
 
-from jiyu_magics.core.event_log import read_events
-from jiyu_magics.core.run_files import RunFiles
+from jiyu_magics.core.events.log import read_events
+from jiyu_magics.core.runs.files import RunFiles
 
 from .train_models import shell_setup, shell_train_body
 

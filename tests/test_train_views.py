@@ -9,9 +9,9 @@ import subprocess
 import sys
 import textwrap
 
-from jiyu_magics.core.event_log import EventLog
-from jiyu_magics.core.run_files import RunFiles
-from jiyu_magics.core.run_store import RunStore
+from jiyu_magics.core.events.log import EventLog
+from jiyu_magics.core.runs.files import RunFiles
+from jiyu_magics.core.store.run_store import RunStore
 from jiyu_magics.views.loss_chart import RAW, SMOOTH, loss_svg
 from jiyu_magics.views.loss_plot import render_loss_png
 from jiyu_magics.views.train_text import progress_line, summary_html
@@ -251,8 +251,8 @@ def test_one_status_palette_in_the_panel_the_tables_and_the_summary():
     the %jobs table and the dashboard's summary; %jobs had them the other way round."""
     import re
 
-    from jiyu_magics.core.run_model import RunStatus
-    from jiyu_magics.core.run_store import Run
+    from jiyu_magics.core.runs.model import RunStatus
+    from jiyu_magics.core.store.run_store import Run
     from jiyu_magics.views.run_table import render_html
     from jiyu_magics.views.status_palette import status_colour
 

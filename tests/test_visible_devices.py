@@ -1,4 +1,4 @@
-from jiyu_magics.core.visible_devices import parse_visible_devices
+from jiyu_magics.core.gpu.visible_devices import parse_visible_devices
 
 UUIDS = ["GPU-aaaa-1", "GPU-bbbb-2", "GPU-cccc-3"]
 

@@ -23,7 +23,7 @@ def add_commands(commands) -> None:
 
 def run_gpu(args) -> int:
     from . import CliError, print_json
-    from ..core.gpu_status import owned_snapshot
+    from ..core.gpu.status import owned_snapshot
     from ..views import gpu_table as view
 
     if args.json and args.watch:
@@ -46,7 +46,7 @@ def run_doctor(args) -> int:
 
         return run_store_check(args)
     from . import print_json
-    from ..core import cuda_doctor as doctor
+    from ..core.gpu import doctor
     from ..views import doctor_report as view
 
     findings = doctor.diagnose()

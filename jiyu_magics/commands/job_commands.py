@@ -135,7 +135,7 @@ def run_logs(args: argparse.Namespace) -> int:
 def run_stacks(args: argparse.Namespace) -> int:
     from .. import jobs
     from . import CliError, print_json
-    from ..core import stack_groups as stacks
+    from ..core.runs import stack_groups as stacks
     from ..views import stack_view as view
 
     run = jobs.resolve(args.id)

@@ -23,9 +23,9 @@ def add_commands(commands) -> None:
 
 def run_plot(args: argparse.Namespace) -> int:
     from . import CliError
-    from ..core.event_log import read_events
-    from ..core.run_files import RunFiles
-    from ..core.run_store import RunStore, UnknownRun
+    from ..core.events.log import read_events
+    from ..core.runs.files import RunFiles
+    from ..core.store.run_store import RunStore, UnknownRun
     from ..views.loss_plot import events_loss_png
 
     try:

@@ -17,7 +17,7 @@ def add_commands(commands) -> None:
 
 def run_store_check(args: argparse.Namespace) -> int:
     from . import print_json
-    from ..core.store_repair import check_store
+    from ..core.store.repair import check_store
 
     check = check_store()
     if getattr(args, "json", False):
@@ -33,7 +33,7 @@ def run_store_check(args: argparse.Namespace) -> int:
 
 
 def run_repair(args: argparse.Namespace) -> int:
-    from ..core.store_repair import repair_store
+    from ..core.store.repair import repair_store
 
     report = repair_store()
     if report.set_aside:

@@ -29,8 +29,8 @@ def since_time(text: str) -> float:
 
 def run_usage(args: argparse.Namespace) -> int:
     from . import print_json
-    from ..core.gpu_usage import report
-    from ..core.run_store import RunStore
+    from ..core.gpu.usage import report
+    from ..core.store.run_store import RunStore
     from ..views import usage_table as view
 
     rows = report(RunStore().db, args.since, args.by)

@@ -9,9 +9,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from .event_log import read_events
-from .run_files import RunFiles
-from .run_store import Run, RunStore
+from .events.log import read_events
+from .runs.files import RunFiles
+from .store.run_store import Run, RunStore
 
 OPTIONS = ("epochs", "total_steps", "batch_size", "accum", "amp", "device", "strategy", "nproc")
 

@@ -33,8 +33,7 @@ _HOMES = {
 _ORIGINAL_NAMES = {"follow_scheduled": "follow"}
 
 if TYPE_CHECKING:
-    from .run_control import (StopReport, list_page, list_runs, move_to_top, queued_runs, resolve, stop,
-                              stop_report)
+    from .run_control import StopReport, list_page, list_runs, move_to_top, queued_runs, resolve, stop, stop_report
     from .job_error import JobError
     from .export.notebook_export import ExecutedCell, Export, export_history, export_notebook
     from .lifecycle import RunLifecycle

@@ -20,8 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable
 
-from ..core.run_model import EventKind, RunStatus
-from ..core.run_state import RunState
+from ..core.runs.model import EventKind, RunStatus
+from ..core.events.fold import RunState
 
 OWNER_SOURCE = "lifecycle"  # marks the events the run's owner wrote, not rank 0
 OWNER_SOURCES = (OWNER_SOURCE, "supervisor")  # "supervisor": logs written before the lifecycle existed

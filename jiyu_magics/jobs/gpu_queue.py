@@ -16,10 +16,10 @@ import os
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from ..core import gpu_snapshot as gpu
-from ..core.gpu_leases import Lease
-from ..core.gpu_owners import Attribution
-from ..core.run_store import Run, RunStore
+from ..core.gpu import snapshot as gpu
+from ..core.store.leases import Lease
+from ..core.gpu.owners import Attribution
+from ..core.store.run_store import Run, RunStore
 from .job_error import JobError
 
 CPU_LIMIT_ENV = "JIYU_MAX_CPU_JOBS"

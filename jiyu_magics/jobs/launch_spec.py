@@ -9,7 +9,7 @@ import shlex
 import shutil
 from dataclasses import asdict, dataclass, replace
 
-from ..core.run_files import RunFiles
+from ..core.runs.files import RunFiles
 from .job_error import JobError
 
 BACKENDS = ("local", "slurm", "kubernetes")
@@ -122,7 +122,7 @@ def _check_command(command: str) -> None:
 def visible_gpus() -> int | None:
     """How many GPUs CUDA would see here, from NVML (never CUDA); None when none or unknown
     (CPU machines run ranks on gloo, any number of them)."""
-    from ..core import gpu_snapshot as gpu
+    from ..core.gpu import snapshot as gpu
 
     snap = gpu.snapshot()
     if not snap.available:

@@ -43,10 +43,10 @@ import time
 from enum import Enum
 from typing import Callable, Mapping
 
-from ..core.event_log import EventLog, read_events
-from ..core.run_files import RunFiles
-from ..core.run_model import RunStatus
-from ..core.run_store import Run, RunStore, process_start_time
+from ..core.events.log import EventLog, read_events
+from ..core.runs.files import RunFiles
+from ..core.runs.model import RunStatus
+from ..core.store.run_store import Run, RunStore, process_start_time
 from .final_status import Outcome, closing_events, decide
 from .gpu_queue import Grant
 from .launch_spec import LaunchSpec

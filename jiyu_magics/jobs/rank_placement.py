@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Mapping, Protocol
 
-from ..core.run_store import Run
+from ..core.store.run_store import Run
 from .gpu_queue import Grant, GpuQueue
 from .launch_spec import LaunchSpec
 from .process.process_tree import StopResult

@@ -6,7 +6,7 @@ import math
 import time
 from dataclasses import dataclass, field
 
-from ..core.run_store import Run, RunStore, UnknownRun, process_alive
+from ..core.store.run_store import Run, RunStore, UnknownRun, process_alive
 from .job_error import JobError
 from . import scheduled_runs
 from .process import process_tree as processes

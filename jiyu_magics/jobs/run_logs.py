@@ -6,8 +6,8 @@ import os
 import time
 from typing import Callable, Iterator
 
-from ..core.run_files import RunFiles
-from ..core.run_store import RunStore
+from ..core.runs.files import RunFiles
+from ..core.store.run_store import RunStore
 from . import scheduled_runs
 from .job_error import JobError
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Callable, Iterable
 
-from ..core.run_files import RunFiles
-from ..core.run_store import Run, RunStore
+from ..core.runs.files import RunFiles
+from ..core.store.run_store import Run, RunStore
 from .backends import SCHEDULED_BACKENDS, placement_for
 from .job_error import JobError
 

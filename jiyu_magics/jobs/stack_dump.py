@@ -18,7 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-from ..core.run_files import STACK_SIGNAL_NAME, RunFiles
+from ..core.runs.files import STACK_SIGNAL_NAME, RunFiles
 from .process import rank_records
 
 WAIT_S = 3.0       # for every rank's dump to arrive

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import time
 
-from ..core.event_log import EventLog, read_events
-from ..core.run_files import RunFiles
-from ..core.run_store import RunStore
-from ..core.stall_clock import StallClock
+from ..core.events.log import EventLog, read_events
+from ..core.runs.files import RunFiles
+from ..core.store.run_store import RunStore
+from ..core.events.stall_clock import StallClock
 from .stack_dump import dump_stacks
 
 CHECK_S = 2.0

@@ -9,15 +9,15 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..core.run_files import RunFiles
-from ..core.run_names import BadRunName, check_run_name
-from ..core.run_store import Run, RunStore, process_start_time
+from ..core.runs.files import RunFiles
+from ..core.runs.names import BadRunName, check_run_name
+from ..core.store.run_store import Run, RunStore, process_start_time
 from .process import torchrun_command as torchrun
 from .job_error import JobError
 from .export import job_hazards
 from .export.notebook_export import export_notebook
 from .backends import placement_for
-from .backends.slurm_options import SlurmOptions
+from .backends.slurm.options import SlurmOptions
 from .lifecycle import RunLifecycle, record_end_without_owner
 from .launch_spec import LaunchSpec, visible_gpus
 
@@ -134,7 +134,7 @@ def submit_notes(run: Run) -> SubmitNotes:
         saved = {}
     handover = None
     if run.backend != "local":
-        from .backends import Handover
+        from .backends.handover import Handover
 
         found = Handover.load(run.id)
         handover = found.message if found else None

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .backends.slurm_options import DEFAULT_CHECKPOINT_GRACE_S, DEFAULT_MAX_REQUEUES
+from .backends.slurm.options import DEFAULT_CHECKPOINT_GRACE_S, DEFAULT_MAX_REQUEUES
 from .export.params import parse_pairs, parse_yaml, read_params_file
 from .launch_spec import BACKENDS, K8S_KINDS
 

@@ -17,11 +17,11 @@ import subprocess
 import sys
 import time
 
-from ..core.gpu_status import owned_snapshot
-from ..core.gpu_usage import accrue
-from ..core.run_model import RunStatus
-from ..core.run_store import RunStore, UnknownRun
-from ..core.store_db import StoreUnusable
+from ..core.gpu.status import owned_snapshot
+from ..core.gpu.usage import accrue
+from ..core.runs.model import RunStatus
+from ..core.store.run_store import RunStore, UnknownRun
+from ..core.store.database import StoreUnusable
 from .final_status import Outcome
 from .lifecycle import RunLifecycle, record_end_without_owner
 from .rank_placement import LocalProcessGroup

@@ -15,7 +15,7 @@ import sys
 from contextlib import contextmanager
 from typing import Iterator, TextIO
 
-from ..core.run_files import RUN_ID_ENV, RunFiles
+from ..core.runs.files import RUN_ID_ENV, RunFiles
 
 
 class CellLog:

@@ -22,8 +22,8 @@ from typing import Callable
 from IPython.core.error import UsageError
 
 from .. import jobs
-from ..core.event_log import read_events
-from ..core.run_model import RunKind, RunStatus
+from ..core.events.log import read_events
+from ..core.runs.model import RunKind, RunStatus
 from ..jobs.export.kernel_replay import relaunch_history
 from ..jobs.launch_spec import LaunchSpec, visible_gpus
 from ..jobs.lifecycle import RunLifecycle
@@ -183,7 +183,7 @@ class DdpLaunch:
 
     def _first_traceback(self) -> str | None:
         """The first failing rank's traceback from the log, trimmed of jiyu's and torch elastic's frames."""
-        from ..core.rank_output import first_traceback
+        from ..core.runs.rank_output import first_traceback
         from ..jobs.process.rank_records import first_failure
 
         failed = first_failure(self.lifecycle.ranks())

@@ -47,7 +47,7 @@ class GpuMagics(Magics):
             %gpu_status --watch 2
             snap = %gpu_status --json
         """
-        from ..core.gpu_status import owned_snapshot
+        from ..core.gpu.status import owned_snapshot
         from ..views import gpu_table as gpu_view
 
         args = parse_line(self.gpu_status, line)
@@ -74,7 +74,7 @@ class GpuMagics(Magics):
             display(self.watch.widget)
             self.watch.start()
             return None
-        from ..core.gpu_status import owned_snapshot
+        from ..core.gpu.status import owned_snapshot
         from ..views import gpu_table as gpu_view
         from ..widgets.terminal_redraw import watch_text
 
@@ -89,7 +89,7 @@ class GpuMagics(Magics):
         CUDA_VISIBLE_DEVICES empty/invalid/hiding GPUs, driver older than torch's CUDA, no
         cuDNN/NCCL, small /dev/shm, CUDA already initialised in this kernel, MIG mode.
         """
-        from ..core import cuda_doctor as doctor
+        from ..core.gpu import doctor
         from ..views import doctor_report as doctor_view
 
         args = parse_line(self.gpu_doctor, line)

@@ -13,10 +13,10 @@ import threading
 from typing import Callable
 
 from .. import jobs
-from ..core.event_log import read_events
-from ..core.run_files import RunFiles
-from ..core.run_model import EventKind
-from ..core.run_store import Run
+from ..core.events.log import read_events
+from ..core.runs.files import RunFiles
+from ..core.runs.model import EventKind
+from ..core.store.run_store import Run
 from ..views.training_view import TrainingView
 
 FOLLOW_REFRESH_S = 1.0

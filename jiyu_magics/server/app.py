@@ -15,8 +15,8 @@ from jupyter_server.extension.application import ExtensionApp
 from tornado.ioloop import PeriodicCallback
 from traitlets import Float, Int, TraitError, Unicode, default, validate
 
-from ..core.gpu_owners import BUSY_ENV, DEFAULT_BUSY_MIB, check_busy_mib
-from ..core.run_files import HOME_ENV
+from ..core.gpu.owners import BUSY_ENV, DEFAULT_BUSY_MIB, check_busy_mib
+from ..core.runs.files import HOME_ENV
 from .gpu_sampler import GpuSampler, Holders
 from .handlers import ROUTES
 from .kernel_owners import kernel_infos

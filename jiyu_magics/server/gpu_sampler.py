@@ -19,12 +19,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Callable, Mapping
 
-from ..core import cuda_doctor as doctor, gpu_snapshot as gpu
-from ..core.gpu_owners import KernelInfo, busy_threshold
-from ..core.gpu_status import owned_snapshot
-from ..core.gpu_usage import accrue
-from ..core.run_store import RunStore
-from ..core.store_db import StoreUnusable
+from ..core.gpu import doctor, snapshot as gpu
+from ..core.gpu.owners import KernelInfo, busy_threshold
+from ..core.gpu.status import owned_snapshot
+from ..core.gpu.usage import accrue
+from ..core.store.run_store import RunStore
+from ..core.store.database import StoreUnusable
 
 
 @dataclass

@@ -11,25 +11,35 @@ from __future__ import annotations
 import asyncio
 import hmac
 import json
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable, Protocol
 
 from jupyter_server.auth import User
 from jupyter_server.base.handlers import APIHandler
 from jupyter_server.extension.handler import ExtensionHandlerMixin
 from tornado import web
 
-from ..core.run_model import RunStatus
+from ..core.runs.model import RunStatus
 from . import jobs_bridge as bridge, metrics, validation
 from .http_errors import answers_errors
 from .log_chunks import read_chunk
+from .run_views import RunViews
 
-if TYPE_CHECKING:
-    from .app import JiyuApp
+class ServingApp(Protocol):
+    """What the handlers use of their extension app (``app.JiyuApp``, which lists them in its
+    routes: the handlers name only this, so the two modules do not import each other)."""
+
+    runs: RunViews
+    chunk_bytes: int
+    stop_grace: float
+    metrics_token: str
+    metrics_gpu_names: str
+
+    async def sample_gpus(self) -> dict: ...
 
 
 class JiyuHandler(ExtensionHandlerMixin, APIHandler):
     @property
-    def app(self) -> "JiyuApp":
+    def app(self) -> ServingApp:
         return self.extensionapp  # type: ignore[return-value]
 
     async def blocking(self, fn: Callable[..., Any], *args: Any) -> Any:

@@ -12,8 +12,8 @@ from typing import Any, Awaitable, Callable
 
 from tornado import web
 
-from ..core.run_store import UnknownRun
-from ..core.store_db import StoreUnusable
+from ..core.store.run_store import UnknownRun
+from ..core.store.database import StoreUnusable
 
 
 class RequestError(Exception):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
-from ..core.run_store import Run, RunStore
+from ..core.store.run_store import Run, RunStore
 from .http_errors import Conflict, RequestError, Unavailable
 from .validation import Submission
 

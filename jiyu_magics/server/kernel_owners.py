@@ -11,7 +11,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any
 
-from ..core.gpu_owners import KernelInfo
+from ..core.gpu.owners import KernelInfo
 
 
 async def kernel_infos(serverapp: Any) -> dict[int, KernelInfo]:

@@ -16,8 +16,8 @@ from typing import Iterable, Iterator
 from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily, Metric, StateSetMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
-from .. import __version__
-from ..core.run_model import RunStatus
+from .._version import __version__
+from ..core.runs.model import RunStatus
 from .metrics_gpu import gpu_families
 
 RECENT_S = 3600.0

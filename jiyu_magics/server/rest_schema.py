@@ -17,11 +17,11 @@ from dataclasses import fields
 from enum import Enum
 from typing import Any, Union, get_args, get_origin, get_type_hints, is_typeddict
 
-from ..core.event_model import COMMON, FIELDS
-from ..core.gpu_leases import RunGpu
-from ..core.run_model import EventKind, RunKind, RunStatus
-from ..core.run_state import RunSummary
-from ..core.run_store import Run
+from ..core.events.schema import COMMON, FIELDS
+from ..core.store.leases import RunGpu
+from ..core.runs.model import EventKind, RunKind, RunStatus
+from ..core.events.fold import RunSummary
+from ..core.store.run_store import Run
 
 SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
 # keys a run record may leave out: the runs list sends no ``params`` (the run's own route does)

@@ -15,10 +15,10 @@ import json
 import threading
 from pathlib import Path
 
-from ..core import stack_groups
-from ..core.event_log import read_events, summarize
-from ..core.run_files import RunFiles, store_path
-from ..core.run_store import Run, RunStore
+from ..core.runs import stack_groups
+from ..core.events.log import read_events, summarize
+from ..core.runs.files import RunFiles, store_path
+from ..core.store.run_store import Run, RunStore
 from ..views.stack_view import as_json
 from . import jobs_bridge as bridge
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from ..core import job_stop
+from ..core.processes import job_stop
 from . import rng_state as rng
 from .batches import BatchLoss
 from .checkpoint import CheckpointKeeper, checkpoint_folder_usable, load_checkpoint
@@ -28,8 +28,7 @@ from .process_group import join_process_group
 from .train_errors import NonFiniteLoss, TrainingFailed
 from .evaluate import evaluate
 from .weight_handoff import final_weights_path, load_initial_weights, write_weights
-from .end_messages import (input_bound_advice, nonfinite_message, oom_message, resume_command, stopped_message,
-                           succeeded_message)
+from .end_messages import input_bound_advice, nonfinite_message, oom_message, resume_command, stopped_message, succeeded_message
 from .finite_check import FiniteGuard
 from .schedule_check import schedule_mismatch
 from .step_meter import StepMeter

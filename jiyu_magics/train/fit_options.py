@@ -13,7 +13,7 @@ import typing
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
-from ..core.run_names import BadRunName, check_run_name
+from ..core.runs.names import BadRunName, check_run_name
 from .train_errors import TrainConfigError
 
 AMP_MODES = ("auto", "bf16", "fp16", "off")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..core.run_model import RunStatus
-from ..core.run_state import RunState
+from ..core.runs.model import RunStatus
+from ..core.events.fold import RunState
 
 
 @dataclass

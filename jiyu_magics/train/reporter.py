@@ -10,8 +10,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from ..core.event_log import EventLog, read_events
-from ..core.run_state import RunState, add_to_history
+from ..core.events.log import EventLog, read_events
+from ..core.events.fold import RunState, add_to_history
 from .process_group import DistContext, record_rank_error
 from .step_meter import Window
 from .monitor import NullMonitor

@@ -15,11 +15,11 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..core.event_log import EventLog, read_events
-from ..core.run_files import RUN_ID_ENV, RunFiles, jiyu_home
-from ..core.run_model import EventKind
-from ..core.run_store import RunStore, new_run_id, process_start_time
-from ..core.store_db import StoreUnusable
+from ..core.events.log import EventLog, read_events
+from ..core.runs.files import RUN_ID_ENV, RunFiles, jiyu_home
+from ..core.runs.model import EventKind
+from ..core.store.run_store import RunStore, new_run_id, process_start_time
+from ..core.store.database import StoreUnusable
 from .checkpoint import newest_checkpoint
 from .fit_calls import FitCall
 from .process_group import DistContext

@@ -15,7 +15,7 @@ import os
 import signal
 from typing import Iterator
 
-from ..core.run_files import RUN_ID_ENV, STACK_SIGNAL_NAME, RunFiles
+from ..core.runs.files import RUN_ID_ENV, STACK_SIGNAL_NAME, RunFiles
 
 
 @contextlib.contextmanager

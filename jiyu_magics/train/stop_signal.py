@@ -22,7 +22,7 @@ import threading
 from contextlib import contextmanager
 from typing import Iterator
 
-from ..core import job_stop
+from ..core.processes import job_stop
 
 INTERRUPT = "a kernel interrupt"
 TERMINATE = "a stop request (SIGTERM)"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from html import escape
 
-from ..core.cuda_doctor import Finding
+from ..core.gpu.doctor import Finding
 
 _MARK = {"ok": "ok", "warning": "WARN", "problem": "FAIL"}
 _COLOR = {"ok": "var(--jp-success-color1,#2e7d32)", "warning": "var(--jp-warn-color1,#e08b00)",

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from html import escape
 
-from ..core.gpu_snapshot import GpuDevice, GpuSnapshot
+from ..core.gpu.snapshot import GpuDevice, GpuSnapshot
 from .format import NA, bar, duration, gib, human_bytes, na, text_table
 
 NO_GPU = "No NVIDIA GPU visible: {reason}. Run %gpu_doctor."

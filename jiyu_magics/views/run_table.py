@@ -5,10 +5,10 @@ from __future__ import annotations
 import html
 import time
 
-from ..core.event_log import summarize
-from ..core.run_files import RunFiles
-from ..core.run_model import RunStatus
-from ..core.run_store import Run
+from ..core.events.log import summarize
+from ..core.runs.files import RunFiles
+from ..core.runs.model import RunStatus
+from ..core.store.run_store import Run
 from .format import NA, bar, duration, text_table
 from .status_palette import status_colour
 

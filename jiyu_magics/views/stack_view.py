@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..core.stack_groups import StackGroup
+from ..core.runs.stack_groups import StackGroup
 
 
 def render_text(run_id: str, folder: Path, groups: list[StackGroup], full: bool = False) -> str:

@@ -5,7 +5,7 @@ fallback where no theme is loaded (a saved notebook on a website, a terminal's H
 
 from __future__ import annotations
 
-from ..core.run_model import RunStatus
+from ..core.runs.model import RunStatus
 
 # status -> (JupyterLab CSS variable, light-theme fallback); the panel's chip uses the variable
 THEME_VARIABLES: dict[RunStatus, tuple[str, str]] = {

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ..core.run_state import RunState
+from ..core.events.fold import RunState
 
 SMOOTHING_SPANS = 15.0
 WAITING = "waiting"  # shown before the first start event: not a run status

@@ -8,8 +8,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from ..core.event_log import read_events
-from ..core.run_model import EventKind
+from ..core.events.log import read_events
+from ..core.runs.model import EventKind
 
 if TYPE_CHECKING:  # the engine's protocol; importing jiyu_magics.train would import torch
     from ..train.monitor import Monitor

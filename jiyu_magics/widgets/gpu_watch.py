@@ -11,7 +11,7 @@ import time
 
 import ipywidgets as widgets
 
-from ..core.gpu_status import owned_snapshot
+from ..core.gpu.status import owned_snapshot
 from ..views import gpu_table as gpu_view
 
 

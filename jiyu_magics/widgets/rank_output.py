@@ -14,7 +14,7 @@ from typing import Callable, TextIO
 import ipywidgets as widgets
 from IPython.display import display
 
-from ..core.rank_output import RankLines, shown
+from ..core.runs.rank_output import RankLines, shown
 
 PANE_STYLE = ("margin:0;max-height:16em;overflow:auto;font-size:12px;line-height:1.35;"
               "background:var(--jp-layout-color2,#f5f5f5);padding:4px 6px")

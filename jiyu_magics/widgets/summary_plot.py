@@ -8,7 +8,7 @@ and for anyone who looks in the folder.
 
 from __future__ import annotations
 
-from ..core.run_files import RunFiles
+from ..core.runs.files import RunFiles
 from ..views.loss_plot import render_loss_png
 from ..views.training_view import TrainingView
 

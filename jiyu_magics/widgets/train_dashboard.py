@@ -21,9 +21,9 @@ from typing import TYPE_CHECKING, Callable
 import ipywidgets as widgets
 from IPython.display import display
 
-from ..core import gpu_snapshot as gpu
-from ..core.event_log import read_events
-from ..core.run_model import RunStatus
+from ..core.gpu import snapshot as gpu
+from ..core.events.log import read_events
+from ..core.runs.model import RunStatus
 from ..views.format import duration, na
 from ..views.loss_chart import loss_svg
 from ..views.training_view import TrainingView

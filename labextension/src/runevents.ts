@@ -2,12 +2,12 @@
  * A run's event log (`GET /jiyu/api/runs/<id>/events`) folded into what its page shows: the
  * loss and validation series, the facts of its last `start`, checkpoints, errors by rank and
  * the latest numbers. Pure: the page and the comparison both use it, vitest checks it.
- * The fields are those `core/event_model.py` declares.
+ * The fields are those `core/events/schema.py` declares.
  */
 
 import { IPoint } from './chart';
 
-/** One event line as the server sends it; fields by kind as in core/event_model.py. */
+/** One event line as the server sends it; fields by kind as in core/events/schema.py. */
 export interface IRunEvent {
   kind: string;
   t: number;

@@ -106,7 +106,7 @@ export interface IGpuProcess {
   owner: IProcessOwner | null;
 }
 
-/** Who a GPU process belongs to (jiyu_magics/core/gpu_owners.py). */
+/** Who a GPU process belongs to (jiyu_magics/core/gpu/owners.py). */
 export interface IProcessOwner {
   kind: 'run' | 'kernel' | 'other' | 'outside';
   label: string;

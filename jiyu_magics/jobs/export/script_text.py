@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import ast
 
-from ... import __version__
+from ..._version import __version__
 
 HEADER = '''\
 #!/usr/bin/env python3
@@ -21,7 +21,7 @@ HEADER = '''\
 import os as _jiyu_os
 import sys as _jiyu_sys
 
-from jiyu_magics.core.job_stop import stop_point as _jiyu_stop_point
+from jiyu_magics.core.processes.job_stop import stop_point as _jiyu_stop_point
 
 _jiyu_os.environ.setdefault("MPLBACKEND", "Agg")  # no display in a job: figures render off-screen
 
@@ -45,7 +45,7 @@ _jiyu_headless_shell()
 # After a cell that clears the namespace (``%reset -f``): the script's names went with the
 # user's, and the next stop point (or a best-effort cell's error report) would be a NameError.
 REBIND_AFTER_RESET = ("import sys as _jiyu_sys  # the reset above cleared the script's own names too\n"
-                      "from jiyu_magics.core.job_stop import stop_point as _jiyu_stop_point")
+                      "from jiyu_magics.core.processes.job_stop import stop_point as _jiyu_stop_point")
 
 
 def header(origin: str) -> str:

@@ -19,7 +19,7 @@ import sys
 import threading
 import time
 
-from ...core import job_stop
+from ...core.processes import job_stop
 from . import rank_records as ranks
 
 WATCH_S = 1.0

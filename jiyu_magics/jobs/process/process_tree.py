@@ -22,7 +22,7 @@ from typing import Iterable
 
 import psutil
 
-from ...core.run_processes import alive, tagged
+from ...core.processes.run_processes import alive, tagged
 from .torchrun_command import WORKER_MODULE
 
 KILL_WAIT_S = 5.0

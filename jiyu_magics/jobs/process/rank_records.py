@@ -16,8 +16,8 @@ import signal as signals
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from ...core.run_files import RunFiles
-from ...core.run_store import process_alive
+from ...core.runs.files import RunFiles
+from ...core.store.run_store import process_alive
 
 
 @dataclass

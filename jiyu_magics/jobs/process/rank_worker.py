@@ -24,10 +24,10 @@ import time
 import traceback
 from typing import NamedTuple
 
-from ...core import job_stop
-from ...core.run_files import RUN_ID_ENV, store_path
-from ...core.run_store import RunStore, UnknownRun, process_start_time
-from ...core.store_db import StoreUnusable
+from ...core.processes import job_stop
+from ...core.runs.files import RUN_ID_ENV, store_path
+from ...core.store.run_store import RunStore, UnknownRun, process_start_time
+from ...core.store.database import StoreUnusable
 from . import parent_death, peer_failure, rank_records as ranks
 from .error_line import one_line
 

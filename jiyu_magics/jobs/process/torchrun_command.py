@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from ...core.run_files import HOME_ENV, RUN_ID_ENV, jiyu_home
+from ...core.runs.files import HOME_ENV, RUN_ID_ENV, jiyu_home
 
 WORKER_MODULE = "jiyu_magics.jobs.process.rank_worker"
 # torch >= 2.4 shares the rendezvous TCPStore with the workers; after a restart the ranks then

@@ -17,7 +17,7 @@ import threading
 from pathlib import Path
 from typing import IO, Mapping, Sequence
 
-from ...core.run_files import RunFiles
+from ...core.runs.files import RunFiles
 from . import parent_death, process_tree as processes, rank_records as ranks, torchrun_command as torchrun
 from . import torchrun_report
 

@@ -1,0 +1,223 @@
+"""GPU snapshots read through NVML (the ``pynvml`` module of nvidia-ml-py).
+
+NVML, not torch: it needs no CUDA context (no 500 MB taken from the user's GPU, no breaking of
+fork-based launchers) and sees every process on the device. NVML is initialised on the first
+snapshot, never at import, so a host without a driver gets a one-line answer instead of the
+import-time crash of other dashboards. Each field a device does not support is ``None`` (shown
+as "n/a"), never an exception. Field comments name the ``nvidia-smi --query-gpu`` equivalent.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+from ..processes.info import ancestors, command_line
+from .torch_versions import torch_facts
+from .visible_devices import VisibleDevices, parse_visible_devices
+
+MINE_DEPTH = 4  # how far up a GPU process's parents this process is looked for ("mine")
+_init_lock = threading.Lock()
+_initialised: set[int] = set()   # ids of NVML modules this process has initialised
+
+
+@dataclass
+class GpuProcess:
+    pid: int
+    used_memory: int | None      # bytes
+    command: str | None
+    type: str                    # "compute" or "graphics"
+    mine: bool = False           # this process or one of its children
+    owner: dict | None = None    # who it belongs to (``gpu_owners.ProcessOwner``), once attributed
+
+
+@dataclass
+class GpuDevice:
+    index: int
+    visible_index: int | None    # cuda:N under CUDA_VISIBLE_DEVICES; None when hidden
+    name: str | None             # name
+    uuid: str | None             # uuid
+    gpu_util: int | None = None  # utilization.gpu (%)
+    mem_util: int | None = None  # utilization.memory (%)
+    mem_used: int | None = None  # memory.used (bytes; the driver's reserved memory not included)
+    mem_total: int | None = None # memory.total (bytes)
+    mem_reserved: int | None = None  # memory.reserved (bytes; None where the driver reports no v2 info)
+    temperature: int | None = None   # temperature.gpu (C)
+    power_draw: float | None = None  # power.draw (W)
+    power_limit: float | None = None # enforced.power.limit (W)
+    sm_clock: int | None = None      # clocks.sm (MHz)
+    mig_mode: bool | None = None     # mig.mode.current
+    processes: list[GpuProcess] = field(default_factory=list)
+    # filled in by ``gpu_owners.attribute`` (None/empty until then):
+    leases: list[dict] = field(default_factory=list)  # the runs leasing it: run, name, kind, notebook, since
+    foreign_memory: int | None = None  # bytes held by processes that none of its leases accounts for
+    free: bool | None = None           # no lease, and foreign memory within the threshold
+
+    @property
+    def mem_fraction(self) -> float | None:
+        if self.mem_used is None or not self.mem_total:
+            return None
+        return self.mem_used / self.mem_total
+
+
+@dataclass
+class GpuSnapshot:
+    available: bool
+    reason: str | None = None            # why no GPU is visible
+    driver_version: str | None = None
+    cuda_driver_version: str | None = None
+    visible_devices: str | None = None   # CUDA_VISIBLE_DEVICES as set
+    devices: list[GpuDevice] = field(default_factory=list)
+    torch: dict | None = None            # versions, only when torch is already imported
+    time: float = 0.0
+    owners_note: str | None = None       # why leases and owners are missing (an unreadable run store)
+
+    def to_dict(self) -> dict:
+        """As plain data (flat copies: ``asdict``'s deep recursion costs more than the NVML
+        read on a box with many processes)."""
+        data = dict(vars(self))
+        data["devices"] = [{**vars(d), "processes": [dict(vars(p)) for p in d.processes]} for d in self.devices]
+        return data
+
+
+def load_nvml() -> Any:
+    """The ``pynvml`` module. Imported here, never at module import."""
+    return importlib.import_module("pynvml")
+
+
+def init_nvml(nvml: Any) -> None:
+    """``nvmlInit`` once per process (it is reference counted; we keep our reference)."""
+    with _init_lock:
+        if id(nvml) not in _initialised:
+            nvml.nvmlInit()
+            _initialised.add(id(nvml))
+
+
+def nvml_failure(error: BaseException) -> str:
+    """A human reason for an NVML start-up failure."""
+    text = str(error) or type(error).__name__
+    name = type(error).__name__
+    if "LibraryNotFound" in name or "Library Not Found" in text:
+        return "the NVIDIA driver's NVML library is not installed or not mounted into this container"
+    if "DriverNotLoaded" in name or "Driver Not Loaded" in text:
+        return "the NVIDIA kernel driver is not loaded"
+    if "NoPermission" in name:
+        return "no permission to open the NVIDIA device files"
+    return f"NVML failed to start ({text})"
+
+
+def snapshot(nvml: Any = None, env: Mapping[str, str] | None = None,
+             own_pid: int | None = None) -> GpuSnapshot:
+    """Everything ``%gpu_status`` shows, as data."""
+    env = os.environ if env is None else env
+    taken = time.time()
+    facts = torch_facts() if _torch_imported() else None
+    torch_info = facts.to_dict() if facts else None
+    try:
+        nvml = nvml or load_nvml()
+    except ImportError as error:
+        return GpuSnapshot(False, f"nvidia-ml-py is not installed ({error})", torch=torch_info, time=taken)
+    try:
+        init_nvml(nvml)
+        count = nvml.nvmlDeviceGetCount()
+    except Exception as error:  # pynvml.NVMLError and its many subclasses
+        return GpuSnapshot(False, nvml_failure(error), torch=torch_info, time=taken)
+    handles = device_handles(nvml, count)  # a lost GPU's handle is None: its fields read as n/a
+    uuids = [nvml_value(nvml.nvmlDeviceGetUUID, h) or "" for h in handles]
+    visible = parse_visible_devices(env.get("CUDA_VISIBLE_DEVICES"), uuids)
+    devices = [_device(nvml, i, h, uuids[i], visible, own_pid or os.getpid()) for i, h in enumerate(handles)]
+    cuda = nvml_value(nvml.nvmlSystemGetCudaDriverVersion)
+    return GpuSnapshot(
+        available=count > 0,
+        reason=None if count else "NVML reports no NVIDIA GPU on this machine",
+        driver_version=nvml_value(nvml.nvmlSystemGetDriverVersion),
+        cuda_driver_version=cuda_version_string(cuda),
+        visible_devices=visible.raw, devices=devices, torch=torch_info, time=taken)
+
+
+def device_handles(nvml: Any, count: int) -> list[Any]:
+    return [nvml_value(nvml.nvmlDeviceGetHandleByIndex, i) for i in range(count)]
+
+
+def utilization(visible_index: int, env: Mapping[str, str] | None = None) -> int | None:
+    """GPU utilisation (%) of ``cuda:N`` alone, for a dashboard polling while training: a
+    few NVML calls, no process table, and ``None`` rather than an exception on any failure."""
+    try:
+        nvml = load_nvml()
+        init_nvml(nvml)
+        handles = device_handles(nvml, nvml.nvmlDeviceGetCount())
+        uuids = [nvml_value(nvml.nvmlDeviceGetUUID, h) or "" for h in handles]
+        raw = (os.environ if env is None else env).get("CUDA_VISIBLE_DEVICES")
+        physical = parse_visible_devices(raw, uuids).order[visible_index]
+        return nvml.nvmlDeviceGetUtilizationRates(handles[physical]).gpu
+    except Exception:
+        return None
+
+
+def cuda_version_string(number: int | None) -> str | None:
+    """NVML's 12040 as "12.4"."""
+    if not number:
+        return None
+    return f"{number // 1000}.{(number % 1000) // 10}"
+
+
+def _torch_imported() -> bool:
+    import sys
+    return "torch" in sys.modules
+
+
+def nvml_value(fn: Callable, *args: Any) -> Any:
+    """One NVML query; ``None`` when the device does not support it."""
+    try:
+        value = fn(*args)
+    except Exception:  # NVMLError_NotSupported, _NoPermission, _GpuIsLost, ...
+        return None
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _device(nvml: Any, index: int, handle: Any, uuid: str, visible: VisibleDevices,
+            mine: int) -> GpuDevice:
+    util = nvml_value(nvml.nvmlDeviceGetUtilizationRates, handle)
+    memory = memory_info(nvml, handle)
+    power = nvml_value(nvml.nvmlDeviceGetPowerUsage, handle)
+    limit = nvml_value(nvml.nvmlDeviceGetEnforcedPowerLimit, handle)
+    mig = nvml_value(nvml.nvmlDeviceGetMigMode, handle)
+    return GpuDevice(
+        index=index, visible_index=visible.visible_index(index),
+        name=nvml_value(nvml.nvmlDeviceGetName, handle), uuid=uuid or None,
+        gpu_util=getattr(util, "gpu", None), mem_util=getattr(util, "memory", None),
+        mem_used=getattr(memory, "used", None), mem_total=getattr(memory, "total", None),
+        mem_reserved=getattr(memory, "reserved", None),
+        temperature=nvml_value(nvml.nvmlDeviceGetTemperature, handle, nvml.NVML_TEMPERATURE_GPU),
+        power_draw=None if power is None else power / 1000.0,
+        power_limit=None if limit is None else limit / 1000.0,
+        sm_clock=nvml_value(nvml.nvmlDeviceGetClockInfo, handle, nvml.NVML_CLOCK_SM),
+        mig_mode=None if mig is None else bool(mig[0]),
+        processes=_processes(nvml, handle, mine))
+
+
+def memory_info(nvml: Any, handle: Any) -> Any:
+    """NVML's v2 memory info where the driver has it, as ``nvidia-smi`` reads it: its ``used``
+    leaves out the memory the driver reserves (about 600 MiB on an idle H200), which v1 counts
+    as used. Older drivers (or nvidia-ml-py) without v2 answer v1."""
+    version = getattr(nvml, "nvmlMemory_v2", None)
+    info = nvml_value(nvml.nvmlDeviceGetMemoryInfo, handle, version) if version is not None else None
+    return info if info is not None else nvml_value(nvml.nvmlDeviceGetMemoryInfo, handle)
+
+
+def _processes(nvml: Any, handle: Any, own: int) -> list[GpuProcess]:
+    found: dict[int, GpuProcess] = {}
+    for kind, query in (("compute", nvml.nvmlDeviceGetComputeRunningProcesses),
+                        ("graphics", nvml.nvmlDeviceGetGraphicsRunningProcesses)):
+        for proc in nvml_value(query, handle) or []:
+            if proc.pid in found:
+                continue
+            used = getattr(proc, "usedGpuMemory", None)
+            found[proc.pid] = GpuProcess(pid=proc.pid, used_memory=used if isinstance(used, int) else None,
+                                         command=command_line(proc.pid), type=kind,
+                                         mine=own in ancestors(proc.pid, MINE_DEPTH))
+    return list(found.values())

@@ -1,0 +1,114 @@
+"""Where jiyu keeps its state.
+
+One home folder (``JIYU_HOME``, default ``~/.jiyu``) holds the SQLite run store and one folder
+per run, so the kernel, background jobs, the CLI and the Jupyter server all find the same runs
+without talking to each other.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+HOME_ENV = "JIYU_HOME"
+# Set by a launcher (``%%train --nproc``, ``%submit``) for the processes it starts: training in
+# those processes writes into that existing run instead of registering a new one.
+RUN_ID_ENV = "JIYU_RUN_ID"
+# The signal on which a launched rank writes every thread's Python stack into its
+# ``stack_live`` file (SIGUSR1 is the scheduler's time limit, SIGTERM the stop).
+STACK_SIGNAL_NAME = "SIGUSR2"
+
+
+class StoreUnusable(RuntimeError):
+    """The run store cannot be read or written. ``str()`` is one line with what to do; IPython
+    shows just that line (no sqlite3 frames) wherever it surfaces."""
+
+    def _render_traceback_(self) -> list[str]:
+        return [f"StoreUnusable: {self}"]
+
+
+def jiyu_home() -> Path:
+    """The home folder, created on first use; read from the environment each call so tests
+    and jobs can point a process at another home without re-importing."""
+    home = Path(os.environ.get(HOME_ENV) or Path.home() / ".jiyu").expanduser()
+    try:
+        home.mkdir(parents=True, exist_ok=True)
+    except OSError as error:  # a file of that name, a read-only or missing parent: one line, not a traceback
+        raise StoreUnusable(f"the jiyu home folder {home} cannot be made ({error.strerror or error}): "
+                            f"set {HOME_ENV} to a folder you can write") from None
+    return home
+
+
+def store_path(home: Path | None = None) -> Path:
+    return (home or jiyu_home()) / "jiyu.sqlite"
+
+
+def runs_root(home: Path | None = None) -> Path:
+    return (home or jiyu_home()) / "runs"
+
+
+def run_dir(run_id: str, home: Path | None = None) -> Path:
+    """The folder of one run: ``job.py``, ``params.json``, ``stdout.log``, ``events.jsonl``,
+    ``error.json`` and ``ckpt/``."""
+    return runs_root(home) / run_id
+
+
+class RunFiles:
+    """The well-known files of a run folder, named once so every layer agrees on them."""
+
+    def __init__(self, root: Path):
+        self.root = Path(root)
+
+    @classmethod
+    def of(cls, run_id: str, home: Path | None = None) -> "RunFiles":
+        return cls(run_dir(run_id, home))
+
+    def create(self) -> "RunFiles":
+        self.ckpt.mkdir(parents=True, exist_ok=True)
+        return self
+
+    @property
+    def script(self) -> Path:
+        return self.root / "job.py"
+
+    @property
+    def params(self) -> Path:
+        return self.root / "params.json"
+
+    @property
+    def log(self) -> Path:
+        return self.root / "stdout.log"
+
+    @property
+    def events(self) -> Path:
+        return self.root / "events.jsonl"
+
+    @property
+    def error(self) -> Path:
+        return self.root / "error.json"
+
+    @property
+    def ckpt(self) -> Path:
+        return self.root / "ckpt"
+
+    @property
+    def stacks(self) -> Path:
+        """``stacks/``: each rank's ``rank<N>.live`` (where its stack goes on ``STACK_SIGNAL``)
+        and one ``<time>/rank<N>.txt`` folder per dump its owner took (``jobs.stack_dump``)."""
+        return self.root / "stacks"
+
+    def stack_live(self, rank: int) -> Path:
+        return self.stacks / f"rank{rank}.live"
+
+    @property
+    def loss_plot(self) -> Path:
+        """``loss.png``: left by whoever showed the run's summary (the engine draws nothing)."""
+        return self.root / "loss.png"
+
+    def write_loss_plot(self, png: bytes) -> Path:
+        """Replaces ``loss.png`` atomically: a reader never sees half a file."""
+        temp = self.loss_plot.with_name(f".loss.png.tmp-{os.getpid()}-{threading.get_ident()}")
+        temp.write_bytes(png)
+        os.replace(temp, self.loss_plot)
+        return self.loss_plot

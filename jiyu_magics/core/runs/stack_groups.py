@@ -1,0 +1,101 @@
+"""Every rank's stack of one dump (``runs/<id>/stacks/<time>/rank<N>.txt``), grouped by
+identical stacks, so "rank 1 is in ``train_step``, ranks 0 are in ``backward``" reads at a
+glance however many ranks a run has.
+
+A dump is ``faulthandler``'s text (``Thread 0x... (most recent call first):`` then ``File
+"...", line N in func`` lines, the thread the signal interrupted marked ``Current thread``),
+optionally followed by ``py-spy dump --native`` output, kept as it is. Ranks are grouped by
+their main thread's frames (file, line, function): thread ids and other threads differ
+between ranks that wait in the same place.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .files import RunFiles
+
+FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<func>\S+)')
+THREAD = re.compile(r"^(?P<current>Current thread|Thread) (?P<id>0x[0-9a-f]+)")
+NATIVE_MARKER = "--- py-spy dump"
+LIBRARY_PARTS = ("/site-packages/", "/dist-packages/", "/lib/python3", "/jiyu_magics/")
+
+
+@dataclass(frozen=True)
+class Frame:
+    file: str
+    line: int
+    func: str
+
+    @property
+    def where(self) -> str:
+        return f"{self.func} ({Path(self.file).name}:{self.line})"
+
+    @property
+    def is_user_code(self) -> bool:
+        return not any(part in self.file for part in LIBRARY_PARTS)
+
+
+@dataclass
+class RankStack:
+    rank: int
+    frames: tuple[Frame, ...]   # the main thread's, innermost first
+    text: str                   # the whole dump, every thread (and py-spy's native frames)
+
+
+@dataclass
+class StackGroup:
+    ranks: list[int]
+    frames: tuple[Frame, ...]
+    text: str = ""
+    native: bool = field(default=False)
+
+    def headline(self) -> str:
+        """``ranks 0, 2 are in all_reduce (distributed_c10d.py:2806), from train_step (job.py:17)``."""
+        who = (f"rank {self.ranks[0]} is" if len(self.ranks) == 1 else
+               f"ranks {', '.join(map(str, self.ranks))} are")
+        if not self.frames:
+            return f"{who} outside Python (no frames dumped)"
+        inner, user = self.frames[0], next((f for f in self.frames if f.is_user_code), None)
+        tail = f", from {user.where}" if user is not None and user != inner else ""
+        return f"{who} in {inner.where}{tail}"
+
+
+def parse_dump(rank: int, text: str) -> RankStack:
+    """The main thread's frames: the ``Current thread`` block, else the last block (faulthandler
+    lists the main thread last)."""
+    blocks: list[tuple[bool, list[Frame]]] = []
+    for line in text.split(NATIVE_MARKER)[0].splitlines():
+        if (thread := THREAD.match(line)) is not None:
+            blocks.append((thread["current"] == "Current thread", []))
+        elif (frame := FRAME.match(line)) is not None and blocks:
+            blocks[-1][1].append(Frame(frame["file"], int(frame["line"]), frame["func"]))
+    chosen = next((frames for current, frames in blocks if current), blocks[-1][1] if blocks else [])
+    return RankStack(rank, tuple(chosen), text)
+
+
+def group(stacks: list[RankStack]) -> list[StackGroup]:
+    """Ranks with the same main-thread frames together; the smallest group first (the odd one
+    out is usually the culprit), then by first rank."""
+    groups: dict[tuple[Frame, ...], StackGroup] = {}
+    for stack in sorted(stacks, key=lambda s: s.rank):
+        found = groups.setdefault(stack.frames, StackGroup([], stack.frames, stack.text))
+        found.ranks.append(stack.rank)
+        found.native |= NATIVE_MARKER in stack.text
+    return sorted(groups.values(), key=lambda g: (len(g.ranks), g.ranks[0]))
+
+
+def dump_folders(run_id: str) -> list[Path]:
+    """The run's stack dumps, oldest first."""
+    root = RunFiles.of(run_id).stacks
+    return sorted((p for p in root.iterdir() if p.is_dir()), key=lambda p: p.name) if root.is_dir() else []
+
+
+def read_dump(folder: Path) -> list[RankStack]:
+    stacks = []
+    for path in folder.glob("rank*.txt"):
+        if path.stem[4:].isdigit():
+            stacks.append(parse_dump(int(path.stem[4:]), path.read_text(errors="replace")))
+    return sorted(stacks, key=lambda s: s.rank)

@@ -1,0 +1,229 @@
+"""The SQLite file under the run store: its schema, migrations and connections, and what a
+broken file means to the user.
+
+Every process (kernel, supervisor, CLI, Jupyter server) opens its own short connection: WAL
+mode lets readers go on while a writer commits, and a busy timeout plus ``BEGIN IMMEDIATE``
+makes concurrent writers queue instead of failing with "database is locked". A file that is
+corrupt, deleted under a running process, or on a full disk becomes ``StoreUnusable``: one line
+saying what is wrong and what to do, never a traceback from sqlite3.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+from ..runs.files import StoreUnusable  # the home folder's failure too: one type for both
+
+SCHEMA_VERSION = 7
+# to version: the statements that bring the one before to it (new tables come from SCHEMA's
+# CREATE ... IF NOT EXISTS, run after every migration)
+MIGRATIONS = {
+    2: ("ALTER TABLE runs ADD COLUMN stop_grace REAL",),
+    3: ("ALTER TABLE runs ADD COLUMN scheduler_id TEXT",
+        "ALTER TABLE runs ADD COLUMN queue_reason TEXT",
+        "ALTER TABLE runs ADD COLUMN polled REAL"),
+    4: ("ALTER TABLE runs ADD COLUMN gpus_requested INTEGER",
+        "ALTER TABLE runs ADD COLUMN priority INTEGER NOT NULL DEFAULT 0",
+        "ALTER TABLE runs ADD COLUMN queue_rank REAL",
+        "ALTER TABLE runs ADD COLUMN share INTEGER NOT NULL DEFAULT 0"),
+    # the progress summary, stored once when the run ends (listings read no event log)
+    5: ("ALTER TABLE runs ADD COLUMN summary TEXT",),
+    6: ("ALTER TABLE runs ADD COLUMN stalled_since REAL",),
+    # the process that records the run's end (a kernel owning a ``%%train --nproc`` run whose
+    # pid is torchrun's): the run is not lost while it lives
+    7: ("ALTER TABLE runs ADD COLUMN owner_pid INTEGER",
+        "ALTER TABLE runs ADD COLUMN owner_started REAL"),
+}
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS runs (
+    id TEXT PRIMARY KEY,
+    name TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    status TEXT NOT NULL,
+    nproc INTEGER NOT NULL DEFAULT 1,
+    nnodes INTEGER NOT NULL DEFAULT 1,
+    notebook TEXT,
+    cwd TEXT,
+    host TEXT NOT NULL,
+    backend TEXT NOT NULL DEFAULT 'local',
+    params TEXT NOT NULL DEFAULT '{}',
+    pid INTEGER,
+    pid_started REAL,
+    pgid INTEGER,
+    created REAL NOT NULL,
+    started REAL,
+    ended REAL,
+    exit_code INTEGER,
+    error TEXT,
+    stop_requested INTEGER NOT NULL DEFAULT 0,
+    stop_grace REAL,
+    scheduler_id TEXT,
+    queue_reason TEXT,
+    polled REAL,
+    gpus_requested INTEGER,
+    priority INTEGER NOT NULL DEFAULT 0,
+    queue_rank REAL,
+    share INTEGER NOT NULL DEFAULT 0,
+    summary TEXT,
+    stalled_since REAL,
+    owner_pid INTEGER,
+    owner_started REAL
+);
+CREATE INDEX IF NOT EXISTS runs_by_status ON runs(status);
+CREATE INDEX IF NOT EXISTS runs_by_created ON runs(created);
+CREATE TABLE IF NOT EXISTS gpu_leases (
+    uuid TEXT NOT NULL,
+    gpu_index INTEGER NOT NULL,
+    run_id TEXT NOT NULL,
+    host TEXT NOT NULL,
+    since REAL NOT NULL,
+    ended REAL,
+    shared INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS leases_by_run ON gpu_leases(run_id);
+CREATE INDEX IF NOT EXISTS live_leases ON gpu_leases(uuid) WHERE ended IS NULL;
+CREATE UNIQUE INDEX IF NOT EXISTS one_exclusive_lease ON gpu_leases(uuid) WHERE ended IS NULL AND shared = 0;
+CREATE TABLE IF NOT EXISTS gpu_usage (
+    hour REAL NOT NULL,
+    uuid TEXT NOT NULL,
+    owner TEXT NOT NULL,
+    run_id TEXT,
+    notebook TEXT,
+    held_s REAL NOT NULL DEFAULT 0,
+    idle_s REAL NOT NULL DEFAULT 0,
+    PRIMARY KEY (hour, uuid, owner)
+);
+CREATE TABLE IF NOT EXISTS gpu_sampled (
+    uuid TEXT PRIMARY KEY,
+    at REAL NOT NULL
+);
+"""
+REPAIR_HINT = "`jiyu doctor --store` checks it; `jiyu store repair` rebuilds it from the run folders"
+_ready: set[Path] = set()  # files this process has already created or migrated
+_wal: set[Path] = set()    # files this process has seen in WAL mode (it persists in the file)
+# One idle connection per file, held for the life of the process. Closing the last connection
+# to a WAL database checkpoints the log into the file (an fsync) and deletes it, and every
+# short connection here would be the last one: 4-5 ms per operation, ~30 ms of each ``fit``
+# call's registration and end. Held open, it keeps the log in place (SQLite still checkpoints
+# every 1000 pages); it runs one read when opened and none after, so threads and forked
+# children cannot misuse it.
+_keepers: dict[Path, sqlite3.Connection] = {}
+
+
+def explain(path: Path, error: sqlite3.Error) -> StoreUnusable:
+    text = str(error)
+    if "full" in text:
+        return StoreUnusable(f"the disk holding the run store {path} is full ({text}): free some space")
+    if "disk I/O" in text or "unable to open" in text or "readonly" in text:
+        return StoreUnusable(f"the run store {path} cannot be written ({text}): check the disk and the "
+                             "folder's permissions")
+    return StoreUnusable(f"the run store {path} is unusable ({text}); {REPAIR_HINT}")
+
+
+def _keep_open(path: Path) -> None:
+    if path not in _keepers:
+        keeper = _keepers[path] = sqlite3.connect(path, check_same_thread=False)
+        keeper.execute("SELECT count(*) FROM sqlite_master").fetchall()  # maps the WAL index: it counts as open
+
+
+def _let_go(path: Path) -> None:
+    """The file was replaced or deleted: the held connection belongs to the old one."""
+    keeper = _keepers.pop(path, None)
+    if keeper is not None:
+        keeper.close()
+
+
+def _drop_orphans(path: Path) -> None:
+    """A store deleted while another process held it open leaves its ``-wal`` and ``-shm``
+    behind; a new file must not start with them (SQLite reads them as its own: "disk I/O
+    error"). Without the database file they belong to nothing."""
+    for suffix in ("-wal", "-shm"):
+        if not path.exists():
+            Path(f"{path}{suffix}").unlink(missing_ok=True)
+
+
+class StoreDatabase:
+    def __init__(self, path: Path):
+        self.path = path
+        if self.path not in _ready or not self.path.exists():
+            self.create_or_migrate()
+            _ready.add(self.path)
+
+    def create_or_migrate(self) -> None:
+        """Once per process and file: a store opened every second (``%job attach``, the
+        server) must not take the write lock each time."""
+        _wal.discard(self.path)  # a new or replaced file: check its journal mode again
+        _let_go(self.path)
+        _drop_orphans(self.path)
+        with self.read() as db:
+            if db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION:
+                return
+        with self.write() as db:
+            version = db.execute("PRAGMA user_version").fetchone()[0]
+            exists = db.execute("SELECT 1 FROM sqlite_master WHERE name = 'runs'").fetchone()
+            if exists:
+                for target in range(max(version, 1) + 1, SCHEMA_VERSION + 1):
+                    for statement in MIGRATIONS[target]:
+                        db.execute(statement)
+            for statement in filter(str.strip, SCHEMA.split(";")):
+                db.execute(statement)
+            db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+    def _connect(self, writing: bool = True) -> sqlite3.Connection:
+        """A short connection; ``timeout`` is SQLite's busy timeout. Only a writer needs the
+        synchronous setting, and WAL mode (kept in the file) is checked once per process:
+        a panel poll opens a few of these."""
+        db = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
+        db.row_factory = sqlite3.Row
+        if self.path not in _wal:
+            if db.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+                db.execute("PRAGMA journal_mode = WAL")
+            _wal.add(self.path)
+            _keep_open(self.path)
+        if writing:
+            db.execute("PRAGMA synchronous = NORMAL")
+        return db
+
+    @contextmanager
+    def write(self) -> Iterator[sqlite3.Connection]:
+        with self._translated():
+            db = self._connect()
+            try:
+                db.execute("BEGIN IMMEDIATE")
+                try:
+                    yield db
+                except BaseException:
+                    db.execute("ROLLBACK")
+                    raise
+                db.execute("COMMIT")
+            finally:
+                db.close()
+
+    @contextmanager
+    def read(self) -> Iterator[sqlite3.Connection]:
+        with self._translated():
+            db = self._connect(writing=False)
+            try:
+                yield db
+            finally:
+                db.close()
+
+    @contextmanager
+    def _translated(self) -> Iterator[None]:
+        """sqlite3's errors as ``StoreUnusable``. A store deleted under a long-running process
+        (the Jupyter server) comes back empty rather than failing every request."""
+        try:
+            yield
+        except sqlite3.OperationalError as error:
+            if "no such table" in str(error) and self.path in _ready:
+                _ready.discard(self.path)
+                _wal.discard(self.path)
+                _let_go(self.path)
+                raise StoreUnusable(f"the run store {self.path} was deleted while in use; it starts empty "
+                                    f"now ({REPAIR_HINT})") from None
+            raise explain(self.path, error) from None
+        except sqlite3.DatabaseError as error:
+            raise explain(self.path, error) from None
