@@ -14,6 +14,8 @@ export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
 setup: $(STAMP)
 
+PY_SOURCES := jiyu_magics tests benchmarks scripts
+
 # `pip install -e` also builds the JupyterLab front-end (labextension/, with the jlpm that comes
 # with jupyterlab) and installs it with the server-extension config: re-run when it changes.
 FRONTEND := $(shell find labextension/src labextension/style labextension/schema -type f 2>/dev/null) \
@@ -31,11 +33,13 @@ demo: setup
 	$(BIN)/python scripts/run_notebook.py notebooks/01_quickstart.ipynb --out demo-output
 
 # The layers (pyproject.toml [tool.importlinter]) first: a broken contract fails in a second, before
-# the ~20-minute suite; ruff's pyflakes checks catch an undefined name a merge left. JIYU_REQUIRE_SERVICES=1: a test whose real service (Slurm, Prometheus) is missing fails
+# the ~20-minute suite; ruff's lints (pyflakes catches an undefined name a merge left) and its
+# formatter's check ([tool.ruff] in pyproject.toml). JIYU_REQUIRE_SERVICES=1: a test whose real service (Slurm, Prometheus) is missing fails
 # instead of skipping.
 test: setup browser test-system-deps lint-ts
 	$(BIN)/lint-imports --no-logo
-	$(BIN)/ruff check --select F --no-cache jiyu_magics tests benchmarks
+	$(BIN)/ruff check --no-cache $(PY_SOURCES)
+	$(BIN)/ruff format --check --no-cache $(PY_SOURCES)
 	JIYU_REQUIRE_SERVICES=1 $(BIN)/python -m pytest
 
 # The TypeScript lint of the JupyterLab extension template: prettier (formatting) and eslint

@@ -55,16 +55,19 @@ def measure(name: str, width: int, depth: int, device: torch.device, repeat: int
     state = {"format": FORMAT, "model": model.state_dict(), "optimizer": optimizer.state_dict()}
     guard, checks, saves = FiniteGuard(model), [], []
     for index in range(repeat + 1):
+        path = folder / f"step-{index:08d}.pt"
         check = timed(lambda: guard.holds(losses), device)
-        save = timed(lambda: save_atomic(state, folder / f"step-{index:08d}.pt"), device)
+        save = timed(lambda path=path: save_atomic(state, path), device)
         if index:  # the first pair warms caches and the allocator
             checks.append(check)
             saves.append(save)
-    ratios = sorted(c / s for c, s in zip(checks, saves))
+    ratios = sorted(c / s for c, s in zip(checks, saves, strict=False))
     params = sum(p.numel() for p in model.parameters())
-    print(f"{name:28s} {params / 1e6:6.2f} M params · check {statistics.median(checks) * 1e3:7.2f} ms · "
-          f"save {statistics.median(saves) * 1e3:8.2f} ms · check/save median {statistics.median(ratios):.1%} "
-          f"(range {ratios[0]:.1%}-{ratios[-1]:.1%})")
+    print(
+        f"{name:28s} {params / 1e6:6.2f} M params · check {statistics.median(checks) * 1e3:7.2f} ms · "
+        f"save {statistics.median(saves) * 1e3:8.2f} ms · check/save median {statistics.median(ratios):.1%} "
+        f"(range {ratios[0]:.1%}-{ratios[-1]:.1%})"
+    )
 
 
 def main() -> None:

@@ -32,7 +32,8 @@ X = torch.randn(8192, 64); y = (X[:, :10].sum(1) > 0).long()
 def objects():
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 10))
-    return model, torch.optim.AdamW(model.parameters(), 1e-3), DataLoader(TensorDataset(X, y), batch_size=64, shuffle=True)
+    loader = DataLoader(TensorDataset(X, y), batch_size=64, shuffle=True)
+    return model, torch.optim.AdamW(model.parameters(), 1e-3), loader
 rows = []
 """
 
@@ -55,15 +56,22 @@ def build(repeat: int, epochs: int) -> nbformat.NotebookNode:
             cells += [WITH_DASHBOARD.format(epochs=epochs, refresh=refresh), RECORD.format(refresh=refresh)]
         cells.append(WITHOUT.format(epochs=epochs))
     cells.append("print(json.dumps(rows))")
-    return new_notebook(cells=[new_code_cell(c) for c in cells],
-                        metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}})
+    return new_notebook(
+        cells=[new_code_cell(c) for c in cells],
+        metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--epochs", type=int, default=60, help="epochs of 128 steps; runs of a few seconds at least, "
-                        "or the first render (a fixed ~15 ms) dominates the share")
+    parser.add_argument(
+        "--epochs",
+        type=int,
+        default=60,
+        help="epochs of 128 steps; runs of a few seconds at least, "
+        "or the first render (a fixed ~15 ms) dominates the share",
+    )
     args = parser.parse_args()
     os.environ.setdefault("JIYU_HOME", tempfile.mkdtemp(prefix="jiyu-bench-"))
     nb = build(args.repeat, args.epochs)
@@ -71,16 +79,20 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as cwd:
         NotebookClient(nb, timeout=1800, kernel_name="python3", resources={"metadata": {"path": cwd}}).execute()
     rows = json.loads(nb.cells[-1].outputs[0]["text"])
-    print(f"real kernel (nbclient + ipykernel), {args.repeat} interleaved repetitions, "
-          f"{rows[0]['steps']} steps each, {time.perf_counter() - started:.0f} s in all")
+    print(
+        f"real kernel (nbclient + ipykernel), {args.repeat} interleaved repetitions, "
+        f"{rows[0]['steps']} steps each, {time.perf_counter() - started:.0f} s in all"
+    )
     plain = statistics.median(r["wall"] for r in rows if r["variant"] == "no dashboard")
     for variant in dict.fromkeys(r["variant"] for r in rows):
         mine = [r for r in rows if r["variant"] == variant]
         wall = statistics.median(r["wall"] for r in mine)
         share = statistics.median(r["busy"] / r["wall"] for r in mine)
         renders = statistics.median(r["renders"] for r in mine)
-        print(f"{variant:18s} wall {wall:6.2f} s (x{wall / plain:.3f} of no dashboard)  dashboard share "
-              f"{share:.3%}  renders {renders:.0f}")
+        print(
+            f"{variant:18s} wall {wall:6.2f} s (x{wall / plain:.3f} of no dashboard)  dashboard share "
+            f"{share:.3%}  renders {renders:.0f}"
+        )
 
 
 if __name__ == "__main__":

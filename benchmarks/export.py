@@ -33,16 +33,21 @@ IPYTHON = [
     "!pip install some-package=={i}.0\n%matplotlib inline\nimport os\npath{i} = os.path.join('data', '{i}')",
     "files{i} = !ls\nfor j in range(3):\n    %time y = j * {i}\nprint(len(files{i}))",
 ]
-MIXES = {"typical": [*PLAIN, PLAIN[0], IPYTHON[0], *PLAIN[1:], IPYTHON[1], *PLAIN, PLAIN[2], IPYTHON[2]],
-         "magic-heavy": [*IPYTHON, *PLAIN[:2]]}
+MIXES = {
+    "typical": [*PLAIN, PLAIN[0], IPYTHON[0], *PLAIN[1:], IPYTHON[1], *PLAIN, PLAIN[2], IPYTHON[2]],
+    "magic-heavy": [*IPYTHON, *PLAIN[:2]],
+}
 
 
 def build_notebook(path: Path, bodies: list[str], cells: int = 200) -> Path:
     nb_cells = [new_code_cell("lr = 0.1\nepochs = 3\narch = 'resnet'")]
     nb_cells[0].metadata["tags"] = ["parameters"]
     for i in range(1, cells):
-        nb_cells.append(new_markdown_cell(f"## Step {i}\nSome notes.") if i % 6 == 0
-                        else new_code_cell(bodies[i % len(bodies)].format(i=i)))
+        nb_cells.append(
+            new_markdown_cell(f"## Step {i}\nSome notes.")
+            if i % 6 == 0
+            else new_code_cell(bodies[i % len(bodies)].format(i=i))
+        )
     nbformat.write(new_notebook(cells=nb_cells), path)
     return path
 
@@ -76,11 +81,15 @@ def main(repeat: int = 40, cold_repeat: int = 5) -> None:
         for name, path in paths.items():
             export = export_notebook(path)
             median = statistics.median(samples[name])
-            print(f"{name}: {export.code_cells} code cells, {len(export.left_out)} commands left out; "
-                  f"warm median {median * 1e3:.1f} ms (min {min(samples[name]) * 1e3:.1f}) over {repeat}; "
-                  f"median/target({TARGET_S * 1e3:.0f} ms) = {median / TARGET_S:.2f}")
-    print(f"`jiyu export` typical notebook in a fresh process (imports included): "
-          f"median {statistics.median(cold_samples) * 1e3:.0f} ms over {cold_repeat}")
+            print(
+                f"{name}: {export.code_cells} code cells, {len(export.left_out)} commands left out; "
+                f"warm median {median * 1e3:.1f} ms (min {min(samples[name]) * 1e3:.1f}) over {repeat}; "
+                f"median/target({TARGET_S * 1e3:.0f} ms) = {median / TARGET_S:.2f}"
+            )
+    print(
+        f"`jiyu export` typical notebook in a fresh process (imports included): "
+        f"median {statistics.median(cold_samples) * 1e3:.0f} ms over {cold_repeat}"
+    )
 
 
 if __name__ == "__main__":

@@ -37,14 +37,21 @@ def populate(runs: int, steps: int, *, running: int, leasing: bool = True, **ste
     ``step_fields`` in every step), all finished but the last ``running``, which stay running
     and, with ``leasing``, lease one GPU each, GPU 0 upwards. Returns those running runs."""
     from jiyu_magics.core.events.log import EventLog
-    from jiyu_magics.core.store.leases import GpuSlot
     from jiyu_magics.core.runs.files import RunFiles
+    from jiyu_magics.core.store.leases import GpuSlot
     from jiyu_magics.core.store.run_store import RunStore, process_start_time
 
     store, pid, live = RunStore(), os.getpid(), []
     for i in range(runs):
-        run = store.create("job", f"run-{i}", status="running", pid=pid, pid_started=process_start_time(pid),
-                           notebook=f"/lab/nb{i % 7}.ipynb", gpus_requested=1 if leasing else None)
+        run = store.create(
+            "job",
+            f"run-{i}",
+            status="running",
+            pid=pid,
+            pid_started=process_start_time(pid),
+            notebook=f"/lab/nb{i % 7}.ipynb",
+            gpus_requested=1 if leasing else None,
+        )
         with EventLog(RunFiles.of(run.id).create().events) as log:
             log.append("start", total_steps=2 * steps)
             for step in range(1, steps + 1):

@@ -71,9 +71,13 @@ def torchrun_to_first_step(script: Path, nproc: int, cwd: Path) -> float:
     RunFiles.of(run.id).create()
     env = {**os.environ, "JIYU_RUN_ID": run.id, "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
     start = time.time()
-    proc = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
-                             str(nproc), str(script)], cwd=cwd, env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc), str(script)],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     latency = first_event_time(run.id) - start
     proc.wait(300)
     RunStore().finish(run.id, "succeeded", proc.returncode)

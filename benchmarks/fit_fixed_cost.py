@@ -84,6 +84,7 @@ def install_timers() -> None:
                 return _func(*args, **kwargs)
             finally:
                 CLOCK.phases[_label] += time.perf_counter() - start
+
         setattr(owner, name, classmethod(timed) if isinstance(original, classmethod) else timed)
 
 
@@ -108,12 +109,26 @@ def one_call(base: nn.Module, data, steps: int, device: str, save_ckpts: bool) -
         return loss_fn(model(x), y)
 
     start = time.perf_counter()
-    fit(model, optimizer, data, train_step=train_step, batch_size=64, max_steps=steps, device=device,
-        amp="off", save_ckpts=save_ckpts, name="fixed-cost")
+    fit(
+        model,
+        optimizer,
+        data,
+        train_step=train_step,
+        batch_size=64,
+        max_steps=steps,
+        device=device,
+        amp="off",
+        save_ckpts=save_ckpts,
+        name="fixed-cost",
+    )
     end = time.perf_counter()
-    return {"call → first step": clock.first_step - start, "last step → return": end - clock.last_step,
-            "fixed (both)": clock.first_step - start + end - clock.last_step, "whole call": end - start,
-            **clock.phases}
+    return {
+        "call → first step": clock.first_step - start,
+        "last step → return": end - clock.last_step,
+        "fixed (both)": clock.first_step - start + end - clock.last_step,
+        "whole call": end - start,
+        **clock.phases,
+    }
 
 
 def main() -> None:
@@ -134,8 +149,10 @@ def main() -> None:
     for _ in range(args.repeat):
         for name, save in configs.items():
             results[name].append(one_call(base, data, args.steps, args.device, save))
-    print(f"fit fixed cost on {args.device}: {args.steps} steps of a 64-256-10 MLP, median of {args.repeat} "
-          f"calls per configuration (interleaved), torch {torch.__version__}")
+    print(
+        f"fit fixed cost on {args.device}: {args.steps} steps of a 64-256-10 MLP, median of {args.repeat} "
+        f"calls per configuration (interleaved), torch {torch.__version__}"
+    )
     for name, calls in results.items():
         print(f"\n{name}")
         for key in ("call → first step", "last step → return", "fixed (both)", "whole call"):

@@ -14,7 +14,9 @@ import time
 from jiyu_magics.core.gpu import snapshot as gpu
 from jiyu_magics.views import gpu_table as view
 
-QUERY = "index,uuid,name,utilization.gpu,utilization.memory,memory.used,memory.total,temperature.gpu,power.draw,clocks.sm"
+QUERY = (
+    "index,uuid,name,utilization.gpu,utilization.memory,memory.used,memory.total,temperature.gpu,power.draw,clocks.sm"
+)
 
 
 def timed(fn, repeat: int) -> list[float]:
@@ -40,8 +42,10 @@ def main(repeat: int = 30) -> None:
     for _ in range(repeat):  # interleaved, so drift hits both alike
         ours += timed(lambda: view.render_text(gpu.snapshot()), 1)
         if smi:
-            theirs += timed(lambda: subprocess.run([smi, f"--query-gpu={QUERY}", "--format=csv"],
-                                                   capture_output=True, check=True), 1)
+            theirs += timed(
+                lambda: subprocess.run([smi, f"--query-gpu={QUERY}", "--format=csv"], capture_output=True, check=True),
+                1,
+            )
     m_ours = statistics.median(ours)
     print(f"{len(snap.devices)} GPU(s); first snapshot (NVML init) {first * 1e3:.1f} ms")
     print(f"%gpu_status snapshot+render median: {m_ours * 1e3:.2f} ms over {repeat}")

@@ -63,16 +63,27 @@ def populate(home: Path, count: int, log: bytes) -> None:
         events.write_bytes(log)
         summary = summary or json.loads(store.stored_summary(run_id))  # as the store keeps it
         created = now - (count - i) * 60
-        runs.append(Run(id=run_id, name=f"run-{i}", kind="job", status="succeeded", host=store.host,
-                        created=created, started=created + 1, ended=created + 30, exit_code=0,
-                        params={"lr": 1e-3, "layers": [64, 128]}, summary=summary))
+        runs.append(
+            Run(
+                id=run_id,
+                name=f"run-{i}",
+                kind="job",
+                status="succeeded",
+                host=store.host,
+                created=created,
+                started=created + 1,
+                ended=created + 30,
+                exit_code=0,
+                params={"lr": 1e-3, "layers": [64, 128]},
+                summary=summary,
+            )
+        )
     store.restore(runs)
 
 
 def fresh_process(argv: list[str], env: dict) -> float:
     start = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "jiyu_magics", *argv], env=env, check=True,
-                   stdout=subprocess.DEVNULL)
+    subprocess.run([sys.executable, "-m", "jiyu_magics", *argv], env=env, check=True, stdout=subprocess.DEVNULL)
     return time.perf_counter() - start
 
 
@@ -104,7 +115,8 @@ def measure(home: Path, count: int, repeat: int) -> dict[str, float]:
         "GET /jiyu/api/runs (50)": lambda: timed(lambda: json.dumps(RunViews().list(), default=str)),
         "every run: jiyu jobs --all --limit N": lambda: fresh_process(["jobs", "--all", "--limit", str(count)], env),
         "every run: GET /jiyu/api/runs?limit=N": lambda: timed(
-            lambda: json.dumps(RunViews().list(limit=count), default=str)),
+            lambda: json.dumps(RunViews().list(limit=count), default=str)
+        ),
         "before: summaries from logs": lambda: timed(old_listing),
     }
     times: dict[str, list[float]] = {name: [] for name in variants}
@@ -135,8 +147,10 @@ def main() -> None:
             print(f"{name:{width}}  " + "  ".join(f"{results[n][name] * 1000:7.1f}ms" for n in results))
         for n, r in results.items():
             old, new = r["before: summaries from logs"], r["every run: GET /jiyu/api/runs?limit=N"]
-            print(f"N={n}: all N summaries stored vs folded from logs: {old / new:.1f}x faster "
-                  f"({old * 1000:.0f} ms → {new * 1000:.0f} ms)")
+            print(
+                f"N={n}: all N summaries stored vs folded from logs: {old / new:.1f}x faster "
+                f"({old * 1000:.0f} ms → {new * 1000:.0f} ms)"
+            )
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 

@@ -62,12 +62,17 @@ def main() -> None:
     medians = {name: statistics.median(values) for name, values in times.items()}
     text = metrics.render(snapshot, records, counts, usage=usage)
     series = sum(1 for line in text.decode().splitlines() if line and not line.startswith("#"))
-    print(f"/jiyu/metrics with {args.gpus} GPUs (NVML double) and {args.runs} runs "
-          f"({args.gpus} running), median of {args.repeat}:")
+    print(
+        f"/jiyu/metrics with {args.gpus} GPUs (NVML double) and {args.runs} runs "
+        f"({args.gpus} running), median of {args.repeat}:"
+    )
     for name, value in medians.items():
         print(f"  {name:<52} {value * 1e3:7.2f} ms")
-    scrape = (medians["50 runs with summaries (cached)"] + medians["counts + GPU-seconds (SQLite)"]
-              + medians["render, jiyu names"])
+    scrape = (
+        medians["50 runs with summaries (cached)"]
+        + medians["counts + GPU-seconds (SQLite)"]
+        + medians["render, jiyu names"]
+    )
     print(f"  a scrape within the snapshot's refresh interval      {scrape * 1e3:7.2f} ms")
     print(f"  output: {len(text)} bytes, {series} samples")
 

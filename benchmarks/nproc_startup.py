@@ -57,6 +57,7 @@ def timed(label: str, owner, name: str) -> None:
             return func(*args, **kwargs)
         finally:
             PHASES[label] += time.perf_counter() - start
+
     setattr(owner, name, classmethod(wrapper) if isinstance(original, classmethod) else wrapper)
 
 
@@ -78,6 +79,7 @@ def install_timers() -> None:
             return original_save(*args, **kwargs)
         finally:
             PHASES["    of which: weights saved for the ranks"] += time.perf_counter() - start
+
     weight_handoff.save_weights = save_weights
     original_export = jobs.export_history
 
@@ -87,6 +89,7 @@ def install_timers() -> None:
             return original_export(*args, **kwargs)
         finally:
             PHASES["    of which: export_history"] += time.perf_counter() - start
+
     jobs.export_history = export_history
 
 
@@ -101,13 +104,17 @@ def via_magic(shell, nproc: int) -> tuple[dict[str, float], str]:
     result = shell.user_ns["train_result"]
     started = first_event_time(result.run_id, "start")
     step = first_event_time(result.run_id, "step")
-    torchrun_started = STARTED["  torchrun started (RunLifecycle.start)"] + PHASES["  torchrun started (RunLifecycle.start)"]
-    return {"A cell start → first step": step - start,
-            "cell body and checks in the kernel": STARTED["whole launch (DdpLaunch.run)"] - start,
-            **{k: v for k, v in PHASES.items() if k != "whole launch (DdpLaunch.run)"},
-            "torchrun started → ranks' start event": started - torchrun_started,
-            "ranks' start event → first step": step - started,
-            "(whole cell, to the end of training)": time.time() - start}, result.run_id
+    torchrun_started = (
+        STARTED["  torchrun started (RunLifecycle.start)"] + PHASES["  torchrun started (RunLifecycle.start)"]
+    )
+    return {
+        "A cell start → first step": step - start,
+        "cell body and checks in the kernel": STARTED["whole launch (DdpLaunch.run)"] - start,
+        **{k: v for k, v in PHASES.items() if k != "whole launch (DdpLaunch.run)"},
+        "torchrun started → ranks' start event": started - torchrun_started,
+        "ranks' start event → first step": step - started,
+        "(whole cell, to the end of training)": time.time() - start,
+    }, result.run_id
 
 
 def main() -> None:
@@ -133,13 +140,22 @@ def main() -> None:
         figures, run_id = via_magic(shell, args.nproc)
         ours.append(figures)
         theirs.append(torchrun_to_first_step(RunFiles.of(run_id).script, args.nproc, tmp))
-    print(f"%%train --nproc {args.nproc} (gloo, CPU) vs torchrun on the exported script: "
-          f"median of {args.repeat} interleaved repetitions")
-    order = ["A cell start → first step", "cell body and checks in the kernel", "  run registered (RunLifecycle.register)",
-             "  export (kernel history → script)", "    of which: export_history",
-             "    of which: weights saved for the ranks", "  torchrun started (RunLifecycle.start)",
-             "torchrun started → ranks' start event", "ranks' start event → first step",
-             "(whole cell, to the end of training)"]
+    print(
+        f"%%train --nproc {args.nproc} (gloo, CPU) vs torchrun on the exported script: "
+        f"median of {args.repeat} interleaved repetitions"
+    )
+    order = [
+        "A cell start → first step",
+        "cell body and checks in the kernel",
+        "  run registered (RunLifecycle.register)",
+        "  export (kernel history → script)",
+        "    of which: export_history",
+        "    of which: weights saved for the ranks",
+        "  torchrun started (RunLifecycle.start)",
+        "torchrun started → ranks' start event",
+        "ranks' start event → first step",
+        "(whole cell, to the end of training)",
+    ]
     for key in order:
         values = [f.get(key, 0.0) for f in ours]
         print(f"  {key:<48} {statistics.median(values):7.3f} s  (all: {', '.join(f'{v:.3f}' for v in values)})")

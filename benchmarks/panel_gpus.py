@@ -58,10 +58,20 @@ def main() -> None:
             processes.setdefault(str(i), []).append([os.getpid(), 10 * GIB])
         state.write_text(json.dumps({"processes": processes}))
         views = RunViews(limit=args.runs)
-        known = {pid: KernelInfo(f"{i:08x}-kernel", pid, notebook=f"nb{i}.ipynb", session_id=f"s{i}",
-                                 execution_state="idle", idle_s=60.0 * i) for i, pid in enumerate(pids)}
-        holders = Holders(store=views.store, kernels=known,
-                          reported=lambda run_id: views.summary(run_id).get("mem_peak"))
+        known = {
+            pid: KernelInfo(
+                f"{i:08x}-kernel",
+                pid,
+                notebook=f"nb{i}.ipynb",
+                session_id=f"s{i}",
+                execution_state="idle",
+                idle_s=60.0 * i,
+            )
+            for i, pid in enumerate(pids)
+        }
+        holders = Holders(
+            store=views.store, kernels=known, reported=lambda run_id: views.summary(run_id).get("mem_peak")
+        )
         views.list()
         read_gpus(holders=holders)  # warm: imports, the summary cache, NVML's first init
         gpus_s, runs_s = [], []
@@ -75,8 +85,10 @@ def main() -> None:
             manager.shutdown_kernel(now=True)
     owners = sum(len(d["processes"]) for d in snap["devices"])
     g, r = statistics.median(gpus_s), statistics.median(runs_s)
-    print(f"panel poll, {args.gpus} GPUs, {args.runs} runs ({len(live)} leasing), {args.kernels} real kernels, "
-          f"{owners} GPU processes, median of {args.repeat}:")
+    print(
+        f"panel poll, {args.gpus} GPUs, {args.runs} runs ({len(live)} leasing), {args.kernels} real kernels, "
+        f"{owners} GPU processes, median of {args.repeat}:"
+    )
     print(f"  GET gpus (fresh NVML read, owners, usage sample): {g * 1e3:6.2f} ms")
     print(f"  GET runs (50 rows, leases, summaries cached)     : {r * 1e3:6.2f} ms")
     print(f"  one poll                                        : {(g + r) * 1e3:6.2f} ms  (goal: <= 10 ms)")

@@ -46,8 +46,9 @@ def main() -> None:
         warm_s.append(timed(warm.list))
     cold, hot = statistics.median(cold_s), statistics.median(warm_s)
     records = warm.list()
-    render_s = statistics.median(timed(lambda: metrics.render({"available": False}, records, {"running": 1}))
-                                 for _ in range(args.repeat))
+    render_s = statistics.median(
+        timed(lambda: metrics.render({"available": False}, records, {"running": 1})) for _ in range(args.repeat)
+    )
     size = len(metrics.render({"available": False}, records, {"running": 1}))
     print(f"GET runs, {args.runs} runs x {args.steps} step events, median of {args.repeat}:")
     print(f"  a fresh view (no cache)  : {cold * 1e3:7.2f} ms")

@@ -61,8 +61,12 @@ def main() -> None:
         tmp = Path(tmp)
         os.environ.update({"JIYU_HOME": str(tmp / "home"), "TMPDIR": str(tmp)})
         if not args.real_gpu:
-            os.environ.update({"JIYU_NVML_DOUBLE_GPUS": "1", "PYTHONPATH": os.pathsep.join(
-                [str(DOUBLE), str(ROOT), os.environ.get("PYTHONPATH", "")])})
+            os.environ.update(
+                {
+                    "JIYU_NVML_DOUBLE_GPUS": "1",
+                    "PYTHONPATH": os.pathsep.join([str(DOUBLE), str(ROOT), os.environ.get("PYTHONPATH", "")]),
+                }
+            )
         os.environ.setdefault("OMP_NUM_THREADS", "1")
         notebook = write_notebook(tmp / "bench.ipynb")
         a, b, lease = [], [], []
@@ -77,8 +81,10 @@ def main() -> None:
     print(f"A GPU freed -> queued job's first step: median {ma:.2f} s  (all: {', '.join(f'{x:.2f}' for x in a)})")
     print(f"B submit -> first step, GPU free:       median {mb:.2f} s  (all: {', '.join(f'{x:.2f}' for x in b)})")
     print(f"A - B: {ma - mb:+.2f} s  (goal: <= +1.00 s)")
-    print(f"of A, GPU freed -> the waiting supervisor's lease: median {statistics.median(lease) * 1e3:.0f} ms "
-          f"(all: {', '.join(f'{x * 1e3:.0f}' for x in lease)})")
+    print(
+        f"of A, GPU freed -> the waiting supervisor's lease: median {statistics.median(lease) * 1e3:.0f} ms "
+        f"(all: {', '.join(f'{x * 1e3:.0f}' for x in lease)})"
+    )
 
 
 if __name__ == "__main__":

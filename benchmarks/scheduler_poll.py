@@ -55,23 +55,27 @@ def measure(cluster, runs: int, repeat: int) -> None:
 
     cluster.run("sbatch", f"--cpus-per-task={cluster.cpus}", "--output=/dev/null", "--wrap", "sleep 600", check=True)
     notebook = Path(os.environ["JIYU_HOME"]) / "nb.ipynb"
-    notebook.write_text('{"cells": [{"cell_type": "code", "id": "c1", "metadata": {}, "source": "x = 1", "outputs": [], '
-                        '"execution_count": null}], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}')
+    notebook.write_text(
+        '{"cells": [{"cell_type": "code", "id": "c1", "metadata": {}, "source": "x = 1", "outputs": [], '
+        '"execution_count": null}], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}'
+    )
     ids = [jobs.submit(notebook, backend="slurm", slurm={"gpus_per_node": 0}).id for _ in range(runs)]
     store, views = RunStore(), RunViews()
     job = store.get(ids[0]).scheduler_id
     due, idle, bare = [], [], []
     for _ in range(repeat):
         for run_id in ids:
-            store.update(run_id, polled=None)          # every run's turn has come
+            store.update(run_id, polled=None)  # every run's turn has come
         due.append(timed(views.list))
-        idle.append(timed(views.list))                 # just polled: nobody asks Slurm
+        idle.append(timed(views.list))  # just polled: nobody asks Slurm
         bare.append(timed(lambda: subprocess.run(["scontrol", "show", "job", "-o", job], capture_output=True)))
     assert all(r.status == "queued" and r.queue_reason for r in map(store.get, ids))
     d, i, b = (statistics.median(x) * 1000 for x in (due, idle, bare))
-    print(f"panel poll with {runs} pending Slurm runs: all due {d:.1f} ms, none due {i:.1f} ms "
-          f"(ratio {d / i:.1f}x); one scontrol show job {b:.1f} ms; per due run {(d - i) / runs:.1f} ms "
-          f"(median of {repeat})")
+    print(
+        f"panel poll with {runs} pending Slurm runs: all due {d:.1f} ms, none due {i:.1f} ms "
+        f"(ratio {d / i:.1f}x); one scontrol show job {b:.1f} ms; per due run {(d - i) / runs:.1f} ms "
+        f"(median of {repeat})"
+    )
 
 
 if __name__ == "__main__":

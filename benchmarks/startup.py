@@ -22,9 +22,11 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-LOAD_EXT = ("import time; from IPython.core.interactiveshell import InteractiveShell; "
-            "shell = InteractiveShell.instance(); start = time.perf_counter(); "
-            "shell.run_line_magic('load_ext', 'jiyu_magics'); print(time.perf_counter() - start)")
+LOAD_EXT = (
+    "import time; from IPython.core.interactiveshell import InteractiveShell; "
+    "shell = InteractiveShell.instance(); start = time.perf_counter(); "
+    "shell.run_line_magic('load_ext', 'jiyu_magics'); print(time.perf_counter() - start)"
+)
 
 
 def commands(scratch: Path) -> dict[str, list[str]]:
@@ -41,14 +43,21 @@ def commands(scratch: Path) -> dict[str, list[str]]:
 def timed(argv: list[str], env: dict) -> float:
     """``python -m`` puts the working folder first on the path: run in the tree being timed."""
     start = time.perf_counter()
-    subprocess.run([sys.executable, *argv], env=env, cwd=env["PYTHONPATH"], stdout=subprocess.DEVNULL,
-                   stderr=subprocess.DEVNULL, check=True)
+    subprocess.run(
+        [sys.executable, *argv],
+        env=env,
+        cwd=env["PYTHONPATH"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        check=True,
+    )
     return time.perf_counter() - start
 
 
 def load_ext(env: dict) -> float:
-    out = subprocess.run([sys.executable, "-c", LOAD_EXT], env=env, cwd=env["PYTHONPATH"], capture_output=True,
-                         text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", LOAD_EXT], env=env, cwd=env["PYTHONPATH"], capture_output=True, text=True, check=True
+    )
     return float(out.stdout.strip().splitlines()[-1])
 
 
@@ -59,20 +68,33 @@ def main() -> None:
     args = parser.parse_args()
     scratch = Path(tempfile.mkdtemp(prefix="jiyu-bench-startup-"))
     trees = {"this tree": ROOT, **({"baseline": args.baseline.resolve()} if args.baseline else {})}
-    envs = {name: {**os.environ, "PYTHONPATH": str(tree), "JIYU_HOME": str(scratch / f"home-{name.replace(' ', '-')}"),
-                   "OMP_NUM_THREADS": "1"} for name, tree in trees.items()}
-    variants = {(label, tree): (lambda argv=argv, env=envs[tree]: timed(argv, env))
-                for label, argv in commands(scratch).items() for tree in trees}
-    variants.update({("%load_ext jiyu_magics (in IPython)", tree): (lambda env=envs[tree]: load_ext(env))
-                     for tree in trees})
+    envs = {
+        name: {
+            **os.environ,
+            "PYTHONPATH": str(tree),
+            "JIYU_HOME": str(scratch / f"home-{name.replace(' ', '-')}"),
+            "OMP_NUM_THREADS": "1",
+        }
+        for name, tree in trees.items()
+    }
+    variants = {
+        (label, tree): (lambda argv=argv, env=envs[tree]: timed(argv, env))
+        for label, argv in commands(scratch).items()
+        for tree in trees
+    }
+    variants.update(
+        {("%load_ext jiyu_magics (in IPython)", tree): (lambda env=envs[tree]: load_ext(env)) for tree in trees}
+    )
     for fn in variants.values():  # warm the file cache
         fn()
     times = {key: [] for key in variants}
     for _ in range(args.repeat):
         for key, fn in variants.items():
             times[key].append(fn())
-    print(f"fresh-process start-up, median of {args.repeat} interleaved rounds (goal: commands ≤ 300 ms, "
-          f"%load_ext ≤ 50 ms)")
+    print(
+        f"fresh-process start-up, median of {args.repeat} interleaved rounds (goal: commands ≤ 300 ms, "
+        f"%load_ext ≤ 50 ms)"
+    )
     print(f"{'':40s}" + "".join(f"{name:>14s}" for name in trees))
     for label in dict.fromkeys(label for label, _ in variants):
         print(f"{label:40s}" + "".join(f"{statistics.median(times[(label, tree)]) * 1e3:11.0f} ms" for tree in trees))

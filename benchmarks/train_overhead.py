@@ -26,7 +26,7 @@ import random
 import statistics
 import tempfile
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -45,7 +45,7 @@ CASES = {
 def make_model(sizes) -> nn.Module:
     torch.manual_seed(0)
     layers = []
-    for a, b in zip(sizes, sizes[1:]):
+    for a, b in zip(sizes, sizes[1:], strict=False):
         layers += [nn.Linear(a, b), nn.ReLU()]
     return nn.Sequential(*layers[:-1])
 
@@ -76,9 +76,11 @@ class Window:
 
     def watch(self, model: nn.Module) -> None:
         """Stamps the first forward, then removes itself (no cost in the timed steps)."""
+
         def stamp(*_):
             self.first_forward = time.perf_counter()
             handle.remove()
+
         handle = model.register_forward_pre_hook(stamp)
 
     def mark(self, step: int) -> None:
@@ -102,8 +104,9 @@ def hand_loop(case, data: TensorDataset, fast: bool) -> float:
         gather = TensorBatches(data.tensors, case["batch"], seed=0).place(device)
         batches = endless(gather.epoch)
     else:
-        batches = endless(lambda _: DataLoader(data, batch_size=case["batch"], shuffle=True,
-                                               pin_memory=device.type == "cuda"))
+        batches = endless(
+            lambda _: DataLoader(data, batch_size=case["batch"], shuffle=True, pin_memory=device.type == "cuda")
+        )
     window = Window(case["warmup"], case["warmup"] + case["steps"])
     window.watch(model)
     for step in range(1, window.last + 1):
@@ -122,6 +125,7 @@ def hand_loop(case, data: TensorDataset, fast: bool) -> float:
 
 class StepClock:
     """A monitor for fit: stamps the time when the engine logs the window's steps."""
+
     interval = float("inf")
 
     def __init__(self, window: Window):
@@ -141,9 +145,19 @@ def engine(case, data: TensorDataset, fast: bool) -> float:
     window = Window(case["warmup"], case["warmup"] + case["steps"])
     window.watch(model)
     loader = DataLoader(data, batch_size=case["batch"], shuffle=True, pin_memory=DEVICE.type == "cuda")
-    fit(model, torch.optim.AdamW(model.parameters(), 1e-3), loader, loss_fn=nn.CrossEntropyLoss(),
-        max_steps=window.last, log_every=case["warmup"], save_ckpts=False, fast_data=fast, device=str(DEVICE),
-        amp="off", monitor=StepClock(window))
+    fit(
+        model,
+        torch.optim.AdamW(model.parameters(), 1e-3),
+        loader,
+        loss_fn=nn.CrossEntropyLoss(),
+        max_steps=window.last,
+        log_every=case["warmup"],
+        save_ckpts=False,
+        fast_data=fast,
+        device=str(DEVICE),
+        amp="off",
+        monitor=StepClock(window),
+    )
     return window.rate()
 
 
@@ -168,8 +182,16 @@ def lightning(case, data: TensorDataset, fast: bool) -> float:
             if trainer.global_step % case["warmup"] == 0:
                 window.mark(trainer.global_step)
 
-    trainer = L.Trainer(max_steps=window.last, accelerator=DEVICE.type.replace("cuda", "gpu"), devices=1, logger=False, callbacks=[Clock()],
-                        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+    trainer = L.Trainer(
+        max_steps=window.last,
+        accelerator=DEVICE.type.replace("cuda", "gpu"),
+        devices=1,
+        logger=False,
+        callbacks=[Clock()],
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
     trainer.fit(Module(), DataLoader(data, batch_size=case["batch"], shuffle=True))
     return window.rate()
 
@@ -180,8 +202,9 @@ def accelerate(case, data: TensorDataset, fast: bool) -> float:
     accelerator = Accelerator(cpu=DEVICE.type == "cpu")
     model = make_model(case["sizes"])
     optimizer = torch.optim.AdamW(model.parameters(), 1e-3)
-    model, optimizer, loader = accelerator.prepare(model, optimizer, DataLoader(data, batch_size=case["batch"],
-                                                                                 shuffle=True))
+    model, optimizer, loader = accelerator.prepare(
+        model, optimizer, DataLoader(data, batch_size=case["batch"], shuffle=True)
+    )
     batches, loss_fn = endless(lambda _: loader), nn.CrossEntropyLoss()
     window = Window(case["warmup"], case["warmup"] + case["steps"])
     for step in range(1, window.last + 1):
@@ -223,8 +246,10 @@ def run_case(name: str, repeat: int, window_s: float) -> None:
     data = make_data(CASES[name])
     case = scaled(CASES[name], data, window_s)
     variants = {
-        "hand-written, DataLoader": (hand_loop, False), "engine, DataLoader (fast_data=False)": (engine, False),
-        "hand-written, batched gather": (hand_loop, True), "engine, default (fast path)": (engine, True),
+        "hand-written, DataLoader": (hand_loop, False),
+        "engine, DataLoader (fast_data=False)": (engine, False),
+        "hand-written, batched gather": (hand_loop, True),
+        "engine, default (fast path)": (engine, True),
     }
     if available("lightning"):
         variants["Lightning Trainer, DataLoader"] = (lightning, False)
@@ -235,31 +260,40 @@ def run_case(name: str, repeat: int, window_s: float) -> None:
         for label, (fn, fast) in variants.items():
             rates[label].append(fn(case, data, fast))
     baselines = {False: "hand-written, DataLoader", True: "hand-written, batched gather"}
-    print(f"\n{name} MLP {'-'.join(map(str, case['sizes']))}, batch {case['batch']}, AdamW, "
-          f"{case['steps']} timed steps (windows of >= {window_s:g} s) x {repeat} interleaved repetitions, {DEVICE}, "
-          f"{torch.get_num_threads()} thread(s)")
-    print(f"{'variant':38s} {'steps/s':>8s} {'spread':>7s} {'steps/CPU-s':>11s} {'spread':>7s}  ratio to hand-written "
-          f"(same data path): by CPU time [90% CI] | by wall time | overhead us/step (CPU | wall) | fixed ms/call")
-    for label, (fn, fast) in variants.items():
+    print(
+        f"\n{name} MLP {'-'.join(map(str, case['sizes']))}, batch {case['batch']}, AdamW, "
+        f"{case['steps']} timed steps (windows of >= {window_s:g} s) x {repeat} interleaved repetitions, {DEVICE}, "
+        f"{torch.get_num_threads()} thread(s)"
+    )
+    print(
+        f"{'variant':38s} {'steps/s':>8s} {'spread':>7s} {'steps/CPU-s':>11s} {'spread':>7s}  ratio to hand-written "
+        f"(same data path): by CPU time [90% CI] | by wall time | overhead us/step (CPU | wall) | fixed ms/call"
+    )
+    for label, (_fn, fast) in variants.items():
         base = rates[baselines[fast]]
         wall, cpu = ([r[i] for r in rates[label]] for i in (0, 1))
-        by_cpu = [a[1] / b[1] for a, b in zip(rates[label], base)]
-        by_wall = [a[0] / b[0] for a, b in zip(rates[label], base)]
+        by_cpu = [a[1] / b[1] for a, b in zip(rates[label], base, strict=False)]
+        by_wall = [a[0] / b[0] for a, b in zip(rates[label], base, strict=False)]
         low, high = bootstrap_interval(by_cpu)
-        over_cpu = statistics.median(1e6 / a[1] - 1e6 / b[1] for a, b in zip(rates[label], base))
-        over_wall = statistics.median(1e6 / a[0] - 1e6 / b[0] for a, b in zip(rates[label], base))
+        over_cpu = statistics.median(1e6 / a[1] - 1e6 / b[1] for a, b in zip(rates[label], base, strict=False))
+        over_wall = statistics.median(1e6 / a[0] - 1e6 / b[0] for a, b in zip(rates[label], base, strict=False))
         fixed = [r[2] for r in rates[label] if r[2] is not None]
-        print(f"{label:38s} {statistics.median(wall):8.1f} {_spread(wall):7.0%} {statistics.median(cpu):11.1f} "
-              f"{_spread(cpu):7.0%}  {statistics.median(by_cpu):.3f} [{low:.3f}, {high:.3f}] | "
-              f"{statistics.median(by_wall):.3f} | {over_cpu:+7.1f} | {over_wall:+7.1f} | "
-              f"{statistics.median(fixed) * 1e3 if fixed else float('nan'):7.1f}")
-    fast, slow = (statistics.median(r[1] for r in rates[v]) for v in ("engine, default (fast path)",
-                                                                        "hand-written, DataLoader"))
+        print(
+            f"{label:38s} {statistics.median(wall):8.1f} {_spread(wall):7.0%} {statistics.median(cpu):11.1f} "
+            f"{_spread(cpu):7.0%}  {statistics.median(by_cpu):.3f} [{low:.3f}, {high:.3f}] | "
+            f"{statistics.median(by_wall):.3f} | {over_cpu:+7.1f} | {over_wall:+7.1f} | "
+            f"{statistics.median(fixed) * 1e3 if fixed else float('nan'):7.1f}"
+        )
+    fast, slow = (
+        statistics.median(r[1] for r in rates[v]) for v in ("engine, default (fast path)", "hand-written, DataLoader")
+    )
     print(f"engine fast path vs hand-written DataLoader loop (CPU time): {fast / slow:.2f}x")
     engine_fixed = statistics.median(r[2] for r in rates["engine, default (fast path)"])
     hand_fixed = statistics.median(r[2] for r in rates["hand-written, batched gather"])
-    print(f"per-call fixed cost (call → first forward + last logged step → return): engine {engine_fixed * 1e3:.1f} ms, "
-          f"hand-written {hand_fixed * 1e3:.1f} ms: fit's own {(engine_fixed - hand_fixed) * 1e3:.1f} ms a call")
+    print(
+        f"per-call fixed cost (call → first forward + last logged step → return): engine {engine_fixed * 1e3:.1f} ms, "
+        f"hand-written {hand_fixed * 1e3:.1f} ms: fit's own {(engine_fixed - hand_fixed) * 1e3:.1f} ms a call"
+    )
 
 
 def _spread(values: list[float]) -> float:
@@ -273,16 +307,18 @@ def data_path(repeat: int = 5, batches: int = 200) -> None:
     gather = TensorBatches(data.tensors, 64, seed=0)
     for _ in range(repeat):
         start = time.perf_counter()
-        for _, batch in zip(range(batches), DataLoader(data, batch_size=64, shuffle=True)):
+        for _ in zip(range(batches), DataLoader(data, batch_size=64, shuffle=True), strict=False):
             pass
         loader_times.append((time.perf_counter() - start) / batches)
         start = time.perf_counter()
-        for _, batch in zip(range(batches), gather.epoch(1)):
+        for _ in zip(range(batches), gather.epoch(1), strict=False):
             pass
         gather_times.append((time.perf_counter() - start) / batches)
     a, b = statistics.median(loader_times), statistics.median(gather_times)
-    print(f"\ndata path, batch of 64 x 64 floats: DataLoader(TensorDataset, shuffle=True) {a * 1e6:.0f} us/batch, "
-          f"fast path gather {b * 1e6:.0f} us/batch ({a / b:.1f}x)")
+    print(
+        f"\ndata path, batch of 64 x 64 floats: DataLoader(TensorDataset, shuffle=True) {a * 1e6:.0f} us/batch, "
+        f"fast path gather {b * 1e6:.0f} us/batch ({a / b:.1f}x)"
+    )
 
 
 def chart_cost(repeat: int = 20) -> None:
@@ -295,13 +331,15 @@ def chart_cost(repeat: int = 20) -> None:
     from jiyu_magics.views.training_view import TrainingView
 
     view = TrainingView()
-    view.feed([{"kind": "start", "total_steps": 1000}] +
-              [{"kind": "step", "step": s, "loss": 2.0 / s ** 0.5} for s in range(1, 1001)] +
-              [{"kind": "val", "step": s, "loss": 2.1 / s ** 0.5} for s in range(100, 1001, 100)])
+    view.feed(
+        [{"kind": "start", "total_steps": 1000}]
+        + [{"kind": "step", "step": s, "loss": 2.0 / s**0.5} for s in range(1, 1001)]
+        + [{"kind": "val", "step": s, "loss": 2.1 / s**0.5} for s in range(100, 1001, 100)]
+    )
     fig = Figure(figsize=(4.4, 2.0), dpi=100)
     ax = fig.subplots()
-    raw, = ax.plot([], [])
-    smooth, = ax.plot([], [])
+    (raw,) = ax.plot([], [])
+    (smooth,) = ax.plot([], [])
     steps = [s for s, _ in view.losses]
     svg, png = [], []
     for _ in range(repeat):
@@ -316,8 +354,10 @@ def chart_cost(repeat: int = 20) -> None:
         fig.savefig(io.BytesIO(), format="png")
         png.append(time.perf_counter() - start)
     a, b = statistics.median(svg), statistics.median(png)
-    print(f"live chart, 1000 points + smoothing + 10 val points: SVG string {a * 1e3:.2f} ms, "
-          f"matplotlib reused-figure PNG {b * 1e3:.1f} ms ({b / a:.0f}x); at a 1 s refresh: {a:.2%} vs {b:.1%}")
+    print(
+        f"live chart, 1000 points + smoothing + 10 val points: SVG string {a * 1e3:.2f} ms, "
+        f"matplotlib reused-figure PNG {b * 1e3:.1f} ms ({b / a:.0f}x); at a 1 s refresh: {a:.2%} vs {b:.1%}"
+    )
 
 
 def main() -> None:

@@ -12,7 +12,15 @@ import argparse
 import sys
 
 from ._version import __version__
-from .commands import CliError, gpu_commands, job_commands, plot_commands, queue_commands, store_commands, usage_commands
+from .commands import (
+    CliError,
+    gpu_commands,
+    job_commands,
+    plot_commands,
+    queue_commands,
+    store_commands,
+    usage_commands,
+)
 from .core.store.database import StoreUnusable
 
 COMMAND_MODULES = (gpu_commands, job_commands, plot_commands, queue_commands, store_commands, usage_commands)
@@ -27,8 +35,7 @@ class OneLineParser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = OneLineParser(
-        prog="jiyu", description="GPUs, training runs and background torchrun jobs of JiyuTrainer.")
+    parser = OneLineParser(prog="jiyu", description="GPUs, training runs and background torchrun jobs of JiyuTrainer.")
     parser.add_argument("--version", action="version", version=f"jiyu {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for module in COMMAND_MODULES:

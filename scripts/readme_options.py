@@ -22,11 +22,16 @@ END = "<!-- end of %%train options -->"
 def option_lines() -> list[str]:
     from jiyu_magics.magics.train_magic import FIT_OPTIONS, MAGIC_OPTIONS
 
-    lines = [f"- `{_usage(spec.flag, spec.metavar or spec.name.upper(), spec.choices, spec.is_switch)}` "
-             f"(`fit({spec.name}={not spec.default if spec.is_switch else '...'})`): {spec.described()}"
-             for spec in FIT_OPTIONS]
-    lines += [f"- `{_usage(flags[0], options.get('metavar'), options.get('choices'), 'action' in options)}`: "
-              f"{options['help'].replace('%%', '%')}" for flags, options in MAGIC_OPTIONS]
+    lines = [
+        f"- `{_usage(spec.flag, spec.metavar or spec.name.upper(), spec.choices, spec.is_switch)}` "
+        f"(`fit({spec.name}={not spec.default if spec.is_switch else '...'})`): {spec.described()}"
+        for spec in FIT_OPTIONS
+    ]
+    lines += [
+        f"- `{_usage(flags[0], options.get('metavar'), options.get('choices'), 'action' in options)}`: "
+        f"{options['help'].replace('%%', '%')}"
+        for flags, options in MAGIC_OPTIONS
+    ]
     return lines
 
 

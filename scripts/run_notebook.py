@@ -20,15 +20,21 @@ from nbclient import NotebookClient
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("notebook", type=Path)
-    parser.add_argument("--out", type=Path, default=Path("demo-output"), help="folder for the executed notebook and images")
+    parser.add_argument(
+        "--out", type=Path, default=Path("demo-output"), help="folder for the executed notebook and images"
+    )
     parser.add_argument("--timeout", type=int, default=900, help="seconds per cell")
     args = parser.parse_args()
     nb = nbformat.read(args.notebook, as_version=4)
     args.out.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("JIYU_UI", "text")
     started = time.time()
-    client = NotebookClient(nb, timeout=args.timeout, kernel_name="python3",
-                            resources={"metadata": {"path": str(args.notebook.parent.resolve())}})
+    client = NotebookClient(
+        nb,
+        timeout=args.timeout,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(args.notebook.parent.resolve())}},
+    )
     try:
         client.execute()
     finally:

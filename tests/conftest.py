@@ -15,8 +15,11 @@ import pytest
 
 # jp_fetch, jp_serverapp, ...: a real jupyter_server per test for the server-extension tests.
 # (The GPU machine runs only gpu-marked tests and has no jupyter_server: don't fail there.)
-pytest_plugins = ([] if None in (importlib.util.find_spec("pytest_jupyter"), importlib.util.find_spec("jupyter_server"))
-                  else ["pytest_jupyter.jupyter_server"])
+pytest_plugins = (
+    []
+    if None in (importlib.util.find_spec("pytest_jupyter"), importlib.util.find_spec("jupyter_server"))
+    else ["pytest_jupyter.jupyter_server"]
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 NVML_DOUBLE_DIR = Path(__file__).resolve().parent / "nvml_double"
@@ -59,8 +62,9 @@ def nvml_double(monkeypatch):
     """Routes ``import pynvml`` to tests/nvml_double (see that module's docstring for why) in
     this process and in every process the test starts."""
     monkeypatch.syspath_prepend(str(NVML_DOUBLE_DIR))
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(NVML_DOUBLE_DIR), str(ROOT),
-                                                                    os.environ.get("PYTHONPATH")])))
+    monkeypatch.setenv(
+        "PYTHONPATH", os.pathsep.join(filter(None, [str(NVML_DOUBLE_DIR), str(ROOT), os.environ.get("PYTHONPATH")]))
+    )
     monkeypatch.delitem(sys.modules, "pynvml", raising=False)
     import pynvml
 
@@ -87,7 +91,7 @@ def ip():
     shell.run_line_magic("unload_ext", "jiyu_magics")
     shell.reset(new_session=False)
     history = shell.__dict__.get("_jiyu_cell_history")  # %%train --nproc replays what it recorded:
-    if history is not None:                              # the next test's shell starts with none
+    if history is not None:  # the next test's shell starts with none
         history.close()
 
 
@@ -120,7 +124,7 @@ def no_schedulers(monkeypatch, tmp_path_factory):
     stays reachable through a folder of links."""
     farm = tmp_path_factory.mktemp("path_without_schedulers")
     for folder in os.environ.get("PATH", "").split(os.pathsep):
-        for program in (Path(folder).iterdir() if Path(folder).is_dir() else ()):
+        for program in Path(folder).iterdir() if Path(folder).is_dir() else ():
             link = farm / program.name
             if program.name not in SCHEDULER_TOOLS and not link.exists() and os.access(program, os.X_OK):
                 link.symlink_to(program)

@@ -44,7 +44,9 @@ model = nn.Sequential(nn.Linear(20, 32), nn.ReLU(), nn.Linear(32, 2))
 optimizer = torch.optim.AdamW(model.parameters(), 1e-2)
 options = dict(epochs=4, seed=1, log_every=2)
 if mode == "loader":
-    train = DataLoader(data, batch_size=16, shuffle=True, collate_fn=lambda b: [torch.stack(t) for t in zip(*b)])
+    train = DataLoader(
+        data, batch_size=16, shuffle=True, collate_fn=lambda b: [torch.stack(t) for t in zip(*b, strict=False)]
+    )
     options["accum"] = 2
 elif mode == "fsdp":
     train, options["strategy"] = DataLoader(data, batch_size=16, shuffle=True), "fsdp"
@@ -55,5 +57,14 @@ elif mode == "cuda":
 else:
     train = DataLoader(data, batch_size=16, shuffle=True)
 result = fit(model, optimizer, train, train_step=train_step, **options)
-(out / f"seen-{rank}.json").write_text(json.dumps({"seen": seen, "status": result.status, "step": result.step,
-                                                   "history": result.history, "last": result.last_checkpoint}))
+(out / f"seen-{rank}.json").write_text(
+    json.dumps(
+        {
+            "seen": seen,
+            "status": result.status,
+            "step": result.step,
+            "history": result.history,
+            "last": result.last_checkpoint,
+        }
+    )
+)

@@ -143,17 +143,24 @@ def _entrypoint(env: dict[str, str], drop_root: bool) -> list[str]:
 
 def start(env: dict[str, str], *command: str, log: Path, drop_root: bool = False) -> Started:
     with open(log, "wb") as out:
-        proc = subprocess.Popen([*_entrypoint(env, drop_root), *command],
-                                env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            [*_entrypoint(env, drop_root), *command],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     return Started(proc, log, env)
 
 
-def run(env: dict[str, str], *command: str, drop_root: bool = False,
-        timeout: float = 60) -> subprocess.CompletedProcess:
+def run(
+    env: dict[str, str], *command: str, drop_root: bool = False, timeout: float = 60
+) -> subprocess.CompletedProcess:
     """Runs the entrypoint to its end; on a timeout its whole session (sshd too) is killed."""
     args = [*_entrypoint(env, drop_root), *command]
-    proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -164,8 +171,7 @@ def run(env: dict[str, str], *command: str, drop_root: bool = False,
 
 
 def healthcheck(env: dict[str, str]) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(HEALTHCHECK)], env=env, capture_output=True,
-                          text=True, timeout=30)
+    return subprocess.run([sys.executable, str(HEALTHCHECK)], env=env, capture_output=True, text=True, timeout=30)
 
 
 def http_status(url: str, token: str | None = None) -> int:

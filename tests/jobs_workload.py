@@ -89,11 +89,20 @@ def write_train_notebook(path):
     ``step_seconds``): the engine's own events, stop and restarts."""
     params = new_code_cell("steps = 30\nstep_seconds = 0.15")
     params.metadata["tags"] = ["parameters"]
-    nbformat.write(new_notebook(cells=[
-        new_code_cell("%load_ext jiyu_magics"), params,
-        new_code_cell("import time, torch\nfrom torch.utils.data import DataLoader, TensorDataset\n"
-                      "torch.manual_seed(0)\nX = torch.randn(1024, 8); y = X.sum(1, keepdim=True)"),
-        new_code_cell(TRAIN_CELL)]), path)
+    nbformat.write(
+        new_notebook(
+            cells=[
+                new_code_cell("%load_ext jiyu_magics"),
+                params,
+                new_code_cell(
+                    "import time, torch\nfrom torch.utils.data import DataLoader, TensorDataset\n"
+                    "torch.manual_seed(0)\nX = torch.randn(1024, 8); y = X.sum(1, keepdim=True)"
+                ),
+                new_code_cell(TRAIN_CELL),
+            ]
+        ),
+        path,
+    )
     return path
 
 
@@ -109,11 +118,16 @@ def parameters(**overrides) -> str:
 def write_notebook(path: Path, **overrides) -> Path:
     """A notebook a researcher could have written: a title, a parameters cell, a shell
     command the job must leave out, and the training cell."""
-    cells = [new_markdown_cell("# DDP smoke workload"), new_code_cell(parameters(**overrides)),
-             new_code_cell("!nvidia-smi\n%matplotlib inline"), new_code_cell(TRAIN)]
+    cells = [
+        new_markdown_cell("# DDP smoke workload"),
+        new_code_cell(parameters(**overrides)),
+        new_code_cell("!nvidia-smi\n%matplotlib inline"),
+        new_code_cell(TRAIN),
+    ]
     cells[1].metadata["tags"] = ["parameters"]
-    nb = new_notebook(cells=cells, metadata={"kernelspec": {"name": "python3", "display_name": "Python 3",
-                                                            "language": "python"}})
+    nb = new_notebook(
+        cells=cells, metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}}
+    )
     nbformat.write(nb, path)
     return path
 
@@ -141,8 +155,9 @@ def finished(run_id: str, timeout: float = 180.0):
     """The run's store row once it is no longer active (succeeded, failed, stopped, lost)."""
     from jiyu_magics.core.store.run_store import RunStore
 
-    return wait_for(lambda: (lambda r: r if not r.active else None)(RunStore().get(run_id)), timeout,
-                    what=f"run {run_id} to end")
+    return wait_for(
+        lambda: (lambda r: r if not r.active else None)(RunStore().get(run_id)), timeout, what=f"run {run_id} to end"
+    )
 
 
 def processes_of(run_id: str) -> list[int]:

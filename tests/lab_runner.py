@@ -16,18 +16,25 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 from .conftest import NVML_DOUBLE_DIR, ROOT
 from .ports import free_port
 
 CHROMIUM = Path(os.environ.get("JIYU_CHROMIUM", "/usr/bin/chromium"))
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                 "--no-first-run"]
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-dev-shm-usage",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 QUIET_NOTIFICATIONS = {"fetchNews": "false", "checkForUpdates": False}
 
 
@@ -50,16 +57,24 @@ class Lab:
 def write_user_settings(folder: Path, panel: dict) -> None:
     """User settings as JupyterLab stores them: no news toast over the screenshots, and a fast
     panel refresh so the test sees progress without long waits."""
-    for plugin, values in (("@jupyterlab/apputils-extension/notification", QUIET_NOTIFICATIONS),
-                           ("jiyu-magics/panel", panel)):
+    for plugin, values in (
+        ("@jupyterlab/apputils-extension/notification", QUIET_NOTIFICATIONS),
+        ("jiyu-magics/panel", panel),
+    ):
         path = folder / f"{plugin}.jupyterlab-settings"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(values))
 
 
 @contextmanager
-def jupyter_lab(workdir: Path, panel_settings: dict, timeout: float = 90, env: dict | None = None,
-                args: tuple[str, ...] = (), app: str = "jupyterlab") -> Iterator[Lab]:
+def jupyter_lab(
+    workdir: Path,
+    panel_settings: dict,
+    timeout: float = 90,
+    env: dict | None = None,
+    args: tuple[str, ...] = (),
+    app: str = "jupyterlab",
+) -> Iterator[Lab]:
     """``env`` adds to the server's environment (e.g. the NVML double's shared-box settings),
     ``args`` to its command line (e.g. ``--JiyuApp.kernel_idle_warning=0``); ``app="notebook"``
     starts Notebook 7 (the same front-end extension system) instead of JupyterLab."""
@@ -68,17 +83,33 @@ def jupyter_lab(workdir: Path, panel_settings: dict, timeout: float = 90, env: d
         folder.mkdir(parents=True, exist_ok=True)
     write_user_settings(jupyter / "settings", panel_settings)
     port, token = free_port(), secrets.token_hex(16)
-    env = {**os.environ, "JIYU_HOME": str(home), "JUPYTER_CONFIG_DIR": str(jupyter / "config"),
-           "JUPYTER_RUNTIME_DIR": str(jupyter / "runtime"),
-           "PYTHONPATH": os.pathsep.join([str(NVML_DOUBLE_DIR), str(ROOT)]), **(env or {})}
+    env = {
+        **os.environ,
+        "JIYU_HOME": str(home),
+        "JUPYTER_CONFIG_DIR": str(jupyter / "config"),
+        "JUPYTER_RUNTIME_DIR": str(jupyter / "runtime"),
+        "PYTHONPATH": os.pathsep.join([str(NVML_DOUBLE_DIR), str(ROOT)]),
+        **(env or {}),
+    }
     klass = "LabApp" if app == "jupyterlab" else "JupyterNotebookApp"
-    command = [sys.executable, "-m", app, "--no-browser", "--allow-root", f"--port={port}",
-               "--ServerApp.ip=127.0.0.1", "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}",
-               f"--ServerApp.root_dir={root}", f"--{klass}.user_settings_dir={jupyter / 'settings'}",
-               f"--{klass}.workspaces_dir={jupyter / 'workspaces'}", f"--{klass}.expose_app_in_browser=True", *args]
+    command = [
+        sys.executable,
+        "-m",
+        app,
+        "--no-browser",
+        "--allow-root",
+        f"--port={port}",
+        "--ServerApp.ip=127.0.0.1",
+        "--ServerApp.port_retries=0",
+        f"--IdentityProvider.token={token}",
+        f"--ServerApp.root_dir={root}",
+        f"--{klass}.user_settings_dir={jupyter / 'settings'}",
+        f"--{klass}.workspaces_dir={jupyter / 'workspaces'}",
+        f"--{klass}.expose_app_in_browser=True",
+        *args,
+    ]
     log = open(workdir / "jupyter_lab.log", "wb")
-    process = subprocess.Popen(command, cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT,
-                               start_new_session=True)
+    process = subprocess.Popen(command, cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     lab = Lab(f"http://127.0.0.1:{port}/", token, root, home, process)
     try:
         wait_for_status(lab, timeout, workdir / "jupyter_lab.log")
@@ -120,7 +151,8 @@ def stop_process(process: subprocess.Popen, grace: float = 15) -> None:
 TRAINING_NOTEBOOK_CELLS = [
     "%load_ext jiyu_magics",
     "steps = 150\npace = 0.2",
-    "import time, torch\nfrom sklearn.datasets import load_digits\nfrom torch.utils.data import DataLoader, TensorDataset\n"
+    "import time, torch\nfrom sklearn.datasets import load_digits\n"
+    "from torch.utils.data import DataLoader, TensorDataset\n"
     "x, y = load_digits(return_X_y=True)\n"
     "data = TensorDataset(torch.tensor(x / 16.0, dtype=torch.float32), torch.tensor(y))\n"
     "def train_step(model, batch):  # from an earlier cell: %%train names it in its header\n"
@@ -142,8 +174,12 @@ def training_notebook(folder: Path, name: str) -> Path:
     cells = [new_code_cell(source.replace("{name}", name)) for source in TRAINING_NOTEBOOK_CELLS]
     cells[1].metadata["tags"] = ["parameters"]
     path = folder / f"{name}.ipynb"
-    nbformat.write(new_notebook(cells=cells, metadata={"kernelspec": {
-        "name": "python3", "display_name": "Python 3", "language": "python"}}), path)
+    nbformat.write(
+        new_notebook(
+            cells=cells, metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}}
+        ),
+        path,
+    )
     return path
 
 
@@ -153,18 +189,42 @@ class TrainingJob:
     name: str
 
 
-def submit_training_job(lab: Lab, name: str, steps: int = 150, pace: float = 0.2,
-                        tmp: Path | None = None, options: tuple[str, ...] = (),
-                        env: dict[str, str] | None = None) -> TrainingJob:
+def submit_training_job(
+    lab: Lab,
+    name: str,
+    steps: int = 150,
+    pace: float = 0.2,
+    tmp: Path | None = None,
+    options: tuple[str, ...] = (),
+    env: dict[str, str] | None = None,
+) -> TrainingJob:
     """A background job as a user submits one (``jiyu submit`` with ``options``, e.g. a Slurm
     backend) into the lab's run store."""
     env = {**lab.env(), **(env or {}), "PYTHONPATH": str(ROOT)}
     if tmp is not None:
         env["TMPDIR"] = str(tmp)
     jiyu = Path(sys.executable).with_name("jiyu")
-    done = subprocess.run([str(jiyu), "submit", str(training_notebook(lab.root, name)), "--name", name,
-                           "-p", "steps", str(steps), "-p", "pace", str(pace), *options],
-                          env=env, capture_output=True, text=True, timeout=60, cwd=lab.root)
+    done = subprocess.run(
+        [
+            str(jiyu),
+            "submit",
+            str(training_notebook(lab.root, name)),
+            "--name",
+            name,
+            "-p",
+            "steps",
+            str(steps),
+            "-p",
+            "pace",
+            str(pace),
+            *options,
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=lab.root,
+    )
     assert done.returncode == 0, done.stderr
     words = done.stdout.split()
     return TrainingJob(words[2] if words[0] == "Submitted" else words[1], name)
@@ -172,6 +232,8 @@ def submit_training_job(lab: Lab, name: str, steps: int = 150, pace: float = 0.2
 
 def launch_chromium(playwright):
     if not CHROMIUM.exists():
-        raise RuntimeError(f"Chromium not found at {CHROMIUM}: run `make test` (installs it) or "
-                           "`apt-get install -y chromium`, or point JIYU_CHROMIUM at a Chromium binary")
+        raise RuntimeError(
+            f"Chromium not found at {CHROMIUM}: run `make test` (installs it) or "
+            "`apt-get install -y chromium`, or point JIYU_CHROMIUM at a Chromium binary"
+        )
     return playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)

@@ -45,15 +45,32 @@ class Prometheus:
         token_file = folder / "token"
         token_file.write_text(token)
         config = folder / "prometheus.yml"
-        config.write_text(json.dumps({  # JSON is YAML
-            "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-            "scrape_configs": [{"job_name": "jiyu", "metrics_path": metrics_path,
-                                "authorization": {"type": "Bearer", "credentials_file": str(token_file)},
-                                "static_configs": [{"targets": [target]}]}]}))
+        config.write_text(
+            json.dumps(
+                {  # JSON is YAML
+                    "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+                    "scrape_configs": [
+                        {
+                            "job_name": "jiyu",
+                            "metrics_path": metrics_path,
+                            "authorization": {"type": "Bearer", "credentials_file": str(token_file)},
+                            "static_configs": [{"targets": [target]}],
+                        }
+                    ],
+                }
+            )
+        )
         self.log = open(folder / "prometheus.log", "w")
         self.process = subprocess.Popen(
-            [program("prometheus"), f"--config.file={config}", f"--storage.tsdb.path={folder / 'data'}",
-             f"--web.listen-address=127.0.0.1:{self.port}"], stdout=self.log, stderr=subprocess.STDOUT)
+            [
+                program("prometheus"),
+                f"--config.file={config}",
+                f"--storage.tsdb.path={folder / 'data'}",
+                f"--web.listen-address=127.0.0.1:{self.port}",
+            ],
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
 
     def api(self, path: str, **query) -> dict:
         url = f"http://127.0.0.1:{self.port}/api/v1/{path}?{urllib.parse.urlencode(query)}"

@@ -14,14 +14,22 @@ def notebook(*sources: str, tags: dict[int, list[str]] | None = None) -> nbforma
     cells = [new_code_cell(src) for src in sources]
     for index, cell_tags in (tags or {}).items():
         cells[index].metadata["tags"] = cell_tags
-    return new_notebook(cells=cells, metadata={"kernelspec": {"name": "python3", "display_name": "Python 3",
-                                                              "language": "python"}})
+    return new_notebook(
+        cells=cells, metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}}
+    )
 
 
-def execute(nb: nbformat.NotebookNode, cwd: Path, timeout: int = 120, allow_errors: bool = False,
-            **client_options) -> nbformat.NotebookNode:
-    client = NotebookClient(nb, timeout=timeout, kernel_name="python3", allow_errors=allow_errors,
-                            resources={"metadata": {"path": str(cwd)}}, **client_options)
+def execute(
+    nb: nbformat.NotebookNode, cwd: Path, timeout: int = 120, allow_errors: bool = False, **client_options
+) -> nbformat.NotebookNode:
+    client = NotebookClient(
+        nb,
+        timeout=timeout,
+        kernel_name="python3",
+        allow_errors=allow_errors,
+        resources={"metadata": {"path": str(cwd)}},
+        **client_options,
+    )
     client.execute()
     return nb
 
@@ -47,8 +55,11 @@ def widget_html(nb: nbformat.NotebookNode, marker: str) -> list[str]:
     """The values of the HTML widgets whose value holds ``marker``, from the widget state an
     execution with ``store_widget_state=True`` saved."""
     state = nb.metadata.get("widgets", {}).get("application/vnd.jupyter.widget-state+json", {}).get("state", {})
-    return [m["state"]["value"] for m in state.values()
-            if m.get("model_name") == "HTMLModel" and marker in m["state"].get("value", "")]
+    return [
+        m["state"]["value"]
+        for m in state.values()
+        if m.get("model_name") == "HTMLModel" and marker in m["state"].get("value", "")
+    ]
 
 
 def mimetypes_of(cell) -> set[str]:
@@ -89,6 +100,17 @@ def screenshot_html(html: str, page: Path, size: str = "900,420") -> None:
     page.write_text(f"<html><body style='font-family:sans-serif'>{html}</body></html>")
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     if chromium:
-        subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-                        f"--screenshot={page.with_suffix('.png')}", f"--window-size={size}", page.as_uri()],
-                       capture_output=True, timeout=60)
+        subprocess.run(
+            [
+                chromium,
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--hide-scrollbars",
+                f"--screenshot={page.with_suffix('.png')}",
+                f"--window-size={size}",
+                page.as_uri(),
+            ],
+            capture_output=True,
+            timeout=60,
+        )

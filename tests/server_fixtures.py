@@ -16,16 +16,23 @@ from jiyu_magics.core.store.run_store import Run, RunStore, process_start_time
 
 def server_config(**jiyu) -> Config:
     """The extension enabled and every route closed to anonymous requests, as in production."""
-    return Config({"ServerApp": {"jpserver_extensions": {"jiyu_magics": True, "jupyter_server_terminals": False},
-                                 "allow_unauthenticated_access": False},
-                   "JiyuApp": {"refresh_interval": 0.01, **jiyu}})
+    return Config(
+        {
+            "ServerApp": {
+                "jpserver_extensions": {"jiyu_magics": True, "jupyter_server_terminals": False},
+                "allow_unauthenticated_access": False,
+            },
+            "JiyuApp": {"refresh_interval": 0.01, **jiyu},
+        }
+    )
 
 
 def live_run(name: str = "digits", kind: str = "job", **fields) -> Run:
     """A ``running`` run owned by this test process (so reconcile keeps it running)."""
     pid = os.getpid()
-    return RunStore().create(kind, name, status="running", pid=pid, pid_started=process_start_time(pid),
-                             nproc=2, **fields)
+    return RunStore().create(
+        kind, name, status="running", pid=pid, pid_started=process_start_time(pid), nproc=2, **fields
+    )
 
 
 def training_events(run: Run, steps: int = 5, total: int = 20) -> RunFiles:

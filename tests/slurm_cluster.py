@@ -73,11 +73,11 @@ class SlurmCluster:
     node: str
     cpus: int
     daemons: list[subprocess.Popen] = field(default_factory=list)
-    munged_pid: int | None = None   # the munged started here (None: one was already running)
-    started_in: float = 0.0         # seconds from nothing to an idle node
+    munged_pid: int | None = None  # the munged started here (None: one was already running)
+    started_in: float = 0.0  # seconds from nothing to an idle node
 
     @classmethod
-    def start(cls, timeout: float = START_TIMEOUT_S) -> "SlurmCluster":
+    def start(cls, timeout: float = START_TIMEOUT_S) -> SlurmCluster:
         began = time.monotonic()
         root = Path(tempfile.mkdtemp(prefix="jiyu-slurm-"))
         node, cpus = socket.gethostname().split(".")[0], os.cpu_count() or 1
@@ -99,8 +99,9 @@ class SlurmCluster:
 
     def run(self, *cmd: str, check: bool = False, timeout: float = 30) -> subprocess.CompletedProcess:
         """A Slurm client command against this cluster."""
-        return subprocess.run(list(cmd), env={**os.environ, **self.env}, capture_output=True, text=True,
-                              check=check, timeout=timeout)
+        return subprocess.run(
+            list(cmd), env={**os.environ, **self.env}, capture_output=True, text=True, check=check, timeout=timeout
+        )
 
     def jobs(self) -> list[str]:
         """Ids of the jobs this cluster still has pending or running."""
@@ -169,9 +170,16 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
         env = {**os.environ, **self.env}
         for daemon in ("slurmctld", "slurmd"):
             with open(self.root / "log" / f"{daemon}.out", "wb") as out:
-                self.daemons.append(subprocess.Popen([_program(daemon), "-D", "-f", str(self.conf)], env=env,
-                                                     stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                                     start_new_session=True))
+                self.daemons.append(
+                    subprocess.Popen(
+                        [_program(daemon), "-D", "-f", str(self.conf)],
+                        env=env,
+                        stdin=subprocess.DEVNULL,
+                        stdout=out,
+                        stderr=subprocess.STDOUT,
+                        start_new_session=True,
+                    )
+                )
 
     def _wait_idle(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
@@ -229,8 +237,7 @@ def main() -> int:
         print(reason, file=sys.stderr)
         return 1
     cluster = SlurmCluster.start()
-    print(f"Slurm is up in {cluster.started_in:.1f} s: export SLURM_CONF={cluster.conf}  (Ctrl-C stops it)",
-          flush=True)
+    print(f"Slurm is up in {cluster.started_in:.1f} s: export SLURM_CONF={cluster.conf}  (Ctrl-C stops it)", flush=True)
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, _interrupt)
     try:

@@ -53,10 +53,16 @@ def write_notebook(path: Path, **overrides) -> Path:
     for line in PARAMETERS.splitlines():
         name = line.split("=")[0].strip()
         lines.append(f"{name} = {overrides[name]!r}" if name in overrides else line)
-    cells = [new_markdown_cell("# A regression trained on Slurm"), new_code_cell("\n".join(lines) + "\n"),
-             new_code_cell(SETUP), new_code_cell(TRAIN), new_code_cell("print('trained to', train_result.history[-1])")]
+    cells = [
+        new_markdown_cell("# A regression trained on Slurm"),
+        new_code_cell("\n".join(lines) + "\n"),
+        new_code_cell(SETUP),
+        new_code_cell(TRAIN),
+        new_code_cell("print('trained to', train_result.history[-1])"),
+    ]
     cells[1].metadata["tags"] = ["parameters"]
-    nb = new_notebook(cells=cells, metadata={"kernelspec": {"name": "python3", "display_name": "Python 3",
-                                                            "language": "python"}})
+    nb = new_notebook(
+        cells=cells, metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}}
+    )
     nbformat.write(nb, path)
     return path

@@ -34,4 +34,7 @@ def stall_script(timeout: float = 3.0, stall_at: int = STALL_AT) -> str:
     return SCRIPT.format(timeout=timeout, stall_at=stall_at)
 
 
-SLEEP_LINE = SCRIPT.splitlines().index('        time.sleep(600)  # rank 1 stalls here, before the all-reduce of its backward') + 1
+SLEEP_LINE = (
+    SCRIPT.splitlines().index("        time.sleep(600)  # rank 1 stalls here, before the all-reduce of its backward")
+    + 1
+)

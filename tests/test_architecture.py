@@ -21,12 +21,21 @@ LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
 
 # (contract id, {new module: its source}, a line the broken contract must report)
 BREAKING_IMPORTS = [
-    ("layers", {"jobs/_probe.py": "import jiyu_magics.train\n"},
-     "jiyu_magics.jobs is not allowed to import jiyu_magics.train"),
-    ("layers", {"core/_probe.py": "from jiyu_magics import views\n"},
-     "jiyu_magics.core is not allowed to import jiyu_magics.views"),
-    ("acyclic", {"core/_probe_a.py": "from . import _probe_b\n", "core/_probe_b.py": "from . import _probe_a\n"},
-     "No cycles are allowed in jiyu_magics.core."),
+    (
+        "layers",
+        {"jobs/_probe.py": "import jiyu_magics.train\n"},
+        "jiyu_magics.jobs is not allowed to import jiyu_magics.train",
+    ),
+    (
+        "layers",
+        {"core/_probe.py": "from jiyu_magics import views\n"},
+        "jiyu_magics.core is not allowed to import jiyu_magics.views",
+    ),
+    (
+        "acyclic",
+        {"core/_probe_a.py": "from . import _probe_b\n", "core/_probe_b.py": "from . import _probe_a\n"},
+        "No cycles are allowed in jiyu_magics.core.",
+    ),
     ("core-pure", {"core/_probe.py": "import IPython\n"}, "jiyu_magics.core is not allowed to import IPython"),
     ("torch-in-train", {"core/_probe.py": "import torch\n"}, "jiyu_magics.core._probe -> torch"),
     ("ipython-in-notebook-adapters", {"views/_probe.py": "import IPython\n"}, "jiyu_magics.views._probe -> IPython"),
@@ -40,8 +49,14 @@ def lint_imports(tree: Path, *args: str) -> subprocess.CompletedProcess:
     """``lint-imports`` on the package found in ``tree`` (its pyproject.toml and jiyu_magics/)."""
     assert LINT_IMPORTS.exists(), f"import-linter is not installed next to {sys.executable} (pip install -e '.[test]')"
     env = {**os.environ, "PYTHONPATH": str(tree)}
-    return subprocess.run([str(LINT_IMPORTS), "--no-cache", "--no-logo", *args], cwd=tree, env=env,
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [str(LINT_IMPORTS), "--no-cache", "--no-logo", *args],
+        cwd=tree,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def contract_ids() -> set[str]:
@@ -58,11 +73,14 @@ def test_every_contract_has_an_import_that_breaks_it():
     assert contract_ids() == {case[0] for case in BREAKING_IMPORTS}
 
 
-@pytest.mark.parametrize("contract, modules, reported", BREAKING_IMPORTS,
-                         ids=[f"{c[0]}:{next(iter(c[1]))}" for c in BREAKING_IMPORTS])
+@pytest.mark.parametrize(
+    "contract, modules, reported", BREAKING_IMPORTS, ids=[f"{c[0]}:{next(iter(c[1]))}" for c in BREAKING_IMPORTS]
+)
 def test_a_forbidden_import_breaks_its_contract(contract, modules, reported, tmp_path):
     shutil.copy(ROOT / "pyproject.toml", tmp_path)
-    shutil.copytree(ROOT / "jiyu_magics", tmp_path / "jiyu_magics", ignore=shutil.ignore_patterns("__pycache__", "labextension"))
+    shutil.copytree(
+        ROOT / "jiyu_magics", tmp_path / "jiyu_magics", ignore=shutil.ignore_patterns("__pycache__", "labextension")
+    )
     for module, source in modules.items():
         (tmp_path / "jiyu_magics" / module).write_text(source)
     result = lint_imports(tmp_path, "--contract", contract)
@@ -82,8 +100,9 @@ def module_cycles(package_root: Path) -> list[list[str]]:
         "if d.startswith('jiyu_magics')) for m in mods}))\n"
     )
     env = {**os.environ, "PYTHONPATH": str(package_root)}
-    out = subprocess.run([sys.executable, "-c", code], cwd=package_root, env=env, capture_output=True, text=True,
-                         timeout=120, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=package_root, env=env, capture_output=True, text=True, timeout=120, check=True
+    ).stdout
     graph = json.loads(out)
     return strongly_connected(graph)
 
@@ -135,7 +154,9 @@ def test_no_import_cycle_at_any_depth():
 
 
 def test_a_package_importing_its_child_back_is_a_cycle(tmp_path):
-    shutil.copytree(ROOT / "jiyu_magics", tmp_path / "jiyu_magics", ignore=shutil.ignore_patterns("__pycache__", "labextension"))
+    shutil.copytree(
+        ROOT / "jiyu_magics", tmp_path / "jiyu_magics", ignore=shutil.ignore_patterns("__pycache__", "labextension")
+    )
     views = tmp_path / "jiyu_magics" / "views"
     (views / "_probe.py").write_text("def f():\n    from . import format\n")
     init = views / "__init__.py"

@@ -54,13 +54,16 @@ def test_doctor_exits_nonzero_on_this_driverless_machine():
     assert any(f["level"] == "problem" for f in findings)
 
 
-@pytest.mark.parametrize("args, message", [
-    (["gpu", "--watch", "0"], "expected a positive number of seconds, got '0'"),
-    (["gpu", "--watch", "abc"], "expected a number of seconds, got 'abc'"),
-    (["gpu", "--frobnicate"], "unrecognized arguments: --frobnicate"),
-    (["gpu", "--json", "--watch", "1"], "--json and --watch cannot be combined"),
-    (["nosuchcommand"], "invalid choice: 'nosuchcommand'"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["gpu", "--watch", "0"], "expected a positive number of seconds, got '0'"),
+        (["gpu", "--watch", "abc"], "expected a number of seconds, got 'abc'"),
+        (["gpu", "--frobnicate"], "unrecognized arguments: --frobnicate"),
+        (["gpu", "--json", "--watch", "1"], "--json and --watch cannot be combined"),
+        (["nosuchcommand"], "invalid choice: 'nosuchcommand'"),
+    ],
+)
 def test_bad_input_exits_2_with_one_line(args, message):
     result = jiyu(*args)
     assert result.returncode == 2

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from jiyu_magics.core.gpu import doctor
-from jiyu_magics.core.gpu.doctor import PROBLEM, WARNING, OK, Probes
+from jiyu_magics.core.gpu.doctor import OK, PROBLEM, WARNING, Probes
 from jiyu_magics.core.gpu.torch_versions import TorchFacts
 
 CUDA_TORCH = TorchFacts(version="2.5.1+cu124", cuda="12.4", cudnn="9.1.0", nccl="2.21.5")
@@ -22,8 +22,7 @@ def gpu_box(tmp_path) -> dict:
         (dev / name).touch()
     modules = tmp_path / "modules"
     modules.write_text("nvidia_uvm 1 0 - Live 0x0\nnvidia 2 1 nvidia_uvm, Live 0x0\n")
-    return dict(dev_dir=dev, proc_modules=modules, env={}, shm_bytes=lambda p: 8 << 30,
-                torch=lambda: CUDA_TORCH)
+    return dict(dev_dir=dev, proc_modules=modules, env={}, shm_bytes=lambda p: 8 << 30, torch=lambda: CUDA_TORCH)
 
 
 def by_check(findings):
@@ -63,17 +62,21 @@ def test_nouveau_loaded(gpu_box, nvml_double):
     assert f["nouveau"].level == PROBLEM and "blacklist nouveau" in f["nouveau"].fix
 
 
-@pytest.mark.parametrize("value, level, words", [
-    ("", PROBLEM, "hides every GPU"),
-    ("-1", PROBLEM, "'-1'"),
-    ("0,5", PROBLEM, "'5'"),
-    ("1", WARNING, "hides 1 of 2"),
-    ("GPU-99999999", WARNING, "hides 1 of 2"),
-    ("1,0", OK, "all listed"),
-])
+@pytest.mark.parametrize(
+    "value, level, words",
+    [
+        ("", PROBLEM, "hides every GPU"),
+        ("-1", PROBLEM, "'-1'"),
+        ("0,5", PROBLEM, "'5'"),
+        ("1", WARNING, "hides 1 of 2"),
+        ("GPU-99999999", WARNING, "hides 1 of 2"),
+        ("1,0", OK, "all listed"),
+    ],
+)
 def test_cuda_visible_devices(gpu_box, nvml_double, value, level, words):
-    f = by_check(doctor.diagnose(Probes(**{**gpu_box, "env": {"CUDA_VISIBLE_DEVICES": value}},
-                                        nvml=lambda: nvml_double)))["CUDA_VISIBLE_DEVICES"]
+    f = by_check(
+        doctor.diagnose(Probes(**{**gpu_box, "env": {"CUDA_VISIBLE_DEVICES": value}}, nvml=lambda: nvml_double))
+    )["CUDA_VISIBLE_DEVICES"]
     assert f.level == level and words in f.summary
 
 
@@ -123,15 +126,19 @@ def test_first_problem_is_what_one_line_views_show():
     assert doctor.first_problem(findings).level == PROBLEM
 
 
-@pytest.mark.parametrize("torch_version, driver_cuda, command", [
-    ("2.13.0+cpu", "13.0", "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cu130"),
-    ("2.13.0+cpu", "12.9", "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cu128"),
-    ("2.5.1+cpu", "12.4", "pip install torch==2.5.1 --index-url https://download.pytorch.org/whl/cu124"),
-    ("2.5.1+cpu", "12.2", "pip install torch==2.5.1 --index-url https://download.pytorch.org/whl/cu121"),
-    ("2.5.1+cpu", "11.4", "older than every build of torch 2.5.1 (cu118, cu121, cu124): update the NVIDIA driver"),
-])
-def test_cpu_only_torch_fix_names_the_wheel_index_the_driver_can_run(torch_version, driver_cuda, command, gpu_box,
-                                                                      nvml_double, monkeypatch):
+@pytest.mark.parametrize(
+    "torch_version, driver_cuda, command",
+    [
+        ("2.13.0+cpu", "13.0", "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cu130"),
+        ("2.13.0+cpu", "12.9", "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cu128"),
+        ("2.5.1+cpu", "12.4", "pip install torch==2.5.1 --index-url https://download.pytorch.org/whl/cu124"),
+        ("2.5.1+cpu", "12.2", "pip install torch==2.5.1 --index-url https://download.pytorch.org/whl/cu121"),
+        ("2.5.1+cpu", "11.4", "older than every build of torch 2.5.1 (cu118, cu121, cu124): update the NVIDIA driver"),
+    ],
+)
+def test_cpu_only_torch_fix_names_the_wheel_index_the_driver_can_run(
+    torch_version, driver_cuda, command, gpu_box, nvml_double, monkeypatch
+):
     """The driver's CUDA version comes from NVML (the double reports the number NVML gives)."""
     major, minor = map(int, driver_cuda.split("."))
     monkeypatch.setattr(nvml_double, "nvmlSystemGetCudaDriverVersion", lambda: major * 1000 + minor * 10)

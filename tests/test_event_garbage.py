@@ -10,14 +10,22 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from jiyu_magics.core.events.log import EventLog, read_events, summarize, tail_events
-from jiyu_magics.core.runs.model import EventKind
 from jiyu_magics.core.runs.files import RunFiles
+from jiyu_magics.core.runs.model import EventKind
 
 from .cli_runner import jiyu
 from .server_fixtures import body, live_run, server_config, training_events
 
-GARBAGE = [b"42", b"[1, 2]", b'"x"', b"null", b'{"kind": "nope"}', b'{"kind": "step", "step": "x", "loss": "low"}',
-           b'{"t": "yesterday", "kind": "val"}', b'{"t": 9.5, "kind": "st']  # the last one torn by a killed writer
+GARBAGE = [
+    b"42",
+    b"[1, 2]",
+    b'"x"',
+    b"null",
+    b'{"kind": "nope"}',
+    b'{"kind": "step", "step": "x", "loss": "low"}',
+    b'{"t": "yesterday", "kind": "val"}',
+    b'{"t": 9.5, "kind": "st',
+]  # the last one torn by a killed writer
 
 
 @pytest.fixture
@@ -46,6 +54,7 @@ def only_events(events: list) -> bool:
 
 # -- the readers in core --------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("line", GARBAGE, ids=lambda line: line.decode())
 def test_every_reader_skips_and_counts_a_line_that_is_not_an_event(line):
     files = training_events(live_run(), steps=5, total=20)
@@ -60,6 +69,7 @@ def test_every_reader_skips_and_counts_a_line_that_is_not_an_event(line):
 
 
 # -- the entry points -----------------------------------------------------------------------
+
 
 def test_jiyu_jobs_lists_a_run_whose_log_holds_garbage():
     run = spoiled_run()
@@ -85,6 +95,10 @@ async def test_rest_runs_answer_for_a_run_whose_log_holds_garbage(jp_fetch):
 async def test_metrics_answer_for_a_run_whose_log_holds_garbage(jp_fetch):
     run = spoiled_run("scraped")
     text = (await jp_fetch("jiyu", "metrics")).body.decode()
-    steps = [s for family in text_string_to_metric_families(text) for s in family.samples
-             if s.name == "jiyu_run_step" and s.labels["run_id"] == run.id]
+    steps = [
+        s
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name == "jiyu_run_step" and s.labels["run_id"] == run.id
+    ]
     assert [s.value for s in steps] == [6]

@@ -10,10 +10,10 @@ import time
 
 import pytest
 
-from jiyu_magics.core.store.leases import GpuSlot
 from jiyu_magics.core.gpu.owners import Attribution
 from jiyu_magics.core.gpu.snapshot import GpuDevice, GpuProcess, GpuSnapshot
 from jiyu_magics.core.gpu.usage import accrue, report
+from jiyu_magics.core.store.leases import GpuSlot
 from jiyu_magics.core.store.run_store import RunStore, process_start_time
 
 SLOTS = [GpuSlot(f"GPU-{i}", i) for i in range(4)]
@@ -26,8 +26,9 @@ def store(jiyu_home):
 
 def waiting(store, gpus: int, **fields):
     pid = os.getpid()
-    return store.create("job", fields.pop("name", None), gpus_requested=gpus, pid=pid,
-                        pid_started=process_start_time(pid), **fields)
+    return store.create(
+        "job", fields.pop("name", None), gpus_requested=gpus, pid=pid, pid_started=process_start_time(pid), **fields
+    )
 
 
 def test_first_in_line_first_served_and_priority_goes_ahead(store):
@@ -64,8 +65,10 @@ def test_the_schema_refuses_a_second_exclusive_lease_on_a_gpu(store):
     store.leases.acquire(run.id, SLOTS[:1])
     db = sqlite3.connect(store.path)
     with pytest.raises(sqlite3.IntegrityError):
-        db.execute("INSERT INTO gpu_leases (uuid, gpu_index, run_id, host, since, shared) VALUES "
-                   "('GPU-0', 0, 'other', 'h', 1.0, 0)")
+        db.execute(
+            "INSERT INTO gpu_leases (uuid, gpu_index, run_id, host, since, shared) VALUES "
+            "('GPU-0', 0, 'other', 'h', 1.0, 0)"
+        )
 
 
 def test_a_lease_ends_with_its_run_whatever_the_end(store):
@@ -91,15 +94,27 @@ def test_cpu_jobs_wait_for_a_slot_only_under_a_limit(store):
 
 
 def device(uuid: str, util: int, processes=(), leases=()) -> GpuDevice:
-    return GpuDevice(index=int(uuid[-1]), visible_index=0, name="x", uuid=uuid, gpu_util=util,
-                     processes=list(processes), leases=list(leases))
+    return GpuDevice(
+        index=int(uuid[-1]),
+        visible_index=0,
+        name="x",
+        uuid=uuid,
+        gpu_util=util,
+        processes=list(processes),
+        leases=list(leases),
+    )
 
 
 def test_usage_credits_each_sampled_second_once_to_the_gpus_holders(store):
     run = waiting(store, 1, notebook="/lab/a.ipynb", name="a")
     (lease,) = store.leases.acquire(run.id, SLOTS[:1])
-    kernel_proc = GpuProcess(pid=12, used_memory=2**30, command="ipykernel", type="compute",
-                             owner={"kernel_id": "k-1", "notebook": "b.ipynb"})
+    kernel_proc = GpuProcess(
+        pid=12,
+        used_memory=2**30,
+        command="ipykernel",
+        type="compute",
+        owner={"kernel_id": "k-1", "notebook": "b.ipynb"},
+    )
     held = [{"run_id": run.id, "notebook": "/lab/a.ipynb"}]
     t0 = lease.since
     for now in (t0 + 1, t0 + 11, t0 + 11, t0 + 21):  # the same second twice (two samplers): counted once
@@ -132,7 +147,9 @@ def test_usage_by_day_splits_a_lease_at_midnight(store):
     store.leases.acquire(run.id, SLOTS[:1])
     midnight = time.mktime(time.strptime("2026-11-20", "%Y-%m-%d"))
     with sqlite3.connect(store.path) as db:
-        db.execute("UPDATE gpu_leases SET since = ?, ended = ? WHERE run_id = ?", (midnight - 600, midnight + 1200, run.id))
+        db.execute(
+            "UPDATE gpu_leases SET since = ?, ended = ? WHERE run_id = ?", (midnight - 600, midnight + 1200, run.id)
+        )
     days = report(store.db, since=midnight - 86400, by="day", now=midnight + 86400)
     assert [(d.key, round(d.gpu_s)) for d in days] == [("2026-11-19", 600), ("2026-11-20", 1200)]
 
@@ -140,8 +157,10 @@ def test_usage_by_day_splits_a_lease_at_midnight(store):
 def test_attribution_marks_foreign_memory_and_outside_pids():
     sleeper = subprocess.Popen(["sleep", "600"])
     try:
-        procs = [GpuProcess(sleeper.pid, 3 * 2**30, "sleep 600", "compute"),
-                 GpuProcess(4_000_000_123, 2**30, None, "compute")]
+        procs = [
+            GpuProcess(sleeper.pid, 3 * 2**30, "sleep 600", "compute"),
+            GpuProcess(4_000_000_123, 2**30, None, "compute"),
+        ]
         snap = GpuSnapshot(True, devices=[device("GPU-0", 0, procs)])
         Attribution([], []).apply(snap, threshold=2**30)
         kinds = [p.owner["kind"] for p in snap.devices[0].processes]

@@ -69,11 +69,16 @@ def test_jiyu_gpu_names_a_kernel_holding_memory_which_keeps_a_job_waiting(tmp_pa
 
 
 def test_an_in_kernel_train_on_cuda_records_a_lease_on_its_gpu(ip):
-    ip.run_cell("import torch\nfrom torch.utils.data import DataLoader, TensorDataset\n"
-                "data = TensorDataset(torch.randn(512, 16), torch.randint(0, 4, (512,)))")
-    ip.run_cell_magic("train", "--max-steps 30 --name leased-on-cuda --device cuda:0",
-                      "model = torch.nn.Linear(16, 4)\noptimizer = torch.optim.SGD(model.parameters(), 0.1)\n"
-                      "loss_fn = torch.nn.CrossEntropyLoss()\ntrain_loader = DataLoader(data, batch_size=32)")
+    ip.run_cell(
+        "import torch\nfrom torch.utils.data import DataLoader, TensorDataset\n"
+        "data = TensorDataset(torch.randn(512, 16), torch.randint(0, 4, (512,)))"
+    )
+    ip.run_cell_magic(
+        "train",
+        "--max-steps 30 --name leased-on-cuda --device cuda:0",
+        "model = torch.nn.Linear(16, 4)\noptimizer = torch.optim.SGD(model.parameters(), 0.1)\n"
+        "loss_fn = torch.nn.CrossEntropyLoss()\ntrain_loader = DataLoader(data, batch_size=32)",
+    )
     (run,) = [r for r in RunStore().list() if r.name == "leased-on-cuda"]
     assert run.kind == "kernel" and run.status == "succeeded"
     (lease,) = run.gpus

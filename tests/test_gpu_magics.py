@@ -30,13 +30,16 @@ def test_gpu_status_json_returns_data(ip, nvml_double):
     assert snap["devices"][1]["temperature"] is None
 
 
-@pytest.mark.parametrize("line, message", [
-    ("--watch 0", "--watch takes a positive number of seconds, got 0"),
-    ("--watch -2", "--watch takes a positive number of seconds, got -2"),
-    ("--watch abc", "invalid float value: 'abc'"),
-    ("--bogus", "unrecognized arguments: --bogus"),
-    ("--json --watch 1", "--json and --watch cannot be combined"),
-])
+@pytest.mark.parametrize(
+    "line, message",
+    [
+        ("--watch 0", "--watch takes a positive number of seconds, got 0"),
+        ("--watch -2", "--watch takes a positive number of seconds, got -2"),
+        ("--watch abc", "invalid float value: 'abc'"),
+        ("--bogus", "unrecognized arguments: --bogus"),
+        ("--json --watch 1", "--json and --watch cannot be combined"),
+    ],
+)
 def test_bad_input_is_a_one_line_usage_error(ip, line, message):
     with pytest.raises(UsageError) as error:
         ip.run_line_magic("gpu_status", line)

@@ -7,9 +7,15 @@ from .notebook_runner import execute, html_of, notebook, text_of
 
 @pytest.mark.driverless
 def test_notebook_on_this_driverless_machine(tmp_path):
-    nb = execute(notebook("%load_ext jiyu_magics", "%gpu_status", "%gpu_doctor",
-                          "snap = %gpu_status --json\nprint(snap['available'], 'torch' in __import__('sys').modules)"),
-                 cwd=tmp_path)
+    nb = execute(
+        notebook(
+            "%load_ext jiyu_magics",
+            "%gpu_status",
+            "%gpu_doctor",
+            "snap = %gpu_status --json\nprint(snap['available'], 'torch' in __import__('sys').modules)",
+        ),
+        cwd=tmp_path,
+    )
     status, doctor, probe = nb.cells[1], nb.cells[2], nb.cells[3]
     assert "No NVIDIA GPU visible: " in html_of(status) and "Run %gpu_doctor." in html_of(status)
     assert "FAIL" in html_of(doctor) and "fix:" in html_of(doctor)
@@ -18,14 +24,18 @@ def test_notebook_on_this_driverless_machine(tmp_path):
 
 def test_notebook_tables_and_live_watch(tmp_path, nvml_double):
     """The kernel inherits PYTHONPATH with the NVML test double (no driver on this machine)."""
-    nb = execute(notebook(
-        "%load_ext jiyu_magics",
-        "%gpu_status",
-        "%gpu_status --watch 0.2",
-        "import time; time.sleep(1.5)\n"
-        "w = get_ipython().magics_manager.registry['GpuMagics'].watch\n"
-        "print('refreshes', w.refreshes)\nw.stop()\nprint(w.label.value)",
-    ), cwd=tmp_path, store_widget_state=True)
+    nb = execute(
+        notebook(
+            "%load_ext jiyu_magics",
+            "%gpu_status",
+            "%gpu_status --watch 0.2",
+            "import time; time.sleep(1.5)\n"
+            "w = get_ipython().magics_manager.registry['GpuMagics'].watch\n"
+            "print('refreshes', w.refreshes)\nw.stop()\nprint(w.label.value)",
+        ),
+        cwd=tmp_path,
+        store_widget_state=True,
+    )
     table = html_of(nb.cells[1])
     assert "NVIDIA H100 80GB HBM3" in table and "Tesla T4" in table and "(this kernel)" in table
     assert table.count('role="meter"') == 2

@@ -88,11 +88,14 @@ def test_out_of_memory_inside_a_rank_is_one_line_with_the_advice(ip, tmp_path, m
 
     monkeypatch.chdir(tmp_path)
     ip.run_cell(DATA)
-    greedy = BODY + """
+    greedy = (
+        BODY
+        + """
 def train_step(model, batch):
     torch.empty(2**40, device="cuda")  # 1 TiB
     return loss_fn(model(batch[0]), batch[1])
 """
+    )
     started = time.time()
     with pytest.raises(RankFailure) as failure:
         ip.run_cell_magic("train", "--nproc 1 --max-steps 10 --name ddp-oom", greedy)

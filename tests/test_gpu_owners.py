@@ -32,8 +32,9 @@ def training(nvml_double, tmp_path, monkeypatch):
     """Two double GPUs; a real job leasing GPU 0 whose rank NVML lists there, a foreign process
     on GPU 1, and a host pid on GPU 1."""
     box = configure(monkeypatch, tmp_path, 2)
-    job = jobs.submit(write_notebook(tmp_path / "train.ipynb"), nproc=1, name="digits",
-                      params={"steps": 400, "step_seconds": 0.1})
+    job = jobs.submit(
+        write_notebook(tmp_path / "train.ipynb"), nproc=1, name="digits", params={"steps": 400, "step_seconds": 0.1}
+    )
     (rank,) = wait_for(lambda: ranks.read_all(job.id), what="the job's rank")
     box.hold(0, rank.pid, 3 * GIB)
     other = subprocess.Popen(["sleep", "600"])
@@ -56,7 +57,8 @@ def test_jiyu_gpu_shows_each_gpus_lease_and_the_owner_of_each_process(training):
     snap = json.loads(jiyu("gpu", "--json").stdout)
     gpu0, gpu1 = snap["devices"]
     assert [(lease["run_id"], lease["run_name"], lease["run_kind"]) for lease in gpu0["leases"]] == [
-        (job.id, "digits", "job")]
+        (job.id, "digits", "job")
+    ]
     assert gpu0["free"] is False and gpu0["foreign_memory"] == 0
     assert [p["owner"]["kind"] for p in gpu1["processes"]] == ["other", "outside"]
     assert gpu1["free"] is False and gpu1["leases"] == []
@@ -72,14 +74,13 @@ def test_gpu_status_magic_shows_the_same_owners(training, ip, capsys, monkeypatc
     assert snap["devices"][0]["leases"][0]["run_id"] == job.id
 
 
-def test_jobs_lists_queued_runs_with_position_and_running_ones_with_gpus(training, tmp_path, ip, capsys,
-                                                                          monkeypatch):
+def test_jobs_lists_queued_runs_with_position_and_running_ones_with_gpus(training, tmp_path, ip, capsys, monkeypatch):
     job, _ = training
     waiting = jobs.submit(write_notebook(tmp_path / "next.ipynb"), nproc=1, params={"steps": 3})
     time.sleep(2.0)
     text = jiyu("jobs").stdout
     rows = {line.split()[0]: line for line in text.splitlines()[2:]}
-    assert "running" in rows[job.id] and rows[job.id].split()[5] == "0"      # its GPU index
+    assert "running" in rows[job.id] and rows[job.id].split()[5] == "0"  # its GPU index
     assert "queued #1" in rows[waiting.id] and "1 wanted" in rows[waiting.id]
     monkeypatch.setenv("JIYU_UI", "text")
     ip.run_line_magic("jobs", "")
@@ -89,16 +90,17 @@ def test_jobs_lists_queued_runs_with_position_and_running_ones_with_gpus(trainin
 
 def test_usage_reports_gpu_hours_and_idle_gpu_hours_of_a_job(nvml_double, tmp_path, monkeypatch):
     configure(monkeypatch, tmp_path, 1)  # 0% utilisation: all of its sampled time is idle
-    job = jobs.submit(write_notebook(tmp_path / "train.ipynb"), nproc=1, name="idle-job",
-                      params={"steps": 140, "step_seconds": 0.1})
+    job = jobs.submit(
+        write_notebook(tmp_path / "train.ipynb"), nproc=1, name="idle-job", params={"steps": 140, "step_seconds": 0.1}
+    )
     done = finished(job.id, 240)
     assert done.status == "succeeded"
     (lease,) = RunStore().get(job.id).gpus
     held = lease["ended"] - lease["since"]
     (row,) = json.loads(jiyu("usage", "--json").stdout)
     assert row["key"] == job.id and row["label"] == f"idle-job ({job.id}, job)" and row["runs"] == 1
-    assert row["gpu_s"] == pytest.approx(held, abs=0.01)                 # lease time x 1 GPU
-    assert 0 < row["idle_s"] <= held                                     # sampled by the supervisor
+    assert row["gpu_s"] == pytest.approx(held, abs=0.01)  # lease time x 1 GPU
+    assert 0 < row["idle_s"] <= held  # sampled by the supervisor
     assert row["gpu_hours"] == pytest.approx(held / 3600, abs=1e-5)
     (by_notebook,) = json.loads(jiyu("usage", "--by", "notebook", "--json").stdout)
     assert by_notebook["key"] == str(tmp_path / "train.ipynb") and by_notebook["gpu_s"] == row["gpu_s"]

@@ -39,14 +39,20 @@ def status(run_id: str) -> str:
 
 
 def running(run_id: str, timeout: float = 120.0):
-    return wait_for(lambda: (lambda r: r if r.status == "running" else None)(RunStore().get(run_id)), timeout,
-                    what=f"run {run_id} running")
+    return wait_for(
+        lambda: (lambda r: r if r.status == "running" else None)(RunStore().get(run_id)),
+        timeout,
+        what=f"run {run_id} running",
+    )
 
 
 def rank_devices(run_id: str, count: int, timeout: float = 120.0) -> list[str]:
     """What each rank saw in CUDA_VISIBLE_DEVICES, from its rank file, once all ``count`` wrote one."""
-    records = wait_for(lambda: (lambda r: r if len(r) == count else None)(ranks.read_all(run_id)), timeout,
-                       what=f"{count} rank files of run {run_id}")
+    records = wait_for(
+        lambda: (lambda r: r if len(r) == count else None)(ranks.read_all(run_id)),
+        timeout,
+        what=f"{count} rank files of run {run_id}",
+    )
     return [r.cuda_visible_devices for r in records]
 
 
@@ -68,7 +74,7 @@ def test_three_jobs_of_two_gpus_on_four_gpus_two_run_on_disjoint_gpus_the_third_
     first = submit_cli(nb, "--nproc", "2", "--gpus", "2", "-p", "steps", "60", "-p", "step_seconds", "0.1")
     second = submit_cli(nb, "--nproc", "2", "--gpus", "2", "-p", "steps", "400", "-p", "step_seconds", "0.1")
     seen = {run: rank_devices(run, 2) for run in (first, second)}
-    for run, devices in seen.items():
+    for devices in seen.values():
         assert len(set(devices)) == 1 and len(devices[0].split(",")) == 2, devices  # both ranks: the run's 2 GPUs
     first_gpus, second_gpus = (set(seen[r][0].split(",")) for r in (first, second))
     assert not first_gpus & second_gpus and first_gpus | second_gpus == {uuid_of(i) for i in range(4)}
@@ -125,13 +131,20 @@ TINY = "import time\ntime.sleep(0.3)\nprint('tiny job')"
 
 def test_twenty_concurrent_submissions_never_double_lease(box, tmp_path):
     box(4)
-    from nbformat.v4 import new_code_cell, new_notebook
     import nbformat
+    from nbformat.v4 import new_code_cell, new_notebook
 
     nb = tmp_path / "tiny.ipynb"
     nbformat.write(new_notebook(cells=[new_code_cell(TINY)]), nb)
-    procs = [subprocess.Popen([str(JIYU), "submit", str(nb), "--gpus", "1", "--name", f"c{i}"],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(20)]
+    procs = [
+        subprocess.Popen(
+            [str(JIYU), "submit", str(nb), "--gpus", "1", "--name", f"c{i}"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(20)
+    ]
     outputs = [p.communicate(timeout=180) for p in procs]
     assert all(p.returncode == 0 for p in procs), [err for _, err in outputs if err][:1]
     ids = [out.split()[2] for out, _ in outputs]
@@ -217,7 +230,9 @@ def kernel(tmp_path):
 
 def run_in(client, code: str) -> str:
     out = []
-    reply = client.execute_interactive(code, timeout=120, output_hook=lambda m: out.append(m["content"].get("text", "")))
+    reply = client.execute_interactive(
+        code, timeout=120, output_hook=lambda m: out.append(m["content"].get("text", ""))
+    )
     assert reply["content"]["status"] == "ok", reply["content"]
     return "".join(out)
 
@@ -302,7 +317,8 @@ def test_more_gpus_than_the_machine_has_is_refused_up_front(box, tmp_path):
     nb = write_notebook(tmp_path / "train.ipynb")
     done = jiyu("submit", str(nb), "--gpus", "5")
     assert done.returncode == 2 and done.stderr.strip().splitlines()[-1] == (
-        "jiyu submit: error: --gpus 5 is more than the 4 GPU(s) this machine has; it could never start")
+        "jiyu submit: error: --gpus 5 is more than the 4 GPU(s) this machine has; it could never start"
+    )
     done = jiyu("submit", str(nb), "--nproc", "2", "--gpus", "1")
     assert done.returncode == 2 and "each process drives a GPU of its own" in done.stderr
     assert RunStore().list() == []
@@ -332,20 +348,21 @@ train_loader = DataLoader(TensorDataset(X, y), batch_size=32)
 loss_fn = torch.nn.MSELoss()"""
 
 
-def test_train_nproc_waits_in_the_queue_runs_on_its_lease_and_an_interrupt_leaves_the_queue(box, tmp_path, ip,
-                                                                                          capsys):
+def test_train_nproc_waits_in_the_queue_runs_on_its_lease_and_an_interrupt_leaves_the_queue(box, tmp_path, ip, capsys):
     import threading
 
     box(1)
-    holder = jobs.submit(write_notebook(tmp_path / "holder.ipynb"), nproc=1,
-                         params={"steps": 60, "step_seconds": 0.1})
+    holder = jobs.submit(write_notebook(tmp_path / "holder.ipynb"), nproc=1, params={"steps": 60, "step_seconds": 0.1})
     running(holder.id)
     ip.run_cell(NPROC_DATA, store_history=True)  # what a kernel runs is what %%train --nproc replays
     cell_output = sys.stdout  # capsys's buffer: the cell's lines as the user sees them
 
     def interrupt_once_queued():  # as a user's interrupt while the cell waits (not while its body runs)
-        wait_for(lambda: [r for r in RunStore().list() if r.name == "waits-then-leaves" and r.status == "queued"],
-                 120, what="the cell's run queued")
+        wait_for(
+            lambda: [r for r in RunStore().list() if r.name == "waits-then-leaves" and r.status == "queued"],
+            120,
+            what="the cell's run queued",
+        )
         # the run is queued before the cell says so: interrupt once the user could have read why
         wait_for(lambda: "waiting for 1 GPU(s)" in cell_output.getvalue(), 60, what="the cell's waiting line")
         os.kill(os.getpid(), signal.SIGINT)

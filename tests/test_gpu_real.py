@@ -13,8 +13,12 @@ MIB = 2**20
 
 
 def nvidia_smi(query: str) -> list[list[str]]:
-    out = subprocess.run(["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader,nounits"],
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        ["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader,nounits"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     return [[c.strip() for c in line.split(",")] for line in out.strip().splitlines()]
 
 
@@ -22,7 +26,7 @@ def test_snapshot_matches_nvidia_smi():
     snap = gpu.snapshot()
     rows = nvidia_smi("index,uuid,name,memory.total,memory.used")
     assert snap.available and len(snap.devices) == len(rows)
-    for device, (index, uuid, name, total, used) in zip(snap.devices, rows):
+    for device, (index, uuid, name, total, used) in zip(snap.devices, rows, strict=False):
         assert device.index == int(index) and device.uuid == uuid and device.name == name
         assert abs(device.mem_total / MIB - float(total)) <= 1
         assert abs(device.mem_used / MIB - float(used)) <= 256  # other processes may allocate between reads
@@ -33,8 +37,11 @@ def test_own_cuda_tensor_is_found_under_own_pid():
     tensor = torch.empty(512 * MIB, dtype=torch.uint8, device="cuda:0")
     torch.cuda.synchronize()
     snap = gpu.snapshot(env={})
-    index = int(os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0]) if os.environ.get(
-        "CUDA_VISIBLE_DEVICES", "").split(",")[0].isdigit() else 0
+    index = (
+        int(os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0])
+        if os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].isdigit()
+        else 0
+    )
     procs = {p.pid: p for p in snap.devices[index].processes}
     assert os.getpid() in procs, f"own pid missing from {sorted(procs)} (PID namespace?)"
     mine = procs[os.getpid()]

@@ -3,9 +3,9 @@ tests use the NVML test double (tests/nvml_double/pynvml.py) at the pynvml bound
 this machine has no NVIDIA driver."""
 
 import json
+import os
 
 import pytest
-import os
 
 from jiyu_magics.core.gpu import snapshot as gpu
 from jiyu_magics.views import gpu_table as view

@@ -20,8 +20,13 @@ COMPOSE = IMAGES / "compose.yaml"
 
 
 def hadolint(*paths: Path | str, stdin: str | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([str(VENV_BIN / "hadolint"), "--no-color", "-c", str(HADOLINT_CONFIG), *map(str, paths)],
-                          input=stdin, capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [str(VENV_BIN / "hadolint"), "--no-color", "-c", str(HADOLINT_CONFIG), *map(str, paths)],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def instructions(dockerfile: Path) -> list[tuple[str, str]]:
@@ -74,8 +79,15 @@ def test_hadolint_fails_at_the_configured_threshold():
     assert unpinned.returncode == 1 and "DL3007" in unpinned.stdout
     info_only = "FROM ubuntu:24.04\nRUN echo a\nRUN echo b\nUSER 1000\n"
     assert hadolint("-", stdin=info_only).returncode == 1
-    assert subprocess.run([str(VENV_BIN / "hadolint"), "--failure-threshold", "warning", "-"], input=info_only,
-                          capture_output=True, text=True).returncode == 0
+    assert (
+        subprocess.run(
+            [str(VENV_BIN / "hadolint"), "--failure-threshold", "warning", "-"],
+            input=info_only,
+            capture_output=True,
+            text=True,
+        ).returncode
+        == 0
+    )
 
 
 def test_every_ignored_rule_has_a_written_reason():
@@ -85,14 +97,19 @@ def test_every_ignored_rule_has_a_written_reason():
         for number, line in enumerate(lines):
             if "hadolint ignore=" in line:
                 reason = lines[number - 1].strip() if number else ""
-                assert reason.startswith("#") and len(reason) > 20 and "hadolint" not in reason, \
+                assert reason.startswith("#") and len(reason) > 20 and "hadolint" not in reason, (
                     f"{dockerfile.name}:{number + 1} ignores a rule without a reason on the line above"
+                )
 
 
 def test_shellcheck_passes_on_the_scripts():
     scripts = [ENTRYPOINT, IMAGES / "profile.sh"]
-    result = subprocess.run([str(VENV_BIN / "shellcheck"), "--severity=style", *map(str, scripts)],
-                            capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [str(VENV_BIN / "shellcheck"), "--severity=style", *map(str, scripts)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 0, result.stdout
 
 
@@ -124,16 +141,22 @@ def test_the_entrypoint_defaults_are_the_image_paths():
 
 def test_the_versions_in_labels_readme_and_compose_agree():
     args = build_args(IMAGES / "Dockerfile")
-    pytorch, cuda, cudnn, lab = (args[k] for k in ("PYTORCH_VERSION", "CUDA_VERSION", "CUDNN_VERSION",
-                                                    "JUPYTERLAB_VERSION"))
+    pytorch, cuda, cudnn, lab = (
+        args[k] for k in ("PYTORCH_VERSION", "CUDA_VERSION", "CUDNN_VERSION", "JUPYTERLAB_VERSION")
+    )
     base = f"pytorch/pytorch:{pytorch}-cuda{cuda}-cudnn{cudnn}-runtime"
     assert re.sub(r"\$\{(\w+)\}", lambda m: args[m.group(1)], args["BASE_IMAGE"]) == base
     labels = " ".join(arg for op, arg in final_stage(IMAGES / "Dockerfile") if op == "LABEL")
     for name in ("pytorch", "cuda", "cudnn", "jupyterlab"):
         assert f"ai.jiyu.{name}.version=" in labels
     readme = (IMAGES / "README.md").read_text()
-    for text in (base, f"| PyTorch | {pytorch} |", f"| CUDA | {cuda} |", f"| cuDNN | {cudnn}",
-                 f"| JupyterLab | {lab} |"):
+    for text in (
+        base,
+        f"| PyTorch | {pytorch} |",
+        f"| CUDA | {cuda} |",
+        f"| cuDNN | {cudnn}",
+        f"| JupyterLab | {lab} |",
+    ):
         assert text in readme, text
     service = yaml.safe_load(COMPOSE.read_text())["services"]["lab"]
     assert service["image"].endswith(f":{pytorch}-cuda{cuda}")
@@ -154,28 +177,53 @@ def test_compose_reserves_gpus_shm_ports_and_volumes():
         source, target = (volume["source"], volume["target"]) if isinstance(volume, dict) else volume.split(":")[:2]
         targets[target] = defaulted(source)
     env = env_of(IMAGES / "Dockerfile")
-    assert {"/workspace/code", "/workspace/data", "/workspace/checkpoints", env["JIYU_SSH_HOST_KEY_DIR"]} <= set(targets)
+    assert {"/workspace/code", "/workspace/data", "/workspace/checkpoints", env["JIYU_SSH_HOST_KEY_DIR"]} <= set(
+        targets
+    )
     assert env["JIYU_HOME"].startswith("/workspace/checkpoints/")  # the run store outlives the container
     named = {source for source in targets.values() if "/" not in source and source != ".."}
     assert named <= set(compose["volumes"]) and len(named) == 3
     assert (COMPOSE.parent / lab["build"]["context"]).resolve() == ROOT
     assert (ROOT / lab["build"]["dockerfile"]).is_file()
-    assert {k: defaulted(v) for k, v in lab["environment"].items()} == {"JUPYTER_TOKEN": "", "SSH_PUBLIC_KEY": "",
-                                                                          "JIYU_METRICS_TOKEN": ""}
+    assert {k: defaulted(v) for k, v in lab["environment"].items()} == {
+        "JUPYTER_TOKEN": "",
+        "SSH_PUBLIC_KEY": "",
+        "JIYU_METRICS_TOKEN": "",
+    }
 
 
 def _ignored(path: str, patterns: list[str]) -> bool:
-    return any(fnmatch.fnmatch(path, p) or fnmatch.fnmatch(path, f"{p}/*") or
-               (p.startswith("**/") and (fnmatch.fnmatch(path, p[3:]) or fnmatch.fnmatch(path, f"{p[3:]}/*")))
-               for p in patterns)
+    return any(
+        fnmatch.fnmatch(path, p)
+        or fnmatch.fnmatch(path, f"{p}/*")
+        or (p.startswith("**/") and (fnmatch.fnmatch(path, p[3:]) or fnmatch.fnmatch(path, f"{p[3:]}/*")))
+        for p in patterns
+    )
 
 
 def test_dockerignore_keeps_what_the_build_needs_and_drops_local_state():
-    patterns = [line.strip() for line in (ROOT / ".dockerignore").read_text().splitlines()
-                if line.strip() and not line.startswith("#")]
-    for needed in ("pyproject.toml", "README.md", "jiyu_magics/__init__.py", "images/entrypoint.sh",
-                   "images/healthcheck.py", "notebooks/01_quickstart.ipynb"):
+    patterns = [
+        line.strip()
+        for line in (ROOT / ".dockerignore").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    for needed in (
+        "pyproject.toml",
+        "README.md",
+        "jiyu_magics/__init__.py",
+        "images/entrypoint.sh",
+        "images/healthcheck.py",
+        "notebooks/01_quickstart.ipynb",
+    ):
         assert not _ignored(needed, patterns), needed
-    for local in (".git/HEAD", ".venv/bin/python", "images/.env", ".env", "labextension/node_modules/x.js", "test-artifacts/a.png",
-                  "jiyu_magics/__pycache__/cli.cpython-311.pyc", "jiyu_magics/labextension/package.json"):
+    for local in (
+        ".git/HEAD",
+        ".venv/bin/python",
+        "images/.env",
+        ".env",
+        "labextension/node_modules/x.js",
+        "test-artifacts/a.png",
+        "jiyu_magics/__pycache__/cli.cpython-311.pyc",
+        "jiyu_magics/labextension/package.json",
+    ):
         assert _ignored(local, patterns), local

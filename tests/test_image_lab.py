@@ -15,8 +15,7 @@ from pathlib import Path
 import pytest
 from traitlets.config.loader import PyFileConfigLoader
 
-from .image_runner import (JUPYTER_CONFIG, SYSTEM_PATH, VENV_BIN, as_root, healthcheck,
-                           http_status, run, start)
+from .image_runner import JUPYTER_CONFIG, SYSTEM_PATH, VENV_BIN, as_root, healthcheck, http_status, run, start
 from .ports import free_port
 
 LAB_ARGS = ("lab", "--allow-root") if as_root() else ("lab",)
@@ -30,12 +29,20 @@ def lab_env(tmp_path):
     (home / ".jupyter").mkdir(parents=True)
     workspace.mkdir()
     (home / ".jupyter" / "jupyter_server_config.py").write_text('c.IdentityProvider.token = ""\n')
-    return {"PATH": f"{VENV_BIN}:{SYSTEM_PATH}", "HOME": str(home), "LANG": "C.UTF-8",
-            "JIYU_HOME": os.environ["JIYU_HOME"], "JIYU_WORKSPACE": str(workspace),
-            "JIYU_STATE_DIR": str(tmp_path / "state"), "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime"),
-            "JIYU_JUPYTER_CONFIG": str(JUPYTER_CONFIG), "JUPYTER_IP": "127.0.0.1",
-            "JUPYTER_PORT": str(free_port()), "SSH_AUTHORIZED_KEYS_FILE": str(tmp_path / "no-such-file"),
-            "OMP_NUM_THREADS": "1"}
+    return {
+        "PATH": f"{VENV_BIN}:{SYSTEM_PATH}",
+        "HOME": str(home),
+        "LANG": "C.UTF-8",
+        "JIYU_HOME": os.environ["JIYU_HOME"],
+        "JIYU_WORKSPACE": str(workspace),
+        "JIYU_STATE_DIR": str(tmp_path / "state"),
+        "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime"),
+        "JIYU_JUPYTER_CONFIG": str(JUPYTER_CONFIG),
+        "JUPYTER_IP": "127.0.0.1",
+        "JUPYTER_PORT": str(free_port()),
+        "SSH_AUTHORIZED_KEYS_FILE": str(tmp_path / "no-such-file"),
+        "OMP_NUM_THREADS": "1",
+    }
 
 
 @pytest.fixture
@@ -66,8 +73,12 @@ def _answers(url: str) -> bool:
 def dead_proxy_env(env: dict[str, str]) -> dict[str, str]:
     """Every proxy variable pointing at a port nobody listens on."""
     proxy = f"http://127.0.0.1:{free_port()}"
-    return {**env, **{name: proxy for name in ("http_proxy", "https_proxy", "all_proxy",
-                                                "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY")}}
+    return {
+        **env,
+        **{
+            name: proxy for name in ("http_proxy", "https_proxy", "all_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY")
+        },
+    }
 
 
 def test_lab_requires_the_token_from_JUPYTER_TOKEN(lab, lab_env):
@@ -87,8 +98,7 @@ def test_healthcheck_ignores_proxies_and_notices_the_server_stopping(lab, lab_en
     env = dead_proxy_env(lab_env)
     url = f"http://127.0.0.1:{lab_env['JUPYTER_PORT']}/api"
     with pytest.raises(urllib.error.URLError):  # the proxy is dead, and urllib would use it
-        with_proxies = urllib.request.build_opener(urllib.request.ProxyHandler(
-            {"http": env["http_proxy"]}))
+        with_proxies = urllib.request.build_opener(urllib.request.ProxyHandler({"http": env["http_proxy"]}))
         with_proxies.open(url, timeout=10)
     healthy = healthcheck(env)
     assert healthy.returncode == 0, healthy.stdout + healthy.stderr
@@ -96,7 +106,9 @@ def test_healthcheck_ignores_proxies_and_notices_the_server_stopping(lab, lab_en
     entry.stop()
     sick = healthcheck(env)
     assert sick.returncode == 1
-    assert sick.stdout == f"unhealthy: no running Jupyter server has a runtime file in {lab_env['JUPYTER_RUNTIME_DIR']}\n"
+    assert (
+        sick.stdout == f"unhealthy: no running Jupyter server has a runtime file in {lab_env['JUPYTER_RUNTIME_DIR']}\n"
+    )
 
 
 def test_lab_generates_a_token_when_JUPYTER_TOKEN_is_empty_and_prints_it_once(lab, lab_env):
@@ -107,14 +119,23 @@ def test_lab_generates_a_token_when_JUPYTER_TOKEN_is_empty_and_prints_it_once(la
     assert output.count(tokens[0]) == 1, "the generated token is printed once, by the entrypoint only"
     status = f"http://127.0.0.1:{lab_env['JUPYTER_PORT']}/api/status"
     assert http_status(status) == 403 and http_status(status, token=tokens[0]) == 200
-    assert json.loads(next(Path(lab_env["JUPYTER_RUNTIME_DIR"]).glob("jpserver-*.json")).read_text())[
-        "token"] == tokens[0]
+    assert (
+        json.loads(next(Path(lab_env["JUPYTER_RUNTIME_DIR"]).glob("jpserver-*.json")).read_text())["token"] == tokens[0]
+    )
 
 
-@pytest.mark.parametrize("argument", ["--IdentityProvider.token=", "--ServerApp.token=''", "--NotebookApp.token",
-                                      "--IdentityProvider.token=visible-in-ps", "--token=x",
-                                      "--ServerApp.identity_provider_class=my.Open",
-                                      "--config=/tmp/other.py"])
+@pytest.mark.parametrize(
+    "argument",
+    [
+        "--IdentityProvider.token=",
+        "--ServerApp.token=''",
+        "--NotebookApp.token",
+        "--IdentityProvider.token=visible-in-ps",
+        "--token=x",
+        "--ServerApp.identity_provider_class=my.Open",
+        "--config=/tmp/other.py",
+    ],
+)
 def test_lab_refuses_arguments_that_blank_or_replace_the_token(lab_env, argument):
     began = time.monotonic()
     result = run(lab_env, *LAB_ARGS, argument, timeout=30)
@@ -128,8 +149,10 @@ def test_lab_refuses_arguments_that_blank_or_replace_the_token(lab_env, argument
 def test_lab_refuses_to_start_without_the_config_that_enforces_the_token(lab_env, tmp_path):
     result = run({**lab_env, "JIYU_JUPYTER_CONFIG": str(tmp_path / "missing.py")}, *LAB_ARGS, timeout=30)
     assert result.returncode == 2
-    assert result.stderr == (f"jiyu: refusing to start JupyterLab without authentication: {tmp_path}/missing.py"
-                             " (which enforces the token) is missing\n")
+    assert result.stderr == (
+        f"jiyu: refusing to start JupyterLab without authentication: {tmp_path}/missing.py"
+        " (which enforces the token) is missing\n"
+    )
 
 
 def test_the_config_pins_the_token_and_keeps_it_from_kernels(monkeypatch):
@@ -144,8 +167,9 @@ def test_the_config_pins_the_token_and_keeps_it_from_kernels(monkeypatch):
 
 def _write_server_file(runtime: Path, pid: int, port: int) -> None:
     runtime.mkdir(parents=True, exist_ok=True)
-    (runtime / f"jpserver-{pid}.json").write_text(json.dumps(
-        {"url": f"http://127.0.0.1:{port}/", "pid": pid, "port": port, "token": "x", "version": "2"}))
+    (runtime / f"jpserver-{pid}.json").write_text(
+        json.dumps({"url": f"http://127.0.0.1:{port}/", "pid": pid, "port": port, "token": "x", "version": "2"})
+    )
 
 
 def test_healthcheck_without_a_started_entrypoint_is_unhealthy(lab_env):

@@ -11,8 +11,20 @@ from pathlib import Path
 
 import pytest
 
-from .image_runner import (SYSTEM_PATH, UNPRIVILEGED_UID, as_root, hand_over, healthcheck,
-                           port_open, private_folder, remove, run, start, unprivileged, unprivileged_user)
+from .image_runner import (
+    SYSTEM_PATH,
+    UNPRIVILEGED_UID,
+    as_root,
+    hand_over,
+    healthcheck,
+    port_open,
+    private_folder,
+    remove,
+    run,
+    start,
+    unprivileged,
+    unprivileged_user,
+)
 from .ports import free_port
 
 SSHD = Path("/usr/sbin/sshd")
@@ -36,11 +48,20 @@ def box(tmp_path):
     folder = private_folder()
     (folder / "workspace").mkdir()
     hand_over(folder / "workspace")
-    env = {"PATH": SYSTEM_PATH, "HOME": str(folder), "LANG": "C.UTF-8",
-           "JIYU_STATE_DIR": str(folder / "state"), "JIYU_SSH_HOST_KEY_DIR": str(folder / "host-keys"),
-           "SSH_AUTHORIZED_KEYS_FILE": str(folder / "authorized_keys"), "SSH_PORT": str(free_port()),
-           "JIYU_WORKSPACE": str(folder / "workspace"), "JIYU_HOME": "/workspace/checkpoints/jiyu",
-           "NVIDIA_VISIBLE_DEVICES": "all", "JUPYTER_TOKEN": "jupyter-secret", "HF_TOKEN": "hf-secret"}
+    env = {
+        "PATH": SYSTEM_PATH,
+        "HOME": str(folder),
+        "LANG": "C.UTF-8",
+        "JIYU_STATE_DIR": str(folder / "state"),
+        "JIYU_SSH_HOST_KEY_DIR": str(folder / "host-keys"),
+        "SSH_AUTHORIZED_KEYS_FILE": str(folder / "authorized_keys"),
+        "SSH_PORT": str(free_port()),
+        "JIYU_WORKSPACE": str(folder / "workspace"),
+        "JIYU_HOME": "/workspace/checkpoints/jiyu",
+        "NVIDIA_VISIBLE_DEVICES": "all",
+        "JUPYTER_TOKEN": "jupyter-secret",
+        "HF_TOKEN": "hf-secret",
+    }
     yield folder, env
     remove(folder)
 
@@ -52,11 +73,9 @@ def started(box, tmp_path):
     running = []
 
     def _start(**extra: str):
-        entry = start({**env, **extra}, "sleep", "600", log=tmp_path / f"entrypoint{len(running)}.log",
-                      drop_root=True)
+        entry = start({**env, **extra}, "sleep", "600", log=tmp_path / f"entrypoint{len(running)}.log", drop_root=True)
         running.append(entry)
-        entry.wait_for(lambda: "jiyu: SSH on port" in entry.output() and port_open(int(env["SSH_PORT"])),
-                       timeout=60)
+        entry.wait_for(lambda: "jiyu: SSH on port" in entry.output() and port_open(int(env["SSH_PORT"])), timeout=60)
         return entry
 
     yield _start
@@ -70,8 +89,9 @@ def sshd_settings(folder: Path) -> dict[str, list[str]]:
     config = folder / "state" / "sshd" / "sshd_config"
     check = subprocess.run([*unprivileged(), str(SSHD), "-t", "-f", str(config)], capture_output=True, text=True)
     assert check.returncode == 0, check.stderr
-    dump = subprocess.run([*unprivileged(), str(SSHD), "-T", "-f", str(config)], capture_output=True,
-                          text=True, check=True).stdout
+    dump = subprocess.run(
+        [*unprivileged(), str(SSHD), "-T", "-f", str(config)], capture_output=True, text=True, check=True
+    ).stdout
     settings: dict[str, list[str]] = {}
     for line in dump.splitlines():
         keyword, _, value = line.partition(" ")
@@ -81,16 +101,40 @@ def sshd_settings(folder: Path) -> dict[str, list[str]]:
 
 def ssh(env, key: Path, known_hosts: Path, *remote: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        ["ssh", "-v", "-F", "/dev/null", "-p", env["SSH_PORT"], "-i", str(key), "-o", "IdentitiesOnly=yes",
-         "-o", "BatchMode=yes", "-o", f"UserKnownHostsFile={known_hosts}", "-o", "StrictHostKeyChecking=yes",
-         "-o", "ConnectTimeout=20", f"{unprivileged_user()}@127.0.0.1", *remote],
-        capture_output=True, text=True, timeout=60)
+        [
+            "ssh",
+            "-v",
+            "-F",
+            "/dev/null",
+            "-p",
+            env["SSH_PORT"],
+            "-i",
+            str(key),
+            "-o",
+            "IdentitiesOnly=yes",
+            "-o",
+            "BatchMode=yes",
+            "-o",
+            f"UserKnownHostsFile={known_hosts}",
+            "-o",
+            "StrictHostKeyChecking=yes",
+            "-o",
+            "ConnectTimeout=20",
+            f"{unprivileged_user()}@127.0.0.1",
+            *remote,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def known_hosts_from_volume(folder: Path, env, path: Path) -> Path:
     """known_hosts built from the host-key volume: a login proves sshd serves those keys."""
-    lines = [f"[127.0.0.1]:{env['SSH_PORT']} " + " ".join(pub.read_text().split()[:2])
-             for pub in sorted((folder / "host-keys").glob("*.pub"))]
+    lines = [
+        f"[127.0.0.1]:{env['SSH_PORT']} " + " ".join(pub.read_text().split()[:2])
+        for pub in sorted((folder / "host-keys").glob("*.pub"))
+    ]
     path.write_text("\n".join(lines) + "\n")
     return path
 
@@ -127,7 +171,9 @@ def test_sshd_config_is_key_only_without_root_and_passes_sshd_t(box, started, tm
     authorized = folder / "state" / "sshd" / "authorized_keys"
     assert authorized.read_text().strip() == public and authorized.stat().st_mode & 0o077 == 0
     assert (folder / "state" / "services").read_text().split() == ["sshd"]
-    assert f"jiyu: SSH on port {env['SSH_PORT']}: user {unprivileged_user()}, public-key only, 1 key(s)" in entry.output()
+    assert (
+        f"jiyu: SSH on port {env['SSH_PORT']}: user {unprivileged_user()}, public-key only, 1 key(s)" in entry.output()
+    )
 
 
 def test_login_with_either_key_and_nothing_else(box, started, tmp_path):
@@ -143,8 +189,10 @@ def test_login_with_either_key_and_nothing_else(box, started, tmp_path):
     started(SSH_PUBLIC_KEY=env_public)
     known_hosts = known_hosts_from_volume(folder, env, tmp_path / "known_hosts")
     for key in (env_key, file_key):
-        login = ssh(env, key, known_hosts, "echo jiyu-ssh-ok; echo JIYU_HOME=$JIYU_HOME; echo TOKEN=${JUPYTER_TOKEN:-none}")
-        assert 'Authenticated to 127.0.0.1' in login.stderr and 'using "publickey"' in login.stderr, login.stderr
+        login = ssh(
+            env, key, known_hosts, "echo jiyu-ssh-ok; echo JIYU_HOME=$JIYU_HOME; echo TOKEN=${JUPYTER_TOKEN:-none}"
+        )
+        assert "Authenticated to 127.0.0.1" in login.stderr and 'using "publickey"' in login.stderr, login.stderr
         if as_root():  # the session runs daemon's login shell, /usr/sbin/nologin
             assert "This account is currently not available" in login.stdout + login.stderr
         else:
@@ -162,8 +210,12 @@ def test_host_keys_are_generated_once_and_kept(box, started, tmp_path):
     first = started(SSH_PUBLIC_KEY=public)
     assert first.output().count("generated SSH host key") == 2
     keys = {p.name: p.read_text() for p in (folder / "host-keys").iterdir()}
-    assert sorted(keys) == ["ssh_host_ed25519_key", "ssh_host_ed25519_key.pub", "ssh_host_rsa_key",
-                            "ssh_host_rsa_key.pub"]
+    assert sorted(keys) == [
+        "ssh_host_ed25519_key",
+        "ssh_host_ed25519_key.pub",
+        "ssh_host_rsa_key",
+        "ssh_host_rsa_key.pub",
+    ]
     assert all((folder / "host-keys" / name).stat().st_mode & 0o077 == 0 for name in keys if not name.endswith(".pub"))
     first.stop()
     second = started(SSH_PUBLIC_KEY=public)
@@ -236,5 +288,7 @@ def test_a_workspace_folder_the_user_cannot_write_is_reported(box):
     result = run(env, "true", drop_root=True)
     assert result.returncode == 0
     warnings = [line for line in result.stderr.splitlines() if "not writable" in line]
-    assert warnings == [f"jiyu: warning: {folder}/workspace/code is not writable by uid "
-                        f"{UNPRIVILEGED_UID}: chown it on the host or run with --user $(id -u)"]
+    assert warnings == [
+        f"jiyu: warning: {folder}/workspace/code is not writable by uid "
+        f"{UNPRIVILEGED_UID}: chown it on the host or run with --user $(id -u)"
+    ]

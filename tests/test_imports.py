@@ -8,32 +8,45 @@ import pytest
 
 from .conftest import ROOT
 
-LIGHT_MODULES = ["jiyu_magics", "jiyu_magics.core", "jiyu_magics.core.gpu.snapshot", "jiyu_magics.core.gpu.doctor",
-                 "jiyu_magics.core.store.run_store", "jiyu_magics.core.events.log", "jiyu_magics.views.gpu_table",
-                 "jiyu_magics.cli", "jiyu_magics.commands.gpu_commands", "jiyu_magics.magics.gpu_magics",
-                 "jiyu_magics.magics.train_magic", "jiyu_magics.widgets.train_dashboard", "jiyu_magics.views.train_text"]
+LIGHT_MODULES = [
+    "jiyu_magics",
+    "jiyu_magics.core",
+    "jiyu_magics.core.gpu.snapshot",
+    "jiyu_magics.core.gpu.doctor",
+    "jiyu_magics.core.store.run_store",
+    "jiyu_magics.core.events.log",
+    "jiyu_magics.views.gpu_table",
+    "jiyu_magics.cli",
+    "jiyu_magics.commands.gpu_commands",
+    "jiyu_magics.magics.gpu_magics",
+    "jiyu_magics.magics.train_magic",
+    "jiyu_magics.widgets.train_dashboard",
+    "jiyu_magics.views.train_text",
+]
 
 
 @pytest.mark.parametrize("module", LIGHT_MODULES)
 def test_import_leaves_torch_and_nvml_unloaded(module):
-    code = (f"import sys, importlib; importlib.import_module({module!r}); "
-            "print(sorted(m for m in ('torch', 'pynvml') if m in sys.modules))")
+    code = (
+        f"import sys, importlib; importlib.import_module({module!r}); "
+        "print(sorted(m for m in ('torch', 'pynvml') if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", f"{module} imported {out.stdout.strip()}"
 
 
 def test_core_never_imports_view_or_framework_packages():
     """core/ is the bottom layer: no torch, IPython, ipywidgets or tornado, even transitively."""
-    code = ("import sys, pkgutil, importlib, jiyu_magics.core as c\n"
-            "for m in pkgutil.walk_packages(c.__path__, 'jiyu_magics.core.'): importlib.import_module(m.name)\n"
-
-            "print(sorted(m for m in ('torch', 'IPython', 'ipywidgets', 'tornado') if m in sys.modules))")
+    code = (
+        "import sys, pkgutil, importlib, jiyu_magics.core as c\n"
+        "for m in pkgutil.walk_packages(c.__path__, 'jiyu_magics.core.'): importlib.import_module(m.name)\n"
+        "print(sorted(m for m in ('torch', 'IPython', 'ipywidgets', 'tornado') if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
 
 
 def test_gpu_status_does_not_import_torch():
-    code = ("import sys, jiyu_magics.core.gpu.snapshot as g; g.snapshot(); "
-            "print('torch' in sys.modules)")
+    code = "import sys, jiyu_magics.core.gpu.snapshot as g; g.snapshot(); print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

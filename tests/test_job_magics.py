@@ -56,8 +56,9 @@ def test_submit_without_a_path_runs_the_notebook_jupyter_named(ip, tmp_path, mon
     assert f"run         {run.id}  from-session" in summary and "status      succeeded" in summary
 
 
-def test_submit_of_this_notebook_warns_when_the_saved_file_is_older_than_the_last_cell(ip, tmp_path, monkeypatch,
-                                                                                      capsys, no_schedulers):
+def test_submit_of_this_notebook_warns_when_the_saved_file_is_older_than_the_last_cell(
+    ip, tmp_path, monkeypatch, capsys, no_schedulers
+):
     nb = tiny_notebook(tmp_path / "edited.ipynb")
     monkeypatch.setenv("JPY_SESSION_NAME", str(nb))
     ip.run_cell("edited_after_save = 1", store_history=True)
@@ -85,10 +86,15 @@ def test_submit_without_any_notebook_path_says_to_pass_one(ip, tmp_path, monkeyp
         ip.run_line_magic("submit", "")
 
 
-@pytest.mark.parametrize("line, message", [("{nb} --nproc 0", "--nproc 0: expected a whole number >= 1"),
-                                           ("{nb} -p lr", "expected 2 argument"),
-                                           ("{nb} -p lr [1,", "not a valid Python literal"),
-                                           ("{dir}/nope.ipynb", "no such notebook")])
+@pytest.mark.parametrize(
+    "line, message",
+    [
+        ("{nb} --nproc 0", "--nproc 0: expected a whole number >= 1"),
+        ("{nb} -p lr", "expected 2 argument"),
+        ("{nb} -p lr [1,", "not a valid Python literal"),
+        ("{dir}/nope.ipynb", "no such notebook"),
+    ],
+)
 def test_submit_bad_input_is_a_usage_error(ip, tmp_path, line, message):
     nb = tiny_notebook(tmp_path / "nb.ipynb")
     with pytest.raises(UsageError, match=message.replace("[", "\\[")):
@@ -106,10 +112,15 @@ def test_job_stop_from_the_magic(ip, tmp_path, capsys):
     assert_no_processes(run.id)
 
 
-@pytest.mark.parametrize("line, message", [("stop feedbeef", "no run with id 'feedbeef'"),
-                                           ("frobnicate 1", "expected logs, stop or attach"),
-                                           ("", "expected logs, stop or attach"),
-                                           ("logs", "the following arguments are required: id")])
+@pytest.mark.parametrize(
+    "line, message",
+    [
+        ("stop feedbeef", "no run with id 'feedbeef'"),
+        ("frobnicate 1", "expected logs, stop or attach"),
+        ("", "expected logs, stop or attach"),
+        ("logs", "the following arguments are required: id"),
+    ],
+)
 def test_job_bad_input_is_a_usage_error(ip, line, message):
     with pytest.raises(UsageError, match=message):
         ip.run_line_magic("job", line)
@@ -133,14 +144,18 @@ def test_the_kernel_history_records_which_cells_raised(ip):
     ip.run_cell("!echo skipped-in-a-job", store_history=True)
     cells = history.cells()[-3:]
     assert len(history.recorded) - start == 3
-    assert [(c.source, c.succeeded) for c in cells] == [("base = 40", True), ("base / 0", False),
-                                                        ("!echo skipped-in-a-job", True)]
+    assert [(c.source, c.succeeded) for c in cells] == [
+        ("base = 40", True),
+        ("base / 0", False),
+        ("!echo skipped-in-a-job", True),
+    ]
     script = jobs.export_history(cells, current="print(base + 2)").script
     assert "base / 0" not in script and "left out: it raised an error" in script and "print(base + 2)" in script
 
 
-@pytest.mark.parametrize("clearing", ["%reset -f", "%reset -f -s", "%reset_selective -f .",
-                                      "get_ipython().reset(new_session=False)"])
+@pytest.mark.parametrize(
+    "clearing", ["%reset -f", "%reset -f -s", "%reset_selective -f .", "get_ipython().reset(new_session=False)"]
+)
 def test_a_cell_that_clears_the_namespace_ends_the_history(ip, clearing):
     """%%train --nproc replays the history: after a reset its ranks start from nothing too."""
     from jiyu_magics.magics.cell_history import CellHistory
@@ -161,8 +176,11 @@ def test_a_reset_before_the_extension_loaded_ends_the_history_too(ip):
     CellHistory.of(ip).close()  # as if the extension had not been loaded yet
     for source in ("print('forget me')", "%reset -f", "kept = 1", "%reset -f out", "also = 2"):
         ip.run_cell(source, store_history=True)
-    assert [c.source.strip() for c in CellHistory.of(ip).cells()] == \
-        ["kept = 1", "get_ipython().run_line_magic('reset', '-f out')", "also = 2"]
+    assert [c.source.strip() for c in CellHistory.of(ip).cells()] == [
+        "kept = 1",
+        "get_ipython().run_line_magic('reset', '-f out')",
+        "also = 2",
+    ]
 
 
 @pytest.mark.parametrize("deleting", ["del before", "%reset_selective -f ^before$", "%reset -f in"])
@@ -184,5 +202,6 @@ def test_submit_returns_the_run_id_and_displays_nothing_more(ip, tmp_path, capsy
     assert ip.user_ns["run"] == run.id and isinstance(result.result, str)
     out = capsys.readouterr().out
     assert out.startswith(f"Run {run.id} (ret) for slurm")
-    assert not [line for line in out.splitlines() if line.startswith("Out[") and run.id in line], \
+    assert not [line for line in out.splitlines() if line.startswith("Out[") and run.id in line], (
         "the id is printed by %submit, not again as Out[]"
+    )

@@ -24,12 +24,16 @@ from .jobs_workload import assert_no_processes, finished, wait_for
 
 pytestmark = pytest.mark.usefixtures("torchrun_tmp")
 
-DATA = ("import os, time, torch\nfrom torch.utils.data import DataLoader, TensorDataset\ntorch.manual_seed(0)\n"
-        "X = torch.randn(1024, 8); y = X.sum(1, keepdim=True)\n"
-        "def train_step(model, batch):\n    time.sleep(0.05)\n    inputs, targets = batch\n"
-        "    return torch.nn.functional.mse_loss(model(inputs), targets)")
-SAVE_FIRST = ("if os.environ['RANK'] == '0':  # the first call's weights, as each attempt left them\n"
-              "    torch.save(model.state_dict(), f\"first-{os.environ['TORCHELASTIC_RESTART_COUNT']}.pt\")")
+DATA = (
+    "import os, time, torch\nfrom torch.utils.data import DataLoader, TensorDataset\ntorch.manual_seed(0)\n"
+    "X = torch.randn(1024, 8); y = X.sum(1, keepdim=True)\n"
+    "def train_step(model, batch):\n    time.sleep(0.05)\n    inputs, targets = batch\n"
+    "    return torch.nn.functional.mse_loss(model(inputs), targets)"
+)
+SAVE_FIRST = (
+    "if os.environ['RANK'] == '0':  # the first call's weights, as each attempt left them\n"
+    "    torch.save(model.state_dict(), f\"first-{os.environ['TORCHELASTIC_RESTART_COUNT']}.pt\")"
+)
 
 
 def train_cell(name: str, width: int, steps: int) -> str:
@@ -53,9 +57,21 @@ def calls(events: list[dict]) -> list[list[dict]]:
 @pytest.mark.parametrize("second_width", [4, 6], ids=["same-shapes", "different-shapes"])
 def test_a_restart_resumes_each_call_from_its_own_checkpoints(tmp_path, second_width):
     path = tmp_path / "two.ipynb"
-    nbformat.write(new_notebook(cells=[new_code_cell(c) for c in (
-        "%load_ext jiyu_magics", DATA, train_cell("first", 4, 30), SAVE_FIRST,
-        train_cell("second", second_width, 60))]), path)
+    nbformat.write(
+        new_notebook(
+            cells=[
+                new_code_cell(c)
+                for c in (
+                    "%load_ext jiyu_magics",
+                    DATA,
+                    train_cell("first", 4, 30),
+                    SAVE_FIRST,
+                    train_cell("second", second_width, 60),
+                )
+            ]
+        ),
+        path,
+    )
     run = jobs.submit(path, nproc=2, max_restarts=1)
     files = RunFiles.of(run.id)
 
@@ -72,14 +88,20 @@ def test_a_restart_resumes_each_call_from_its_own_checkpoints(tmp_path, second_w
     first, second, first_again, second_again = calls(read_events(files.events)[0])
     final_first = [e["path"] for e in first if e["kind"] == "ckpt"][-1]
     assert final_first.endswith("/step-00000030.pt")
-    assert (first_again[0]["name"], first_again[0]["resumed_from"], first_again[0]["start_step"]) == \
-        ("first", final_first, 30)
+    assert (first_again[0]["name"], first_again[0]["resumed_from"], first_again[0]["start_step"]) == (
+        "first",
+        final_first,
+        30,
+    )
     assert [e["kind"] for e in first_again] == ["start", "end"], "the finished call retrained"
     assert first_again[-1]["message"].startswith("Finished before the job was restarted")
     own = [e for e in second if e["kind"] == "ckpt"][-1]
     assert os.path.basename(own["path"]).startswith("fit2-step-")
-    assert (second_again[0]["name"], second_again[0]["resumed_from"], second_again[0]["start_step"]) == \
-        ("second", own["path"], own["step"])
+    assert (second_again[0]["name"], second_again[0]["resumed_from"], second_again[0]["start_step"]) == (
+        "second",
+        own["path"],
+        own["step"],
+    )
     assert second_again[-1]["status"] == "succeeded" and second_again[-1]["step"] == 60
     before, after = (torch.load(tmp_path / f"first-{attempt}.pt", weights_only=True) for attempt in (0, 1))
     assert all(torch.equal(before[k], after[k]) for k in before), "the first call's weights changed on restart"
@@ -98,8 +120,15 @@ def test_a_job_runs_every_one_of_many_training_calls(tmp_path):
     """A job fits once per cell: every call makes and leaves its own process group, and the
     next one must not meet the previous group's store ("Connection reset by peer", or a hang)."""
     path = tmp_path / "many.ipynb"
-    nbformat.write(new_notebook(cells=[new_code_cell(c) for c in (
-        "%load_ext jiyu_magics", DATA.replace("time.sleep(0.05)", "pass"), MANY_CALLS)]), path)
+    nbformat.write(
+        new_notebook(
+            cells=[
+                new_code_cell(c)
+                for c in ("%load_ext jiyu_magics", DATA.replace("time.sleep(0.05)", "pass"), MANY_CALLS)
+            ]
+        ),
+        path,
+    )
     run = jobs.submit(path, nproc=2)
     done = finished(run.id, 300)
     assert (done.status, done.exit_code) == ("succeeded", 0), done.error
@@ -124,14 +153,26 @@ def test_a_requeued_script_resumes_each_call_from_its_own_checkpoints(monkeypatc
 
     def call(width: int, steps: int, name: str):
         model = torch.nn.Sequential(torch.nn.Linear(8, width), torch.nn.Linear(width, 1))
-        return fit(model, torch.optim.SGD(model.parameters(), 0.01), data, batch_size=16, loss_fn=torch.nn.MSELoss(),
-                   max_steps=steps, ckpt_every=2, log_every=1, name=name), model
+        return fit(
+            model,
+            torch.optim.SGD(model.parameters(), 0.01),
+            data,
+            batch_size=16,
+            loss_fn=torch.nn.MSELoss(),
+            max_steps=steps,
+            ckpt_every=2,
+            log_every=1,
+            name=name,
+        ), model
 
     (_, first_model), (cut, _) = call(4, 10, "first"), call(6, 4, "second")  # attempt 1: the second is cut at 4
     monkeypatch.setenv("JIYU_RESUME", "last")  # attempt 2, as the batch script sets it on a requeue
     (again, again_model), (second, _) = call(4, 10, "first"), call(6, 8, "second")
     assert again.message.startswith("Finished before the job was restarted") and again.history == []
-    assert all(torch.equal(a, b) for a, b in zip(first_model.state_dict().values(), again_model.state_dict().values()))
+    assert all(
+        torch.equal(a, b)
+        for a, b in zip(first_model.state_dict().values(), again_model.state_dict().values(), strict=True)
+    )
     start = [e for e in read_events(RunFiles.of(run.id).events)[0] if e["kind"] == "start"][-1]
     assert (start["name"], start["start_step"], start["resumed_from"]) == ("second", 4, cut.last_checkpoint)
     assert os.path.basename(cut.last_checkpoint) == "fit2-step-00000004.pt" and second.step == 8

@@ -18,49 +18,87 @@ from jiyu_magics.jobs.backends.handover import Handover
 from .cli_runner import jiyu
 from .jobs_workload import write_notebook
 
-
 BASH = shutil.which("bash")
 
 
 def sbatch_options(text: str) -> dict[str, str | None]:
     """``#SBATCH --name=value`` lines as name -> value (None for a flag without a value)."""
-    pairs = [line[len("#SBATCH --"):].partition("=") for line in text.splitlines() if line.startswith("#SBATCH")]
+    pairs = [line[len("#SBATCH --") :].partition("=") for line in text.splitlines() if line.startswith("#SBATCH")]
     return {name: value if sep else None for name, sep, value in pairs}
 
 
 def test_slurm_batch_script_runs_one_torchrun_per_node(tmp_path, no_schedulers):
-    run = jobs.submit(write_notebook(tmp_path / "train.ipynb"), backend="slurm", nnodes=4, nproc=8,
-                      max_restarts=2, name="big", slurm={"time": "2:00:00", "partition": "gpu", "account": "lab",
-                                                         "qos": "high", "constraint": "a100&ib", "mem": "64G",
-                                                         "sbatch_args": ["--exclusive", "--nice=10"]})
+    run = jobs.submit(
+        write_notebook(tmp_path / "train.ipynb"),
+        backend="slurm",
+        nnodes=4,
+        nproc=8,
+        max_restarts=2,
+        name="big",
+        slurm={
+            "time": "2:00:00",
+            "partition": "gpu",
+            "account": "lab",
+            "qos": "high",
+            "constraint": "a100&ib",
+            "mem": "64G",
+            "sbatch_args": ["--exclusive", "--nice=10"],
+        },
+    )
     files = RunFiles.of(run.id)
     script = (files.root / "job.sbatch").read_text()
     assert subprocess.run([BASH, "-n", str(files.root / "job.sbatch")]).returncode == 0
-    assert sbatch_options(script) == {"job-name": "jiyu-big", "nodes": "4", "ntasks-per-node": "1",
-                                      "gres": "gpu:8", "output": str(files.log), "open-mode": "append",
-                                      "chdir": str(tmp_path), "signal": "B:USR1@120", "requeue": None,
-                                      "time": "2:00:00", "partition": "gpu", "account": "lab", "qos": "high",
-                                      "constraint": "a100&ib", "mem": "64G", "exclusive": None, "nice": "10"}
-    exports = dict(w.split("=", 1) for line in script.splitlines() if line.startswith("export ")
-                   for w in shlex.split(line)[1:])
+    assert sbatch_options(script) == {
+        "job-name": "jiyu-big",
+        "nodes": "4",
+        "ntasks-per-node": "1",
+        "gres": "gpu:8",
+        "output": str(files.log),
+        "open-mode": "append",
+        "chdir": str(tmp_path),
+        "signal": "B:USR1@120",
+        "requeue": None,
+        "time": "2:00:00",
+        "partition": "gpu",
+        "account": "lab",
+        "qos": "high",
+        "constraint": "a100&ib",
+        "mem": "64G",
+        "exclusive": None,
+        "nice": "10",
+    }
+    exports = dict(
+        w.split("=", 1) for line in script.splitlines() if line.startswith("export ") for w in shlex.split(line)[1:]
+    )
     assert exports["JIYU_RUN_ID"] == run.id and exports["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1"
     assert exports["TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"] == "[rank${rank}]: "
     assert "SIGUSR1" in exports["TORCHELASTIC_SIGNALS_TO_HANDLE"].split(",")
     assert 'head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)' in script
     srun = shlex.split(next(line for line in script.splitlines() if line.strip().startswith("srun ")))
     assert srun[:5] == ["srun", "--kill-on-bad-exit=1", "$python", "-m", "torch.distributed.run"]
-    flags = dict(zip(srun[5:-4:2], srun[6:-4:2]))
-    assert flags == {"--nnodes": "$SLURM_NNODES", "--rdzv-backend": "c10d", "--rdzv-endpoint": "$head_node:$port",
-                     "--rdzv-id": "$SLURM_JOB_ID", "--nproc-per-node": "8", "--max-restarts": "2",
-                     "--log-dir": str(files.root / "torchrun"), "--tee": "3"}  # [rankN]: lines, as for local jobs
+    flags = dict(zip(srun[5:-4:2], srun[6:-4:2], strict=False))
+    assert flags == {
+        "--nnodes": "$SLURM_NNODES",
+        "--rdzv-backend": "c10d",
+        "--rdzv-endpoint": "$head_node:$port",
+        "--rdzv-id": "$SLURM_JOB_ID",
+        "--nproc-per-node": "8",
+        "--max-restarts": "2",
+        "--log-dir": str(files.root / "torchrun"),
+        "--tee": "3",
+    }  # [rankN]: lines, as for local jobs
     assert srun[-4:] == ["-m", "jiyu_magics.jobs.process.rank_worker", str(files.script), "&"]
     handover = Handover.load(run.id)
     assert not handover.submitted and f"sbatch {files.root}/job.sbatch" in handover.message
 
 
 def test_a_cpu_slurm_job_asks_for_cpus_and_no_requeue_when_told_so(tmp_path, no_schedulers):
-    run = jobs.submit(write_notebook(tmp_path / "train.ipynb"), backend="slurm", nproc=3,
-                      slurm={"gpus_per_node": 0, "max_requeues": 0})
+    run = jobs.submit(
+        write_notebook(tmp_path / "train.ipynb"),
+        backend="slurm",
+        nproc=3,
+        slurm={"gpus_per_node": 0, "max_requeues": 0},
+    )
     options = sbatch_options((RunFiles.of(run.id).root / "job.sbatch").read_text())
     assert options["cpus-per-task"] == "3" and "gres" not in options
     assert "no-requeue" in options and "requeue" not in options

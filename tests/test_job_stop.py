@@ -24,10 +24,12 @@ from .jobs_workload import assert_no_processes, finished, wait_for
 
 pytestmark = pytest.mark.usefixtures("torchrun_tmp")
 
-DATA = ("import time, torch\nfrom torch.utils.data import DataLoader, TensorDataset\ntorch.manual_seed(0)\n"
-        "X = torch.randn(1024, 8); y = X.sum(1, keepdim=True)\n"
-        "def train_step(model, batch):\n    time.sleep(0.01)\n    inputs, targets = batch\n"
-        "    return torch.nn.functional.mse_loss(model(inputs), targets)")
+DATA = (
+    "import time, torch\nfrom torch.utils.data import DataLoader, TensorDataset\ntorch.manual_seed(0)\n"
+    "X = torch.randn(1024, 8); y = X.sum(1, keepdim=True)\n"
+    "def train_step(model, batch):\n    time.sleep(0.01)\n    inputs, targets = batch\n"
+    "    return torch.nn.functional.mse_loss(model(inputs), targets)"
+)
 TRAIN = """%%train --max-steps 100000 --ckpt-every 20 --log-every 5 --seed 0 --name quick
 model = torch.nn.Linear(8, 1)
 optimizer = torch.optim.SGD(model.parameters(), 0.01)
@@ -69,8 +71,9 @@ def test_jiyu_stop_ends_the_job_at_its_checkpoint_and_runs_no_further_cell(tmp_p
     assert [e["kind"] for e in events].count("start") == 1, "the continue cell started training again"
     assert events[-1] is end, "nothing trained, checkpointed or logged after the stop"
     checkpoint = [e["path"] for e in events if e["kind"] == "ckpt"][-1]
-    line = (f"stopped at step {end['step']} by request; checkpoint {checkpoint}; "
-            f"resume with %train --resume {checkpoint}")
+    line = (
+        f"stopped at step {end['step']} by request; checkpoint {checkpoint}; resume with %train --resume {checkpoint}"
+    )
     assert (done.status, done.exit_code, done.error) == ("stopped", 0, line)
     assert str(newest_checkpoint(files.ckpt)) == checkpoint, "--resume last must find the stop's checkpoint"
     assert load_checkpoint(checkpoint)["step"] == end["step"]
@@ -88,26 +91,37 @@ def resume_as_printed(checkpoint: str, steps: int):
     torch.manual_seed(0)
     inputs = torch.randn(64, 8)
     model = torch.nn.Linear(8, 1)
-    return fit(model, torch.optim.SGD(model.parameters(), 0.01), (inputs, inputs.sum(1, keepdim=True)),
-               batch_size=16, loss_fn=torch.nn.MSELoss(), resume=checkpoint, max_steps=steps, log_every=1)
+    return fit(
+        model,
+        torch.optim.SGD(model.parameters(), 0.01),
+        (inputs, inputs.sum(1, keepdim=True)),
+        batch_size=16,
+        loss_fn=torch.nn.MSELoss(),
+        resume=checkpoint,
+        max_steps=steps,
+        log_every=1,
+    )
 
 
 def test_a_stopped_ddp_job_starts_no_further_fit_and_every_rank_exits_cleanly(tmp_path):
     """Two ranks, a sweep of ``fit`` calls in one cell: the stop reaches both ranks during the
     first call; each returns ``stopped``, the second call refuses to start, both ranks exit 0."""
-    nb = job_notebook(tmp_path / "sweep.ipynb", "from jiyu_magics.train import fit", SWEEP,
-                      "print('a later cell ran')")
+    nb = job_notebook(tmp_path / "sweep.ipynb", "from jiyu_magics.train import fit", SWEEP, "print('a later cell ran')")
     run = jobs.submit(nb, nproc=2, name="sweep")
     wait_for_checkpoints(run.id)
     stopped = jobs.stop(run.id, grace=30)
     assert stopped.status == "stopped" and stopped.exit_code == 0, stopped.error
     events = events_of(run.id)
-    assert [(e["kind"], e.get("name")) for e in events if e["kind"] in ("start", "end")] == \
-        [("start", "lr0.01"), ("end", None)]
+    assert [(e["kind"], e.get("name")) for e in events if e["kind"] in ("start", "end")] == [
+        ("start", "lr0.01"),
+        ("end", None),
+    ]
     assert stopped.error.startswith(f"stopped at step {events[-1]['step']} by request; checkpoint ")
     ranks = rank_records.read_all(run.id)
-    assert [(r.rank, r.state, r.exit_code, r.stopped) for r in ranks] == \
-        [(0, "exited", 0, True), (1, "exited", 0, True)]
+    assert [(r.rank, r.state, r.exit_code, r.stopped) for r in ranks] == [
+        (0, "exited", 0, True),
+        (1, "exited", 0, True),
+    ]
     log = RunFiles.of(run.id).log.read_text()
     assert "[rank0]: call returned stopped" in log and "[rank1]: call returned stopped" in log
     assert "[rank0]: [jiyu] training not started: the job was asked to stop" in log

@@ -25,7 +25,6 @@ from .cli_runner import jiyu
 from .jobs_workload import assert_no_processes, finished, processes_of, steps_logged, wait_for, write_notebook
 from .ports import free_port
 
-
 pytestmark = pytest.mark.usefixtures("torchrun_tmp")
 
 
@@ -38,8 +37,10 @@ def test_a_submitted_notebook_runs_detached_to_success(tmp_path):
     assert (run.owner_pid, run.owner_started) == (run.pid, run.pid_started)
     assert (run.name, run.nproc, run.cwd, run.params) == ("train", 2, str(tmp_path), {"steps": 10})
     # running from the moment its lease is taken; torchrun's group is recorded once it has started
-    running = wait_for(lambda: (lambda r: r if r.status == "running" and r.pgid else None)(RunStore().get(run.id)),
-                       what="running, with torchrun's process group")
+    running = wait_for(
+        lambda: (lambda r: r if r.status == "running" and r.pgid else None)(RunStore().get(run.id)),
+        what="running, with torchrun's process group",
+    )
     assert running.pgid and running.pgid != running.pid and running.started  # torchrun's own group
     assert running.pid == running.owner_pid == run.pid, "the supervisor is recorded, not torchrun"
     done = finished(run.id)
@@ -65,8 +66,9 @@ def test_a_failing_rank_fails_the_job_with_that_ranks_error(tmp_path):
 
 
 def test_stop_leaves_no_process_and_keeps_the_checkpoint(tmp_path):
-    run = jobs.submit(write_notebook(tmp_path / "nb.ipynb"), nproc=2,
-                      params={"steps": 10_000, "step_seconds": 0.05, "ckpt_every": 2})
+    run = jobs.submit(
+        write_notebook(tmp_path / "nb.ipynb"), nproc=2, params={"steps": 10_000, "step_seconds": 0.05, "ckpt_every": 2}
+    )
     wait_for(lambda: len(steps_logged(run.id)) >= 3, what="three steps")
     began = time.monotonic()
     stopped = jobs.stop(run.id[:5], grace=10)
@@ -107,8 +109,14 @@ def test_a_stop_as_torchrun_exits_waits_for_the_kernel_that_owns_the_run_and_nev
     torchrun = subprocess.Popen([sys.executable, "-c", "pass"])
     torchrun.wait()
     try:
-        run = RunStore().create("ddp", "just-finished", status="running", pid=torchrun.pid, owner_pid=kernel.pid,
-                                owner_started=process_start_time(kernel.pid))
+        run = RunStore().create(
+            "ddp",
+            "just-finished",
+            status="running",
+            pid=torchrun.pid,
+            owner_pid=kernel.pid,
+            owner_started=process_start_time(kernel.pid),
+        )
         recorder = threading.Timer(1.0, lambda: record_end(RunStore(), run.id, Outcome(RunStatus.SUCCEEDED, 0, None)))
         recorder.start()
         stopped = jobs.stop(run.id, grace=1)
@@ -128,8 +136,15 @@ def test_a_stop_reaches_rank_0_of_the_users_own_torchrun_that_registered_the_run
     rank0 = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         started = process_start_time(rank0.pid)
-        run = RunStore().create("ddp", "own-torchrun", status="running", pid=rank0.pid, pid_started=started,
-                                owner_pid=rank0.pid, owner_started=started)
+        run = RunStore().create(
+            "ddp",
+            "own-torchrun",
+            status="running",
+            pid=rank0.pid,
+            pid_started=started,
+            owner_pid=rank0.pid,
+            owner_started=started,
+        )
         done = jiyu("stop", run.id, "--grace", "1")
         assert done.returncode == 0, done.stderr
         assert rank0.wait(timeout=15) is not None, "rank 0 was spared as if it were a kernel"
@@ -143,20 +158,32 @@ def test_kill_9_of_the_supervisor_makes_the_run_lost_and_stops_its_ranks(tmp_pat
     run = jobs.submit(write_notebook(tmp_path / "nb.ipynb"), nproc=2, params={"steps": 10_000})
     wait_for(lambda: steps_logged(run.id), what="the first step")
     os.kill(RunStore().get(run.id).pid, signal.SIGKILL)
-    lost = wait_for(lambda: {r.id: r for r in jobs.list_runs(include_finished=True)}[run.id].status == "lost"
-                    and RunStore().get(run.id), 30, what="lost")
+    lost = wait_for(
+        lambda: (
+            {r.id: r for r in jobs.list_runs(include_finished=True)}[run.id].status == "lost" and RunStore().get(run.id)
+        ),
+        30,
+        what="lost",
+    )
     assert lost.ended and "ended without reporting" in lost.error
     wait_for(lambda: processes_of(run.id) == [], 15, what="the orphaned ranks to stop")
     listing = jiyu("jobs", "--all")
     assert f"{run.id}" in listing.stdout and "lost at step" in listing.stdout
     log = jiyu("logs", run.id, "--tail", "1")  # the log says how it ended, as the supervisor's end line would
-    assert re.fullmatch(r"\[jiyu\] \d\d:\d\d:\d\d run lost: its process ended without reporting "
-                        r"\(last heard from at \d\d:\d\d:\d\d\)\n", log.stdout), log.stdout
+    assert re.fullmatch(
+        r"\[jiyu\] \d\d:\d\d:\d\d run lost: its process ended without reporting "
+        r"\(last heard from at \d\d:\d\d:\d\d\)\n",
+        log.stdout,
+    ), log.stdout
 
 
 def test_a_killed_rank_is_restarted_and_resumes_from_its_checkpoint(tmp_path):
-    run = jobs.submit(write_notebook(tmp_path / "nb.ipynb"), nproc=2, max_restarts=1,
-                      params={"steps": 24, "step_seconds": 0.15, "ckpt_every": 4})
+    run = jobs.submit(
+        write_notebook(tmp_path / "nb.ipynb"),
+        nproc=2,
+        max_restarts=1,
+        params={"steps": 24, "step_seconds": 0.15, "ckpt_every": 4},
+    )
     wait_for(lambda: len(steps_logged(run.id)) >= 6, what="six steps")
     victim = next(r for r in ranks.read_all(run.id) if r.rank == 1 and r.restart == 0)
     os.kill(victim.pid, signal.SIGKILL)
@@ -182,13 +209,20 @@ print(run.id)
 
 
 def test_twenty_concurrent_submissions_from_separate_processes(tmp_path):
-    from nbformat.v4 import new_code_cell, new_notebook
     import nbformat
+    from nbformat.v4 import new_code_cell, new_notebook
 
     nb = tmp_path / "tiny.ipynb"
     nbformat.write(new_notebook(cells=[new_code_cell("print('tiny job')")]), nb)
-    procs = [subprocess.Popen([sys.executable, "-c", SUBMITTER, str(nb), str(i)], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for i in range(20)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", SUBMITTER, str(nb), str(i)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(20)
+    ]
     outputs = [p.communicate(timeout=180) for p in procs]
     assert all(p.returncode == 0 for p in procs), [err for _, err in outputs if err][:1]
     assert not any("locked" in out + err for out, err in outputs)
@@ -201,19 +235,22 @@ def test_twenty_concurrent_submissions_from_separate_processes(tmp_path):
         assert "[rank0]: tiny job" in RunFiles.of(run_id).log.read_text()
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    (dict(nproc=0), "--nproc 0: expected a whole number >= 1"),
-    (dict(nproc=True), "--nproc True"),
-    (dict(max_restarts=-1), "--max-restarts -1"),
-    (dict(nnodes=2), "--nnodes 2 needs --rdzv-endpoint"),
-    (dict(nnodes=2, rdzv_endpoint="host"), "expected HOST:PORT"),
-    (dict(nnodes=2, rdzv_endpoint="h:1", node_rank=2), "--node-rank 2 must be below --nnodes 2"),
-    (dict(backend="yarn"), "--backend 'yarn'"),
-    (dict(notify="no-such-program-xyz run"), "is not an executable on PATH"),
-    (dict(params={"1bad": 1}), "must be a Python identifier"),
-    (dict(params={"steps": {1, 2}.__class__}), "cannot be written as a Python literal"),
-    (dict(params={"nope": 1}), "unknown parameter nope"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(nproc=0), "--nproc 0: expected a whole number >= 1"),
+        (dict(nproc=True), "--nproc True"),
+        (dict(max_restarts=-1), "--max-restarts -1"),
+        (dict(nnodes=2), "--nnodes 2 needs --rdzv-endpoint"),
+        (dict(nnodes=2, rdzv_endpoint="host"), "expected HOST:PORT"),
+        (dict(nnodes=2, rdzv_endpoint="h:1", node_rank=2), "--node-rank 2 must be below --nnodes 2"),
+        (dict(backend="yarn"), "--backend 'yarn'"),
+        (dict(notify="no-such-program-xyz run"), "is not an executable on PATH"),
+        (dict(params={"1bad": 1}), "must be a Python identifier"),
+        (dict(params={"steps": {1, 2}.__class__}), "cannot be written as a Python literal"),
+        (dict(params={"nope": 1}), "unknown parameter nope"),
+    ],
+)
 def test_bad_submissions_are_one_line_errors_and_create_nothing(kwargs, message, tmp_path):
     nb = write_notebook(tmp_path / "nb.ipynb")
     with pytest.raises(jobs.JobError, match=message.replace("(", "\\(").replace("[", "\\[")) as error:
@@ -224,8 +261,11 @@ def test_bad_submissions_are_one_line_errors_and_create_nothing(kwargs, message,
 
 def test_bad_paths_and_unknown_ids_are_one_line_errors(tmp_path):
     (tmp_path / "notes.txt").write_text("hello")
-    for path, message in [(tmp_path / "missing.ipynb", "no such notebook"),
-                          (tmp_path / "notes.txt", "is not a Jupyter notebook"), ("", "no notebook given")]:
+    for path, message in [
+        (tmp_path / "missing.ipynb", "no such notebook"),
+        (tmp_path / "notes.txt", "is not a Jupyter notebook"),
+        ("", "no notebook given"),
+    ]:
         with pytest.raises(jobs.JobError, match=message):
             jobs.submit(path)
     with pytest.raises(jobs.JobError, match="no run with id 'feedbeef'"):
@@ -234,20 +274,23 @@ def test_bad_paths_and_unknown_ids_are_one_line_errors(tmp_path):
         jobs.resolve("not-hex")
 
 
-@pytest.mark.parametrize("args, message", [
-    (["submit", "{nb}", "--nproc", "0"], "--nproc 0"),
-    (["export", "{nb}", "-o", "{dir}/no/such/folder/job.py"], "cannot write {dir}/no/such/folder/job.py"),
-    (["submit", "{dir}/missing.ipynb"], "no such notebook"),
-    (["submit", "{nb}", "-p", "lr", "[1,"], "is not a valid Python literal"),
-    (["submit", "{nb}", "-p", "steps"], "expected 2 arguments"),
-    (["submit", "{nb}", "--stall-timeout", "nan"], "--stall-timeout nan: expected seconds >= 0 (0: off)"),
-    (["submit", "{nb}", "--stall-timeout", "inf"], "--stall-timeout inf: expected seconds >= 0 (0: off)"),
-    (["stop", "feedbeef"], "no run with id"),
-    (["stop", "{run}", "--grace", "inf"], "--grace inf: expected a number of seconds >= 0"),
-    (["logs", "feedbeef"], "no run with id"),
-    (["logs", "{run}", "--tail", "-5"], "--tail -5: expected a number of lines >= 0"),
-    (["logs", "{gone}"], "has no folder any more"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["submit", "{nb}", "--nproc", "0"], "--nproc 0"),
+        (["export", "{nb}", "-o", "{dir}/no/such/folder/job.py"], "cannot write {dir}/no/such/folder/job.py"),
+        (["submit", "{dir}/missing.ipynb"], "no such notebook"),
+        (["submit", "{nb}", "-p", "lr", "[1,"], "is not a valid Python literal"),
+        (["submit", "{nb}", "-p", "steps"], "expected 2 arguments"),
+        (["submit", "{nb}", "--stall-timeout", "nan"], "--stall-timeout nan: expected seconds >= 0 (0: off)"),
+        (["submit", "{nb}", "--stall-timeout", "inf"], "--stall-timeout inf: expected seconds >= 0 (0: off)"),
+        (["stop", "feedbeef"], "no run with id"),
+        (["stop", "{run}", "--grace", "inf"], "--grace inf: expected a number of seconds >= 0"),
+        (["logs", "feedbeef"], "no run with id"),
+        (["logs", "{run}", "--tail", "-5"], "--tail -5: expected a number of lines >= 0"),
+        (["logs", "{gone}"], "has no folder any more"),
+    ],
+)
 def test_cli_bad_input_exits_2_with_one_line(args, message, tmp_path):
     nb = write_notebook(tmp_path / "nb.ipynb")
     store = RunStore()
@@ -268,7 +311,7 @@ def test_cli_submit_logs_and_jobs(tmp_path):
     run_id = done.stdout.split()[2]
     assert done.stdout.startswith(f"Submitted run {run_id} (cli-run): 2 process(es)")
     assert "Left out of the job (2): cell 3: !nvidia-smi (shell command)" in done.stdout
-    assert ("Warning: no %%train or fit call: each of the 2 processes runs the notebook whole" in done.stdout)
+    assert "Warning: no %%train or fit call: each of the 2 processes runs the notebook whole" in done.stdout
     follow = jiyu("logs", run_id[:4], "-f", timeout=180)
     assert follow.returncode == 0 and "[rank1]: rank 1 done" in follow.stdout and "job succeeded" in follow.stdout
     assert jiyu("logs", run_id, "--tail", "1").stdout.count("\n") == 1
@@ -295,9 +338,19 @@ def test_submit_warns_of_interactive_calls_that_block_a_job(tmp_path):
     import nbformat
     from nbformat.v4 import new_code_cell, new_notebook
 
-    nbformat.write(new_notebook(cells=[new_code_cell("use_hub = False"), new_code_cell(
-        "if use_hub:\n    from huggingface_hub import notebook_login\n    notebook_login()\n    name = input('name? ')\n"
-        "print('done')")]), nb)
+    nbformat.write(
+        new_notebook(
+            cells=[
+                new_code_cell("use_hub = False"),
+                new_code_cell(
+                    "if use_hub:\n    from huggingface_hub import notebook_login\n    notebook_login()\n"
+                    "    name = input('name? ')\n"
+                    "print('done')"
+                ),
+            ]
+        ),
+        nb,
+    )
     done = jiyu("submit", str(nb))
     assert done.returncode == 0, done.stderr
     assert "Warning: cell 2 calls notebook_login(): an interactive login never completes in a job" in done.stdout
@@ -321,8 +374,10 @@ def test_two_nodes_meet_at_the_rendezvous_endpoint(node_ranks, tmp_path):
     """Two submissions on this machine act as two nodes of one job (1 rank each)."""
     nb = write_notebook(tmp_path / "nb.ipynb")
     endpoint = f"127.0.0.1:{free_port()}"
-    runs = [jobs.submit(nb, nproc=1, nnodes=2, rdzv_endpoint=endpoint, node_rank=rank, params={"steps": 4},
-                        name=f"node{i}") for i, rank in enumerate(node_ranks)]
+    runs = [
+        jobs.submit(nb, nproc=1, nnodes=2, rdzv_endpoint=endpoint, node_rank=rank, params={"steps": 4}, name=f"node{i}")
+        for i, rank in enumerate(node_ranks)
+    ]
     assert [finished(r.id).status for r in runs] == ["succeeded", "succeeded"]
     starts = [e for r in runs for e in read_events(RunFiles.of(r.id).events)[0] if e["kind"] == "start"]
     assert len(starts) == 1 and starts[0]["world_size"] == 2  # one global rank 0 across both "nodes"

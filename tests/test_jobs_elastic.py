@@ -23,8 +23,9 @@ def test_killed_rank_restarts_and_the_engine_resumes_from_the_last_checkpoint(tm
 
     def progress():
         events = read_events(files.events)[0]
-        return [e for e in events if e["kind"] == "ckpt"] and max((e["step"] for e in events if e["kind"] == "step"),
-                                                                     default=0) >= CKPT_EVERY + 2
+        return [e for e in events if e["kind"] == "ckpt"] and max(
+            (e["step"] for e in events if e["kind"] == "step"), default=0
+        ) >= CKPT_EVERY + 2
 
     wait_for(progress, 180, what="a checkpoint and two more steps")
     victim = next(r for r in ranks.read_all(run.id) if r.rank == 1 and r.restart == 0)
@@ -39,7 +40,9 @@ def test_killed_rank_restarts_and_the_engine_resumes_from_the_last_checkpoint(tm
     resumed = starts[1]
     checkpoints = [e["step"] for e in events if e["kind"] == "ckpt" and e["t"] < resumed["t"]]
     assert resumed["resumed_from"] and resumed["start_step"] == max(checkpoints)
-    assert 0 <= killed_at - resumed["start_step"] <= CKPT_EVERY + 1  # redone: at most one interval (+ the step in flight)
+    assert (
+        0 <= killed_at - resumed["start_step"] <= CKPT_EVERY + 1
+    )  # redone: at most one interval (+ the step in flight)
     ends = [e for e in events if e["kind"] == "end"]
     assert ends[-1]["status"] == "succeeded" and max(e["step"] for e in events if e["kind"] == "step") == 30
     assert any(r.restart == 1 for r in ranks.read_all(run.id))

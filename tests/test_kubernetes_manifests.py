@@ -65,8 +65,9 @@ def submitted(tmp_path, **options) -> tuple[dict, dict, RunFiles]:
 @pytest.mark.parametrize("kind", [None, "pytorchjob"])
 @pytest.mark.parametrize("nnodes", [1, 3])
 def test_every_manifest_passes_its_crd_schema(tmp_path, no_schedulers, kind, nnodes):
-    config_map, job, files = submitted(tmp_path, nnodes=nnodes, nproc=4, max_restarts=1, k8s_kind=kind,
-                                       name="lr=3e-4 {odd}: name")
+    config_map, job, files = submitted(
+        tmp_path, nnodes=nnodes, nproc=4, max_restarts=1, k8s_kind=kind, name="lr=3e-4 {odd}: name"
+    )
     check(job)
     assert job["kind"] == ("PyTorchJob" if kind else "TrainJob")
     assert config_map["data"]["job.py"] == files.script.read_text()
@@ -75,9 +76,11 @@ def test_every_manifest_passes_its_crd_schema(tmp_path, no_schedulers, kind, nno
 def test_the_schema_check_refuses_what_a_cluster_would(tmp_path, no_schedulers):
     """The check can fail: a misspelt field, a wrong type and a missing required field."""
     _, job, _ = submitted(tmp_path, nproc=2)
-    for spoil in (lambda j: j["spec"]["trainer"].update(numProcsPerNode=2),
-                  lambda j: j["spec"]["trainer"].update(numNodes="two"),
-                  lambda j: j["spec"].pop("runtimeRef")):
+    for spoil in (
+        lambda j: j["spec"]["trainer"].update(numProcsPerNode=2),
+        lambda j: j["spec"]["trainer"].update(numNodes="two"),
+        lambda j: j["spec"].pop("runtimeRef"),
+    ):
         bad = copy.deepcopy(job)
         spoil(bad)
         with pytest.raises(AssertionError):
@@ -88,12 +91,18 @@ def test_trainjob_is_the_default_field_by_field(tmp_path, no_schedulers, monkeyp
     monkeypatch.setenv("JIYU_IMAGE", "registry.example/jiyu:1")
     config_map, job, files = submitted(tmp_path, nnodes=3, nproc=4, max_restarts=1, params={"steps": 5})
     run_id = files.root.name
-    assert (job["apiVersion"], job["kind"], job["metadata"]["name"]) == ("trainer.kubeflow.org/v1alpha1", "TrainJob",
-                                                                        f"jiyu-{run_id}")
+    assert (job["apiVersion"], job["kind"], job["metadata"]["name"]) == (
+        "trainer.kubeflow.org/v1alpha1",
+        "TrainJob",
+        f"jiyu-{run_id}",
+    )
     assert job["metadata"]["labels"]["jiyu/run-id"] == run_id and "steps = 5" in config_map["data"]["job.py"]
     spec = job["spec"]
-    assert spec["runtimeRef"] == {"apiGroup": "trainer.kubeflow.org", "kind": "ClusterTrainingRuntime",
-                                  "name": "torch-distributed"}
+    assert spec["runtimeRef"] == {
+        "apiGroup": "trainer.kubeflow.org",
+        "kind": "ClusterTrainingRuntime",
+        "name": "torch-distributed",
+    }
     trainer = spec["trainer"]
     assert (trainer["image"], trainer["numNodes"], trainer["numProcPerNode"]) == ("registry.example/jiyu:1", 3, 4)
     assert trainer["resourcesPerNode"] == {"limits": {"nvidia.com/gpu": 4}}
@@ -126,9 +135,14 @@ def test_pytorchjob_field_by_field(tmp_path, no_schedulers, monkeypatch):
         assert container["name"] == "pytorch" and container["image"] == "registry.example/jiyu:1"
         assert container["resources"]["limits"] == {"nvidia.com/gpu": 4} and container["command"] == ["torchrun"]
         args = container["args"]
-        assert dict(zip(args[:-3:2], args[1:-3:2])) == {
-            "--nnodes": "3", "--rdzv-backend": "static", "--rdzv-endpoint": "$(MASTER_ADDR):$(MASTER_PORT)",
-            "--node-rank": "$(PET_NODE_RANK)", "--nproc-per-node": "4", "--max-restarts": "1"}
+        assert dict(zip(args[:-3:2], args[1:-3:2], strict=False)) == {
+            "--nnodes": "3",
+            "--rdzv-backend": "static",
+            "--rdzv-endpoint": "$(MASTER_ADDR):$(MASTER_PORT)",
+            "--node-rank": "$(PET_NODE_RANK)",
+            "--nproc-per-node": "4",
+            "--max-restarts": "1",
+        }
 
 
 def test_a_single_node_pytorchjob_has_no_workers_and_a_standalone_rendezvous(tmp_path, no_schedulers):
@@ -144,7 +158,7 @@ def test_cli_prints_the_manifest_and_the_command_when_kubectl_is_missing(tmp_pat
     assert done.returncode == 0, done.stderr
     first = done.stdout.splitlines()[0]
     assert "kubectl is not installed here; apply this manifest on the cluster with `kubectl apply -f " in first
-    manifest = done.stdout[done.stdout.index("# Kubeflow TrainJob"):]
+    manifest = done.stdout[done.stdout.index("# Kubeflow TrainJob") :]
     documents = list(yaml.safe_load_all(manifest))
     assert [d["kind"] for d in documents] == ["ConfigMap", "TrainJob"]
     check(documents[1])
@@ -159,8 +173,9 @@ def test_kubectl_without_a_cluster_is_one_line_and_the_run_waits(tmp_path, monke
         pytest.fail(reason) if os.environ.get(REQUIRE_SERVICES_ENV) == "1" else pytest.skip(reason)
     (tmp_path / "kubeconfig").write_text("")
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "kubeconfig"))
-    done = jiyu("submit", str(write_notebook(tmp_path / "nb.ipynb")), "--backend", "kubernetes",
-                "--k8s-kind", "pytorchjob")
+    done = jiyu(
+        "submit", str(write_notebook(tmp_path / "nb.ipynb")), "--backend", "kubernetes", "--k8s-kind", "pytorchjob"
+    )
     assert done.returncode == 0, done.stderr
     assert "kubectl has no cluster configured here (" in done.stdout.splitlines()[0]
     assert "# Kubeflow PyTorchJob" in done.stdout
@@ -171,22 +186,32 @@ def test_kubectl_without_a_cluster_is_one_line_and_the_run_waits(tmp_path, monke
 
 def test_kubernetes_job_states_map_to_run_statuses():
     """Status objects as the controllers write them (and as the CRDs' status schemas allow)."""
+
     def job(kind, status):
         schema = strict(json.loads((SCHEMAS / SCHEMA_OF[kind]).read_text()))["properties"]["status"]
         jsonschema.Draft7Validator(schema).validate(status)  # a status the controller could write
         return {"kind": kind, "status": status}
 
     def condition(kind, reason=None, message=""):
-        return {"type": kind, "status": "True", "reason": reason or kind, "message": message,
-                "lastTransitionTime": "2026-11-30T12:00:00Z"}
+        return {
+            "type": kind,
+            "status": "True",
+            "reason": reason or kind,
+            "message": message,
+            "lastTransitionTime": "2026-11-30T12:00:00Z",
+        }
 
     trainjob = lambda **status: state_of("TrainJob", job("TrainJob", status))  # noqa: E731
     assert state_of("TrainJob", {"kind": "TrainJob"}).reason == "created"  # no status written yet
-    child = lambda ready, active: {"name": "node", "ready": ready, "active": active, "failed": 0,  # noqa: E731
-                                   "succeeded": 0, "suspended": 0}
+
+    def child(ready, active):
+        return {"name": "node", "ready": ready, "active": active, "failed": 0, "succeeded": 0, "suspended": 0}
+
     assert trainjob(jobsStatus=[child(0, 1)]).reason == "pods starting"
     assert trainjob(jobsStatus=[child(1, 1)]).phase is Phase.RUNNING
-    assert trainjob(conditions=[condition("Suspended", "Suspended", "held by Kueue")]).reason == "Suspended: held by Kueue"
+    assert (
+        trainjob(conditions=[condition("Suspended", "Suspended", "held by Kueue")]).reason == "Suspended: held by Kueue"
+    )
     done = trainjob(conditions=[condition("Complete", "JobsCompleted", "jobs completed")])
     assert (done.phase, done.exit_code) == (Phase.ENDED, 0)
     failed = trainjob(conditions=[condition("Failed", "BackoffLimitExceeded", "node-0 failed")])

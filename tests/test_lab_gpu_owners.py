@@ -18,7 +18,7 @@ from playwright.sync_api import expect, sync_playwright
 from jiyu_magics.core.runs.files import store_path
 from jiyu_magics.core.store.run_store import RunStore
 
-from .conftest import ROOT, NVML_DOUBLE_DIR
+from .conftest import NVML_DOUBLE_DIR, ROOT
 from .gpu_box import GIB, GpuBox
 from .jobs_workload import wait_for, write_notebook
 from .lab_runner import jupyter_lab, launch_chromium
@@ -33,9 +33,12 @@ def shared_box_env(folder) -> tuple[dict, GpuBox]:
 
 
 def rest(lab, *path: str, method: str = "GET", data: dict | None = None):
-    request = urllib.request.Request(f"{lab.url}{'/'.join(path)}", method=method,
-                                     data=None if data is None else json.dumps(data).encode(),
-                                     headers={"Authorization": f"token {lab.token}"})
+    request = urllib.request.Request(
+        f"{lab.url}{'/'.join(path)}",
+        method=method,
+        data=None if data is None else json.dumps(data).encode(),
+        headers={"Authorization": f"token {lab.token}"},
+    )
     with urllib.request.urlopen(request, timeout=30) as reply:
         text = reply.read()
     return json.loads(text) if text else None
@@ -52,18 +55,27 @@ def kernel_pid(kernel_id: str) -> int:
 def submit(lab, box_env: dict, notebook, *args: str) -> str:
     env = {**lab.env(), **box_env, "PYTHONPATH": f"{NVML_DOUBLE_DIR}:{ROOT}"}
     jiyu = str(sys.executable).rsplit("/", 1)[0] + "/jiyu"
-    done = subprocess.run([jiyu, "submit", str(notebook), *args], env=env, capture_output=True, text=True,
-                          timeout=60, cwd=lab.root)
+    done = subprocess.run(
+        [jiyu, "submit", str(notebook), *args], env=env, capture_output=True, text=True, timeout=60, cwd=lab.root
+    )
     assert done.returncode == 0, done.stderr
     return done.stdout.split()[2]
 
 
 def test_gpu_cards_name_the_notebook_holding_a_gpu_and_shut_its_kernel_down(tmp_path, artifacts, torchrun_tmp):
     env, box = shared_box_env(tmp_path)
-    with jupyter_lab(tmp_path, {"refreshInterval": 1}, env={**env, "TMPDIR": str(torchrun_tmp)},
-                     args=("--JiyuApp.kernel_idle_warning=0",)) as lab, sync_playwright() as playwright:
-        (lab.root / "shared-box.ipynb").write_text(json.dumps(
-            {"cells": [], "metadata": PYTHON3, "nbformat": 4, "nbformat_minor": 5}))
+    with (
+        jupyter_lab(
+            tmp_path,
+            {"refreshInterval": 1},
+            env={**env, "TMPDIR": str(torchrun_tmp)},
+            args=("--JiyuApp.kernel_idle_warning=0",),
+        ) as lab,
+        sync_playwright() as playwright,
+    ):
+        (lab.root / "shared-box.ipynb").write_text(
+            json.dumps({"cells": [], "metadata": PYTHON3, "nbformat": 4, "nbformat_minor": 5})
+        )
         browser = launch_chromium(playwright)
         page = browser.new_context(viewport={"width": 1360, "height": 820}).new_page()
         page.goto(lab.entry + "&reset")
@@ -77,8 +89,19 @@ def test_gpu_cards_name_the_notebook_holding_a_gpu_and_shut_its_kernel_down(tmp_
         pid = kernel_pid(kernel_id)
         box.hold(0, pid, 6 * GIB)  # the notebook's kernel keeps 6 GiB on GPU 0
 
-        job = submit(lab, env, write_notebook(lab.root / "digits.ipynb"), "--name", "digits", "-p", "steps", "3000",
-                     "-p", "step_seconds", "0.1")
+        job = submit(
+            lab,
+            env,
+            write_notebook(lab.root / "digits.ipynb"),
+            "--name",
+            "digits",
+            "-p",
+            "steps",
+            "3000",
+            "-p",
+            "step_seconds",
+            "0.1",
+        )
         wait_for(lambda: RunStore(store_path(lab.home)).get(job).status == "running", 120, what="the job running")
         assert [g["index"] for g in RunStore(store_path(lab.home)).get(job).gpus] == [1]  # GPU 0 is busy
         rank_file = lab.home / "runs" / job / "ranks" / "0.json"
@@ -117,8 +140,11 @@ def test_gpu_cards_name_the_notebook_holding_a_gpu_and_shut_its_kernel_down(tmp_
         card0.get_by_role("button", name="Shut down kernel of shared-box.ipynb").click()
         dialog.get_by_role("button", name="Shut down kernel").click()
         wait_for(lambda: rest(lab, "api", "kernels") == [], 30, what="the kernel shut down")
-        wait_for(lambda: not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE, 30,
-                 what="the kernel's process gone")
+        wait_for(
+            lambda: not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE,
+            30,
+            what="the kernel's process gone",
+        )
         expect(card0.locator(".jp-JiyuGpu-holder")).to_have_text("Free", timeout=30_000)
         for run in (waiting, job):
             rest(lab, "jiyu", "api", "runs", run, "stop", method="POST", data={})
@@ -131,17 +157,33 @@ def test_a_queued_run_survives_a_restart_of_the_jupyter_server(tmp_path, torchru
     env["TMPDIR"] = str(torchrun_tmp)
     with jupyter_lab(tmp_path, {}, env=env) as lab:
         write_notebook(lab.root / "t.ipynb")
-        holder = rest(lab, "jiyu", "api", "runs", method="POST",
-                      data={"notebook": "t.ipynb", "gpus": 2, "name": "holder", "param_lines": ["steps = 3000"]})
-        waiting = rest(lab, "jiyu", "api", "runs", method="POST",
-                       data={"notebook": "t.ipynb", "gpus": 1, "name": "waiting", "param_lines": ["steps = 3"]})
+        holder = rest(
+            lab,
+            "jiyu",
+            "api",
+            "runs",
+            method="POST",
+            data={"notebook": "t.ipynb", "gpus": 2, "name": "holder", "param_lines": ["steps = 3000"]},
+        )
+        waiting = rest(
+            lab,
+            "jiyu",
+            "api",
+            "runs",
+            method="POST",
+            data={"notebook": "t.ipynb", "gpus": 1, "name": "waiting", "param_lines": ["steps = 3"]},
+        )
         wait_for(lambda: RunStore(store_path(lab.home)).get(holder["id"]).status == "running", 120)
     with jupyter_lab(tmp_path / "again", {}, env={**env, "JIYU_HOME": str(lab.home)}) as again:
         runs = {r["id"]: r for r in rest(again, "jiyu", "api", "runs")["runs"]}
         assert (runs[waiting["id"]]["status"], runs[waiting["id"]]["queue_position"]) == ("queued", 1)
         rest(again, "jiyu", "api", "runs", holder["id"], "stop", method="POST", data={})
-        wait_for(lambda: RunStore(store_path(lab.home)).get(waiting["id"]).status in ("running", "succeeded"), 120,
-                 what="the queued run starting after the restart")
-        done = wait_for(lambda: (lambda r: r if not r.active else None)(RunStore(store_path(lab.home)).get(
-            waiting["id"])), 180)
+        wait_for(
+            lambda: RunStore(store_path(lab.home)).get(waiting["id"]).status in ("running", "succeeded"),
+            120,
+            what="the queued run starting after the restart",
+        )
+        done = wait_for(
+            lambda: (lambda r: r if not r.active else None)(RunStore(store_path(lab.home)).get(waiting["id"])), 180
+        )
         assert done.status == "succeeded"

@@ -20,8 +20,12 @@ def notebook7(tmp_path_factory):
         yield server
 
 
-def test_notebook7_opens_the_panel_from_the_toolbar_and_the_menu_and_logs_work(browser, notebook7, tmp_path,  # noqa: F811
-                                                                               artifacts):
+def test_notebook7_opens_the_panel_from_the_toolbar_and_the_menu_and_logs_work(
+    browser,  # noqa: F811 (the fixture)
+    notebook7,
+    tmp_path,
+    artifacts,
+):
     job = submit_training_job(notebook7, "nb7-digits", steps=40, pace=0.05, tmp=tmp_path)
     path = training_notebook(notebook7.root, "nb7-open")
     page = browser.new_context(viewport={"width": 1280, "height": 820}).new_page()

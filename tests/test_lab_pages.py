@@ -46,10 +46,12 @@ def step_of(page) -> int:
 
 def contrast(fg: str, bg: str) -> float:
     """WCAG contrast ratio of two computed CSS colours."""
+
     def lum(css):
         channels = [int(v) / 255 for v in re.findall(r"\d+", css)[:3]]
         lin = [c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4 for c in channels]
         return 0.2126 * lin[0] + 0.7152 * lin[1] + 0.0722 * lin[2]
+
     hi, lo = sorted((lum(fg), lum(bg)), reverse=True)
     return (hi + 0.05) / (lo + 0.05)
 
@@ -59,7 +61,7 @@ def composite(rgba: str, under: str) -> str:
     values = [float(v) for v in re.findall(r"[\d.]+", rgba)]
     alpha = values[3] if len(values) > 3 else 1.0
     base = [float(v) for v in re.findall(r"[\d.]+", under)[:3]]
-    mixed = [round(alpha * c + (1 - alpha) * b) for c, b in zip(values[:3], base)]
+    mixed = [round(alpha * c + (1 - alpha) * b) for c, b in zip(values[:3], base, strict=False)]
     return f"rgb({mixed[0]}, {mixed[1]}, {mixed[2]})"
 
 
@@ -132,18 +134,21 @@ def test_compare_two_runs_overlays_curves_and_marks_the_differing_parameter(brow
     page.wait_for_timeout(500)
     page.screenshot(path=artifacts / "lab_compare_dark.png")
     background = compare.evaluate("n => getComputedStyle(n).backgroundColor")
-    for selector, prop in ((".jp-JiyuChart-tick", "fill"), (".jp-JiyuChart-legend", "color"),
-                           (".jp-JiyuCompare-table td", "color")):
+    for selector, prop in (
+        (".jp-JiyuChart-tick", "fill"),
+        (".jp-JiyuChart-legend", "color"),
+        (".jp-JiyuCompare-table td", "color"),
+    ):
         color = compare.locator(selector).first.evaluate(f"n => getComputedStyle(n).{prop}")
         assert contrast(color, background) >= 4.5, (selector, color, background)
-    differs = table.locator('tr.jp-mod-differs').first
+    differs = table.locator("tr.jp-mod-differs").first
     tint = composite(differs.evaluate("n => getComputedStyle(n).backgroundColor"), background)
     text = differs.locator("td").first.evaluate("n => getComputedStyle(n).color")
     assert contrast(text, tint) >= 4.5, ("a differing row", text, tint)
     grid = compare.locator(".jp-JiyuChart-grid line").first.evaluate("n => getComputedStyle(n).stroke")
     assert contrast(grid, background) < contrast(
-        compare.locator(".jp-JiyuChart-tick").first.evaluate("n => getComputedStyle(n).fill"), background), \
-        "gridlines stay fainter than the text"
+        compare.locator(".jp-JiyuChart-tick").first.evaluate("n => getComputedStyle(n).fill"), background
+    ), "gridlines stay fainter than the text"
     page.evaluate("window.jupyterapp.commands.execute('apputils:change-theme', {theme: 'JupyterLab Light'})")
     expect(page.locator("body")).to_have_attribute("data-jp-theme-light", "true", timeout=30_000)
 
@@ -158,10 +163,16 @@ def test_compare_two_runs_overlays_curves_and_marks_the_differing_parameter(brow
     assert metrics.count() == 10
     for i in range(metrics.count()):
         box = metrics.nth(i).bounding_box()
-        assert box and box["width"] > 0 and box["x"] >= view["x"] - 1 and \
-            box["x"] + box["width"] <= view["x"] + view["width"] + 1, (i, box, view)
-    assert body.locator(".jp-JiyuRunPage-metrics").bounding_box()["y"] > \
-        body.locator(".jp-JiyuChart svg").first.bounding_box()["y"], "the metrics wrap under the chart"
+        assert (
+            box
+            and box["width"] > 0
+            and box["x"] >= view["x"] - 1
+            and box["x"] + box["width"] <= view["x"] + view["width"] + 1
+        ), (i, box, view)
+    assert (
+        body.locator(".jp-JiyuRunPage-metrics").bounding_box()["y"]
+        > body.locator(".jp-JiyuChart svg").first.bounding_box()["y"]
+    ), "the metrics wrap under the chart"
 
 
 def metric_cells(table, name: str) -> list[str]:
@@ -169,11 +180,19 @@ def metric_cells(table, name: str) -> list[str]:
 
 
 def test_submit_dialog_lists_the_parameters_and_keeps_a_refusal_in_the_dialog(browser, lab):  # noqa: F811
-    cells = [{"cell_type": "code", "metadata": {"tags": ["parameters"]}, "execution_count": None, "outputs": [],
-              "source": "lr = 0.1\nepochs: int = 2"},
-             {"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [], "source": "print(lr)"}]
-    (lab.root / "params.ipynb").write_text(json.dumps({"cells": cells, "metadata": PYTHON3, "nbformat": 4,
-                                                        "nbformat_minor": 5}))
+    cells = [
+        {
+            "cell_type": "code",
+            "metadata": {"tags": ["parameters"]},
+            "execution_count": None,
+            "outputs": [],
+            "source": "lr = 0.1\nepochs: int = 2",
+        },
+        {"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [], "source": "print(lr)"},
+    ]
+    (lab.root / "params.ipynb").write_text(
+        json.dumps({"cells": cells, "metadata": PYTHON3, "nbformat": 4, "nbformat_minor": 5})
+    )
     page = open_lab(browser, lab)
     page.evaluate("window.jupyterapp.commands.execute('docmanager:open', {path: 'params.ipynb'})")
     page.locator('.jp-NotebookPanel-toolbar [data-command="jiyu:submit-notebook"]').click()
@@ -186,8 +205,10 @@ def test_submit_dialog_lists_the_parameters_and_keeps_a_refusal_in_the_dialog(br
     expect(error).to_contain_text("unknown parameter nope", timeout=30_000)  # the server's 400, in the dialog
     expect(error).to_contain_text("lr")
     expect(page.locator(".jp-Dialog").get_by_label("Run name")).to_have_value("refused")
-    assert page.locator(".jp-Dialog").get_by_label('Parameters, one "name = value" a line').input_value() == \
-        "lr = 0.5\nnope = 3", "what was typed is kept"
+    assert (
+        page.locator(".jp-Dialog").get_by_label('Parameters, one "name = value" a line').input_value()
+        == "lr = 0.5\nnope = 3"
+    ), "what was typed is kept"
     page.locator(".jp-Dialog").get_by_role("button", name="Cancel").click()
     expect(page.locator(".jp-Dialog")).to_have_count(0)
     assert all(r.name != "refused" for r in RunStore(store_path(lab.home)).list())

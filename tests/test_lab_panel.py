@@ -16,12 +16,10 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import expect, sync_playwright
 
+from jiyu_magics import jobs as jobs_api
 from jiyu_magics.core.events.log import read_events
 from jiyu_magics.core.runs.files import store_path
-from jiyu_magics.core.store.run_store import RunStore
-
-from jiyu_magics import jobs as jobs_api
-from jiyu_magics.core.store.run_store import UnknownRun
+from jiyu_magics.core.store.run_store import RunStore, UnknownRun
 
 from .jobs_workload import assert_no_processes
 from .lab_runner import jupyter_lab, launch_chromium, submit_training_job, training_notebook
@@ -64,7 +62,11 @@ def page(browser, lab):
 @pytest.fixture
 def jobs(tmp_path, monkeypatch):
     started = []
-    yield lambda lab, name, **kw: started.append((lab, submit_training_job(lab, name, tmp=tmp_path, **kw))) or started[-1][1]
+    yield (
+        lambda lab, name, **kw: (
+            started.append((lab, submit_training_job(lab, name, tmp=tmp_path, **kw))) or started[-1][1]
+        )
+    )
     for lab, job in started:  # leave nothing running: stop what the test did not
         monkeypatch.setenv("JIYU_HOME", str(lab.home))
         try:
@@ -147,9 +149,20 @@ def test_panel_follows_a_training_run_live(page, lab, jobs, artifacts):
 
 
 def test_submit_command_is_in_the_notebook_toolbar_and_the_palette(page, lab, artifacts):
-    notebook = {"cells": [{"cell_type": "code", "metadata": {"tags": ["parameters"]}, "execution_count": None,
-                           "outputs": [], "source": "lr = 0.1"}],
-                "metadata": PYTHON3, "nbformat": 4, "nbformat_minor": 5}
+    notebook = {
+        "cells": [
+            {
+                "cell_type": "code",
+                "metadata": {"tags": ["parameters"]},
+                "execution_count": None,
+                "outputs": [],
+                "source": "lr = 0.1",
+            }
+        ],
+        "metadata": PYTHON3,
+        "nbformat": 4,
+        "nbformat_minor": 5,
+    }
     (lab.root / "train.ipynb").write_text(json.dumps(notebook))
     page.evaluate("window.jupyterapp.commands.execute('docmanager:open', {path: 'train.ipynb'})")
     button = page.locator('.jp-NotebookPanel-toolbar [data-command="jiyu:submit-notebook"]')
@@ -163,7 +176,8 @@ def test_submit_command_is_in_the_notebook_toolbar_and_the_palette(page, lab, ar
     dialog.get_by_role("button", name="Cancel").click()
     expect(dialog).to_have_count(0)
     assert RunStore(store_path(lab.home)).list() == [] or all(
-        r.notebook != str(lab.root / "train.ipynb") for r in RunStore(store_path(lab.home)).list())
+        r.notebook != str(lab.root / "train.ipynb") for r in RunStore(store_path(lab.home)).list()
+    )
 
     page.keyboard.press("Control+Shift+C")
     palette = page.locator("#command-palette")
@@ -173,6 +187,7 @@ def test_submit_command_is_in_the_notebook_toolbar_and_the_palette(page, lab, ar
 
 
 # -- the buttons that act: Stop and Submit go through jobs.stop / jobs.submit ----------------------
+
 
 def test_stop_from_the_panel_stops_the_run(page, lab, jobs):
     job = jobs(lab, "to-stop", steps=2000, pace=0.1)
@@ -188,17 +203,31 @@ def test_stop_from_the_panel_stops_the_run(page, lab, jobs):
     events = read_events(Path(lab.home) / "runs" / job.run_id / "events.jsonl")[0]
     last_step = max(e["step"] for e in events if e["kind"] == "step")
     stopped = [e for e in events if e["kind"] == "end" and e.get("status") == "stopped"]
-    assert stopped and any(e["kind"] == "ckpt" and e["step"] >= last_step for e in events), \
+    assert stopped and any(e["kind"] == "ckpt" and e["step"] >= last_step for e in events), (
         "a stopped job keeps a checkpoint of the step it stopped at"
+    )
 
 
 def test_submit_from_the_toolbar_starts_a_job_the_panel_can_stop(page, lab):
-    cells = [{"cell_type": "code", "metadata": {"tags": ["parameters"]}, "execution_count": None, "outputs": [],
-              "source": "n = 3"},
-             {"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [],
-              "source": "import time\nfor i in range(n):\n    print('tick', i, flush=True)\n    time.sleep(1)"}]
-    (lab.root / "ticks.ipynb").write_text(json.dumps({"cells": cells, "metadata": PYTHON3, "nbformat": 4,
-                                                      "nbformat_minor": 5}))
+    cells = [
+        {
+            "cell_type": "code",
+            "metadata": {"tags": ["parameters"]},
+            "execution_count": None,
+            "outputs": [],
+            "source": "n = 3",
+        },
+        {
+            "cell_type": "code",
+            "metadata": {},
+            "execution_count": None,
+            "outputs": [],
+            "source": "import time\nfor i in range(n):\n    print('tick', i, flush=True)\n    time.sleep(1)",
+        },
+    ]
+    (lab.root / "ticks.ipynb").write_text(
+        json.dumps({"cells": cells, "metadata": PYTHON3, "nbformat": 4, "nbformat_minor": 5})
+    )
     page.evaluate("window.jupyterapp.commands.execute('docmanager:open', {path: 'ticks.ipynb'})")
     page.locator('.jp-NotebookPanel-toolbar [data-command="jiyu:submit-notebook"]').click()
     dialog = page.locator(".jp-Dialog")
@@ -229,10 +258,15 @@ def test_train_dashboard_renders_live_in_a_lab_notebook(page, lab, artifacts):
     expect(output.locator("svg polyline").first).to_be_visible(timeout=120_000)
     bar = output.locator(".widget-hprogress .progress-bar").first
     label = output.locator(".widget-inline-hbox.widget-label").first  # the Label widget, not a description
-    first = wait_until(label.inner_text, lambda t: t.startswith("step ") and not t.startswith("step 0/"), 60,
-                       "first logged step")
-    wait_until(label.inner_text, lambda t: t != first and int(t.split()[1].split("/")[0]) >= 40, 40,
-               "the progress label moving past step 40")
+    first = wait_until(
+        label.inner_text, lambda t: t.startswith("step ") and not t.startswith("step 0/"), 60, "first logged step"
+    )
+    wait_until(
+        label.inner_text,
+        lambda t: t != first and int(t.split()[1].split("/")[0]) >= 40,
+        40,
+        "the progress label moving past step 40",
+    )
     expect(output.get_by_role("button", name="Stop")).to_be_visible()
     expect(bar).to_be_visible()
     expect(output).to_contain_text("from the notebook: train_step (cell 3)")

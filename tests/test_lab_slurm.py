@@ -27,12 +27,18 @@ def lab(slurm_cluster, tmp_path_factory):
     slurm_cluster.cancel_all()
 
 
-def test_the_panel_shows_slurm_runs_training_and_waiting_and_stops_one(page, lab, slurm_cluster, artifacts,  # noqa: F811
-                                                                       tmp_path):
+def test_the_panel_shows_slurm_runs_training_and_waiting_and_stops_one(
+    page,  # noqa: F811 (the fixture)
+    lab,
+    slurm_cluster,
+    artifacts,
+    tmp_path,
+):
     slurm_cluster.cancel_all()
     env = slurm_cluster.env
-    training = submit_training_job(lab, "on-slurm", steps=100, pace=0.15, tmp=tmp_path, env=env,
-                                   options=(*ON_SLURM, "--sbatch-arg=--exclusive"))  # the whole node
+    training = submit_training_job(
+        lab, "on-slurm", steps=100, pace=0.15, tmp=tmp_path, env=env, options=(*ON_SLURM, "--sbatch-arg=--exclusive")
+    )  # the whole node
     waiting = submit_training_job(lab, "waits-on-slurm", steps=10, pace=0.1, tmp=tmp_path, env=env, options=ON_SLURM)
     store = RunStore(store_path(lab.home))
     panel = page.locator(PANEL)

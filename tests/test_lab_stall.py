@@ -18,9 +18,9 @@ from jiyu_magics.core.store.run_store import RunStore
 from jiyu_magics.jobs.launch_spec import LaunchSpec
 from jiyu_magics.jobs.lifecycle import RunLifecycle
 
+from . import test_lab_panel as panel_tests
 from .jobs_workload import assert_no_processes, wait_for
 from .stall_workload import SLEEP_LINE, stall_script
-from . import test_lab_panel as panel_tests
 
 PANEL = panel_tests.PANEL
 lab, browser, page = panel_tests.lab, panel_tests.browser, panel_tests.page  # the panel tests' Lab and Chromium
@@ -54,8 +54,11 @@ def test_the_panel_shows_a_stalled_run_and_its_stacks(page, stalled_run, artifac
     expect(chip).to_contain_text("no step for")
     expect(row.locator(".jp-JiyuChip.jp-mod-running")).to_be_visible()
     # the flag shows first; the dump (both ranks' stacks, then the stall event) follows within seconds
-    wait_for(lambda: any(e["kind"] == "stall" for e in read_events(RunFiles.of(run_id).events)[0]), 60,
-             what="the stall's stack dump")
+    wait_for(
+        lambda: any(e["kind"] == "stall" for e in read_events(RunFiles.of(run_id).events)[0]),
+        60,
+        what="the stall's stack dump",
+    )
     row.get_by_role("button", name="Show every rank's stack of stuck-in-allreduce").click()
     dialog = page.locator(".jp-Dialog")
     expect(dialog).to_contain_text(f"rank 1 is in train_step (job.py:{SLEEP_LINE})", timeout=15_000)

@@ -13,7 +13,6 @@ from jiyu_magics.jobs import Launch
 
 from .jobs_workload import processes_of, steps_logged, wait_for, write_script
 
-
 pytestmark = pytest.mark.usefixtures("torchrun_tmp")
 
 

@@ -11,12 +11,13 @@ import pytest
 
 from jiyu_magics import jobs
 from jiyu_magics.core.events.log import read_events
+from jiyu_magics.core.runs.files import RunFiles
 from jiyu_magics.core.runs.model import RunKind, RunStatus
 from jiyu_magics.core.store.run_store import RunStore
-from jiyu_magics.core.runs.files import RunFiles
 from jiyu_magics.jobs.final_status import Outcome, closing_events, decide, final_status, fit_end_status
 from jiyu_magics.jobs.launch_spec import LaunchSpec
-from jiyu_magics.jobs.lifecycle import LifecycleState as S, RunLifecycle, record_end, record_end_without_owner
+from jiyu_magics.jobs.lifecycle import LifecycleState as S
+from jiyu_magics.jobs.lifecycle import RunLifecycle, record_end, record_end_without_owner
 
 from .jobs_workload import processes_of, steps_logged, wait_for, write_script
 
@@ -121,8 +122,14 @@ def test_a_stop_request_in_the_store_stops_every_process_and_the_run_is_stopped(
     assert lifecycle.states == [*STARTED, S.STOPPING, S.ENDED] and lifecycle.stop_grace == 10.0
     assert {(r.state, r.exit_code, r.stopped) for r in lifecycle.ranks()} == {("exited", 0, True)}
     assert RunStore().get(lifecycle.run_id).status == "stopped"
-    assert events_of(lifecycle)[-1] | {"t": 0} == {"t": 0, "kind": "end", "status": "stopped", "source": "lifecycle",
-                                                   "exit_code": 0, "message": line}
+    assert events_of(lifecycle)[-1] | {"t": 0} == {
+        "t": 0,
+        "kind": "end",
+        "status": "stopped",
+        "source": "lifecycle",
+        "exit_code": 0,
+        "message": line,
+    }
     assert "Traceback" not in lifecycle.files.log.read_text()
     assert processes_of(lifecycle.run_id) == []
 
@@ -221,20 +228,23 @@ def end(status, **fields):
     return {"kind": "end", "status": status, **fields}
 
 
-@pytest.mark.parametrize("code, stop, events, expected", [
-    (0, False, [start(), end("succeeded")], "succeeded"),
-    (0, True, [start(), end("succeeded")], "succeeded"),     # the stop crossed the last step
-    (0, True, [start(), end("stopped")], "stopped"),
-    (0, False, [start(), end("stopped")], "stopped"),        # rank 0 honoured a stop of its own
-    (0, False, [], "succeeded"),                             # no fit at all: a plain script
-    (0, False, [start(), end("failed")], "succeeded"),       # a clean exit is never a failure
-    (0, True, [start(), end("stopped"), start()], "succeeded"),  # the last fit's end is what counts
-    (0, True, [start(), end("stopped", source="lifecycle")], "succeeded"),  # an owner's end is not rank 0's
-    (1, True, [start(), end("succeeded")], "stopped"),
-    (-9, False, [start(), end("succeeded")], "failed"),
-    (None, True, [], "stopped"),                             # never started, or no exit code seen
-    (None, False, [], "failed"),
-])
+@pytest.mark.parametrize(
+    "code, stop, events, expected",
+    [
+        (0, False, [start(), end("succeeded")], "succeeded"),
+        (0, True, [start(), end("succeeded")], "succeeded"),  # the stop crossed the last step
+        (0, True, [start(), end("stopped")], "stopped"),
+        (0, False, [start(), end("stopped")], "stopped"),  # rank 0 honoured a stop of its own
+        (0, False, [], "succeeded"),  # no fit at all: a plain script
+        (0, False, [start(), end("failed")], "succeeded"),  # a clean exit is never a failure
+        (0, True, [start(), end("stopped"), start()], "succeeded"),  # the last fit's end is what counts
+        (0, True, [start(), end("stopped", source="lifecycle")], "succeeded"),  # an owner's end is not rank 0's
+        (1, True, [start(), end("succeeded")], "stopped"),
+        (-9, False, [start(), end("succeeded")], "failed"),
+        (None, True, [], "stopped"),  # never started, or no exit code seen
+        (None, False, [], "failed"),
+    ],
+)
 def test_final_status_rule(code, stop, events, expected):
     assert final_status(code, stop, events) == expected
 
@@ -254,8 +264,9 @@ def test_closing_events_add_only_what_rank0_did_not_write():
     stopped = decide(1, True, [], "rank 0: killed")
     assert stopped.error == "stopped by request"
     assert closing_events([start(), end("stopped")], stopped) == []
-    assert closing_events([start()], stopped) == [("end", {"status": "stopped", "exit_code": 1, "source": "lifecycle",
-                                                           "message": "stopped by request"})]
+    assert closing_events([start()], stopped) == [
+        ("end", {"status": "stopped", "exit_code": 1, "source": "lifecycle", "message": "stopped by request"})
+    ]
 
 
 def test_the_first_recorded_end_stands_in_the_row_and_in_the_log():
@@ -268,11 +279,14 @@ def test_the_first_recorded_end_stands_in_the_row_and_in_the_log():
     assert [(e["kind"], e.get("status")) for e in events] == [("error", None), ("end", "failed")]
 
 
-@pytest.mark.parametrize("stop, started, expected", [
-    (True, True, ("stopped", "stopped by request")),
-    (True, False, ("stopped", "stopped before it started")),
-    (False, False, ("failed", "could not start: no sbatch")),
-])
+@pytest.mark.parametrize(
+    "stop, started, expected",
+    [
+        (True, True, ("stopped", "stopped by request")),
+        (True, False, ("stopped", "stopped before it started")),
+        (False, False, ("failed", "could not start: no sbatch")),
+    ],
+)
 def test_an_end_without_owner_follows_the_same_rule(stop, started, expected):
     store = RunStore()
     run = store.create("job", "orphan", status="running" if started else "queued")

@@ -77,20 +77,27 @@ def test_jobs_pages_with_limit_and_since():
     assert [r["id"] for r in newest] == [new.id, middle.id]
     recent = json.loads(jiyu("jobs", "--all", "--json", "--since", "2d").stdout)
     assert [r["id"] for r in recent] == [new.id, middle.id]
-    dated = json.loads(jiyu("jobs", "--all", "--json", "--since",
-                            time.strftime("%Y-%m-%d", time.localtime(now - 40 * 86400))).stdout)
+    dated = json.loads(
+        jiyu("jobs", "--all", "--json", "--since", time.strftime("%Y-%m-%d", time.localtime(now - 40 * 86400))).stdout
+    )
     assert [r["id"] for r in dated] == [new.id, middle.id, old.id]
 
 
-@pytest.mark.parametrize("args, words", [(["--limit", "0"], "positive whole number"),
-                                         (["--limit", "ten"], "positive whole number"),
-                                         (["--since", "yesterday"], "a span such as 7d")])
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["--limit", "0"], "positive whole number"),
+        (["--limit", "ten"], "positive whole number"),
+        (["--since", "yesterday"], "a span such as 7d"),
+    ],
+)
 def test_bad_paging_values_are_one_line_and_exit_code_2(args, words):
     result = jiyu("jobs", "--all", *args)
     assert result.returncode == 2 and words in result.stderr and len(result.stderr.strip().splitlines()) == 1
 
 
 # -- REST ------------------------------------------------------------------------------------
+
 
 async def fails(fetch_call) -> tuple[int, dict]:
     with pytest.raises(HTTPClientError) as caught:
@@ -117,9 +124,17 @@ async def test_the_runs_list_pages_and_lists_params_in_short_form(jp_fetch):
     assert body(await jp_fetch("jiyu", "api", "runs", old.id))["params"] == {"lr": 0.1}
 
 
-@pytest.mark.parametrize("query, words", [({"limit": "0"}, "'limit'"), ({"limit": "abc"}, "'limit'"),
-                                          ({"limit": "9" * 5000}, "'limit'"), ({"since": "nan"}, "'since'"),
-                                          ({"since": "-5"}, "'since'"), ({"since": "1e999"}, "'since'")])
+@pytest.mark.parametrize(
+    "query, words",
+    [
+        ({"limit": "0"}, "'limit'"),
+        ({"limit": "abc"}, "'limit'"),
+        ({"limit": "9" * 5000}, "'limit'"),
+        ({"since": "nan"}, "'since'"),
+        ({"since": "-5"}, "'since'"),
+        ({"since": "1e999"}, "'since'"),
+    ],
+)
 async def test_bad_list_queries_are_400(jp_fetch, query, words):
     code, reply = await fails(jp_fetch("jiyu", "api", "runs", params=query))
     assert code == 400 and words in reply["message"]
@@ -131,9 +146,14 @@ def notebook(jp_root_dir):
     return path.name
 
 
-@pytest.mark.parametrize("payload", [{"params": {"data": "x" * (65 * 1024)}},
-                                     {"params": {"table": list(range(20_000))}},
-                                     {"param_lines": ["data = '" + "x" * (65 * 1024) + "'"]}])
+@pytest.mark.parametrize(
+    "payload",
+    [
+        {"params": {"data": "x" * (65 * 1024)}},
+        {"params": {"table": list(range(20_000))}},
+        {"param_lines": ["data = '" + "x" * (65 * 1024) + "'"]},
+    ],
+)
 async def test_a_parameter_over_64_kib_is_one_400_and_no_run(jp_fetch, notebook, payload):
     data = json.dumps({"notebook": notebook, **payload}).encode()
     code, reply = await fails(jp_fetch("jiyu", "api", "runs", method="POST", body=data))
@@ -142,6 +162,7 @@ async def test_a_parameter_over_64_kib_is_one_400_and_no_run(jp_fetch, notebook,
 
 
 # -- %jobs ----------------------------------------------------------------------------------
+
 
 def test_the_jobs_magic_pages_with_limit_and_since(ip, capsys):
     now = time.time()
@@ -156,8 +177,9 @@ def test_the_jobs_magic_pages_with_limit_and_since(ip, capsys):
     assert "last-week" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("line, words", [("--all --since soon", "a span such as 7d"),
-                                         ("--limit -3", "positive whole number")])
+@pytest.mark.parametrize(
+    "line, words", [("--all --since soon", "a span such as 7d"), ("--limit -3", "positive whole number")]
+)
 def test_bad_paging_values_in_the_jobs_magic_are_one_usage_error(ip, line, words):
     from IPython.core.error import UsageError
 
@@ -171,15 +193,28 @@ def test_a_long_history_is_listed_a_page_at_a_time_and_says_what_it_left_out(ip,
     from jiyu_magics.core.store.run_store import Run, new_run_id
 
     store, now = RunStore(), time.time()
-    store.restore(Run(id=new_run_id(), name=f"old-{i}", kind="job", status="succeeded", host=store.host,
-                      created=now - 1000 + i, started=now - 1000 + i, ended=now - 999 + i, summary={"step": i})
-                  for i in range(103))
+    store.restore(
+        Run(
+            id=new_run_id(),
+            name=f"old-{i}",
+            kind="job",
+            status="succeeded",
+            host=store.host,
+            created=now - 1000 + i,
+            started=now - 1000 + i,
+            ended=now - 999 + i,
+            summary={"step": i},
+        )
+        for i in range(103)
+    )
     listed = jiyu("jobs", "--all")
     rows = [line for line in listed.stdout.splitlines() if " old-" in line]
     assert len(rows) == 100 and "old-102" in rows[0] and "old-3 " in rows[-1] + " "
     assert "The 100 newest of 103 runs; --limit N shows more" in listed.stdout
     everything = jiyu("jobs", "--all", "--limit", "200")
-    assert sum(" old-" in line for line in everything.stdout.splitlines()) == 103 and "newest of" not in everything.stdout
+    assert (
+        sum(" old-" in line for line in everything.stdout.splitlines()) == 103 and "newest of" not in everything.stdout
+    )
     assert len(json.loads(jiyu("jobs", "--all", "--json").stdout)) == 100
     ip.run_line_magic("jobs", "--all --limit 5")
     assert "The 5 newest of 103 runs" in capsys.readouterr().out

@@ -40,8 +40,9 @@ def jp_server_config():
 
 def test_promtool_accepts_the_scrape_config_and_the_rules(tmp_path):
     (tmp_path / "token").write_text(TOKEN)
-    config = (MONITORING / "prometheus.yml").read_text().replace("/run/secrets/jiyu_metrics_token",
-                                                                  str(tmp_path / "token"))
+    config = (
+        (MONITORING / "prometheus.yml").read_text().replace("/run/secrets/jiyu_metrics_token", str(tmp_path / "token"))
+    )
     (tmp_path / "prometheus.yml").write_text(config)
     (tmp_path / "alerts.yml").write_text((MONITORING / "alerts.yml").read_text())
     checked = promtool("check", "config", str(tmp_path / "prometheus.yml"))
@@ -51,8 +52,11 @@ def test_promtool_accepts_the_scrape_config_and_the_rules(tmp_path):
 
 
 def test_promtool_unit_tests_cover_every_alert():
-    alerts = {rule["alert"] for group in yaml.safe_load((MONITORING / "alerts.yml").read_text())["groups"]
-              for rule in group["rules"]}
+    alerts = {
+        rule["alert"]
+        for group in yaml.safe_load((MONITORING / "alerts.yml").read_text())["groups"]
+        for rule in group["rules"]
+    }
     tests = yaml.safe_load((MONITORING / "alerts_test.yml").read_text())["tests"]
     tested = {case["alertname"] for test in tests for case in test["alert_rule_test"] if case["exp_alerts"]}
     assert alerts == tested == {"JiyuRunStalled", "JiyuGpuIdleWhileHeld", "JiyuGpuMemoryNearlyFull", "JiyuRunFailed"}
@@ -62,8 +66,9 @@ def test_promtool_unit_tests_cover_every_alert():
 
 def test_promtool_unit_tests_fail_when_an_alert_is_wrong(tmp_path):
     """The unit tests can fail: with the stall alert's expression inverted, they do."""
-    (tmp_path / "alerts.yml").write_text((MONITORING / "alerts.yml").read_text().replace(
-        "expr: jiyu_run_stalled == 1", "expr: jiyu_run_stalled == 0"))
+    (tmp_path / "alerts.yml").write_text(
+        (MONITORING / "alerts.yml").read_text().replace("expr: jiyu_run_stalled == 1", "expr: jiyu_run_stalled == 0")
+    )
     (tmp_path / "alerts_test.yml").write_text((MONITORING / "alerts_test.yml").read_text())
     done = promtool("test", "rules", "alerts_test.yml", cwd=tmp_path)
     assert done.returncode == 1 and "JiyuRunStalled" in done.stdout + done.stderr
@@ -88,15 +93,19 @@ def dashboard_queries() -> list[str]:
 
 async def test_every_dashboard_and_alert_query_names_an_exported_metric(nvml_double, jp_fetch):
     exported = await exported_names(jp_fetch)
-    alerts = [rule["expr"] for group in yaml.safe_load((MONITORING / "alerts.yml").read_text())["groups"]
-              for rule in group["rules"]]
+    alerts = [
+        rule["expr"]
+        for group in yaml.safe_load((MONITORING / "alerts.yml").read_text())["groups"]
+        for rule in group["rules"]
+    ]
     for expr in dashboard_queries() + alerts:
         names = set(NAME.findall(expr))
         assert names, f"{expr!r} names no jiyu metric"
         assert names <= exported, f"{expr!r} names {sorted(names - exported)}, which /jiyu/metrics does not export"
     dashboard = json.loads(DASHBOARD.read_text())
-    assert {t["datasource"]["uid"] for p in dashboard["panels"] if p["type"] != "row" for t in p["targets"]} == \
-        {"jiyu-prometheus"}
+    assert {t["datasource"]["uid"] for p in dashboard["panels"] if p["type"] != "row" for t in p["targets"]} == {
+        "jiyu-prometheus"
+    }
     titles = " ".join(p["title"] for p in dashboard["panels"]).lower()
     assert all(word in titles for word in ("gpu", "runs", "queue", "stalled"))
 
@@ -137,8 +146,9 @@ def run_short_job() -> str:
     return lifecycle.run_id
 
 
-async def test_a_real_prometheus_scrapes_the_run_and_the_gpus(nvml_double, jp_fetch, jp_http_port, tmp_path,
-                                                              torchrun_tmp, monkeypatch):
+async def test_a_real_prometheus_scrapes_the_run_and_the_gpus(
+    nvml_double, jp_fetch, jp_http_port, tmp_path, torchrun_tmp, monkeypatch
+):
     monkeypatch.chdir(tmp_path)
     prometheus = Prometheus(tmp_path, f"127.0.0.1:{jp_http_port}", "/jiyu/metrics", TOKEN)
     try:
@@ -147,19 +157,24 @@ async def test_a_real_prometheus_scrapes_the_run_and_the_gpus(nvml_double, jp_fe
 
         def step_seen():
             return prometheus.query(f'jiyu_run_step{{run_id="{run_id}"}}')
+
         (step,) = await asyncio.to_thread(wait, step_seen, 60, "the run's step in Prometheus")
         assert step["metric"]["run_name"] == "scraped" and step["metric"]["job"] == "jiyu"
         assert float(step["value"][1]) == 24
         target = (await asyncio.to_thread(prometheus.api, "targets"))["activeTargets"][0]
         assert target["health"] == "up", target
         memory = await asyncio.to_thread(prometheus.query, "jiyu_gpu_memory_total_bytes")
-        assert sorted((m["metric"]["gpu"], float(m["value"][1])) for m in memory) == [("0", 80 * 2**30),
-                                                                                     ("1", 16 * 2**30)]
+        assert sorted((m["metric"]["gpu"], float(m["value"][1])) for m in memory) == [
+            ("0", 80 * 2**30),
+            ("1", 16 * 2**30),
+        ]
         dcgm = await asyncio.to_thread(prometheus.query, 'DCGM_FI_DEV_GPU_UTIL{gpu="0"}')
         assert float(dcgm[0]["value"][1]) == 45
+
         def ended_seen():
             found = prometheus.query(f'jiyu_run_info{{run_id="{run_id}", status="succeeded"}}')
             return found and prometheus.query(f'jiyu_run_info{{run_id="{run_id}"}}')
+
         (status,) = await asyncio.to_thread(wait, ended_seen, 30, "the run's end in Prometheus")
         assert status["metric"]["status"] == "succeeded", "the series of its earlier status went stale"
     finally:

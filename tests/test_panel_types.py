@@ -47,15 +47,20 @@ def test_a_change_on_either_side_is_caught():
     """The check is real: a rename, an optional marker or a narrowed union in types.ts, and a
     renamed or retyped field in the Python schema, each show up as a disagreement."""
     text = TYPES_TS.read_text()
-    edits = {"  exit_code: number | null;": "  exitCode: number | null;",
-             "  val_acc: number | null;": "  val_acc?: number | null;",
-             "| 'stopped' | 'lost';": "| 'stopped';"}  # the union as prettier writes it (one line)
-    for old, new in edits.items():
+    edits = {
+        "  exit_code: number | null;": "  exitCode: number | null;",
+        "  val_acc: number | null;": "  val_acc?: number | null;",
+        "| 'stopped' | 'lost';": "| 'stopped';",
+    }  # the union as prettier writes it (one line)
+    for old in edits:
         assert text.count(old) == 1, old
     assert all_disagreements(api_schema(), text.replace(*list(edits.items())[0])) == [
-        "IRun.exitCode: only in types.ts", "IRun.exit_code: only in Python"]
+        "IRun.exitCode: only in types.ts",
+        "IRun.exit_code: only in Python",
+    ]
     assert all_disagreements(api_schema(), text.replace(*list(edits.items())[1])) == [
-        "IRunSummary.val_acc: optional in types.ts only"]
+        "IRunSummary.val_acc: optional in types.ts only"
+    ]
     narrowed = all_disagreements(api_schema(), text.replace(*list(edits.items())[2]))
     assert narrowed and all(line.startswith(("IRun.status:", "IRunSummary.end_status:")) for line in narrowed)
 
@@ -64,8 +69,11 @@ def test_a_change_on_either_side_is_caught():
     run["properties"]["exit_status"] = run["properties"].pop("exit_code")
     run["required"] = [("exit_status" if key == "exit_code" else key) for key in run["required"]]
     schema["$defs"]["RunSummary"]["properties"]["step"] = {"type": "string"}
-    assert all_disagreements(schema, text) == ["IRun.exit_code: only in types.ts", "IRun.exit_status: only in Python",
-                                               "IRunSummary.step: Python string, types.ts null | number"]
+    assert all_disagreements(schema, text) == [
+        "IRun.exit_code: only in types.ts",
+        "IRun.exit_status: only in Python",
+        "IRunSummary.step: Python string, types.ts null | number",
+    ]
 
 
 def test_the_schema_module_writes_the_schema(tmp_path):

@@ -25,26 +25,32 @@ def parameters_notebook(path):
     return path
 
 
-@pytest.mark.parametrize("text, params", [
-    ("lr: 0.001\nlayers: [64, 128]", {"lr": 0.001, "layers": [64, 128]}),
-    ("lr: 3e-4", {"lr": 3e-4}),                        # YAML 1.2's number, not PyYAML's text "3e-4"
-    ("when: 2024-01-01", {"when": "2024-01-01"}),      # dates stay text, as papermill reads them
-    ("name: '3e-4'\nflag: yes", {"name": "3e-4", "flag": True}),  # quoted stays text; YAML 1.1's yes
-    ("{lr: 0.5, name: vit}", {"lr": 0.5, "name": "vit"}),
-    ("'{lr: 0.5}'", {"lr": 0.5}),                       # quoted as a whole: read without the quotes
-    ("", {}),
-])
+@pytest.mark.parametrize(
+    "text, params",
+    [
+        ("lr: 0.001\nlayers: [64, 128]", {"lr": 0.001, "layers": [64, 128]}),
+        ("lr: 3e-4", {"lr": 3e-4}),  # YAML 1.2's number, not PyYAML's text "3e-4"
+        ("when: 2024-01-01", {"when": "2024-01-01"}),  # dates stay text, as papermill reads them
+        ("name: '3e-4'\nflag: yes", {"name": "3e-4", "flag": True}),  # quoted stays text; YAML 1.1's yes
+        ("{lr: 0.5, name: vit}", {"lr": 0.5, "name": "vit"}),
+        ("'{lr: 0.5}'", {"lr": 0.5}),  # quoted as a whole: read without the quotes
+        ("", {}),
+    ],
+)
 def test_yaml_parameters(text, params):
     assert parse_yaml(text) == params
 
 
-@pytest.mark.parametrize("text, message", [
-    ("[1, 2]", "-y: expected a mapping of parameter names to values (lr: 0.1), got a list"),
-    ("3", "-y: expected a mapping of parameter names to values (lr: 0.1), got an int"),
-    ("lr: [1", "-y: cannot read it as YAML at line 1, column 7"),
-    ("1x: 3", "-y: '1x' is not a parameter name (a Python identifier)"),
-    ("cmd: !!python/object/apply:os.system [ls]", "-y: cannot read it as YAML"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("[1, 2]", "-y: expected a mapping of parameter names to values (lr: 0.1), got a list"),
+        ("3", "-y: expected a mapping of parameter names to values (lr: 0.1), got an int"),
+        ("lr: [1", "-y: cannot read it as YAML at line 1, column 7"),
+        ("1x: 3", "-y: '1x' is not a parameter name (a Python identifier)"),
+        ("cmd: !!python/object/apply:os.system [ls]", "-y: cannot read it as YAML"),
+    ],
+)
 def test_bad_yaml_is_one_line(text, message):
     with pytest.raises(JobError) as error:
         parse_yaml(text)
@@ -54,17 +60,31 @@ def test_bad_yaml_is_one_line(text, message):
 def test_jiyu_export_applies_files_then_yaml_then_pairs(tmp_path):
     nb = parameters_notebook(tmp_path / "nb.ipynb")
     (tmp_path / "params.yaml").write_text("lr: 1.0e-3\nlayers: [64, 128]\nname: from-file\nwhen: 2024-01-01\n")
-    done = jiyu("export", str(nb), "-o", str(tmp_path / "job.py"), "-f", str(tmp_path / "params.yaml"),
-                "-y", "{name: from-yaml, lr: 2e-3}", "-p", "lr", "0.5")
+    done = jiyu(
+        "export",
+        str(nb),
+        "-o",
+        str(tmp_path / "job.py"),
+        "-f",
+        str(tmp_path / "params.yaml"),
+        "-y",
+        "{name: from-yaml, lr: 2e-3}",
+        "-p",
+        "lr",
+        "0.5",
+    )
     assert done.returncode == 0, done.stderr
     assert run_script(tmp_path / "job.py", tmp_path).stdout.strip() == "0.5 [64, 128] 'from-yaml' '2024-01-01'"
 
 
-@pytest.mark.parametrize("args, message", [
-    (["-f", "missing.yaml"], "jiyu export: error: -f missing.yaml: cannot read it (No such file or directory)"),
-    (["-y", "lr: [1"], "jiyu export: error: -y: cannot read it as YAML at line 1, column 7"),
-    (["-y", "typo: 1"], "unknown parameter typo"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["-f", "missing.yaml"], "jiyu export: error: -f missing.yaml: cannot read it (No such file or directory)"),
+        (["-y", "lr: [1"], "jiyu export: error: -y: cannot read it as YAML at line 1, column 7"),
+        (["-y", "typo: 1"], "unknown parameter typo"),
+    ],
+)
 def test_jiyu_export_bad_parameters_exit_2_with_one_line(tmp_path, args, message):
     nb = parameters_notebook(tmp_path / "nb.ipynb")
     done = jiyu("export", str(nb), "-o", "-", *args, cwd=tmp_path)
@@ -85,8 +105,9 @@ def test_submit_magic_takes_yaml_parameters(ip, tmp_path, monkeypatch, no_schedu
     nb = parameters_notebook(tmp_path / "nb.ipynb")
     (tmp_path / "my params.yaml").write_text("name: from-file\n")
     monkeypatch.chdir(tmp_path)
-    ip.run_line_magic("submit", f"{nb} --backend slurm -y \"{{lr: 0.001, layers: [64, 128]}}\" "
-                                "-f 'my params.yaml' -p when 3")
+    ip.run_line_magic(
+        "submit", f"{nb} --backend slurm -y \"{{lr: 0.001, layers: [64, 128]}}\" -f 'my params.yaml' -p when 3"
+    )
     (run,) = RunStore().list()
     assert run.params == {"name": "from-file", "lr": 0.001, "layers": [64, 128], "when": 3}
     with pytest.raises(UsageError, match="^-y: expected a mapping"):
@@ -100,7 +121,7 @@ def test_submit_magic_reads_quotes_as_the_shell_does(ip, tmp_path, no_schedulers
     assert run.name == "my job"
     assert run.params == {"name": "vit b", "layers": [64, 128]}  # what `jiyu submit` gives in a shell
     with pytest.raises(UsageError, match="^cannot read the options: no closing quotation in "):
-        ip.run_line_magic("submit", f"{nb} --name \"unclosed")
+        ip.run_line_magic("submit", f'{nb} --name "unclosed')
 
 
 def test_the_help_says_how_p_differs_from_papermill(ip):

@@ -22,8 +22,15 @@ from jiyu_magics.core.store.run_store import RunStore
 from jiyu_magics.jobs.process import rank_records, torchrun_report
 
 from .cli_runner import jiyu
-from .jobs_workload import (assert_no_processes, finished, processes_of, steps_logged, wait_for, write_notebook,
-                            write_train_notebook)
+from .jobs_workload import (
+    assert_no_processes,
+    finished,
+    processes_of,
+    steps_logged,
+    wait_for,
+    write_notebook,
+    write_train_notebook,
+)
 
 pytestmark = pytest.mark.usefixtures("torchrun_tmp")
 
@@ -42,8 +49,13 @@ def events_of(run_id: str) -> list[dict]:
 
 
 def listed_as_lost(run_id: str):
-    return wait_for(lambda: (lambda r: r if r.status == "lost" else None)(
-        {r.id: r for r in jobs.list_runs(include_finished=True)}[run_id]), 60, what=f"run {run_id} lost")
+    return wait_for(
+        lambda: (lambda r: r if r.status == "lost" else None)(
+            {r.id: r for r in jobs.list_runs(include_finished=True)}[run_id]
+        ),
+        60,
+        what=f"run {run_id} lost",
+    )
 
 
 def test_a_rank_killed_by_sigkill_is_the_failure_named(tmp_path):
@@ -59,24 +71,30 @@ def test_a_rank_killed_by_sigkill_is_the_failure_named(tmp_path):
 
 
 def test_kill_9_of_torchrun_ends_its_ranks_and_jiyu_stop_still_sweeps_the_run(tmp_path):
-    run = jobs.submit(write_train_notebook(tmp_path / "nb.ipynb"), nproc=2, params={"steps": 100_000,
-                                                                                   "step_seconds": 0.02})
+    run = jobs.submit(
+        write_train_notebook(tmp_path / "nb.ipynb"), nproc=2, params={"steps": 100_000, "step_seconds": 0.02}
+    )
     wait_for(lambda: any(e["kind"] == "ckpt" for e in events_of(run.id)), 180, what="a checkpoint")
     os.kill(torchrun_of(run.id).pid, signal.SIGKILL)
     done = finished(run.id)
     assert (done.status, done.exit_code) == ("failed", -9)
     assert done.error == "torchrun killed by SIGKILL; its ranks were stopped with it"
-    assert [pid for pid in processes_of(run.id) if pid != done.pid] == [], \
+    assert [pid for pid in processes_of(run.id) if pid != done.pid] == [], (
         "the owner recorded the end with ranks still running (the owner itself may still be exiting)"
+    )
     assert all(r.stopped for r in rank_records.read_all(run.id)), "the ranks did not stop at a step"
-    leftover = subprocess.Popen([sys.executable, "-c", "import signal, time\n"
-                                 "signal.signal(signal.SIGTERM, signal.SIG_IGN)\ntime.sleep(600)"],
-                                env={**os.environ, "JIYU_RUN_ID": run.id}, start_new_session=True)
+    leftover = subprocess.Popen(
+        [sys.executable, "-c", "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\ntime.sleep(600)"],
+        env={**os.environ, "JIYU_RUN_ID": run.id},
+        start_new_session=True,
+    )
     wait_for(lambda: leftover.pid in processes_of(run.id), 10, every=0.05, what="the leftover to start")
     stop = jiyu("stop", run.id, "--grace", "1")
     assert stop.returncode == 0, stop.stderr
-    assert stop.stdout.strip() == (f"Run {run.id} (nb): failed. It had already ended, but 1 process still carrying "
-                                   f"its id was running: stopped ({leftover.pid}).")
+    assert stop.stdout.strip() == (
+        f"Run {run.id} (nb): failed. It had already ended, but 1 process still carrying "
+        f"its id was running: stopped ({leftover.pid})."
+    )
     assert leftover.wait(10) == -signal.SIGKILL and processes_of(run.id) == []
     assert RunStore().get(run.id).status == "failed", "the ended run keeps its status"
 
@@ -85,8 +103,9 @@ def test_ranks_die_with_their_agent_when_nobody_is_left_to_stop_them(tmp_path):
     """``kill -9`` of torchrun and then of its supervisor: no owner is left to sweep, the ranks
     must notice their agent's death themselves. Once nothing of the run is left it is ``lost``,
     dated by its last event, and its log ends saying so."""
-    run = jobs.submit(write_train_notebook(tmp_path / "nb.ipynb"), nproc=2, params={"steps": 100_000,
-                                                                                   "step_seconds": 0.02})
+    run = jobs.submit(
+        write_train_notebook(tmp_path / "nb.ipynb"), nproc=2, params={"steps": 100_000, "step_seconds": 0.02}
+    )
     wait_for(lambda: any(e["kind"] == "ckpt" for e in events_of(run.id)), 180, what="a checkpoint")
     supervisor, torchrun = RunStore().get(run.id).pid, torchrun_of(run.id).pid
     os.kill(torchrun, signal.SIGKILL)
@@ -114,15 +133,20 @@ def test_kill_9_of_a_kernel_during_train_nproc_leaves_no_rank_and_the_run_lost(t
     client.start_channels()
     try:
         client.wait_for_ready(60)
-        client.execute("%load_ext jiyu_magics\nimport time, torch\nfrom torch.utils.data import DataLoader, "
-                       "TensorDataset\nX = torch.randn(1024, 8); y = X.sum(1, keepdim=True)")
-        client.execute("%%train --nproc 2 --max-steps 100000 --ckpt-every 20 --log-every 2 --name orphan\n"
-                       "model = torch.nn.Linear(8, 1)\noptimizer = torch.optim.SGD(model.parameters(), 0.01)\n"
-                       "train_loader = DataLoader(TensorDataset(X, y), batch_size=16, shuffle=True)\n"
-                       "def train_step(model, batch):\n    time.sleep(0.02)\n"
-                       "    return torch.nn.functional.mse_loss(model(batch[0]), batch[1])\n")
-        run_id = wait_for(lambda: next((r.id for r in RunStore().list() if r.name == "orphan"), None), 120,
-                          what="the run")
+        client.execute(
+            "%load_ext jiyu_magics\nimport time, torch\nfrom torch.utils.data import DataLoader, "
+            "TensorDataset\nX = torch.randn(1024, 8); y = X.sum(1, keepdim=True)"
+        )
+        client.execute(
+            "%%train --nproc 2 --max-steps 100000 --ckpt-every 20 --log-every 2 --name orphan\n"
+            "model = torch.nn.Linear(8, 1)\noptimizer = torch.optim.SGD(model.parameters(), 0.01)\n"
+            "train_loader = DataLoader(TensorDataset(X, y), batch_size=16, shuffle=True)\n"
+            "def train_step(model, batch):\n    time.sleep(0.02)\n"
+            "    return torch.nn.functional.mse_loss(model(batch[0]), batch[1])\n"
+        )
+        run_id = wait_for(
+            lambda: next((r.id for r in RunStore().list() if r.name == "orphan"), None), 120, what="the run"
+        )
         wait_for(lambda: any(e["kind"] == "ckpt" for e in events_of(run_id)), 180, what="a checkpoint")
         assert processes_of(run_id), "torchrun and its ranks run"
         kernel_pid = kernel.provisioner.process.pid
@@ -158,10 +182,13 @@ Failures:
 """
 
 
-@pytest.mark.parametrize("code0, name0, first", [
-    (-15, "SIGTERM", "rank 1: killed by SIGKILL (out of memory?)"),  # rank 0 was closed by torchrun
-    (1, "N/A", "rank 1: killed by SIGKILL (out of memory?)"),        # rank 0 failed because rank 1 vanished
-])
+@pytest.mark.parametrize(
+    "code0, name0, first",
+    [
+        (-15, "SIGTERM", "rank 1: killed by SIGKILL (out of memory?)"),  # rank 0 was closed by torchrun
+        (1, "N/A", "rank 1: killed by SIGKILL (out of memory?)"),  # rank 0 failed because rank 1 vanished
+    ],
+)
 def test_the_rank_torchrun_saw_killed_by_a_signal_is_the_first_failure(tmp_path, code0, name0, first):
     """The rule on its own, from torchrun's report: the rank killed by a signal is the cause,
     even when another rank recorded an error earlier; a rank killed by SIGTERM is a victim."""
@@ -173,13 +200,22 @@ def test_the_rank_torchrun_saw_killed_by_a_signal_is_the_first_failure(tmp_path,
     log.write_text(TORCHRUN_LOG.format(p0=p0, p1=p1, code0=code0, name0=name0))
     assert torchrun_report.exit_codes(log) == {p0: code0, p1: -9}
     now = time.time()
-    records = [rank_records.RankRecord(0, 0, p0, started=now - 5, ended=now - 2, exit_code=1,
-                                       error="RuntimeError: [gloo] Connection closed by peer")
-               if code0 == 1 else rank_records.RankRecord(0, 0, p0, started=now - 5),
-               rank_records.RankRecord(1, 1, p1, started=now - 5)]
+    records = [
+        rank_records.RankRecord(
+            0,
+            0,
+            p0,
+            started=now - 5,
+            ended=now - 2,
+            exit_code=1,
+            error="RuntimeError: [gloo] Connection closed by peer",
+        )
+        if code0 == 1
+        else rank_records.RankRecord(0, 0, p0, started=now - 5),
+        rank_records.RankRecord(1, 1, p1, started=now - 5),
+    ]
     records = rank_records.with_signals(records, torchrun_report.signals(log))
     assert rank_records.first_failure(records).describe() == first
-
 
 
 ORPHAN = "import subprocess, sys\nsubprocess.Popen(sys.argv[1:], start_new_session=True)\n"  # starts it, exits at once
@@ -190,8 +226,17 @@ def test_a_rank_whose_agent_died_before_it_started_runs_nothing(tmp_path):
     whose agent is already gone (here: the process that starts it exits at once) must notice
     by itself and run nothing."""
     probe = tmp_path / "probe.txt"
-    subprocess.run([sys.executable, "-c", ORPHAN, sys.executable, "-c",
-                    f"import os, time; time.sleep(0.5); open({str(probe)!r}, 'w').write(str(os.getppid()))"], check=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            ORPHAN,
+            sys.executable,
+            "-c",
+            f"import os, time; time.sleep(0.5); open({str(probe)!r}, 'w').write(str(os.getppid()))",
+        ],
+        check=True,
+    )
     adopter = int(wait_for(lambda: probe.exists() and probe.read_text(), 10, what="the probe"))
     if adopter != 1:
         pytest.skip(f"orphans here are adopted by a subreaper (pid {adopter}), not init: the rank cannot tell")
@@ -199,8 +244,12 @@ def test_a_rank_whose_agent_died_before_it_started_runs_nothing(tmp_path):
     script.write_text(f"open({str(ran)!r}, 'w').write('the script ran')\n")
     out = tmp_path / "rank.out"
     with open(out, "w") as log:
-        subprocess.run([sys.executable, "-c", ORPHAN, sys.executable, "-m", "jiyu_magics.jobs.process.rank_worker",
-                        str(script)], stdout=log, stderr=subprocess.STDOUT, check=True)
+        subprocess.run(
+            [sys.executable, "-c", ORPHAN, sys.executable, "-m", "jiyu_magics.jobs.process.rank_worker", str(script)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            check=True,
+        )
     wait_for(lambda: "[jiyu] stopped by a stop request (SIGTERM)" in out.read_text(), 30, what="the rank to stop")
     assert not ran.exists()
 
@@ -211,15 +260,27 @@ def test_a_rank_the_agent_killed_itself_is_not_the_cause(tmp_path):
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
     log = tmp_path / "stdout.log"
-    log.write_text(f"W1130 torch/distributed/elastic/multiprocessing/api.py:1028] Sending process {gone.pid} closing "
-                   "signal SIGTERM\nW1130 torch/distributed/elastic/multiprocessing/api.py:1047] Unable to shutdown "
-                   f"process {gone.pid} via 15, forcefully exiting via 9\n  rank      : 0 (local_rank: 0)\n"
-                   f"  exitcode  : -9 (pid: {gone.pid})  (SIGKILL)\n")
+    log.write_text(
+        f"W1130 torch/distributed/elastic/multiprocessing/api.py:1028] Sending process {gone.pid} closing "
+        "signal SIGTERM\nW1130 torch/distributed/elastic/multiprocessing/api.py:1047] Unable to shutdown "
+        f"process {gone.pid} via 15, forcefully exiting via 9\n  rank      : 0 (local_rank: 0)\n"
+        f"  exitcode  : -9 (pid: {gone.pid})  (SIGKILL)\n"
+    )
     now = time.time()
     records = rank_records.with_signals(
-        [rank_records.RankRecord(0, 0, gone.pid, started=now - 5),
-         rank_records.RankRecord(1, 1, os.getpid(), started=now - 5, ended=now - 40, exit_code=1,
-                                 error="RuntimeError: [gloo] Connection reset by peer")],
-        torchrun_report.signals(log))
+        [
+            rank_records.RankRecord(0, 0, gone.pid, started=now - 5),
+            rank_records.RankRecord(
+                1,
+                1,
+                os.getpid(),
+                started=now - 5,
+                ended=now - 40,
+                exit_code=1,
+                error="RuntimeError: [gloo] Connection reset by peer",
+            ),
+        ],
+        torchrun_report.signals(log),
+    )
     assert torchrun_report.exit_codes(log) == {gone.pid: -9} and torchrun_report.signals(log) == {}
     assert rank_records.first_failure(records).describe() == "rank 1: RuntimeError: [gloo] Connection reset by peer"

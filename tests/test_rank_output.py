@@ -30,8 +30,14 @@ def test_rank_zero_by_default_all_with_the_toggle_newest_kept(tmp_path):
     lines = RankLines(log, kept=6)
     assert len(lines.read()) == 11
     assert lines.lines() == ["[rank0] line 6", "[rank0] line 8", "torchrun: launcher line"]
-    assert lines.lines(all_ranks=True) == ["[rank1] line 5", "[rank0] line 6", "[rank1] line 7", "[rank0] line 8",
-                                           "[rank1] line 9", "torchrun: launcher line"]
+    assert lines.lines(all_ranks=True) == [
+        "[rank1] line 5",
+        "[rank0] line 6",
+        "[rank1] line 7",
+        "[rank0] line 8",
+        "[rank1] line 9",
+        "torchrun: launcher line",
+    ]
     with open(log, "a") as f:
         f.write(" line\n")
     assert lines.read() == [(1, "torn line")], "a torn last line waits until it is whole"
@@ -55,5 +61,6 @@ def test_the_first_traceback_of_a_rank_without_jiyus_or_ipythons_frames(tmp_path
         "    get_ipython().run_line_magic('train', '--nproc 2')",
         '  File "/tmp/run/job.py", line 12, in train_step',
         '    raise RuntimeError("out of coffee")',
-        "RuntimeError: out of coffee"]
+        "RuntimeError: out of coffee",
+    ]
     assert first_traceback(log, 0) is None

@@ -3,9 +3,9 @@ the list summary, FitResult.from_events and the training views."""
 
 from __future__ import annotations
 
+from jiyu_magics.core.events.fold import RunState, RunSummary
 from jiyu_magics.core.events.log import EventLog, read_events, summarize
 from jiyu_magics.core.runs.model import RunStatus
-from jiyu_magics.core.events.fold import RunState, RunSummary
 from jiyu_magics.train.fit_result import FitResult
 from jiyu_magics.views.training_view import TrainingView
 
@@ -57,8 +57,9 @@ def test_a_single_process_error_is_not_named_by_rank():
 
 
 def test_the_last_end_of_the_call_wins_and_an_end_before_any_start_counts():
-    supervisor_after_engine = first_call() + [{"t": 5.0, "kind": "end", "status": "failed", "exit_code": 1,
-                                               "source": "supervisor"}]
+    supervisor_after_engine = first_call() + [
+        {"t": 5.0, "kind": "end", "status": "failed", "exit_code": 1, "source": "supervisor"}
+    ]
     state = RunState.of(supervisor_after_engine)
     assert (state.end_status, state.fit_end_status) == (RunStatus.FAILED, RunStatus.STOPPED)
     state.feed(second_call()[:1])
@@ -79,7 +80,7 @@ def test_a_readers_skipped_lines_add_to_the_count(tmp_path):
     with EventLog(path) as log:
         log.append("start", total_steps=3)
     with open(path, "ab") as f:
-        f.write(b"42\n{\"kind\": \"nope\"}\n")
+        f.write(b'42\n{"kind": "nope"}\n')
     events, _ = read_events(path)
     state = RunState.of(events)
     assert state.skipped == 2 and state.status == RunStatus.RUNNING
@@ -98,12 +99,19 @@ def test_the_summary_has_the_keys_of_its_typed_shape_and_follows_the_current_cal
 
 
 def test_fit_result_and_training_view_read_the_same_fold():
-    events = first_call() + second_call()[:2] + [{"t": 11.5, "kind": "val", "step": 6, "loss": 0.9, "accuracy": 0.8},
-                                                 {"t": 12.0, "kind": "end", "status": "succeeded", "step": 6}]
+    events = (
+        first_call()
+        + second_call()[:2]
+        + [
+            {"t": 11.5, "kind": "val", "step": 6, "loss": 0.9, "accuracy": 0.8},
+            {"t": 12.0, "kind": "end", "status": "succeeded", "step": 6},
+        ]
+    )
     result = FitResult.from_events("r1", events, "succeeded")
     assert (result.status, result.step, result.total_steps, result.checkpoints) == ("succeeded", 6, 10, [])
-    assert result.history == [{"step": 6, "epoch": 1, "loss": 1.0, "val_loss": 0.9, "val_acc": 0.8, "lr": None,
-                               "samples_per_s": None}]
+    assert result.history == [
+        {"step": 6, "epoch": 1, "loss": 1.0, "val_loss": 0.9, "val_acc": 0.8, "lr": None, "samples_per_s": None}
+    ]
     view = TrainingView()
     assert view.status_text == "waiting"
     view.feed(events)

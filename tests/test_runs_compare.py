@@ -40,8 +40,10 @@ def test_runs_compare_draws_both_curves_and_marks_the_differing_option(ip, two_r
     page = output.data["text/html"]
     assert page.count("class='jiyu-compare-line'") == 2
     assert all(f"data-run='cmp ({run_id})'" in page for run_id in two_runs)
-    assert "class='jiyu-differs' style='font-weight:bold;box-shadow:inset 4px 0 var(--jp-warn-color1,#f57c00)' " \
-           "data-row='param.max_steps'" in page
+    assert (
+        "class='jiyu-differs' style='font-weight:bold;box-shadow:inset 4px 0 var(--jp-warn-color1,#f57c00)' "
+        "data-row='param.max_steps'" in page
+    )
     assert "data-row='param.seed'" not in page.split("jiyu-differs")[-1].split("</tr>")[0]
     assert "* param.max_steps" in output.data["text/plain"]
     with pytest.raises(UsageError, match="no run with id 'zzz'"):
@@ -59,10 +61,17 @@ def test_runs_returns_a_dataframe_with_pandas(two_runs):
 
 def test_runs_returns_dicts_without_pandas(two_runs, jiyu_home):
     """pandas made unimportable in a fresh interpreter, as where it is not installed."""
-    code = ("import sys, json; sys.modules['pandas'] = None\nimport jiyu_magics\n"
-            f"print(json.dumps(jiyu_magics.runs(*{two_runs!r}), default=str))")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
-                          env={**os.environ, "PYTHONPATH": str(ROOT), "JIYU_HOME": str(jiyu_home)})
+    code = (
+        "import sys, json; sys.modules['pandas'] = None\nimport jiyu_magics\n"
+        f"print(json.dumps(jiyu_magics.runs(*{two_runs!r}), default=str))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "JIYU_HOME": str(jiyu_home)},
+    )
     assert done.returncode == 0, done.stderr
     rows = json.loads(done.stdout)
     assert [r["id"] for r in rows] == two_runs and [r["param.max_steps"] for r in rows] == [20, 30]

@@ -6,9 +6,9 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import threading
 import subprocess
 import sys
+import threading
 import time
 
 import nbformat
@@ -23,6 +23,7 @@ from jiyu_magics.server.handlers import ROUTES
 from .conftest import ROOT
 from .server_fixtures import body, concrete, live_run, run_routes, server_config, training_events
 
+
 async def fails(fetch_call) -> tuple[int, dict]:
     with pytest.raises(HTTPClientError) as caught:
         await fetch_call
@@ -32,6 +33,7 @@ async def fails(fetch_call) -> tuple[int, dict]:
 
 # -- authentication -----------------------------------------------------------------------
 
+
 async def test_every_route_refuses_requests_without_credentials(jp_serverapp, http_server_client):
     """Walks the live routing table: a route added later without @authenticated fails here."""
     run = live_run()
@@ -40,14 +42,20 @@ async def test_every_route_refuses_requests_without_credentials(jp_serverapp, ht
     checked = 0
     for pattern, handler in routes:
         for verb in ("get", "post", "put", "patch", "delete"):
-            if verb not in vars(handler) and not any(verb in vars(base) for base in handler.__mro__[1:]
-                                                     if base.__module__.startswith("jiyu_magics")):
+            if verb not in vars(handler) and not any(
+                verb in vars(base) for base in handler.__mro__[1:] if base.__module__.startswith("jiyu_magics")
+            ):
                 continue
             path = concrete(pattern, run.id)
             for headers in ({}, {"Authorization": "token not-the-token"}):
                 response = await http_server_client.fetch(
-                    path, method=verb.upper(), headers=headers, raise_error=False,
-                    body=b"{}" if verb in ("post", "put", "patch") else None, follow_redirects=False)
+                    path,
+                    method=verb.upper(),
+                    headers=headers,
+                    raise_error=False,
+                    body=b"{}" if verb in ("post", "put", "patch") else None,
+                    follow_redirects=False,
+                )
                 assert response.code == 403, f"{verb.upper()} {path} with {headers} answered {response.code}"
                 checked += 1
     assert checked >= 2 * 8  # seven routes, GET on six and POST on two
@@ -64,17 +72,28 @@ async def test_post_from_a_cookie_session_needs_the_xsrf_token(jp_fetch):
     login = await jp_fetch("jiyu", "api", "runs")
     cookie = "; ".join(c.split(";", 1)[0] for c in login.headers.get_list("Set-Cookie"))
     assert cookie.startswith("username-"), login.headers.get_list("Set-Cookie")
-    code, reply = await fails(jp_fetch("jiyu", "api", "runs", method="POST", body=b"not json",
-                                       headers={"Authorization": "", "Cookie": cookie}))
+    code, reply = await fails(
+        jp_fetch(
+            "jiyu", "api", "runs", method="POST", body=b"not json", headers={"Authorization": "", "Cookie": cookie}
+        )
+    )
     assert code == 403 and "_xsrf" in reply["message"]
     xsrf = "ab" * 16
-    code, reply = await fails(jp_fetch("jiyu", "api", "runs", method="POST", body=b"not json",
-                                       headers={"Authorization": "", "Cookie": f"{cookie}; _xsrf={xsrf}",
-                                                "X-XSRFToken": xsrf}))
+    code, reply = await fails(
+        jp_fetch(
+            "jiyu",
+            "api",
+            "runs",
+            method="POST",
+            body=b"not json",
+            headers={"Authorization": "", "Cookie": f"{cookie}; _xsrf={xsrf}", "X-XSRFToken": xsrf},
+        )
+    )
     assert code == 400 and "not valid JSON" in reply["message"]  # past XSRF, stopped by validation
 
 
 # -- GPUs -----------------------------------------------------------------------------------
+
 
 @pytest.mark.driverless
 async def test_gpus_without_a_driver_say_why_with_the_doctors_finding(jp_fetch):
@@ -89,7 +108,11 @@ async def test_gpus_are_the_gpu_status_snapshot_records(nvml_double, jp_fetch):
     assert snap["available"] is True and snap["doctor"] is None
     h100, t4 = snap["devices"]
     assert (h100["name"], h100["gpu_util"], h100["mem_total"], h100["power_draw"]) == (
-        "NVIDIA H100 80GB HBM3", 45, 80 * 2**30, 250.0)
+        "NVIDIA H100 80GB HBM3",
+        45,
+        80 * 2**30,
+        250.0,
+    )
     assert t4["gpu_util"] is None and t4["mem_used"] == 2**30  # unsupported → null, never an error
 
 
@@ -116,6 +139,7 @@ async def test_a_slow_nvml_read_blocks_neither_the_server_nor_a_second_read(jp_s
 
 
 # -- runs -----------------------------------------------------------------------------------
+
 
 async def test_runs_carry_their_event_log_summary(jp_fetch):
     run = live_run("mlp")
@@ -168,12 +192,18 @@ async def test_ranks_are_each_ranks_own_record(jp_fetch):
 
     run = live_run()
     assert body(await jp_fetch("jiyu", "api", "runs", run.id, "ranks")) == {"ranks": []}
-    write(run.id, RankRecord(rank=1, local_rank=1, pid=os.getpid(), started=1.0, ended=2.0, exit_code=1,
-                             error="ValueError: bad batch"))
+    write(
+        run.id,
+        RankRecord(
+            rank=1, local_rank=1, pid=os.getpid(), started=1.0, ended=2.0, exit_code=1, error="ValueError: bad batch"
+        ),
+    )
     write(run.id, RankRecord(rank=0, local_rank=0, pid=os.getpid(), started=1.0, ended=2.0, exit_code=0))
     ranks = body(await jp_fetch("jiyu", "api", "runs", run.id, "ranks"))["ranks"]
-    assert [(r["rank"], r["state"], r["exit_code"], r["error"]) for r in ranks] == \
-        [(0, "exited", 0, None), (1, "exited", 1, "ValueError: bad batch")]
+    assert [(r["rank"], r["state"], r["exit_code"], r["error"]) for r in ranks] == [
+        (0, "exited", 0, None),
+        (1, "exited", 1, "ValueError: bad batch"),
+    ]
     code, reply = await fails(jp_fetch("jiyu", "api", "runs", "deadbeef", "ranks"))
     assert code == 404
 
@@ -186,15 +216,18 @@ async def test_ranks_say_how_each_ended_stopped_or_killed_by_a_signal(jp_fetch):
     run = live_run()
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()  # a pid no process has now: the rank that never reported its end
-    write(run.id, RankRecord(rank=0, local_rank=0, pid=os.getpid(), started=1.0, ended=2.0, exit_code=0,
-                             stopped=True))
+    write(run.id, RankRecord(rank=0, local_rank=0, pid=os.getpid(), started=1.0, ended=2.0, exit_code=0, stopped=True))
     write(run.id, RankRecord(rank=1, local_rank=1, pid=gone.pid, started=1.0))
     files = RunFiles.of(run.id)
-    files.log.write_text(f"[rank0]: step 3\nE1201 05:23:07.857000 19250 torch/distributed/elastic/multiprocessing/"
-                         f"api.py:1002] failed (exitcode: -9) local_rank: 1 (pid: {gone.pid}) of binary: python\n")
+    files.log.write_text(
+        f"[rank0]: step 3\nE1201 05:23:07.857000 19250 torch/distributed/elastic/multiprocessing/"
+        f"api.py:1002] failed (exitcode: -9) local_rank: 1 (pid: {gone.pid}) of binary: python\n"
+    )
     ranks = body(await jp_fetch("jiyu", "api", "runs", run.id, "ranks"))["ranks"]
-    assert [(r["state"], r["stopped"], r["signal"], r["signal_name"]) for r in ranks] == \
-        [("exited", True, None, None), ("killed", False, 9, "SIGKILL")]
+    assert [(r["state"], r["stopped"], r["signal"], r["signal_name"]) for r in ranks] == [
+        ("exited", True, None, None),
+        ("killed", False, 9, "SIGKILL"),
+    ]
 
 
 @pytest.mark.parametrize("offset", ["-1", "abc", "1.5", "0x10", "²"])
@@ -234,6 +267,7 @@ async def test_log_of_a_finished_run_says_no_more_will_come(jp_fetch):
 
 # -- submit / stop: validation ----------------------------------------------------------
 
+
 @pytest.fixture
 def notebooks(jp_root_dir, tmp_path):
     (jp_root_dir / "train.ipynb").write_text("{}")
@@ -251,46 +285,52 @@ def _post(jp_fetch, payload, *parts):
     return jp_fetch("jiyu", "api", "runs", *parts, method="POST", body=data)
 
 
-@pytest.mark.parametrize("payload, code, words", [
-    (b"{not json", 400, "not valid JSON"),
-    (b'{"notebook": "train.ipynb", "params": {"lr": NaN}}', 400, "NaN is not JSON"),
-    (b"", 400, "JSON object"),
-    ([1, 2], 400, "JSON object"),
-    ({}, 400, "'notebook' must be a path"),
-    ({"notebook": 3}, 400, "'notebook' must be a path"),
-    ({"notebook": "/etc/passwd.ipynb"}, 400, "relative to the server root"),
-    ({"notebook": "~/train.ipynb"}, 400, "relative to the server root"),
-    ({"notebook": "../outside/secret.ipynb"}, 400, "'..'"),
-    ({"notebook": "sub/../../x.ipynb"}, 400, "'..'"),
-    ({"notebook": "notes.txt"}, 400, "not a notebook"),
-    ({"notebook": "missing.ipynb"}, 400, "no notebook at"),
-    ({"notebook": "escape.ipynb"}, 403, "outside the server root"),
-    ({"notebook": "linked/secret.ipynb"}, 403, "outside the server root"),
-    ({"notebook": "train.ipynb", "nproc": 0}, 400, "'nproc'"),
-    ({"notebook": "train.ipynb", "nproc": "2"}, 400, "'nproc'"),
-    ({"notebook": "train.ipynb", "nproc": True}, 400, "'nproc'"),
-    ({"notebook": "train.ipynb", "nproc": 100000}, 400, "'nproc'"),
-    ({"notebook": "train.ipynb", "params": [1]}, 400, "'params'"),
-    ({"notebook": "train.ipynb", "params": {"not valid": 1}}, 400, "not a Python identifier"),
-    ({"notebook": "train.ipynb", "params": {"class": 1}}, 400, "not a Python identifier"),
-    ({"notebook": "train.ipynb", "name": "x" * 500}, 400, "'name'"),
-    ({"notebook": "train.ipynb", "nprocs": 2}, 400, "unknown field(s) 'nprocs'"),
-    ({"notebook": "train.ipynb", "stall_timeout": -1}, 400, "'stall_timeout' must be a number of seconds >= 0"),
-    ({"notebook": "train.ipynb", "stall_timeout": "300"}, 400, "'stall_timeout' must be a number"),
-    ({"notebook": "train.ipynb", "stall_timeout": True}, 400, "'stall_timeout' must be a number"),
-    (b'{"notebook": "train.ipynb", "stall_timeout": 1e400}', 400, "'stall_timeout' must be a number"),
-])
+@pytest.mark.parametrize(
+    "payload, code, words",
+    [
+        (b"{not json", 400, "not valid JSON"),
+        (b'{"notebook": "train.ipynb", "params": {"lr": NaN}}', 400, "NaN is not JSON"),
+        (b"", 400, "JSON object"),
+        ([1, 2], 400, "JSON object"),
+        ({}, 400, "'notebook' must be a path"),
+        ({"notebook": 3}, 400, "'notebook' must be a path"),
+        ({"notebook": "/etc/passwd.ipynb"}, 400, "relative to the server root"),
+        ({"notebook": "~/train.ipynb"}, 400, "relative to the server root"),
+        ({"notebook": "../outside/secret.ipynb"}, 400, "'..'"),
+        ({"notebook": "sub/../../x.ipynb"}, 400, "'..'"),
+        ({"notebook": "notes.txt"}, 400, "not a notebook"),
+        ({"notebook": "missing.ipynb"}, 400, "no notebook at"),
+        ({"notebook": "escape.ipynb"}, 403, "outside the server root"),
+        ({"notebook": "linked/secret.ipynb"}, 403, "outside the server root"),
+        ({"notebook": "train.ipynb", "nproc": 0}, 400, "'nproc'"),
+        ({"notebook": "train.ipynb", "nproc": "2"}, 400, "'nproc'"),
+        ({"notebook": "train.ipynb", "nproc": True}, 400, "'nproc'"),
+        ({"notebook": "train.ipynb", "nproc": 100000}, 400, "'nproc'"),
+        ({"notebook": "train.ipynb", "params": [1]}, 400, "'params'"),
+        ({"notebook": "train.ipynb", "params": {"not valid": 1}}, 400, "not a Python identifier"),
+        ({"notebook": "train.ipynb", "params": {"class": 1}}, 400, "not a Python identifier"),
+        ({"notebook": "train.ipynb", "name": "x" * 500}, 400, "'name'"),
+        ({"notebook": "train.ipynb", "nprocs": 2}, 400, "unknown field(s) 'nprocs'"),
+        ({"notebook": "train.ipynb", "stall_timeout": -1}, 400, "'stall_timeout' must be a number of seconds >= 0"),
+        ({"notebook": "train.ipynb", "stall_timeout": "300"}, 400, "'stall_timeout' must be a number"),
+        ({"notebook": "train.ipynb", "stall_timeout": True}, 400, "'stall_timeout' must be a number"),
+        (b'{"notebook": "train.ipynb", "stall_timeout": 1e400}', 400, "'stall_timeout' must be a number"),
+    ],
+)
 async def test_bad_submissions_are_refused_with_the_reason(jp_fetch, notebooks, payload, code, words):
     got, reply = await fails(_post(jp_fetch, payload))
     assert (got, words in reply["message"]) == (code, True), reply
 
 
-@pytest.mark.parametrize("payload, words", [
-    ({"notebook": "n" * 300 + ".ipynb"}, "too long"),
-    ({"notebook": "/".join(["d"] * 2100) + "/x.ipynb"}, "too long"),
-    (b'{"notebook": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", "nested too deeply"),
-    (b'{"notebook": "train.ipynb", "name": "' + b"x" * (2 * 1024 * 1024) + b'"}', "larger than 1024 KiB"),
-])
+@pytest.mark.parametrize(
+    "payload, words",
+    [
+        ({"notebook": "n" * 300 + ".ipynb"}, "too long"),
+        ({"notebook": "/".join(["d"] * 2100) + "/x.ipynb"}, "too long"),
+        (b'{"notebook": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", "nested too deeply"),
+        (b'{"notebook": "train.ipynb", "name": "' + b"x" * (2 * 1024 * 1024) + b'"}', "larger than 1024 KiB"),
+    ],
+)
 async def test_hostile_bodies_are_400_not_500(jp_fetch, notebooks, payload, words):
     got, reply = await fails(_post(jp_fetch, payload))
     assert (got, words in reply["message"]) == (400, True), reply
@@ -305,23 +345,35 @@ async def test_offsets_beyond_any_file_are_400(jp_fetch, offset):
         assert code == 400 and "past the end" in reply["message"] and len(reply["message"]) < 200
 
 
-@pytest.mark.parametrize("lines, words", [
-    (["lr = 3e-4", "layers = [64, 32"], "parameter line 2 ('layers = [64, 32'): '[64, 32' is not a valid Python literal"),
-    (["", "# comment", "not valid = 1"], "parameter line 3 ('not valid = 1'): 'not valid' is not a Python identifier"),
-    (["class = 1"], "parameter line 1 ('class = 1'): 'class' is not a Python identifier"),
-    (["lr 3e-4"], "parameter line 1 ('lr 3e-4'): expected NAME = VALUE"),
-])
+@pytest.mark.parametrize(
+    "lines, words",
+    [
+        (
+            ["lr = 3e-4", "layers = [64, 32"],
+            "parameter line 2 ('layers = [64, 32'): '[64, 32' is not a valid Python literal",
+        ),
+        (
+            ["", "# comment", "not valid = 1"],
+            "parameter line 3 ('not valid = 1'): 'not valid' is not a Python identifier",
+        ),
+        (["class = 1"], "parameter line 1 ('class = 1'): 'class' is not a Python identifier"),
+        (["lr 3e-4"], "parameter line 1 ('lr 3e-4'): expected NAME = VALUE"),
+    ],
+)
 async def test_a_parameter_line_the_cli_grammar_cannot_read_is_a_400_naming_it(jp_fetch, notebooks, lines, words):
     code, reply = await fails(_post(jp_fetch, {"notebook": "train.ipynb", "param_lines": lines}))
     assert (code, reply.get("message")) == (400, words)
     assert RunStore().list() == [], "nothing was submitted"
 
 
-@pytest.mark.parametrize("payload, words", [
-    ({"param_lines": "lr = 1"}, "'param_lines' must be a list"),
-    ({"param_lines": ["lr = 1", 2]}, "'param_lines' must be a list"),
-    ({"param_lines": ["lr = 1"], "params": {"lr": 1}}, "not both"),
-])
+@pytest.mark.parametrize(
+    "payload, words",
+    [
+        ({"param_lines": "lr = 1"}, "'param_lines' must be a list"),
+        ({"param_lines": ["lr = 1", 2]}, "'param_lines' must be a list"),
+        ({"param_lines": ["lr = 1"], "params": {"lr": 1}}, "not both"),
+    ],
+)
 async def test_param_lines_must_be_a_list_of_text(jp_fetch, notebooks, payload, words):
     code, reply = await fails(_post(jp_fetch, {"notebook": "train.ipynb", **payload}))
     assert code == 400 and words in reply["message"], reply
@@ -330,8 +382,12 @@ async def test_param_lines_must_be_a_list_of_text(jp_fetch, notebooks, payload, 
 async def test_parameter_lines_reach_the_job_as_the_cli_reads_them(jp_fetch, jp_root_dir, tmp_path, monkeypatch):
     """The panel sends the lines as typed; the job gets what ``-p NAME VALUE`` would give it."""
     monkeypatch.setenv("TMPDIR", str(tmp_path))
-    cells = [nbformat.v4.new_code_cell("lr = 0.1\narch = 'mlp'\nlayers = []\nnote = None", metadata={"tags": ["parameters"]}),
-             nbformat.v4.new_code_cell("print('got', repr(lr), repr(arch), repr(layers), repr(note))")]
+    cells = [
+        nbformat.v4.new_code_cell(
+            "lr = 0.1\narch = 'mlp'\nlayers = []\nnote = None", metadata={"tags": ["parameters"]}
+        ),
+        nbformat.v4.new_code_cell("print('got', repr(lr), repr(arch), repr(layers), repr(note))"),
+    ]
     nbformat.write(nbformat.v4.new_notebook(cells=cells), jp_root_dir / "params.ipynb")
     lines = ["lr = 3e-4", "", "# the model", "arch = resnet", "layers = [64, 32]", "note = 'a = b'"]
     reply = body(await _post(jp_fetch, {"notebook": "params.ipynb", "param_lines": lines, "name": "lines"}))
@@ -345,15 +401,17 @@ async def test_parameter_lines_reach_the_job_as_the_cli_reads_them(jp_fetch, jp_
     assert "got 0.0003 'resnet' [64, 32] 'a = b'" in RunFiles.of(done.id).log.read_text()
 
 
-async def test_a_stall_timeout_reaches_the_jobs_launch_as_the_cli_gives_it(jp_fetch, jp_root_dir, tmp_path,
-                                                                           monkeypatch):
+async def test_a_stall_timeout_reaches_the_jobs_launch_as_the_cli_gives_it(
+    jp_fetch, jp_root_dir, tmp_path, monkeypatch
+):
     """``"stall_timeout": S`` is ``jiyu submit --stall-timeout S``: the supervisor's launch spec
     holds it (tests/test_stall.py follows one such job to its stall)."""
     from jiyu_magics.jobs.launch_spec import LaunchSpec
 
     monkeypatch.setenv("TMPDIR", str(tmp_path))
-    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("print('ran')")]),
-                   jp_root_dir / "quick.ipynb")
+    nbformat.write(
+        nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("print('ran')")]), jp_root_dir / "quick.ipynb"
+    )
     for timeout, expected in ((2.5, 2.5), (0, 0.0), (None, None)):
         payload = {"notebook": "quick.ipynb", "gpus": 0, **({} if timeout is None else {"stall_timeout": timeout})}
         reply = body(await _post(jp_fetch, payload))
@@ -394,12 +452,15 @@ async def test_stopping_a_finished_run_returns_it_unchanged(jp_fetch):
 
 # -- the rest ---------------------------------------------------------------------------
 
+
 def test_server_modules_leave_torch_unloaded():
-    code = ("import sys, jiyu_magics.server.app, jiyu_magics.server.handlers as h\n"
-            "from jiyu_magics.server.gpu_sampler import read_gpus\n"
-            "from jiyu_magics.server.metrics import render\n"
-            "render(read_gpus(), [], {})\n"
-            "print(sorted(m for m in ('torch', 'IPython', 'ipywidgets') if m in sys.modules))")
+    code = (
+        "import sys, jiyu_magics.server.app, jiyu_magics.server.handlers as h\n"
+        "from jiyu_magics.server.gpu_sampler import read_gpus\n"
+        "from jiyu_magics.server.metrics import render\n"
+        "render(read_gpus(), [], {})\n"
+        "print(sorted(m for m in ('torch', 'IPython', 'ipywidgets') if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
 

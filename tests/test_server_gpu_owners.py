@@ -21,8 +21,14 @@ pytestmark = pytest.mark.usefixtures("nvml_double")
 
 async def open_notebook(jp_fetch, root, name: str) -> dict:
     nbformat.write(nbformat.v4.new_notebook(), root / name)
-    session = body(await jp_fetch("api", "sessions", method="POST", body=json.dumps(
-        {"path": name, "name": name, "type": "notebook", "kernel": {"name": "python3"}})))
+    session = body(
+        await jp_fetch(
+            "api",
+            "sessions",
+            method="POST",
+            body=json.dumps({"path": name, "name": name, "type": "notebook", "kernel": {"name": "python3"}}),
+        )
+    )
     return session
 
 
@@ -38,8 +44,9 @@ async def idle(jp_fetch, jp_ws_fetch, kernel_id: str, timeout: float = 60) -> No
     raise AssertionError(f"kernel {kernel_id} never became idle")
 
 
-async def test_gpu_processes_of_two_kernels_are_named_by_their_notebooks(jp_fetch, jp_ws_fetch, jp_serverapp,
-                                                                        jp_root_dir, tmp_path, monkeypatch):
+async def test_gpu_processes_of_two_kernels_are_named_by_their_notebooks(
+    jp_fetch, jp_ws_fetch, jp_serverapp, jp_root_dir, tmp_path, monkeypatch
+):
     box = configure(monkeypatch, tmp_path, 3)
     alpha = await open_notebook(jp_fetch, jp_root_dir, "alpha.ipynb")
     beta = await open_notebook(jp_fetch, jp_root_dir, "beta.ipynb")
@@ -62,13 +69,21 @@ async def test_gpu_processes_of_two_kernels_are_named_by_their_notebooks(jp_fetc
     for gpu, session in ((0, alpha), (1, beta)):
         (owner,) = owners[gpu]
         assert (owner["kind"], owner["kernel_id"], owner["session_id"], owner["notebook"]) == (
-            "kernel", session["kernel"]["id"], session["id"], session["path"])
+            "kernel",
+            session["kernel"]["id"],
+            session["id"],
+            session["path"],
+        )
         assert owner["label"] == f"kernel {session['kernel']['id'][:8]} · {session['path']}"
         assert owner["execution_state"] == "idle" and owner["idle_s"] >= 0
     assert [d["free"] for d in snap["devices"]] == [False, False, False]  # 2 and 5 GiB held; GPU 2 leased
     (lease,) = snap["devices"][2]["leases"]
     assert (lease["run_id"], lease["run_name"], lease["run_kind"], lease["notebook"]) == (
-        run.id, "leased", "job", str(jp_root_dir / "gamma.ipynb"))
+        run.id,
+        "leased",
+        "job",
+        str(jp_root_dir / "gamma.ipynb"),
+    )
     kernels = {k["kernel_id"]: k for k in snap["kernels"]}
     assert kernels[beta["kernel"]["id"]]["memory"] == 5 * GIB and kernels[beta["kernel"]["id"]]["gpus"] == [1]
     assert kernels[alpha["kernel"]["id"]]["notebook"] == "alpha.ipynb"
@@ -86,8 +101,7 @@ async def test_gpu_processes_of_two_kernels_are_named_by_their_notebooks(jp_fetc
     assert snap["devices"][0]["processes"] == [] and snap["devices"][0]["free"] is True
 
 
-async def test_a_queued_run_shows_its_place_and_too_many_gpus_are_a_400(jp_fetch, jp_root_dir, tmp_path,
-                                                                        monkeypatch):
+async def test_a_queued_run_shows_its_place_and_too_many_gpus_are_a_400(jp_fetch, jp_root_dir, tmp_path, monkeypatch):
     configure(monkeypatch, tmp_path, 2)
     nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x = 1")]), jp_root_dir / "t.ipynb")
     from tornado.httpclient import HTTPClientError
@@ -96,16 +110,30 @@ async def test_a_queued_run_shows_its_place_and_too_many_gpus_are_a_400(jp_fetch
         await jp_fetch("jiyu", "api", "runs", method="POST", body=json.dumps({"notebook": "t.ipynb", "gpus": 3}))
     assert refused.value.code == 400
     assert json.loads(refused.value.response.body)["message"] == (
-        "--gpus 3 is more than the 2 GPU(s) this machine has; it could never start")
-    for bad, message in (({"gpus": -1}, "'gpus' must be an integer from 0"), ({"priority": "high"}, "'priority'"),
-                         ({"share": 1}, "'share' must be true or false")):
+        "--gpus 3 is more than the 2 GPU(s) this machine has; it could never start"
+    )
+    for bad, message in (
+        ({"gpus": -1}, "'gpus' must be an integer from 0"),
+        ({"priority": "high"}, "'priority'"),
+        ({"share": 1}, "'share' must be true or false"),
+    ):
         with pytest.raises(HTTPClientError) as refused:
             await jp_fetch("jiyu", "api", "runs", method="POST", body=json.dumps({"notebook": "t.ipynb", **bad}))
         assert refused.value.code == 400 and message in json.loads(refused.value.response.body)["message"]
-    holder = body(await jp_fetch("jiyu", "api", "runs", method="POST", body=json.dumps(
-        {"notebook": "t.ipynb", "gpus": 2, "name": "holder"})))
-    waiting = body(await jp_fetch("jiyu", "api", "runs", method="POST", body=json.dumps(
-        {"notebook": "t.ipynb", "gpus": 1, "priority": 3, "name": "next"})))
+    holder = body(
+        await jp_fetch(
+            "jiyu", "api", "runs", method="POST", body=json.dumps({"notebook": "t.ipynb", "gpus": 2, "name": "holder"})
+        )
+    )
+    waiting = body(
+        await jp_fetch(
+            "jiyu",
+            "api",
+            "runs",
+            method="POST",
+            body=json.dumps({"notebook": "t.ipynb", "gpus": 1, "priority": 3, "name": "next"}),
+        )
+    )
     assert (waiting["status"], waiting["gpus_requested"], waiting["priority"]) == ("queued", 1, 3)
     listed = {r["id"]: r for r in body(await jp_fetch("jiyu", "api", "runs"))["runs"]}
     assert listed[waiting["id"]]["queue_position"] in (1, None)  # 1 while the holder runs, None once it ran

@@ -16,6 +16,7 @@ from jiyu_magics.server import metrics
 
 from .server_fixtures import live_run, server_config, training_events
 
+
 def samples(text: str) -> dict[str, list]:
     """Samples by name, as a scraper would store them."""
     found: dict[str, list] = {}
@@ -86,7 +87,11 @@ async def test_a_scraper_token_opens_metrics_and_nothing_else(jp_fetch):
     bearer = {"Authorization": "Bearer scrape-secret"}
     response = await jp_fetch("jiyu", "metrics", headers=dict(bearer))
     assert response.code == 200 and b"jiyu_nvml_up" in response.body
-    for headers in ({"Authorization": "Bearer wrong"}, {"Authorization": ""}, {"Authorization": "Bearer scrape-sécret"}):
+    for headers in (
+        {"Authorization": "Bearer wrong"},
+        {"Authorization": ""},
+        {"Authorization": "Bearer scrape-sécret"},
+    ):
         with pytest.raises(HTTPClientError) as refused:
             await jp_fetch("jiyu", "metrics", headers=headers)
         assert refused.value.code == 403
@@ -103,8 +108,11 @@ async def test_without_a_scraper_token_bearer_headers_are_refused(jp_fetch):
 
 def test_only_active_and_recently_finished_runs_get_series():
     now = time.time()
-    runs = [{"id": "a", "status": "running", "ended": None}, {"id": "b", "status": "succeeded", "ended": now - 60},
-            {"id": "c", "status": "failed", "ended": now - 2 * metrics.RECENT_S}]
+    runs = [
+        {"id": "a", "status": "running", "ended": None},
+        {"id": "b", "status": "succeeded", "ended": now - 60},
+        {"id": "c", "status": "failed", "ended": now - 2 * metrics.RECENT_S},
+    ]
     assert [r["id"] for r in metrics.recent(runs, now)] == ["a", "b"]
 
 
@@ -112,10 +120,10 @@ H100 = "GPU-11111111-2222-3333-4444-555555555555"
 
 
 async def test_a_stalled_run_its_last_step_time_its_lease_and_gpu_seconds(nvml_double, jp_fetch):
-    from jiyu_magics.core.store.leases import GpuSlot
-    from jiyu_magics.core.runs.files import RunFiles
-    from jiyu_magics.core.events.log import read_events
     from jiyu_magics import __version__
+    from jiyu_magics.core.events.log import read_events
+    from jiyu_magics.core.runs.files import RunFiles
+    from jiyu_magics.core.store.leases import GpuSlot
 
     stuck, fine = live_run("stuck"), live_run("fine")
     for run in (stuck, fine):
@@ -124,8 +132,10 @@ async def test_a_stalled_run_its_last_step_time_its_lease_and_gpu_seconds(nvml_d
     RunStore().mark_stalled(stuck.id, step_at)
     RunStore().leases.record(stuck.id, GpuSlot(H100, 0))
     with RunStore().db.write() as db:
-        db.execute("INSERT INTO gpu_usage (hour, uuid, owner, run_id, held_s, idle_s) VALUES (0, ?, 'run:x', 'x', 90, 30)",
-                   (H100,))
+        db.execute(
+            "INSERT INTO gpu_usage (hour, uuid, owner, run_id, held_s, idle_s) VALUES (0, ?, 'run:x', 'x', 90, 30)",
+            (H100,),
+        )
     found = samples((await jp_fetch("jiyu", "metrics")).body.decode())
     assert value(found, "jiyu_info", version=__version__) == 1
     assert value(found, "jiyu_run_stalled", run_id=stuck.id, run_name="stuck") == 1
@@ -146,8 +156,13 @@ async def test_dcgm_names_units_and_labels_as_a_setting(nvml_double, jp_fetch):
     import socket
 
     found = samples((await jp_fetch("jiyu", "metrics")).body.decode())
-    labels = {"gpu": "0", "UUID": H100, "device": "nvidia0", "modelName": "NVIDIA H100 80GB HBM3",
-              "Hostname": socket.gethostname()}
+    labels = {
+        "gpu": "0",
+        "UUID": H100,
+        "device": "nvidia0",
+        "modelName": "NVIDIA H100 80GB HBM3",
+        "Hostname": socket.gethostname(),
+    }
     assert value(found, "DCGM_FI_DEV_GPU_UTIL", **labels) == 45  # percent, as dcgm-exporter
     assert value(found, "DCGM_FI_DEV_FB_USED", **labels) == 12 * 1024  # MiB
     assert value(found, "DCGM_FI_DEV_FB_FREE", gpu="0") == 68 * 1024
@@ -159,6 +174,7 @@ async def test_dcgm_names_units_and_labels_as_a_setting(nvml_double, jp_fetch):
 
 def test_an_unknown_gpu_name_set_is_refused_in_one_line():
     from traitlets import TraitError
+
     from jiyu_magics.server.app import JiyuApp
 
     with pytest.raises(TraitError, match="metrics_gpu_names must be one of jiyu, dcgm, both; got 'nvidia'"):

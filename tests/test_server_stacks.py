@@ -12,18 +12,18 @@ from jiyu_magics.core.runs.files import RunFiles
 
 from .server_fixtures import body, live_run, server_config
 
-WAITING = '''Thread 0x00007f01 (most recent call first):
+WAITING = """Thread 0x00007f01 (most recent call first):
   File "/usr/lib/python3.11/threading.py", line 331 in wait
 
 Current thread 0x00007f00 (most recent call first):
   File "/venv/site-packages/torch/distributed/distributed_c10d.py", line 4159 in barrier
   File "/runs/a/job.py", line 30 in train_step
   File "/runs/a/job.py", line 41 in <module>
-'''
-SLEEPING = '''Current thread 0x00007f02 (most recent call first):
+"""
+SLEEPING = """Current thread 0x00007f02 (most recent call first):
   File "/runs/a/job.py", line 17 in train_step
   File "/runs/a/job.py", line 41 in <module>
-'''
+"""
 
 
 @pytest.fixture
@@ -44,15 +44,22 @@ async def test_the_newest_dump_grouped_by_identical_stacks(jp_fetch):
     assert (dump["run_id"], dump["dumped"]) == (run.id, "20261201T020000")
     assert [(g["ranks"], g["headline"]) for g in dump["groups"]] == [
         ([3], "rank 3 is in train_step (job.py:17)"),
-        ([0, 1, 2], "ranks 0, 1, 2 are in barrier (distributed_c10d.py:4159), from train_step (job.py:30)")]
-    assert dump["groups"][1]["frames"][0] == {"file": "/venv/site-packages/torch/distributed/distributed_c10d.py",
-                                              "line": 4159, "func": "barrier"}
+        ([0, 1, 2], "ranks 0, 1, 2 are in barrier (distributed_c10d.py:4159), from train_step (job.py:30)"),
+    ]
+    assert dump["groups"][1]["frames"][0] == {
+        "file": "/venv/site-packages/torch/distributed/distributed_c10d.py",
+        "line": 4159,
+        "func": "barrier",
+    }
 
 
 async def test_a_run_that_never_stalled_has_none_and_an_unknown_run_is_404(jp_fetch):
     run = live_run("calm")
-    assert body(await jp_fetch("jiyu", "api", "runs", run.id, "stacks")) == {"run_id": run.id, "dumped": None,
-                                                                            "groups": []}
+    assert body(await jp_fetch("jiyu", "api", "runs", run.id, "stacks")) == {
+        "run_id": run.id,
+        "dumped": None,
+        "groups": [],
+    }
     with pytest.raises(HTTPClientError) as missing:
         await jp_fetch("jiyu", "api", "runs", "nosuchrun", "stacks")
     assert missing.value.code == 404

@@ -34,20 +34,28 @@ def events(run_id: str, kind: str) -> list[dict]:
 
 def ended(run_id: str, timeout: float = 240) -> Run:
     """The run once it ended, asking as a user would (``jobs.resolve`` follows Slurm)."""
-    return wait_for(lambda: (lambda r: None if r.active else r)(jobs.resolve(run_id)), timeout, every=1,
-                    what=f"run {run_id} to end")
+    return wait_for(
+        lambda: (lambda r: None if r.active else r)(jobs.resolve(run_id)), timeout, every=1, what=f"run {run_id} to end"
+    )
 
 
 def job_state(slurm, job_id: str) -> str:
     return slurm_commands.parse_fields(slurm.run("scontrol", "show", "job", "-o", job_id).stdout)["JobState"]
 
 
-async def test_a_notebook_job_on_slurm_is_followed_to_its_end_everywhere(slurm, jp_fetch, tmp_path, torchrun_tmp,
-                                                                         artifacts):
+async def test_a_notebook_job_on_slurm_is_followed_to_its_end_everywhere(
+    slurm, jp_fetch, tmp_path, torchrun_tmp, artifacts
+):
     workload = write_notebook(tmp_path / "train.ipynb")
-    nb = execute(notebook("%load_ext jiyu_magics",
-                          f"run = %submit {workload} --backend slurm --nproc 2 --gpus-per-node 0 -p steps 60 "
-                          "-p step_seconds 0.15 --name on-slurm", "%jobs"), tmp_path)
+    nb = execute(
+        notebook(
+            "%load_ext jiyu_magics",
+            f"run = %submit {workload} --backend slurm --nproc 2 --gpus-per-node 0 -p steps 60 "
+            "-p step_seconds 0.15 --name on-slurm",
+            "%jobs",
+        ),
+        tmp_path,
+    )
     said = text_of(nb.cells[1])
     assert " for slurm: submitted as Slurm job " in said and "Follow it: %job logs " in said, said
     run_id = said.split()[1]
@@ -92,8 +100,9 @@ async def test_a_notebook_job_on_slurm_is_followed_to_its_end_everywhere(slurm, 
 
 
 def test_a_failing_rank_ends_the_run_with_that_ranks_line(slurm, tmp_path, torchrun_tmp):
-    run = jobs.submit(write_notebook(tmp_path / "fail.ipynb", fail_rank=1, steps=200), backend="slurm",
-                      nproc=2, slurm=CPU_JOB)
+    run = jobs.submit(
+        write_notebook(tmp_path / "fail.ipynb", fail_rank=1, steps=200), backend="slurm", nproc=2, slurm=CPU_JOB
+    )
     done = ended(run.id)
     assert (done.status, done.error) == ("failed", "rank 1: RuntimeError: rank 1 gave up at step 3")
     assert job_state(slurm, run.scheduler_id) == "FAILED"
@@ -105,8 +114,12 @@ def test_a_failing_rank_ends_the_run_with_that_ranks_line(slurm, tmp_path, torch
 
 
 def test_jiyu_stop_cancels_the_job_after_its_ranks_checkpoint(slurm, tmp_path, torchrun_tmp):
-    run = jobs.submit(write_notebook(tmp_path / "long.ipynb", steps=100000, step_seconds=0.05), backend="slurm",
-                      nproc=2, slurm=CPU_JOB)
+    run = jobs.submit(
+        write_notebook(tmp_path / "long.ipynb", steps=100000, step_seconds=0.05),
+        backend="slurm",
+        nproc=2,
+        slurm=CPU_JOB,
+    )
     wait_for(lambda: events(run.id, "step"), 180, what="a training step on Slurm")
     began = time.monotonic()
     done = jiyu("stop", run.id, "--grace", "30")
@@ -117,21 +130,27 @@ def test_jiyu_stop_cancels_the_job_after_its_ranks_checkpoint(slurm, tmp_path, t
     assert end["status"] == "stopped" and "a stop request (SIGTERM)" in end["message"], end
     assert events(run.id, "ckpt")[-1]["step"] == end["step"], "the ranks checkpointed the step they stopped at"
     checkpoint = events(run.id, "ckpt")[-1]["path"]  # the one stop rule's line, as for a local job
-    assert (stopped.status, stopped.error) == ("stopped", f"stopped at step {end['step']} by request; checkpoint "
-                                                          f"{checkpoint}; resume with %train --resume {checkpoint}")
+    assert (stopped.status, stopped.error) == (
+        "stopped",
+        f"stopped at step {end['step']} by request; checkpoint {checkpoint}; resume with %train --resume {checkpoint}",
+    )
     assert slurm.jobs() == [] and took < 30, "the job left the queue within the grace"
     assert_no_processes(run.id, within=1)
 
 
 async def test_a_pending_job_is_queued_with_slurms_reason_and_a_stop_withdraws_it(slurm, jp_fetch, ip, tmp_path):
-    blocker = slurm.run("sbatch", "--parsable", f"--cpus-per-task={slurm.cpus}", "--output=/dev/null",
-                        "--wrap", "sleep 300", check=True).stdout.strip()
+    blocker = slurm.run(
+        "sbatch", "--parsable", f"--cpus-per-task={slurm.cpus}", "--output=/dev/null", "--wrap", "sleep 300", check=True
+    ).stdout.strip()
     wait_for(lambda: job_state(slurm, blocker) == "RUNNING", 30, what="the blocking job to run")
     workload = write_notebook(tmp_path / "train.ipynb")
     waiting = [jobs.submit(workload, backend="slurm", nproc=2, slurm=CPU_JOB, name=f"waits-{i}") for i in (1, 2)]
     for run in waiting:
-        wait_for(lambda: jobs.resolve(run.id).queue_reason in ("Resources", "Priority"), 30,
-                 what="Slurm's reason for the wait")
+        wait_for(
+            lambda run=run: jobs.resolve(run.id).queue_reason in ("Resources", "Priority"),
+            30,
+            what="Slurm's reason for the wait",
+        )
     listed = jiyu("jobs").stdout
     assert "queued (Resources)" in listed or "queued (Priority)" in listed, listed
     record = body(await jp_fetch("jiyu", "api", "runs", waiting[0].id))
@@ -150,14 +169,17 @@ def test_the_time_limit_checkpoints_requeues_and_resumes_at_the_saved_step(slurm
     (USR1, 5 s ahead, at its next 30 s check), the ranks checkpoint, the job requeues, and the
     second attempt resumes from that checkpoint and completes."""
     nb = write_notebook(tmp_path / "slow.ipynb", steps=120, first_attempt_seconds=1.0)
-    run = jobs.submit(nb, backend="slurm", nproc=2, slurm={**CPU_JOB, "time": "1", "checkpoint_grace": 5,
-                                                           "max_requeues": 2})
+    run = jobs.submit(
+        nb, backend="slurm", nproc=2, slurm={**CPU_JOB, "time": "1", "checkpoint_grace": 5, "max_requeues": 2}
+    )
     seen = []
+
     def look():
         current = jobs.resolve(run.id)
         if not seen or seen[-1] != (current.status, current.queue_reason):
             seen.append((current.status, current.queue_reason))
         return None if current.active else current
+
     done = wait_for(look, 300, every=1, what="the run to end after its requeue")
     assert done.status == "succeeded", (done.error, seen)
     assert ("queued", "BeginTime, requeued 1x") in seen, seen  # back in Slurm's queue, not ended
@@ -175,14 +197,17 @@ def test_the_time_limit_checkpoints_requeues_and_resumes_at_the_saved_step(slurm
     assert_no_processes(run.id)
 
 
-@pytest.mark.parametrize("options, said", [
-    (["--time", "1:2:3:4"], "--time '1:2:3:4': expected minutes, MM:SS, HH:MM:SS or D-HH[:MM[:SS]]"),
-    (["--partition", "gpu\n#SBATCH --uid=0"], "--partition 'gpu\\n#SBATCH --uid=0': not a value Slurm accepts"),
-    (["--time", "1", "--checkpoint-grace", "120"], "--checkpoint-grace 120 s is not shorter than --time 1 (60 s)"),
-    (["--sbatch-arg=--output=/tmp/elsewhere"], "--sbatch-arg --output=/tmp/elsewhere: jiyu sets --output itself"),
-    (["--sbatch-arg=--comment=two words"], "expected one sbatch option without spaces"),
-    (["--max-requeues", "-1"], "--max-requeues -1: expected a whole number >= 0"),
-])
+@pytest.mark.parametrize(
+    "options, said",
+    [
+        (["--time", "1:2:3:4"], "--time '1:2:3:4': expected minutes, MM:SS, HH:MM:SS or D-HH[:MM[:SS]]"),
+        (["--partition", "gpu\n#SBATCH --uid=0"], "--partition 'gpu\\n#SBATCH --uid=0': not a value Slurm accepts"),
+        (["--time", "1", "--checkpoint-grace", "120"], "--checkpoint-grace 120 s is not shorter than --time 1 (60 s)"),
+        (["--sbatch-arg=--output=/tmp/elsewhere"], "--sbatch-arg --output=/tmp/elsewhere: jiyu sets --output itself"),
+        (["--sbatch-arg=--comment=two words"], "expected one sbatch option without spaces"),
+        (["--max-requeues", "-1"], "--max-requeues -1: expected a whole number >= 0"),
+    ],
+)
 def test_bad_slurm_options_are_refused_before_sbatch_runs(slurm, tmp_path, options, said):
     done = jiyu("submit", str(write_notebook(tmp_path / "nb.ipynb")), "--backend", "slurm", *options)
     assert done.returncode == 2 and said in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
@@ -194,13 +219,17 @@ def test_slurm_options_need_the_slurm_backend(tmp_path, no_schedulers):
     assert done.returncode == 2 and "--time, --sbatch-arg: Slurm options, for --backend slurm only" in done.stderr
 
 
-@pytest.mark.parametrize("options, slurm_said", [
-    (["--partition", "nowhere"], "invalid partition specified: nowhere"),
-    (["--mem", "100000G"], "Requested node configuration is not available"),
-])
+@pytest.mark.parametrize(
+    "options, slurm_said",
+    [
+        (["--partition", "nowhere"], "invalid partition specified: nowhere"),
+        (["--mem", "100000G"], "Requested node configuration is not available"),
+    ],
+)
 def test_a_refusal_by_sbatch_is_one_line_in_slurms_words(slurm, tmp_path, options, slurm_said):
-    done = jiyu("submit", str(write_notebook(tmp_path / "nb.ipynb")), "--backend", "slurm", "--gpus-per-node", "0",
-                *options)
+    done = jiyu(
+        "submit", str(write_notebook(tmp_path / "nb.ipynb")), "--backend", "slurm", "--gpus-per-node", "0", *options
+    )
     assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert "sbatch refused the job: " in done.stderr and slurm_said in done.stderr
     (run,) = RunStore().list()
@@ -208,15 +237,24 @@ def test_a_refusal_by_sbatch_is_one_line_in_slurms_words(slurm, tmp_path, option
     assert slurm.jobs() == []
 
 
-def test_an_unconfigured_slurm_says_how_and_a_script_submitted_by_hand_is_followed(slurm, tmp_path, monkeypatch,
-                                                                                   torchrun_tmp):
+def test_an_unconfigured_slurm_says_how_and_a_script_submitted_by_hand_is_followed(
+    slurm, tmp_path, monkeypatch, torchrun_tmp
+):
     """sbatch is installed but not configured here (its config cannot be read): the batch script
     is written, the run waits saying how to submit it; submitted by hand on the cluster (here:
     with the cluster's SLURM_CONF), the job writes its id into the run folder and is followed."""
     (tmp_path / "empty.conf").write_text("")
     monkeypatch.setenv("SLURM_CONF", str(tmp_path / "empty.conf"))
-    done = jiyu("submit", str(write_notebook(tmp_path / "nb.ipynb", steps=10)), "--backend", "slurm",
-                "--gpus-per-node", "0", "--nproc", "2")
+    done = jiyu(
+        "submit",
+        str(write_notebook(tmp_path / "nb.ipynb", steps=10)),
+        "--backend",
+        "slurm",
+        "--gpus-per-node",
+        "0",
+        "--nproc",
+        "2",
+    )
     assert done.returncode == 0, done.stderr
     first = done.stdout.splitlines()[0]
     assert "Slurm is not configured on this machine (Unable to process configuration file)" in first
@@ -228,8 +266,10 @@ def test_an_unconfigured_slurm_says_how_and_a_script_submitted_by_hand_is_follow
     monkeypatch.setenv("SLURM_CONF", str(slurm.conf))
     slurm.run("sbatch", str(script), check=True)
     finished = ended(run.id)
-    assert finished.status == "succeeded" and finished.scheduler_id == slurm_commands.completion_log(
-        finished.scheduler_id).job_id
+    assert (
+        finished.status == "succeeded"
+        and finished.scheduler_id == slurm_commands.completion_log(finished.scheduler_id).job_id
+    )
     assert_no_processes(run.id)
 
 

@@ -11,16 +11,16 @@ from pathlib import Path
 import pytest
 
 from jiyu_magics.core.events.log import read_events
+from jiyu_magics.core.events.stall_clock import DEFAULT_MIN_TIMEOUT_S, StallClock
 from jiyu_magics.core.runs.files import RunFiles
 from jiyu_magics.core.runs.model import RunKind, RunStatus
 from jiyu_magics.core.store.run_store import RunStore
-from jiyu_magics.core.events.stall_clock import DEFAULT_MIN_TIMEOUT_S, StallClock
 from jiyu_magics.jobs.launch_spec import LaunchSpec
 from jiyu_magics.jobs.lifecycle import RunLifecycle
 
 from .cli_runner import jiyu
-from .monitoring_tools import program
 from .jobs_workload import assert_no_processes, wait_for
+from .monitoring_tools import program
 from .stall_workload import SLEEP_LINE, STALL_AT, stall_script
 
 
@@ -71,36 +71,47 @@ def stalling_run(torchrun_tmp, monkeypatch):
 
 def follow_until(lifecycle: RunLifecycle, predicate, timeout: float, what: str):
     """The owner's follow loop (as the supervisor and ``%%train --nproc`` run it), until ``predicate``."""
+
     def polled():
         assert lifecycle.running(), "the ranks ended before " + what
         return predicate()
+
     return wait_for(polled, timeout, every=0.25, what=what)
 
 
 def test_a_rank_asleep_before_a_collective_is_flagged_stalled_with_both_stacks(stalling_run):
     lifecycle, store = stalling_run, RunStore()
     assert lifecycle.start()
-    run = follow_until(lifecycle, lambda: (lambda r: r if r.stalled else None)(store.get(lifecycle.run_id)),
-                       120, "the stall flag")
+    run = follow_until(
+        lifecycle, lambda: (lambda r: r if r.stalled else None)(store.get(lifecycle.run_id)), 120, "the stall flag"
+    )
     assert run.status == RunStatus.RUNNING, "stalled is a flag beside running, not a status"
     events = read_events(lifecycle.files.events)[0]
     steps = [e for e in events if e["kind"] == "step"]
     assert steps and steps[-1]["step"] < STALL_AT and run.stalled_since == pytest.approx(steps[-1]["t"])
     assert time.time() - run.stalled_since < 3.0 + 10.0, "flagged soon after its 3 s timeout"
-    stall = follow_until(lifecycle, lambda: [e for e in read_events(lifecycle.files.events)[0]
-                                             if e["kind"] == "stall"], 30, "the stall event")[0]
+    stall = follow_until(
+        lifecycle,
+        lambda: [e for e in read_events(lifecycle.files.events)[0] if e["kind"] == "stall"],
+        30,
+        "the stall event",
+    )[0]
     assert (stall["step"], stall["timeout"]) == (steps[-1]["step"], 3.0)
     shown = jiyu("jobs")
     assert "running, stalled: no step for" in shown.stdout, shown.stdout
     stacks = jiyu("stacks", lifecycle.run_id)
     assert stacks.returncode == 0, stacks.stderr
     headlines = stacks.stdout.splitlines()[1:3]
-    assert headlines[0].startswith("  rank 0 is in ") and headlines[1] == f"  rank 1 is in train_step (job.py:{SLEEP_LINE})"
+    assert (
+        headlines[0].startswith("  rank 0 is in ")
+        and headlines[1] == f"  rank 1 is in train_step (job.py:{SLEEP_LINE})"
+    )
     dumps = {path.name: path.read_text() for path in sorted(Path(stall["stacks"]).iterdir())}
     assert sorted(dumps) == ["rank0.txt", "rank1.txt"]
     assert f'job.py", line {SLEEP_LINE} in train_step' in dumps["rank1.txt"], dumps["rank1.txt"]
-    assert "in backward" in dumps["rank0.txt"] and "step_runner.py" in dumps["rank0.txt"], \
+    assert "in backward" in dumps["rank0.txt"] and "step_runner.py" in dumps["rank0.txt"], (
         "rank 0 waits in its backward's all-reduce"
+    )
     assert "time.sleep" not in dumps["rank0.txt"] and f"line {SLEEP_LINE} in train_step" not in dumps["rank0.txt"]
 
     lifecycle.request_stop(grace=2.0)
@@ -121,8 +132,12 @@ def test_py_spy_adds_the_native_frames_where_it_is_installed(stalling_run, monke
     monkeypatch.setenv("PATH", os.pathsep.join([os.path.dirname(spy), os.environ["PATH"]]))
     lifecycle = stalling_run
     assert lifecycle.start()
-    stall = follow_until(lifecycle, lambda: [e for e in read_events(lifecycle.files.events)[0]
-                                             if e["kind"] == "stall"], 120, "the stall event")[0]
+    stall = follow_until(
+        lifecycle,
+        lambda: [e for e in read_events(lifecycle.files.events)[0] if e["kind"] == "stall"],
+        120,
+        "the stall event",
+    )[0]
     rank1 = (Path(stall["stacks"]) / "rank1.txt").read_text()
     native = rank1.split("--- py-spy dump --native (exit 0) ---")[1]
     assert "train_step (job.py" in native and "sleep" in native, native
@@ -138,12 +153,16 @@ def test_jiyu_stacks_of_a_run_that_never_stalled_is_one_line_and_exit_code_2():
 def test_stall_text_says_how_long_the_step_stood_still():
     from jiyu_magics.views.run_table import stall_text
 
-    assert [stall_text(0, now) for now in (42, 12 * 60 + 5, 2 * 3600 + 300)] == \
-        ["no step for 42 s", "no step for 12 min", "no step for 2 h 5 min"]
+    assert [stall_text(0, now) for now in (42, 12 * 60 + 5, 2 * 3600 + 300)] == [
+        "no step for 42 s",
+        "no step for 12 min",
+        "no step for 2 h 5 min",
+    ]
 
 
-def test_a_jobs_stall_timeout_is_the_default_of_its_fit_calls_and_jiyu_stop_ends_it(tmp_path, torchrun_tmp,
-                                                                                     no_schedulers):
+def test_a_jobs_stall_timeout_is_the_default_of_its_fit_calls_and_jiyu_stop_ends_it(
+    tmp_path, torchrun_tmp, no_schedulers
+):
     """``jiyu submit --stall-timeout 3``: the detached supervisor flags the job, whose ``fit``
     sets no timeout of its own, and ``jiyu stop`` still ends the stalled run."""
     import nbformat
@@ -158,10 +177,15 @@ def test_a_jobs_stall_timeout_is_the_default_of_its_fit_calls_and_jiyu_stop_ends
     run_id = submitted.stdout.split()[2]
     wait_for(lambda: RunStore().get(run_id).stalled, 120, what="the job's stall flag")
     assert "running, stalled: no step for" in jiyu("jobs").stdout
-    stall = wait_for(lambda: [e for e in read_events(RunFiles.of(run_id).events)[0] if e["kind"] == "stall"], 30,
-                     what="the stall event, once the stacks are dumped")[0]
-    assert stall["timeout"] == 3.0 and sorted(p.name for p in Path(stall["stacks"]).iterdir()) == ["rank0.txt",
-                                                                                                 "rank1.txt"]
+    stall = wait_for(
+        lambda: [e for e in read_events(RunFiles.of(run_id).events)[0] if e["kind"] == "stall"],
+        30,
+        what="the stall event, once the stacks are dumped",
+    )[0]
+    assert stall["timeout"] == 3.0 and sorted(p.name for p in Path(stall["stacks"]).iterdir()) == [
+        "rank0.txt",
+        "rank1.txt",
+    ]
     stopped = jiyu("stop", run_id, "--grace", "2")
     assert stopped.returncode == 0, stopped.stderr
     assert finished(run_id, 60).status == RunStatus.STOPPED

@@ -6,8 +6,8 @@ import time
 
 import pytest
 
-from jiyu_magics.core.store.run_store import RunStore, UnknownRun, process_start_time
 from jiyu_magics.core.store.database import SCHEMA_VERSION
+from jiyu_magics.core.store.run_store import RunStore, UnknownRun, process_start_time
 
 
 @pytest.fixture
@@ -27,8 +27,7 @@ def test_create_get_update_finish(store):
 
 
 def test_first_final_status_wins(store):
-    run = store.create("job", status="running", pid=subprocess.os.getpid(),
-                       pid_started=None)
+    run = store.create("job", status="running", pid=subprocess.os.getpid(), pid_started=None)
     store.finish(run.id, "failed", exit_code=1, error="boom")
     assert store.finish(run.id, "succeeded").status == "failed"
 
@@ -77,8 +76,15 @@ def test_a_run_stays_running_while_its_owner_lives_after_its_recorded_process_en
     kernel = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         torchrun, torchrun_started = ended_process()
-        run = store.create("ddp", "owned", status="running", pid=torchrun, pid_started=torchrun_started,
-                           owner_pid=kernel.pid, owner_started=process_start_time(kernel.pid))
+        run = store.create(
+            "ddp",
+            "owned",
+            status="running",
+            pid=torchrun,
+            pid_started=torchrun_started,
+            owner_pid=kernel.pid,
+            owner_started=process_start_time(kernel.pid),
+        )
         assert store.reconcile() == []
         assert store.list()[0].status == "running" and store.resolve(run.id).status == "running"
         assert store.count_by_status() == {"running": 1}
@@ -95,8 +101,14 @@ def test_a_run_stays_running_while_its_owner_lives_after_its_recorded_process_en
 
 def test_a_recycled_owner_pid_keeps_no_run_alive(store):
     torchrun, torchrun_started = ended_process()
-    store.create("ddp", status="running", pid=torchrun, pid_started=torchrun_started,
-                 owner_pid=subprocess.os.getpid(), owner_started=time.time() - 3600)
+    store.create(
+        "ddp",
+        status="running",
+        pid=torchrun,
+        pid_started=torchrun_started,
+        owner_pid=subprocess.os.getpid(),
+        owner_started=time.time() - 3600,
+    )
     assert store.list()[0].status == "lost"
 
 
@@ -135,13 +147,17 @@ def test_a_version_1_store_is_migrated_in_place(tmp_path):
 
     path = tmp_path / "old.sqlite"
     db = sqlite3.connect(path)
-    db.execute("CREATE TABLE runs (id TEXT PRIMARY KEY, name TEXT NOT NULL, kind TEXT NOT NULL, status TEXT NOT NULL, "
-               "nproc INTEGER NOT NULL DEFAULT 1, nnodes INTEGER NOT NULL DEFAULT 1, notebook TEXT, cwd TEXT, "
-               "host TEXT NOT NULL, backend TEXT NOT NULL DEFAULT 'local', params TEXT NOT NULL DEFAULT '{}', "
-               "pid INTEGER, pid_started REAL, pgid INTEGER, created REAL NOT NULL, started REAL, ended REAL, "
-               "exit_code INTEGER, error TEXT, stop_requested INTEGER NOT NULL DEFAULT 0)")
-    db.execute("INSERT INTO runs (id, name, kind, status, host, created) VALUES ('abcd1234', 'old', 'job', "
-               "'succeeded', 'h', 1.0)")
+    db.execute(
+        "CREATE TABLE runs (id TEXT PRIMARY KEY, name TEXT NOT NULL, kind TEXT NOT NULL, status TEXT NOT NULL, "
+        "nproc INTEGER NOT NULL DEFAULT 1, nnodes INTEGER NOT NULL DEFAULT 1, notebook TEXT, cwd TEXT, "
+        "host TEXT NOT NULL, backend TEXT NOT NULL DEFAULT 'local', params TEXT NOT NULL DEFAULT '{}', "
+        "pid INTEGER, pid_started REAL, pgid INTEGER, created REAL NOT NULL, started REAL, ended REAL, "
+        "exit_code INTEGER, error TEXT, stop_requested INTEGER NOT NULL DEFAULT 0)"
+    )
+    db.execute(
+        "INSERT INTO runs (id, name, kind, status, host, created) VALUES ('abcd1234', 'old', 'job', "
+        "'succeeded', 'h', 1.0)"
+    )
     db.execute("PRAGMA user_version = 1")
     db.commit()
     db.close()

@@ -107,8 +107,18 @@ def test_repair_brings_back_a_running_runs_owner_and_an_older_record_has_none():
     process) lives. A record from before owners were recorded reads as having none."""
     torchrun = subprocess.Popen([sys.executable, "-c", "pass"])
     torchrun.wait()
-    owned = RunStore().create("ddp", "owned", status="running", pid=torchrun.pid, owner_pid=os.getpid(),
-                              owner_started=process_start_time(os.getpid())).id
+    owned = (
+        RunStore()
+        .create(
+            "ddp",
+            "owned",
+            status="running",
+            pid=torchrun.pid,
+            owner_pid=os.getpid(),
+            owner_started=process_start_time(os.getpid()),
+        )
+        .id
+    )
     older = finished_run("older")
     record = RunFiles.of(older).root / RECORD_FILE
     row = json.loads(record.read_text())
@@ -131,10 +141,12 @@ async def test_the_rest_api_answers_503_with_the_reason(jp_fetch):
 
 def test_training_in_a_kernel_goes_on_when_the_store_is_unusable(ip, capsys):
     corrupt_store()
-    ip.run_cell("import torch\nfrom torch.utils.data import TensorDataset\ntorch.manual_seed(0)\n"
-                "model = torch.nn.Linear(4, 1)\nbefore = model.weight.detach().clone()\n"
-                "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\nloss_fn = torch.nn.MSELoss()\n"
-                "train_loader = TensorDataset(torch.randn(32, 4), torch.randn(32, 1))\n")
+    ip.run_cell(
+        "import torch\nfrom torch.utils.data import TensorDataset\ntorch.manual_seed(0)\n"
+        "model = torch.nn.Linear(4, 1)\nbefore = model.weight.detach().clone()\n"
+        "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\nloss_fn = torch.nn.MSELoss()\n"
+        "train_loader = TensorDataset(torch.randn(32, 4), torch.randn(32, 1))\n"
+    )
     result = ip.run_cell("%train --batch-size 8 --epochs 1")
     assert result.error_in_exec is None
     assert ip.user_ns["train_result"].status == "succeeded"
@@ -154,8 +166,10 @@ def test_a_home_folder_that_cannot_be_made_is_one_line_everywhere(ip, tmp_path, 
     for args in (["jobs"], ["logs", "feedbeef"], ["submit", str(tmp_path / "nb.ipynb")]):
         done = jiyu(*args)
         assert (done.returncode, done.stderr) == (1, f"jiyu {args[0]}: error: {line}\n")
-    ip.run_cell("import torch\nmodel = torch.nn.Linear(4, 1)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
-                "loss_fn = torch.nn.MSELoss()\ntrain_loader = [(torch.randn(8, 4), torch.randn(8, 1))]\n")
+    ip.run_cell(
+        "import torch\nmodel = torch.nn.Linear(4, 1)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "loss_fn = torch.nn.MSELoss()\ntrain_loader = [(torch.randn(8, 4), torch.randn(8, 1))]\n"
+    )
     capsys.readouterr()
     for cell in ("%jobs", "%train --max-steps 1"):
         result = ip.run_cell(cell)

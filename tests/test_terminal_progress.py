@@ -27,8 +27,13 @@ CELL = (
 
 
 def _ipython(tmp_path, terminal: bool) -> str:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "JIYU_HOME": str(tmp_path / "home"), "TERM": "xterm",
-           "IPYTHONDIR": str(tmp_path / "ipython")}
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "JIYU_HOME": str(tmp_path / "home"),
+        "TERM": "xterm",
+        "IPYTHONDIR": str(tmp_path / "ipython"),
+    }
     command = [sys.executable, "-m", "IPython", "--no-banner", "--colors=NoColor", "-c", CELL]
     if not terminal:
         done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path)
@@ -63,9 +68,11 @@ def test_terminal_redraws_one_line_in_place_and_keeps_the_summary(tmp_path):
     assert "\x1b[K" in out, "each redraw clears the rest of the old line"
     lines = out.replace("\r\n", "\n").split("\n")
     progress = [line for line in lines if "\rstep " in line]
-    assert progress and progress[-1].split("\r")[-1].startswith("step 60/60 (100%)"), \
+    assert progress and progress[-1].split("\r")[-1].startswith("step 60/60 (100%)"), (
         "the final progress line stays on screen"
+    )
     assert any(line.startswith("Trained 60 steps") for line in lines), "the summary on its own line"
+
 
 def test_a_pipe_gets_plain_lines_no_carriage_returns(tmp_path):
     out = _ipython(tmp_path, terminal=False)

@@ -35,7 +35,9 @@ while True:
 
 
 def test_a_writer_killed_mid_save_leaves_the_previous_checkpoint_loadable(tmp_path):
-    writer = subprocess.Popen([sys.executable, "-c", WRITER, str(tmp_path)], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    writer = subprocess.Popen(
+        [sys.executable, "-c", WRITER, str(tmp_path)], cwd=ROOT, stdout=subprocess.PIPE, text=True
+    )
     try:
         assert writer.stdout.readline().strip() == "first saved"
         deadline = time.time() + 60
@@ -88,8 +90,13 @@ def test_attached_run_resumes_from_its_last_checkpoint_when_restarted(monkeypatc
     for name, value in trigger.items():
         monkeypatch.setenv(name, value)
     restarted = mlp()  # a restarted worker builds its objects afresh
-    again = fit(restarted, torch.optim.SGD(restarted.parameters(), 0.1), loader(blobs()),
-                loss_fn=nn.CrossEntropyLoss(), epochs=4)
+    again = fit(
+        restarted,
+        torch.optim.SGD(restarted.parameters(), 0.1),
+        loader(blobs()),
+        loss_fn=nn.CrossEntropyLoss(),
+        epochs=4,
+    )
     start = [e for e in read_events(RunFiles.of(run.id).events)[0] if e["kind"] == "start"][-1]
     assert start["start_step"] == first.step == 10 and start["resumed_from"] == first.last_checkpoint
     assert again.step == 32
@@ -109,8 +116,7 @@ def test_resume_last_finds_the_newest_checkpoint_of_the_same_name():
     optimizer = torch.optim.SGD(model.parameters(), 0.1)
     fit(model, optimizer, loader(blobs()), loss_fn=nn.CrossEntropyLoss(), name="exp", max_steps=3)
     other = fit(model, optimizer, loader(blobs()), loss_fn=nn.CrossEntropyLoss(), name="other", max_steps=5)
-    resumed = fit(model, optimizer, loader(blobs()), loss_fn=nn.CrossEntropyLoss(), name="exp", resume="last",
-                  epochs=2)
+    resumed = fit(model, optimizer, loader(blobs()), loss_fn=nn.CrossEntropyLoss(), name="exp", resume="last", epochs=2)
     assert resumed.step == 16 and other.step == 5
     start = [e for e in read_events(RunFiles.of(resumed.run_id).events)[0] if e["kind"] == "start"][0]
     assert start["start_step"] == 3
@@ -126,6 +132,11 @@ def test_resume_errors_are_one_line():
     done = fit(model, optimizer, loader(blobs()), loss_fn=nn.CrossEntropyLoss(), max_steps=1)
     wider = mlp(hidden=64)
     with pytest.raises(TrainConfigError, match="does not fit this model"):
-        fit(wider, torch.optim.SGD(wider.parameters(), 0.1), loader(blobs()), loss_fn=nn.CrossEntropyLoss(),
-            resume=done.last_checkpoint)
+        fit(
+            wider,
+            torch.optim.SGD(wider.parameters(), 0.1),
+            loader(blobs()),
+            loss_fn=nn.CrossEntropyLoss(),
+            resume=done.last_checkpoint,
+        )
     assert all(r.status != "running" for r in RunStore().list()), "a rejected resume leaves no run running"

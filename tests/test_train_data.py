@@ -7,7 +7,13 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
-from jiyu_magics.train.batch_source import LoaderBatches, TensorBatches, distributed_loader, tensor_loader_plan, training_batches
+from jiyu_magics.train.batch_source import (
+    LoaderBatches,
+    TensorBatches,
+    distributed_loader,
+    tensor_loader_plan,
+    training_batches,
+)
 from jiyu_magics.train.train_errors import TrainConfigError
 
 DATA = TensorDataset(torch.arange(100).float().unsqueeze(1), torch.arange(100))
@@ -32,17 +38,18 @@ def test_fast_path_resumes_mid_epoch_without_touching_skipped_batches():
     fast = TensorBatches(DATA.tensors, 10, seed=5)
     whole = [b[1] for b in fast.epoch(3)]
     rest = [b[1] for b in fast.epoch(3, skip=4)]
-    assert len(rest) == len(whole) - 4 and all(torch.equal(a, b) for a, b in zip(whole[4:], rest))
+    assert len(rest) == len(whole) - 4 and all(torch.equal(a, b) for a, b in zip(whole[4:], rest, strict=False))
 
 
 def test_fast_path_only_where_it_reproduces_the_loader():
     assert tensor_loader_plan(DataLoader(DATA, batch_size=8, shuffle=True)) is True
     assert tensor_loader_plan(DataLoader(DATA, batch_size=8)) is False
     assert tensor_loader_plan(DataLoader(DATA, batch_size=8, collate_fn=lambda b: b)) is None
-    assert tensor_loader_plan(DataLoader(list(zip(range(10), range(10))), batch_size=8)) is None
+    assert tensor_loader_plan(DataLoader(list(zip(range(10), range(10), strict=False)), batch_size=8)) is None
     loader = DataLoader(DATA, batch_size=8, shuffle=True)
-    assert isinstance(training_batches(loader, batch_size=None, shuffle=True, drop_last=False, fast=False, seed=0),
-                      LoaderBatches)
+    assert isinstance(
+        training_batches(loader, batch_size=None, shuffle=True, drop_last=False, fast=False, seed=0), LoaderBatches
+    )
 
 
 @pytest.mark.parametrize("size", [100, 101])
@@ -60,8 +67,16 @@ def test_sharding_is_disjoint_covers_everything_and_matches_distributed_sampler(
 
 def test_distributed_loader_keeps_the_loader_settings():
     collate = lambda batch: batch  # noqa: E731
-    loader = DataLoader(list(range(50)), batch_size=7, shuffle=True, drop_last=True, collate_fn=collate,
-                        num_workers=1, persistent_workers=True, prefetch_factor=3)
+    loader = DataLoader(
+        list(range(50)),
+        batch_size=7,
+        shuffle=True,
+        drop_last=True,
+        collate_fn=collate,
+        num_workers=1,
+        persistent_workers=True,
+        prefetch_factor=3,
+    )
     sharded = distributed_loader(loader, rank=1, world_size=2, seed=0, shuffle=True)
     assert isinstance(sharded.sampler, DistributedSampler) and sharded.sampler.rank == 1 and sharded.sampler.shuffle
     assert (sharded.batch_size, sharded.drop_last, sharded.collate_fn, sharded.num_workers) == (7, True, collate, 1)

@@ -30,16 +30,32 @@ def torchrun(mode: str, out: Path, nproc: int = 2, timeout: float = 180, **env: 
     """Runs the script under torchrun; every torchelastic temp folder stays in ``out``. On a
     timeout the whole tree goes (killing torchrun alone would orphan its workers)."""
     environment = dict(os.environ, TMPDIR=str(out), PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", **env)
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
-               f"--log-dir={out / 'logs'}", str(SCRIPT), mode, str(out)]
-    launcher = subprocess.Popen(command, env=environment, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True, start_new_session=True)
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc-per-node={nproc}",
+        f"--log-dir={out / 'logs'}",
+        str(SCRIPT),
+        mode,
+        str(out),
+    ]
+    launcher = subprocess.Popen(
+        command,
+        env=environment,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         stdout, stderr = launcher.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         _kill_tree(launcher.pid)
         launcher.communicate()
-        raise AssertionError(f"torchrun {mode} did not finish in {timeout} s")
+        raise AssertionError(f"torchrun {mode} did not finish in {timeout} s") from None
     leftovers = [p for p in psutil.process_iter(["cmdline"]) if str(out) in " ".join(p.info["cmdline"] or [])]
     assert not leftovers, f"processes left behind: {leftovers}"
     return subprocess.CompletedProcess(command, launcher.returncode, stdout, stderr)
@@ -80,8 +96,10 @@ def test_two_rank_ddp_shards_the_loader_and_only_rank_zero_writes(tmp_path):
     assert losses[-1] < 0.8 * losses[0]
     files = RunFiles.of(run.id)
     # run.json: the row, for `jiyu store repair`; stacks/: each rank's own faulthandler file, for a stall's dump
-    assert sorted(p.name for p in files.root.iterdir()) in (["ckpt", "events.jsonl", "run.json"],
-                                                             ["ckpt", "events.jsonl", "run.json", "stacks"])
+    assert sorted(p.name for p in files.root.iterdir()) in (
+        ["ckpt", "events.jsonl", "run.json"],
+        ["ckpt", "events.jsonl", "run.json", "stacks"],
+    )
     assert all(p.suffix == ".live" for p in (files.root / "stacks").glob("*")), "no dump without a stall"
     events = read_events(files.events)[0]
     start = [e for e in events if e["kind"] == "start"]
@@ -97,8 +115,15 @@ def test_two_rank_ddp_shards_the_loader_and_only_rank_zero_writes(tmp_path):
     optimizer = torch.optim.AdamW(single.parameters(), 1e-2)
     middle = files.ckpt / "step-00000008.pt"
     x = torch.randn(64, 20)
-    resumed = fit(single, optimizer, (x, (x[:, 0] > 0).long()), batch_size=16, loss_fn=nn.CrossEntropyLoss(),
-                  epochs=4, resume=str(middle))
+    resumed = fit(
+        single,
+        optimizer,
+        (x, (x[:, 0] > 0).long()),
+        batch_size=16,
+        loss_fn=nn.CrossEntropyLoss(),
+        epochs=4,
+        resume=str(middle),
+    )
     assert resumed.status == "succeeded" and load_checkpoint(middle)["world_size"] == 2
 
 
@@ -134,8 +159,9 @@ def test_a_rank_that_raises_is_the_message_the_user_sees(tmp_path):
     (run,) = RunStore().list()
     assert run.status == "failed" and run.error == "rank 1: ValueError: boom on rank 1"
     events = read_events(RunFiles.of(run.id).events)[0]
-    assert {"kind": "error", "rank": 1, "message": "ValueError: boom on rank 1"}.items() <= \
-        next(e for e in events if e["kind"] == "error" and e["rank"] == 1).items()
+    assert {"kind": "error", "rank": 1, "message": "ValueError: boom on rank 1"}.items() <= next(
+        e for e in events if e["kind"] == "error" and e["rank"] == 1
+    ).items()
     assert events[-1]["kind"] == "end" and events[-1]["message"] == "rank 1: ValueError: boom on rank 1"
 
 
@@ -143,10 +169,19 @@ def test_sigterm_to_torchrun_stops_every_rank_at_a_step_with_a_checkpoint(tmp_pa
     """What a launcher's stop does: SIGTERM to torchrun's process group. The ranks agree on a
     step at their next log, rank 0 saves a checkpoint, and everything exits."""
     environment = dict(os.environ, TMPDIR=str(tmp_path), PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-               str(SCRIPT), "long", str(tmp_path)]
-    launcher = subprocess.Popen(command, env=environment, cwd=ROOT, start_new_session=True,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node=2",
+        str(SCRIPT),
+        "long",
+        str(tmp_path),
+    ]
+    launcher = subprocess.Popen(
+        command, env=environment, cwd=ROOT, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     try:
         events = _wait_for_steps(launcher)
         signalled = time.monotonic()

@@ -22,8 +22,15 @@ def test_cnn_on_digits_reaches_95_percent():
     torch.manual_seed(0)
     train, val = digits()
     model = digits_cnn()
-    result = fit(model, torch.optim.AdamW(model.parameters(), 3e-3), loader(train, 64),
-                 loss_fn=nn.CrossEntropyLoss(), val_data=loader(val, 256, shuffle=False), epochs=8, seed=0)
+    result = fit(
+        model,
+        torch.optim.AdamW(model.parameters(), 3e-3),
+        loader(train, 64),
+        loss_fn=nn.CrossEntropyLoss(),
+        val_data=loader(val, 256, shuffle=False),
+        epochs=8,
+        seed=0,
+    )
     assert result.status == "succeeded"
     assert result.val_acc >= 0.95, result.history[-1]
     assert result.history[-1]["loss"] < result.history[0]["loss"] / 5
@@ -36,8 +43,15 @@ def test_cnn_on_digits_reaches_95_percent():
 def test_cpu_autocast_trains(amp):
     torch.manual_seed(0)
     model = mlp()
-    result = fit(model, torch.optim.AdamW(model.parameters(), 1e-2), loader(blobs()), loss_fn=nn.CrossEntropyLoss(),
-                 epochs=4, amp=amp, log_every=2)
+    result = fit(
+        model,
+        torch.optim.AdamW(model.parameters(), 1e-2),
+        loader(blobs()),
+        loss_fn=nn.CrossEntropyLoss(),
+        epochs=4,
+        amp=amp,
+        log_every=2,
+    )
     start = events_of(result, "start")[0]
     assert start["amp"] == amp and start["device"] == "cpu"
     losses = [row["loss"] for row in result.history]
@@ -54,8 +68,15 @@ def _linear_after(batch_size: int, accum: int, steps: int) -> torch.Tensor:
     torch.manual_seed(0)
     x, y = torch.randn(64, 5, dtype=torch.float64), torch.randn(64, 1, dtype=torch.float64)
     model = nn.Linear(5, 1).double()
-    fit(model, torch.optim.SGD(model.parameters(), lr=0.1), loader(torch.utils.data.TensorDataset(x, y), batch_size,
-        shuffle=False), loss_fn=nn.MSELoss(), accum=accum, max_steps=steps, save_ckpts=False)
+    fit(
+        model,
+        torch.optim.SGD(model.parameters(), lr=0.1),
+        loader(torch.utils.data.TensorDataset(x, y), batch_size, shuffle=False),
+        loss_fn=nn.MSELoss(),
+        accum=accum,
+        max_steps=steps,
+        save_ckpts=False,
+    )
     return torch.cat([p.detach().flatten() for p in model.parameters()])
 
 
@@ -78,8 +99,9 @@ def test_a_short_last_accumulation_group_is_averaged_over_its_size():
         opt = torch.optim.SGD(model.parameters(), lr=0.1)
         for batch_size, accum, start, stop in batch_sizes_and_accum:
             part = torch.utils.data.TensorDataset(x[start:stop], y[start:stop])
-            fit(model, opt, loader(part, batch_size, shuffle=False), loss_fn=nn.MSELoss(), accum=accum,
-                save_ckpts=False)
+            fit(
+                model, opt, loader(part, batch_size, shuffle=False), loss_fn=nn.MSELoss(), accum=accum, save_ckpts=False
+            )
         return model.weight.detach().clone()
 
     grouped = run([(8, 3, 0, 64)])
@@ -91,8 +113,15 @@ def test_clipping_bounds_the_update_and_reports_the_norm():
     torch.manual_seed(0)
     model = mlp()
     before = torch.cat([p.detach().flatten() for p in model.parameters()])
-    result = fit(model, torch.optim.SGD(model.parameters(), lr=1.0), loader(blobs()), loss_fn=nn.CrossEntropyLoss(),
-                 clip=0.01, max_steps=1, save_ckpts=False)
+    result = fit(
+        model,
+        torch.optim.SGD(model.parameters(), lr=1.0),
+        loader(blobs()),
+        loss_fn=nn.CrossEntropyLoss(),
+        clip=0.01,
+        max_steps=1,
+        save_ckpts=False,
+    )
     after = torch.cat([p.detach().flatten() for p in model.parameters()])
     assert (after - before).norm() <= 0.01 + 1e-6
     assert events_of(result, "step")[0]["grad_norm"] > 0.01  # the norm before clipping
@@ -108,8 +137,17 @@ def _resumable_setup(fast: bool):
 
 def _train(setup, **options):
     model, optimizer, scheduler, data, fast = setup
-    return fit(model, optimizer, data, loss_fn=nn.CrossEntropyLoss(), scheduler=scheduler, epochs=5, seed=3,
-               fast_data=fast, **options)
+    return fit(
+        model,
+        optimizer,
+        data,
+        loss_fn=nn.CrossEntropyLoss(),
+        scheduler=scheduler,
+        epochs=5,
+        seed=3,
+        fast_data=fast,
+        **options,
+    )
 
 
 @pytest.mark.parametrize("fast", [True, False], ids=["tensor-fast-path", "dataloader"])
@@ -124,7 +162,7 @@ def test_resume_mid_epoch_gives_identical_weights(fast):
     second = _resumable_setup(fast)  # a fresh process would start from freshly built objects
     rest = _train(second, max_steps=20, resume=part.last_checkpoint)
     assert rest.step == 20 and events_of(rest, "start")[0]["start_step"] == 10
-    for a, b in zip(straight[0].state_dict().values(), second[0].state_dict().values()):
+    for a, b in zip(straight[0].state_dict().values(), second[0].state_dict().values(), strict=True):
         assert torch.equal(a, b)
 
 
@@ -139,8 +177,15 @@ def test_nan_loss_stops_with_step_and_last_good_checkpoint():
 
     model = mlp()
     with pytest.raises(TrainingFailed) as failure:
-        fit(model, torch.optim.SGD(model.parameters(), 0.1), loader(blobs()), train_step=train_step, epochs=3,
-            ckpt_every=5, log_every=4)
+        fit(
+            model,
+            torch.optim.SGD(model.parameters(), 0.1),
+            loader(blobs()),
+            train_step=train_step,
+            epochs=3,
+            ckpt_every=5,
+            log_every=4,
+        )
     result = failure.value.result
     assert result.status == "failed" and result.step == 7  # one step count: the NaN's, not the log's (8)
     assert "Loss became nan at step 7" in result.message
@@ -153,6 +198,7 @@ def test_nan_loss_stops_with_step_and_last_good_checkpoint():
 
 class StopAfter:
     """A monitor that presses Stop once it has seen ``steps`` optimizer steps logged."""
+
     interval = 0.0
 
     def __init__(self, stop: StopSignal, steps: int):
@@ -170,21 +216,38 @@ def test_stop_request_ends_at_a_step_with_a_checkpoint_that_resumes():
     stop = StopSignal()
     model = mlp()
     optimizer = torch.optim.SGD(model.parameters(), 0.1)
-    result = fit(model, optimizer, loader(blobs()), loss_fn=nn.CrossEntropyLoss(), epochs=50, log_every=1,
-                 monitor=StopAfter(stop, 12), stop=stop)
+    result = fit(
+        model,
+        optimizer,
+        loader(blobs()),
+        loss_fn=nn.CrossEntropyLoss(),
+        epochs=50,
+        log_every=1,
+        monitor=StopAfter(stop, 12),
+        stop=stop,
+    )
     assert result.status == "stopped" and result.step == 12
     assert "Stopped at step 12/400" in result.message and "--resume last" in result.message
     assert load_checkpoint(result.last_checkpoint)["step"] == 12
     assert RunStore().get(result.run_id).status == "stopped"
-    resumed = fit(model, optimizer, loader(blobs()), loss_fn=nn.CrossEntropyLoss(), epochs=2,
-                  resume=result.last_checkpoint)
+    resumed = fit(
+        model, optimizer, loader(blobs()), loss_fn=nn.CrossEntropyLoss(), epochs=2, resume=result.last_checkpoint
+    )
     assert resumed.status == "succeeded" and resumed.step == 16
 
 
 def test_events_carry_the_contract_fields_and_are_written_per_log_not_per_step():
     model = mlp()
-    result = fit(model, torch.optim.SGD(model.parameters(), 0.1), loader(blobs(512)), loss_fn=nn.CrossEntropyLoss(),
-                 val_data=loader(blobs(64, seed=1), shuffle=False), epochs=2, log_every=8, batch_size=None)
+    result = fit(
+        model,
+        torch.optim.SGD(model.parameters(), 0.1),
+        loader(blobs(512)),
+        loss_fn=nn.CrossEntropyLoss(),
+        val_data=loader(blobs(64, seed=1), shuffle=False),
+        epochs=2,
+        log_every=8,
+        batch_size=None,
+    )
     kinds = [e["kind"] for e in events_of(result)]
     assert kinds[0] == "start" and kinds[-1] == "end"
     start = events_of(result, "start")[0]
@@ -200,8 +263,14 @@ def test_events_carry_the_contract_fields_and_are_written_per_log_not_per_step()
 
 def test_adaptive_log_interval_starts_at_one_step_and_grows():
     model = mlp()
-    result = fit(model, torch.optim.SGD(model.parameters(), 0.1), loader(blobs(2048)), loss_fn=nn.CrossEntropyLoss(),
-                 epochs=3, log_interval_s=0.2)
+    result = fit(
+        model,
+        torch.optim.SGD(model.parameters(), 0.1),
+        loader(blobs(2048)),
+        loss_fn=nn.CrossEntropyLoss(),
+        epochs=3,
+        log_interval_s=0.2,
+    )
     logged = [e["step"] for e in events_of(result, "step")]
     assert logged[0] == 1 and len(logged) < result.step / 4
 
@@ -238,8 +307,16 @@ def test_scheduler_steps_every_optimizer_step():
     model = mlp()
     optimizer = torch.optim.SGD(model.parameters(), 1.0)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0 / (1 + step))
-    result = fit(model, optimizer, loader(blobs()), loss_fn=nn.CrossEntropyLoss(), scheduler=scheduler,
-                 max_steps=4, log_every=1, save_ckpts=False)
+    result = fit(
+        model,
+        optimizer,
+        loader(blobs()),
+        loss_fn=nn.CrossEntropyLoss(),
+        scheduler=scheduler,
+        max_steps=4,
+        log_every=1,
+        save_ckpts=False,
+    )
     assert [round(row["lr"], 4) for row in result.history] == [0.5, 0.3333, 0.25, 0.2]
 
 
@@ -247,8 +324,14 @@ def test_compiled_model_trains_and_checkpoints_without_compile_prefixes(tmp_path
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
     torch.manual_seed(0)
     model = mlp()
-    result = fit(model, torch.optim.AdamW(model.parameters(), 1e-2), loader(blobs()), loss_fn=nn.CrossEntropyLoss(),
-                 epochs=3, compile=True)
+    result = fit(
+        model,
+        torch.optim.AdamW(model.parameters(), 1e-2),
+        loader(blobs()),
+        loss_fn=nn.CrossEntropyLoss(),
+        epochs=3,
+        compile=True,
+    )
     assert result.status == "succeeded" and result.history[-1]["loss"] < result.history[0]["loss"]
     assert set(load_checkpoint(result.last_checkpoint)["model"]) == set(mlp().state_dict())
 
@@ -262,7 +345,9 @@ def test_input_bound_advice_names_the_loader_settings_for_this_machine():
     for setting in ("num_workers=7", "pin_memory=True", "persistent_workers=True", "prefetch_factor=4"):
         assert setting in advice
     assert input_bound_advice(0.15, "cuda", loader_with_no_workers) is None
-    assert input_bound_advice(0.9, "cpu", loader_with_no_workers) is None, "on CPU the loader competes for the same cores"
+    assert input_bound_advice(0.9, "cpu", loader_with_no_workers) is None, (
+        "on CPU the loader competes for the same cores"
+    )
 
 
 def test_the_time_limit_overrides_a_sigterm_but_no_other_stop_reason():
@@ -270,8 +355,11 @@ def test_the_time_limit_overrides_a_sigterm_but_no_other_stop_reason():
     still the time limit's (the job requeues and resumes); a user's own stop keeps its reason."""
     from jiyu_magics.train.stop_signal import INTERRUPT, TERMINATE, TIME_LIMIT
 
-    for first, then, reason in [(TERMINATE, TIME_LIMIT, TIME_LIMIT), (TIME_LIMIT, TERMINATE, TIME_LIMIT),
-                                (INTERRUPT, TIME_LIMIT, INTERRUPT)]:
+    for first, then, reason in [
+        (TERMINATE, TIME_LIMIT, TIME_LIMIT),
+        (TIME_LIMIT, TERMINATE, TIME_LIMIT),
+        (INTERRUPT, TIME_LIMIT, INTERRUPT),
+    ]:
         stop = StopSignal()
         stop.request(first)
         stop.request(then)

@@ -35,8 +35,9 @@ def test_nccl_with_one_rank_under_torchrun(tmp_path):
 
 def test_auto_precision_on_cuda_and_memory_in_events():
     model = mlp()
-    result = fit(model, torch.optim.AdamW(model.parameters(), 1e-2), loader(blobs()), loss_fn=nn.CrossEntropyLoss(),
-                 epochs=3)
+    result = fit(
+        model, torch.optim.AdamW(model.parameters(), 1e-2), loader(blobs()), loss_fn=nn.CrossEntropyLoss(), epochs=3
+    )
     start = events_of(result, "start")[0]
     assert start["device"].startswith("cuda") and start["amp"] == ("bf16" if torch.cuda.is_bf16_supported() else "fp16")
     assert result.history[-1]["loss"] < result.history[0]["loss"]
@@ -72,8 +73,15 @@ class SlowDataset(Dataset):
 
 def test_an_input_bound_cuda_run_gets_loader_advice():
     model = mlp()
-    result = fit(model, torch.optim.SGD(model.parameters(), 0.1), DataLoader(SlowDataset(), batch_size=32),
-                 loss_fn=nn.CrossEntropyLoss(), max_steps=40, log_every=5, save_ckpts=False)
+    result = fit(
+        model,
+        torch.optim.SGD(model.parameters(), 0.1),
+        DataLoader(SlowDataset(), batch_size=32),
+        loss_fn=nn.CrossEntropyLoss(),
+        max_steps=40,
+        log_every=5,
+        save_ckpts=False,
+    )
     (advice,) = events_of(result, "advice")
     for setting in ("num_workers=", "pin_memory=True", "persistent_workers=True", "prefetch_factor="):
         assert setting in advice["message"]
@@ -98,13 +106,20 @@ def test_a_nan_on_cuda_keeps_the_good_checkpoints():
 
     model = NanAt(bad_step=12)
     with pytest.raises(TrainingFailed) as failure:
-        fit(model, torch.optim.AdamW(model.parameters(), 1e-2), loader(blobs(512)), loss_fn=nn.CrossEntropyLoss(),
-            epochs=1, ckpt_every=1)
+        fit(
+            model,
+            torch.optim.AdamW(model.parameters(), 1e-2),
+            loader(blobs(512)),
+            loss_fn=nn.CrossEntropyLoss(),
+            epochs=1,
+            ckpt_every=1,
+        )
     result = failure.value.result
     assert result.step == 12 and "(step 11)" in result.message
     state = load_checkpoint(result.checkpoints[-1])
-    assert state["step"] == 11 and all(torch.isfinite(t).all() for t in state["model"].values()
-                                       if t.is_floating_point())
+    assert state["step"] == 11 and all(
+        torch.isfinite(t).all() for t in state["model"].values() if t.is_floating_point()
+    )
 
 
 def test_a_device_that_is_not_there_is_one_line():
@@ -113,5 +128,10 @@ def test_a_device_that_is_not_there_is_one_line():
     model = mlp()
     beyond = f"cuda:{torch.cuda.device_count()}"
     with pytest.raises(TrainConfigError, match=f"^device {beyond}: only {torch.cuda.device_count()} CUDA device"):
-        fit(model, torch.optim.AdamW(model.parameters(), 1e-2), loader(blobs()), loss_fn=nn.CrossEntropyLoss(),
-            device=beyond)
+        fit(
+            model,
+            torch.optim.AdamW(model.parameters(), 1e-2),
+            loader(blobs()),
+            loss_fn=nn.CrossEntropyLoss(),
+            device=beyond,
+        )

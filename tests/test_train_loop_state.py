@@ -35,8 +35,9 @@ def test_empty_data_is_refused():
 
 def test_position_restores_the_samples_consumed_when_the_world_size_changes():
     position = LoopPosition()
-    position.restore({"step": 12, "epoch": 2, "batch_in_epoch": 6, "world_size": 2, "epoch_rng": ["e"],
-                      "rng": ["r"]}, world_size=4)
+    position.restore(
+        {"step": 12, "epoch": 2, "batch_in_epoch": 6, "world_size": 2, "epoch_rng": ["e"], "rng": ["r"]}, world_size=4
+    )
     assert (position.step, position.epoch, position.batch_in_epoch, position.last_ckpt_step) == (12, 2, 3, 12)
     position.start_step = 12
     position.step = 15

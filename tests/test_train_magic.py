@@ -71,40 +71,50 @@ def test_quoted_values_lose_their_quotes_as_in_a_shell(shell, tmp_path, monkeypa
 
 def test_an_unclosed_quote_is_one_line(shell):
     with pytest.raises(UsageError, match="^cannot read the options: no closing quotation in '--name \"my run'$"):
-        shell.run_cell_magic("train", "--name \"my run", BODY)
+        shell.run_cell_magic("train", '--name "my run', BODY)
 
 
-@pytest.mark.parametrize("line, prepare, message", [
-    ("--epochs -1", "", "--epochs must be >= 1, got -1"),
-    ("--accum 0", "", "--accum must be >= 1, got 0"),
-    ("--clip -1", "", "clip must be a positive gradient norm, got -1"),
-    ("--stall-timeout -1", "", "--stall-timeout must be seconds >= 0 (0: off), got -1.0"),
-    ("--stall-timeout inf", "", "--stall-timeout must be seconds >= 0 (0: off), got inf"),
-    ("--bogus 3", "", "unrecognized arguments: --bogus 3"),
-    ("--amp fp8", "", "argument --amp: invalid choice: 'fp8'"),
-    ("--nproc 0", "", "--nproc must be >= 1, got 0"),
-    ("--refresh 0", "", "--refresh takes a positive number of seconds, got 0"),
-    ("--stall-timeout nan", "", "--stall-timeout must be seconds >= 0 (0: off), got nan"),
-    ("--result 1bad", "", "--result '1bad': expected a variable name (a Python identifier)"),
-    ("--result train_result.x", "", "--result 'train_result.x': expected a variable name"),
-    ("--no-ckpt --ckpt-every 5", "", "--no-ckpt and --ckpt-every conflict"),
-    ("", "del model", "no model named 'model' in the notebook: define it in the cell or pass --model NAME"),
-    ("--val-loader missing", "", "no val_loader named 'missing'"),
-    ("", "optimizer = torch.optim.SGD(nn.Linear(2, 2).parameters(), 0.1)", "the optimizer holds none of model's"),
-    ("", "train_loader = DataLoader(TensorDataset(X[:0], y[:0]), batch_size=8)", "the training data has no batches"),
-    ("", "train_loader = DataLoader(TensorDataset(X[:4], y[:4]), batch_size=8, drop_last=True)",
-     "the training data has no batches"),
-    ("", "train_step = lambda m, b: m(b[0]).sum()", "both loss_fn and train_step are defined"),
-    ("--loss-fn loss_fn --train-step ts", "ts = lambda m, b: 0", "--loss-fn and --train-step conflict"),
-    ("", "del loss_fn", "batches are (inputs, targets) but there is no loss_fn"),
-    ("", "model = 'not a model'", "model must be a torch.nn.Module, got str"),
-    ("--resume /nowhere/ckpt.pt", "", "resume checkpoint /nowhere/ckpt.pt does not exist"),
-    ("--batch-size 8", "", "batch_size conflicts with the DataLoader's own batch size"),
-    ("--device bogus", "", "device 'bogus' is not a device torch knows; use cpu, cuda, cuda:N or mps"),
-    pytest.param("--device cuda", "", "use --device cpu", marks=pytest.mark.driverless),
-    ("--name a\x1b[31mred", "", "name: a run name must be one line of printable text"),
-    ("--no-val --val-loader val_loader", "", "--no-val and --val-loader conflict"),
-])
+@pytest.mark.parametrize(
+    "line, prepare, message",
+    [
+        ("--epochs -1", "", "--epochs must be >= 1, got -1"),
+        ("--accum 0", "", "--accum must be >= 1, got 0"),
+        ("--clip -1", "", "clip must be a positive gradient norm, got -1"),
+        ("--stall-timeout -1", "", "--stall-timeout must be seconds >= 0 (0: off), got -1.0"),
+        ("--stall-timeout inf", "", "--stall-timeout must be seconds >= 0 (0: off), got inf"),
+        ("--bogus 3", "", "unrecognized arguments: --bogus 3"),
+        ("--amp fp8", "", "argument --amp: invalid choice: 'fp8'"),
+        ("--nproc 0", "", "--nproc must be >= 1, got 0"),
+        ("--refresh 0", "", "--refresh takes a positive number of seconds, got 0"),
+        ("--stall-timeout nan", "", "--stall-timeout must be seconds >= 0 (0: off), got nan"),
+        ("--result 1bad", "", "--result '1bad': expected a variable name (a Python identifier)"),
+        ("--result train_result.x", "", "--result 'train_result.x': expected a variable name"),
+        ("--no-ckpt --ckpt-every 5", "", "--no-ckpt and --ckpt-every conflict"),
+        ("", "del model", "no model named 'model' in the notebook: define it in the cell or pass --model NAME"),
+        ("--val-loader missing", "", "no val_loader named 'missing'"),
+        ("", "optimizer = torch.optim.SGD(nn.Linear(2, 2).parameters(), 0.1)", "the optimizer holds none of model's"),
+        (
+            "",
+            "train_loader = DataLoader(TensorDataset(X[:0], y[:0]), batch_size=8)",
+            "the training data has no batches",
+        ),
+        (
+            "",
+            "train_loader = DataLoader(TensorDataset(X[:4], y[:4]), batch_size=8, drop_last=True)",
+            "the training data has no batches",
+        ),
+        ("", "train_step = lambda m, b: m(b[0]).sum()", "both loss_fn and train_step are defined"),
+        ("--loss-fn loss_fn --train-step ts", "ts = lambda m, b: 0", "--loss-fn and --train-step conflict"),
+        ("", "del loss_fn", "batches are (inputs, targets) but there is no loss_fn"),
+        ("", "model = 'not a model'", "model must be a torch.nn.Module, got str"),
+        ("--resume /nowhere/ckpt.pt", "", "resume checkpoint /nowhere/ckpt.pt does not exist"),
+        ("--batch-size 8", "", "batch_size conflicts with the DataLoader's own batch size"),
+        ("--device bogus", "", "device 'bogus' is not a device torch knows; use cpu, cuda, cuda:N or mps"),
+        pytest.param("--device cuda", "", "use --device cpu", marks=pytest.mark.driverless),
+        ("--name a\x1b[31mred", "", "name: a run name must be one line of printable text"),
+        ("--no-val --val-loader val_loader", "", "--no-val and --val-loader conflict"),
+    ],
+)
 def test_bad_input_is_a_one_line_usage_error(shell, line, prepare, message):
     shell.run_cell(BODY + "\n" + prepare)
     with pytest.raises(UsageError) as error:
@@ -113,10 +123,13 @@ def test_bad_input_is_a_one_line_usage_error(shell, line, prepare, message):
     assert all(run.status != "running" for run in RunStore().list()), "nothing left running"
 
 
-@pytest.mark.parametrize("line, message", [
-    ("--resume /nowhere/ckpt.pt", "resume checkpoint /nowhere/ckpt.pt does not exist"),
-    ("--resume last --name never-trained", "--resume last: no checkpoint of an earlier run named 'never-trained'"),
-])
+@pytest.mark.parametrize(
+    "line, message",
+    [
+        ("--resume /nowhere/ckpt.pt", "resume checkpoint /nowhere/ckpt.pt does not exist"),
+        ("--resume last --name never-trained", "--resume last: no checkpoint of an earlier run named 'never-trained'"),
+    ],
+)
 def test_a_resume_that_cannot_be_done_is_said_once_and_registers_no_run(shell, capsys, line, message):
     capsys.readouterr()
     with pytest.raises(UsageError, match=f"^{re.escape(message)}"):
@@ -148,8 +161,9 @@ class Broken(nn.Module):
 
 def test_an_error_in_user_code_shows_the_users_frames_not_jiyus(shell, capsys):
     shell.run_cell(BROKEN)
-    shell.run_cell("%%train --epochs 1" + BODY.replace("nn.Sequential(nn.Linear(20, 32), nn.ReLU(), nn.Linear(32, 2))",
-                                                       "Broken()"))
+    shell.run_cell(
+        "%%train --epochs 1" + BODY.replace("nn.Sequential(nn.Linear(20, 32), nn.ReLU(), nn.Linear(32, 2))", "Broken()")
+    )
     out = re.sub(r"\x1b\[[0-9;]*m", "", capsys.readouterr().out)
     assert "ValueError: shapes do not fit" in out and "in Broken.forward" in out
     assert 'raise ValueError("shapes do not fit")' in out
@@ -180,8 +194,22 @@ def test_a_failing_cell_body_trains_nothing(shell):
 
 def test_help_lists_every_option(shell):
     doc = shell.find_cell_magic("train").__doc__
-    for option in ("--epochs", "--max-steps", "--amp", "--accum", "--clip", "--compile", "--resume", "--nproc",
-                   "--strategy", "--model", "--train-loader", "--loss-fn", "--train-step", "--refresh"):
+    for option in (
+        "--epochs",
+        "--max-steps",
+        "--amp",
+        "--accum",
+        "--clip",
+        "--compile",
+        "--resume",
+        "--nproc",
+        "--strategy",
+        "--model",
+        "--train-loader",
+        "--loss-fn",
+        "--train-step",
+        "--refresh",
+    ):
         assert option in doc
 
 
@@ -189,8 +217,10 @@ def test_load_ext_does_not_import_torch():
     import subprocess
     import sys
 
-    code = ("import sys; from IPython.core.interactiveshell import InteractiveShell; "
-            "InteractiveShell.instance().run_line_magic('load_ext', 'jiyu_magics'); print('torch' in sys.modules)")
+    code = (
+        "import sys; from IPython.core.interactiveshell import InteractiveShell; "
+        "InteractiveShell.instance().run_line_magic('load_ext', 'jiyu_magics'); print('torch' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 

@@ -66,17 +66,22 @@ def test_weights_gone_bad_with_a_finite_loss_are_not_saved(shell, capsys):
     """A NaN gradient (here put there by a hook) spoils the weights while the loss it came from
     is finite: the checkpoint after it is refused all the same."""
     shell.run_cell(BODY.replace("nan_at=60", "nan_at=-1"))
-    shell.run_cell("step_count = [0]\n"
-                   "def spoil(grad):\n"
-                   "    step_count[0] += 1\n"
-                   "    return grad * float('nan') if step_count[0] == 30 else grad\n"
-                   "model.net[0].weight.register_hook(spoil)")
+    shell.run_cell(
+        "step_count = [0]\n"
+        "def spoil(grad):\n"
+        "    step_count[0] += 1\n"
+        "    return grad * float('nan') if step_count[0] == 30 else grad\n"
+        "model.net[0].weight.register_hook(spoil)"
+    )
     shell.run_cell("%train --epochs 1 --ckpt-every 10 --log-every 1000")
     result = shell.user_ns["train_result"]
     out = capsys.readouterr().out
     assert result.status == "failed"
-    assert re.search(r"The weights became NaN/Inf by step 30 while the loss was still finite; training stopped, "
-                     r"last good checkpoint: \S+step-00000020\.pt \(step 20\)", out), out
+    assert re.search(
+        r"The weights became NaN/Inf by step 30 while the loss was still finite; training stopped, "
+        r"last good checkpoint: \S+step-00000020\.pt \(step 20\)",
+        out,
+    ), out
     assert all(finite(path) for path in result.checkpoints)
 
 
@@ -92,12 +97,14 @@ def test_the_nan_step_is_the_results_step(shell, capsys):
 def test_a_buffer_meant_to_hold_inf_is_no_nan(shell):
     """A causal mask kept as a buffer of -inf (as transformer tutorials write it) is how the
     model started: only what started finite must stay finite."""
-    shell.run_cell("class Masked(nn.Module):\n"
-                   "    def __init__(self):\n"
-                   "        super().__init__(); self.net = nn.Linear(20, 2)\n"
-                   "        self.register_buffer('mask', torch.triu(torch.full((4, 4), float('-inf')), 1))\n"
-                   "    def forward(self, x):\n"
-                   "        return self.net(x)\n")
+    shell.run_cell(
+        "class Masked(nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__(); self.net = nn.Linear(20, 2)\n"
+        "        self.register_buffer('mask', torch.triu(torch.full((4, 4), float('-inf')), 1))\n"
+        "    def forward(self, x):\n"
+        "        return self.net(x)\n"
+    )
     shell.run_cell("%%train --max-steps 20 --ckpt-every 5" + BODY.replace("MisbehavingMlp(nan_at=60)", "Masked()"))
     result = shell.user_ns["train_result"]
     assert result.status == "succeeded" and len(result.checkpoints) == 3

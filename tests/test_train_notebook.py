@@ -51,12 +51,21 @@ class CountingClient(NotebookClient):
 
 
 def test_live_dashboard_refreshes_in_place_by_wall_clock(tmp_path):
-    nb = notebook(SETUP, "%%train --epochs 24 --refresh 0.25" + BODY,
-                  "d = get_ipython().magics_manager.registry['TrainMagics'].dashboard\n"
-                  "print(d.renders, d.busy_s, train_result.elapsed, train_result.status, train_result.step)",
-                  "other = torch.optim.SGD(nn.Linear(2, 2).parameters(), 0.1)\n%train --optimizer other")
-    client = CountingClient(nb, timeout=300, kernel_name="python3", store_widget_state=True, allow_errors=True,
-                            resources={"metadata": {"path": str(tmp_path)}})
+    nb = notebook(
+        SETUP,
+        "%%train --epochs 24 --refresh 0.25" + BODY,
+        "d = get_ipython().magics_manager.registry['TrainMagics'].dashboard\n"
+        "print(d.renders, d.busy_s, train_result.elapsed, train_result.status, train_result.step)",
+        "other = torch.optim.SGD(nn.Linear(2, 2).parameters(), 0.1)\n%train --optimizer other",
+    )
+    client = CountingClient(
+        nb,
+        timeout=300,
+        kernel_name="python3",
+        store_widget_state=True,
+        allow_errors=True,
+        resources={"metadata": {"path": str(tmp_path)}},
+    )
     client.execute()
     renders, busy, elapsed, status, step = text_of(nb.cells[2]).split()
     renders, busy, elapsed = int(renders), float(busy), float(elapsed)
@@ -82,9 +91,12 @@ def test_live_dashboard_refreshes_in_place_by_wall_clock(tmp_path):
 
 
 def test_kernel_interrupt_stops_at_a_step_and_checkpoints(tmp_path, jiyu_home):
-    nb = notebook(SETUP, "%%train --epochs 100000 --log-every 20" + BODY,
-                  "import os\nprint(train_result.status, train_result.step % 20 == 0 or train_result.step,"
-                  " os.path.exists(train_result.last_checkpoint))\nprint(train_result.message)")
+    nb = notebook(
+        SETUP,
+        "%%train --epochs 100000 --log-every 20" + BODY,
+        "import os\nprint(train_result.status, train_result.step % 20 == 0 or train_result.step,"
+        " os.path.exists(train_result.last_checkpoint))\nprint(train_result.message)",
+    )
     client = NotebookClient(nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}})
 
     async def run():
@@ -116,8 +128,9 @@ def test_stop_button_click_reaches_the_busy_kernel(tmp_path):
         training = kc.execute("%%train --epochs 100000 --refresh 0.2" + BODY)
         button = _wait_for_button_and_updates(kc)
         queued = kc.execute("print('after', train_result.status, train_result.step)")
-        kc.shell_channel.send(kc.session.msg("comm_msg", {
-            "comm_id": button, "data": {"method": "custom", "content": {"event": "click"}}}))
+        kc.shell_channel.send(
+            kc.session.msg("comm_msg", {"comm_id": button, "data": {"method": "custom", "content": {"event": "click"}}})
+        )
         replies = [kc.get_shell_msg(timeout=60) for _ in range(2)]
         assert [r["parent_header"]["msg_id"] for r in replies] == [training, queued]
         assert [r["content"]["status"] for r in replies] == ["ok", "ok"]
@@ -157,12 +170,17 @@ def test_what_a_kernel_run_prints_goes_into_its_log_too(tmp_path, jiyu_home):
     """The panel's Logs of a kernel run read ``stdout.log``: what the cell printed (the body's
     own prints before fit registered the run, a train_step's prints, warnings) is there, and
     still in the cell's output."""
-    nb = notebook(SETUP, "%%train --max-steps 20 --name printed\n" + BODY.replace(
-        "loss_fn = nn.CrossEntropyLoss()",
-        "criterion = nn.CrossEntropyLoss()\nprint('body says hello')\n"
-        "def train_step(model, batch):\n"
-        "    print('step says hi', flush=True)\n"
-        "    return criterion(model(batch[0]), batch[1])"))
+    nb = notebook(
+        SETUP,
+        "%%train --max-steps 20 --name printed\n"
+        + BODY.replace(
+            "loss_fn = nn.CrossEntropyLoss()",
+            "criterion = nn.CrossEntropyLoss()\nprint('body says hello')\n"
+            "def train_step(model, batch):\n"
+            "    print('step says hi', flush=True)\n"
+            "    return criterion(model(batch[0]), batch[1])",
+        ),
+    )
     NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
     run = next(r for r in RunStore().list() if r.name == "printed")
     log = (jiyu_home / "runs" / run.id / "stdout.log").read_text()
@@ -173,15 +191,20 @@ def test_what_a_kernel_run_prints_goes_into_its_log_too(tmp_path, jiyu_home):
 def test_a_front_end_without_widgets_is_told_how_to_get_text_progress(tmp_path):
     """The kernel dies mid-training (a SIGKILL in the step), so the saved output keeps what a
     front-end without ipywidgets showed while the run was live: the widget's text fallback."""
-    nb = notebook(SETUP, "%%train --max-steps 1000 --name no-widgets" + BODY.replace("loss_fn = nn.CrossEntropyLoss()", "")
-                  + "\nimport os, signal\ncalls = []\ndef train_step(m, batch):\n    calls.append(1)\n"
-                  "    if len(calls) == 30: os.kill(os.getpid(), signal.SIGKILL)\n"
-                  "    return nn.functional.cross_entropy(m(batch[0]), batch[1])")
+    nb = notebook(
+        SETUP,
+        "%%train --max-steps 1000 --name no-widgets"
+        + BODY.replace("loss_fn = nn.CrossEntropyLoss()", "")
+        + "\nimport os, signal\ncalls = []\ndef train_step(m, batch):\n    calls.append(1)\n"
+        "    if len(calls) == 30: os.kill(os.getpid(), signal.SIGKILL)\n"
+        "    return nn.functional.cross_entropy(m(batch[0]), batch[1])",
+    )
     client = NotebookClient(nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}})
     try:
         client.execute()
     except Exception as error:  # nbclient's DeadKernelError
         assert "died" in str(error).lower(), error
     fallback = [out.data["text/plain"] for out in nb.cells[1].outputs if out.output_type == "display_data"]
-    assert fallback == ["Training dashboard (needs a widget-capable front-end; run %env JIYU_UI=text before "
-                        "training for text progress)"], nb.cells[1].outputs
+    assert fallback == [
+        "Training dashboard (needs a widget-capable front-end; run %env JIYU_UI=text before training for text progress)"
+    ], nb.cells[1].outputs

@@ -21,7 +21,7 @@ from jiyu_magics.core.store.run_store import RunStore
 
 from .cli_runner import jiyu
 from .jobs_workload import processes_of
-from .notebook_runner import first_logged_step, execute, notebook, text_of, widget_html
+from .notebook_runner import execute, first_logged_step, notebook, text_of, widget_html
 
 DATA = """%load_ext jiyu_magics
 import os, time, torch
@@ -48,26 +48,40 @@ pytestmark = pytest.mark.usefixtures("torchrun_tmp")
 
 
 def test_two_ranks_train_disjoint_samples_and_the_kernel_gets_rank0_weights(tmp_path):
-    nb = execute(notebook(
-        DATA + "\n%env JIYU_MARK=-from-kernel",
-        "%%train --nproc 2 --epochs 1 --seed 0 --name ddp-lin" + RECORDING_BODY,
-        "import torch\nfinal = torch.load(train_result.last_checkpoint, weights_only=True)['model']\n"
-        "print(train_result.status, train_result.step, train_result.run_id)\n"
-        "print(all(torch.equal(final[k], v) for k, v in model.state_dict().items()),\n"
-        "      any(not torch.equal(before[k], v) for k, v in model.state_dict().items()))\n"
-        "print(train_result.history[0]['loss'] > train_result.history[-1]['loss'])"), tmp_path, timeout=300)
+    nb = execute(
+        notebook(
+            DATA + "\n%env JIYU_MARK=-from-kernel",
+            "%%train --nproc 2 --epochs 1 --seed 0 --name ddp-lin" + RECORDING_BODY,
+            "import torch\nfinal = torch.load(train_result.last_checkpoint, weights_only=True)['model']\n"
+            "print(train_result.status, train_result.step, train_result.run_id)\n"
+            "print(all(torch.equal(final[k], v) for k, v in model.state_dict().items()),\n"
+            "      any(not torch.equal(before[k], v) for k, v in model.state_dict().items()))\n"
+            "print(train_result.history[0]['loss'] > train_result.history[-1]['loss'])",
+        ),
+        tmp_path,
+        timeout=300,
+    )
     status, step, run_id = text_of(nb.cells[2]).splitlines()[0].split()
     assert (status, step) == ("succeeded", "8")  # 512 samples / 2 ranks / batch 32
     outputs = nb.cells[1].outputs  # said at once, before the seconds of export and torchrun start
     dashboard = next(i for i, out in enumerate(outputs) if out.output_type == "display_data")
     said = "".join(out.text for out in outputs[:dashboard] if out.output_type == "stream")
-    assert said.startswith(f"jiyu: exporting the notebook for run {run_id}") and \
-        "jiyu: starting torchrun (2 processes)" in said, said
-    assert text_of(nb.cells[2]).splitlines()[1:] == ["True True", "True"], \
+    assert (
+        said.startswith(f"jiyu: exporting the notebook for run {run_id}")
+        and "jiyu: starting torchrun (2 processes)" in said
+    ), said
+    assert text_of(nb.cells[2]).splitlines()[1:] == ["True True", "True"], (
         "the kernel's model must hold rank 0's final weights (and differ from where it started)"
+    )
     # the ranks inherit the kernel's environment (%env included): the file names carry its mark
-    seen = {rank: [int(i) for line in (tmp_path / f"seen_rank{rank}-from-kernel.txt").read_text().split("\n")
-                   for i in line.split()] for rank in (0, 1)}
+    seen = {
+        rank: [
+            int(i)
+            for line in (tmp_path / f"seen_rank{rank}-from-kernel.txt").read_text().split("\n")
+            for i in line.split()
+        ]
+        for rank in (0, 1)
+    }
     assert not (tmp_path / "seen_rankkernel.txt").exists(), "the kernel itself must not train"
     assert len(seen[0]) == len(seen[1]) == 256 and not set(seen[0]) & set(seen[1])
     assert set(seen[0]) | set(seen[1]) == set(range(512))
@@ -80,10 +94,13 @@ def test_two_ranks_train_disjoint_samples_and_the_kernel_gets_rank0_weights(tmp_
 
 def test_interrupt_stops_every_rank_with_a_checkpoint_and_resume_continues(tmp_path, jiyu_home, monkeypatch):
     monkeypatch.setenv("JPY_SESSION_NAME", str(tmp_path / "ddp.ipynb"))  # as Jupyter names the kernel's notebook
-    nb = notebook(DATA, "%%train --nproc 2 --epochs 100000 --log-every 5 --name ddp-stop" + RECORDING_BODY,
-                  "print(train_result.status, train_result.step, train_result.last_checkpoint is not None)",
-                  "%%train --nproc 2 --resume last --max-steps 4 --name ddp-stop" + RECORDING_BODY,
-                  "print(train_result.status, train_result.step)")
+    nb = notebook(
+        DATA,
+        "%%train --nproc 2 --epochs 100000 --log-every 5 --name ddp-stop" + RECORDING_BODY,
+        "print(train_result.status, train_result.step, train_result.last_checkpoint is not None)",
+        "%%train --nproc 2 --resume last --max-steps 4 --name ddp-stop" + RECORDING_BODY,
+        "print(train_result.status, train_result.step)",
+    )
     client = NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}})
 
     async def run():
@@ -122,8 +139,9 @@ def test_interrupt_stops_every_rank_with_a_checkpoint_and_resume_continues(tmp_p
 def run_in(client, code: str) -> str:
     """Runs ``code`` in the kernel (after whatever it is still running) and returns what it printed."""
     out = []
-    reply = client.execute_interactive(code, timeout=180,
-                                       output_hook=lambda m: out.append(m["content"].get("text", "")))
+    reply = client.execute_interactive(
+        code, timeout=180, output_hook=lambda m: out.append(m["content"].get("text", ""))
+    )
     assert reply["content"]["status"] == "ok", reply["content"]
     return "".join(out)
 
@@ -142,9 +160,14 @@ def test_jiyu_stop_of_a_kernels_run_ends_its_ranks_and_the_kernel_lives_on(tmp_p
     try:
         client.wait_for_ready(60)
         kernel_pid = kernel.provisioner.process.pid
-        helper = int(run_in(client, DATA + "\nimport subprocess, sys\n"
-                            "helper = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])\n"
-                            "print(helper.pid)"))
+        helper = int(
+            run_in(
+                client,
+                DATA + "\nimport subprocess, sys\n"
+                "helper = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])\n"
+                "print(helper.pid)",
+            )
+        )
         client.execute("%%train --nproc 2 --epochs 100000 --log-every 2 --name ddp-cli-stop" + RECORDING_BODY)
         run_id = first_logged_step(jiyu_home)
         run = RunStore().get(run_id)
@@ -157,8 +180,11 @@ def test_jiyu_stop_of_a_kernels_run_ends_its_ranks_and_the_kernel_lives_on(tmp_p
         assert processes_of(run_id) == [] and RunStore().get(run_id).status == "stopped"
         assert kernel.is_alive() and psutil.Process(kernel_pid).status() != psutil.STATUS_ZOMBIE
         assert psutil.Process(helper).status() != psutil.STATUS_ZOMBIE, "the kernel's other child was signalled"
-        assert run_in(client, "print(train_result.status, train_result.run_id, 6 * 7)").split() == \
-            ["stopped", run_id, "42"], "the kernel bound the result and runs the next cell"
+        assert run_in(client, "print(train_result.status, train_result.run_id, 6 * 7)").split() == [
+            "stopped",
+            run_id,
+            "42",
+        ], "the kernel bound the result and runs the next cell"
     finally:
         client.stop_channels()
         kernel.shutdown_kernel(now=True)
@@ -167,18 +193,29 @@ def test_jiyu_stop_of_a_kernels_run_ends_its_ranks_and_the_kernel_lives_on(tmp_p
 
 
 def test_a_failing_rank_is_one_line_and_nothing_is_left(tmp_path):
-    nb = execute(notebook(
-        DATA,
-        "%%train --nproc 2 --max-steps 50 --name ddp-fail" + RECORDING_BODY.replace(
-            "    return torch", "    if os.environ['RANK'] == '1':\n        raise RuntimeError('rank one is out of coffee')\n"
-                               "    return torch")), tmp_path, timeout=300, allow_errors=True)
+    nb = execute(
+        notebook(
+            DATA,
+            "%%train --nproc 2 --max-steps 50 --name ddp-fail"
+            + RECORDING_BODY.replace(
+                "    return torch",
+                "    if os.environ['RANK'] == '1':\n        raise RuntimeError('rank one is out of coffee')\n"
+                "    return torch",
+            ),
+        ),
+        tmp_path,
+        timeout=300,
+        allow_errors=True,
+    )
     (error,) = [o for o in nb.cells[1].outputs if o.output_type == "error"]
     assert error.ename == "RankFailure"
     assert error.evalue == "%%train --nproc 2 failed: rank 1: RuntimeError: rank one is out of coffee"
     first, blank, *traceback = error.traceback
     assert first.startswith("RankFailure: %%train --nproc 2 failed: rank 1") and blank == ""
-    assert traceback[0] == "Traceback (most recent call last):" and traceback[-1] == \
-        "RuntimeError: rank one is out of coffee", "the first failing rank's traceback, in full"
+    assert (
+        traceback[0] == "Traceback (most recent call last):"
+        and traceback[-1] == "RuntimeError: rank one is out of coffee"
+    ), "the first failing rank's traceback, in full"
     frames = [line for line in traceback if line.lstrip().startswith("File ")]
     assert frames and all("jiyu_magics" not in f and "torch/distributed/elastic" not in f for f in frames), frames
     assert "in train_step" in frames[-1] and "raise RuntimeError('rank one is out of coffee')" in "\n".join(traceback)
@@ -193,15 +230,25 @@ def test_a_rank_failing_before_training_does_not_leave_the_cell_waiting_on_rank_
     record says so) instead of waiting for torchrun's SIGKILL, and rank 1 is the failure shown."""
     from jiyu_magics.jobs.process import rank_records
 
-    nb = execute(notebook(
-        DATA, "%%train --nproc 2 --max-steps 50 --name ddp-early\n"
-              "if os.environ.get('RANK') == '1':\n    time.sleep(5)  # rank 0 is in init_process_group by then\n"
-              "    raise RuntimeError('no shard for rank 1')" + RECORDING_BODY),
-        tmp_path, timeout=300, allow_errors=True)
+    nb = execute(
+        notebook(
+            DATA,
+            "%%train --nproc 2 --max-steps 50 --name ddp-early\n"
+            "if os.environ.get('RANK') == '1':\n    time.sleep(5)  # rank 0 is in init_process_group by then\n"
+            "    raise RuntimeError('no shard for rank 1')" + RECORDING_BODY,
+        ),
+        tmp_path,
+        timeout=300,
+        allow_errors=True,
+    )
     (error,) = [o for o in nb.cells[1].outputs if o.output_type == "error"]
-    assert error.evalue == "%%train --nproc 2 failed: rank 1: RuntimeError: no shard for rank 1", \
+    assert error.evalue == "%%train --nproc 2 failed: rank 1: RuntimeError: no shard for rank 1", (
         "the body's own error, not a generic 'the cell body failed'"
-    assert error.traceback[-2:] == ["    raise RuntimeError('no shard for rank 1')", "RuntimeError: no shard for rank 1"]
+    )
+    assert error.traceback[-2:] == [
+        "    raise RuntimeError('no shard for rank 1')",
+        "RuntimeError: no shard for rank 1",
+    ]
     (run,) = [r for r in RunStore().list() if r.name == "ddp-early"]
     rank0, rank1 = rank_records.read_all(run.id)
     assert (rank0.state, rank0.exit_code) == ("exited", 1) and "after rank 1 failed: it was stuck" in rank0.error
@@ -210,17 +257,25 @@ def test_a_rank_failing_before_training_does_not_leave_the_cell_waiting_on_rank_
 
 
 def test_rank_output_and_a_print_in_the_cell_body_reach_the_cell(tmp_path):
-    nb = execute(notebook(
-        DATA,
-        "%%train --nproc 2 --max-steps 4 --name ddp-prints\n"
-        "print(f\"hello from the cell body, rank {os.environ.get('RANK', 'kernel')}\")" + RECORDING_BODY),
-        tmp_path, timeout=300, store_widget_state=True)
+    nb = execute(
+        notebook(
+            DATA,
+            "%%train --nproc 2 --max-steps 4 --name ddp-prints\n"
+            "print(f\"hello from the cell body, rank {os.environ.get('RANK', 'kernel')}\")" + RECORDING_BODY,
+        ),
+        tmp_path,
+        timeout=300,
+        store_widget_state=True,
+    )
     (pane,) = widget_html(nb, "jiyu-rank-output")
     assert "[rank0] hello from the cell body, rank 0" in pane, pane
     assert "[rank1]" not in pane, "rank 0's lines by default; the toggle shows all"
     shown = [o for o in nb.cells[1].outputs if "data" in o]
-    kinds = ["widget" if "application/vnd.jupyter.widget-view+json" in o.data else "summary" for o in shown
-             if "application/vnd.jupyter.widget-view+json" in o.data or "image/png" in o.data]
+    kinds = [
+        "widget" if "application/vnd.jupyter.widget-view+json" in o.data else "summary"
+        for o in shown
+        if "application/vnd.jupyter.widget-view+json" in o.data or "image/png" in o.data
+    ]
     assert kinds == ["summary", "widget"], "the dashboard (its summary once done), then the rank output under it"
     assert "hello from the cell body, rank kernel" in text_of(nb.cells[1]), "the body ran in the kernel too"
 
@@ -229,8 +284,11 @@ def test_in_a_terminal_rank_zeros_lines_are_printed(ip, tmp_path, monkeypatch, c
     """Terminal IPython (no widgets): rank 0's lines are printed as they come, ``[rank0]``-prefixed."""
     monkeypatch.chdir(tmp_path)
     ip.run_cell(DATA.split("\n", 1)[1], store_history=True)  # what the ranks replay
-    ip.run_cell_magic("train", "--nproc 2 --max-steps 2 --name ddp-terminal",
-                      "print(f\"hello from rank {os.environ.get('RANK', 'kernel')}\")" + RECORDING_BODY)
+    ip.run_cell_magic(
+        "train",
+        "--nproc 2 --max-steps 2 --name ddp-terminal",
+        "print(f\"hello from rank {os.environ.get('RANK', 'kernel')}\")" + RECORDING_BODY,
+    )
     out = capsys.readouterr().out
     assert "[rank0] hello from rank 0" in out and "[rank1]" not in out, out
     assert ip.user_ns["train_result"].status == "succeeded"
@@ -242,9 +300,11 @@ def test_after_reset_the_ranks_replay_only_what_came_after_it(ip, tmp_path, monk
     ip.run_cell("print('before-the-reset'); stale = 1", store_history=True)
     ip.run_cell("%reset -f", store_history=True)
     ip.run_cell(DATA.split("\n", 1)[1], store_history=True)
-    ip.run_cell_magic("train", "--nproc 1 --max-steps 2 --name ddp-after-reset",
-                      "print(f\"stale on rank {os.environ.get('RANK', 'kernel')}: {'stale' in globals()}\")"
-                      + RECORDING_BODY)
+    ip.run_cell_magic(
+        "train",
+        "--nproc 1 --max-steps 2 --name ddp-after-reset",
+        "print(f\"stale on rank {os.environ.get('RANK', 'kernel')}: {'stale' in globals()}\")" + RECORDING_BODY,
+    )
     out = capsys.readouterr().out
     result = ip.user_ns["train_result"]
     assert result.status == "succeeded", out
@@ -272,13 +332,19 @@ def test_nccl_launch_after_the_kernel_touched_cuda(ip, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     held = torch.ones(1024, device="cuda")  # the kernel now has a CUDA context
     assert torch.cuda.is_initialized()
-    ip.run_cell("import torch\nfrom torch.utils.data import DataLoader, TensorDataset\n"
-                "X = torch.randn(512, 8); y = X.sum(1, keepdim=True)\nmodel = torch.nn.Linear(8, 1).cuda()")
-    ip.run_cell_magic("train", "--nproc 1 --max-steps 20 --name nccl-one", """
+    ip.run_cell(
+        "import torch\nfrom torch.utils.data import DataLoader, TensorDataset\n"
+        "X = torch.randn(512, 8); y = X.sum(1, keepdim=True)\nmodel = torch.nn.Linear(8, 1).cuda()"
+    )
+    ip.run_cell_magic(
+        "train",
+        "--nproc 1 --max-steps 20 --name nccl-one",
+        """
 optimizer = torch.optim.SGD(model.parameters(), 0.05)
 train_loader = DataLoader(TensorDataset(X, y), batch_size=32, shuffle=True)
 loss_fn = torch.nn.MSELoss()
-""")
+""",
+    )
     result = ip.user_ns["train_result"]
     assert result.status == "succeeded" and result.step == 20
     start = next(e for e in read_events(RunFiles.of(result.run_id).events)[0] if e["kind"] == "start")
@@ -293,8 +359,9 @@ def test_a_train_cell_refused_after_its_body_ran_still_sets_up_the_ranks(ip, tmp
     so the next launch replays that body in the ranks too (they used to say "no optimizer")."""
     monkeypatch.chdir(tmp_path)
     ip.run_cell(DATA.split("\n", 1)[1], store_history=True)
-    first = ip.run_cell("%%train --nproc 2 --max-steps 2\noptimizer = torch.optim.SGD(model.parameters(), 0.05)",
-                        store_history=True)
+    first = ip.run_cell(
+        "%%train --nproc 2 --max-steps 2\noptimizer = torch.optim.SGD(model.parameters(), 0.05)", store_history=True
+    )
     assert "no train_loader named 'train_loader'" in str(first.error_in_exec)
     ip.run_cell(RECORDING_BODY.replace("optimizer =", "_unused ="), store_history=True)  # train_loader, train_step
     ip.run_cell("%%train --nproc 2 --max-steps 2 --name after-refusal\nprint('second try')", store_history=True)

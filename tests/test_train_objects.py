@@ -64,23 +64,28 @@ def test_objects_of_this_cell_are_not_named(shell, capsys):
 
 def test_a_leftover_scheduler_of_another_optimizer_is_left_out_and_named(shell, capsys):
     """The old OneCycleLR ran out after 5 steps: stepped again, it would raise mid-run."""
-    made = cell(shell, MODEL + "scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, 0.01, total_steps=5)\n"
-                + LEFTOVERS)
+    made = cell(
+        shell, MODEL + "scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, 0.01, total_steps=5)\n" + LEFTOVERS
+    )
     cell(shell, "%%train --epochs 1" + MODEL)
     result = shell.user_ns["train_result"]
     assert result.status == "succeeded" and result.step == 16
     assert {row["lr"] for row in result.history if row["lr"] is not None} == {0.01}, "no scheduler stepped"
-    assert (f"left out: scheduler (cell {made}), which steps another optimizer"
-            in start_of(shell)["from_notebook"])
+    assert f"left out: scheduler (cell {made}), which steps another optimizer" in start_of(shell)["from_notebook"]
 
 
 def test_a_scheduler_of_another_optimizer_named_by_this_cell_is_refused(shell):
     cell(shell, MODEL + LEFTOVERS)
     with pytest.raises(UsageError) as error:
-        shell.run_cell_magic("train", "--epochs 1", "old = optimizer\n" + MODEL +
-                             "scheduler = torch.optim.lr_scheduler.StepLR(old, step_size=1)\n")
-    assert str(error.value) == ("scheduler steps another optimizer, not optimizer: create it from this one "
-                                "(e.g. OneCycleLR(optimizer, ...)) or pass --scheduler NONE")
+        shell.run_cell_magic(
+            "train",
+            "--epochs 1",
+            "old = optimizer\n" + MODEL + "scheduler = torch.optim.lr_scheduler.StepLR(old, step_size=1)\n",
+        )
+    assert str(error.value) == (
+        "scheduler steps another optimizer, not optimizer: create it from this one "
+        "(e.g. OneCycleLR(optimizer, ...)) or pass --scheduler NONE"
+    )
 
 
 def test_a_scheduler_of_this_optimizer_from_an_earlier_cell_is_used_and_named(shell):
@@ -94,17 +99,23 @@ def test_a_scheduler_of_this_optimizer_from_an_earlier_cell_is_used_and_named(sh
 
 def test_loss_fn_none_uses_the_models_own_loss(shell):
     """A leftover loss_fn must not replace a model's own ``.loss`` (dict batches)."""
-    cell(shell, "called = []\nloss_fn = lambda outputs, labels: called.append(1) or outputs.sum()\n"
-                "class Own(nn.Module):\n"
-                "    def __init__(self):\n"
-                "        super().__init__(); self.net = nn.Linear(20, 2)\n"
-                "    def forward(self, inputs, labels):\n"
-                "        logits = self.net(inputs)\n"
-                "        return type('Out', (), {'loss': nn.functional.cross_entropy(logits, labels), "
-                "'logits': logits})()\n"
-                "batches = [{'inputs': X[i:i + 32], 'labels': y[i:i + 32]} for i in range(0, 512, 32)]")
-    cell(shell, "%%train --max-steps 8 --loss-fn NONE --no-ckpt\n"
-                "model = Own(); optimizer = torch.optim.AdamW(model.parameters(), 1e-2); train_loader = batches")
+    cell(
+        shell,
+        "called = []\nloss_fn = lambda outputs, labels: called.append(1) or outputs.sum()\n"
+        "class Own(nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__(); self.net = nn.Linear(20, 2)\n"
+        "    def forward(self, inputs, labels):\n"
+        "        logits = self.net(inputs)\n"
+        "        return type('Out', (), {'loss': nn.functional.cross_entropy(logits, labels), "
+        "'logits': logits})()\n"
+        "batches = [{'inputs': X[i:i + 32], 'labels': y[i:i + 32]} for i in range(0, 512, 32)]",
+    )
+    cell(
+        shell,
+        "%%train --max-steps 8 --loss-fn NONE --no-ckpt\n"
+        "model = Own(); optimizer = torch.optim.AdamW(model.parameters(), 1e-2); train_loader = batches",
+    )
     assert shell.user_ns["train_result"].status == "succeeded"
     assert shell.user_ns["called"] == []
 
@@ -126,19 +137,29 @@ def test_the_loss_this_cell_defines_wins_over_a_leftover_train_step(shell):
 def test_a_schedule_sized_for_other_steps_is_warned_about(shell, capsys):
     """OneCycleLR sized with len(train_loader) under --accum 4 never finishes its schedule."""
     cell(shell, LEFTOVERS)
-    cell(shell, "%%train --epochs 2 --accum 4" + MODEL +
-         "scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, 0.01, total_steps=2 * len(train_loader))\n")
-    advice = ("OneCycleLR is sized for 32 more steps (total_steps=32) but this run makes 8 optimizer steps "
-              "(--accum 4: one optimizer step per 4 batches): its schedule will not finish. "
-              "Size it with total_steps=8.")
+    cell(
+        shell,
+        "%%train --epochs 2 --accum 4"
+        + MODEL
+        + "scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, 0.01, total_steps=2 * len(train_loader))\n",
+    )
+    advice = (
+        "OneCycleLR is sized for 32 more steps (total_steps=32) but this run makes 8 optimizer steps "
+        "(--accum 4: one optimizer step per 4 batches): its schedule will not finish. "
+        "Size it with total_steps=8."
+    )
     assert [e["message"] for e in events_of(shell) if e["kind"] == "advice"] == [advice]
     assert f"advice: {advice}" in capsys.readouterr().out
 
 
 def test_a_schedule_that_fits_gets_no_advice(shell):
     cell(shell, LEFTOVERS)
-    cell(shell, "%%train --epochs 2 --accum 4" + MODEL +
-         "scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, 0.01, total_steps=2 * len(train_loader) // 4)\n")
+    cell(
+        shell,
+        "%%train --epochs 2 --accum 4"
+        + MODEL
+        + "scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, 0.01, total_steps=2 * len(train_loader) // 4)\n",
+    )
     assert shell.user_ns["train_result"].status == "succeeded"
     assert not [e for e in events_of(shell) if e["kind"] == "advice"]
 
@@ -152,16 +173,19 @@ def test_the_dashboard_header_names_them_in_a_real_kernel(tmp_path):
     assert "from the notebook: val_loader (cell 2), loss_fn (cell 2)" in summary, summary
 
 
-@pytest.mark.parametrize("source, names", [
-    ("a = 1\nb, (c, *d) = 2, (3, 4)\ne += 1\nf: int = 1", {"a", "b", "c", "d", "e", "f"}),
-    ("if x:\n    g = 1\nfor h in []: pass\nwith open(p) as i: pass", {"g", "h", "i"}),
-    ("import torch.nn as nn\nimport os.path\nfrom x import y as z", {"nn", "os", "z"}),
-    ("def fn():\n    inner = 1\nclass K:\n    attr = 1\nsq = [k for k in range(3)]", {"fn", "K", "sq"}),
-    ("%%train --epochs 1\nval_loader = 1\nloss_fn = 2", {"val_loader", "loss_fn"}),
-    ("%time scheduler = 3", {"scheduler"}),
-    ("%%time\nloss_fn = 1\n%timeit q = 2", {"loss_fn"}),
-    ("x = (", set()),
-])
+@pytest.mark.parametrize(
+    "source, names",
+    [
+        ("a = 1\nb, (c, *d) = 2, (3, 4)\ne += 1\nf: int = 1", {"a", "b", "c", "d", "e", "f"}),
+        ("if x:\n    g = 1\nfor h in []: pass\nwith open(p) as i: pass", {"g", "h", "i"}),
+        ("import torch.nn as nn\nimport os.path\nfrom x import y as z", {"nn", "os", "z"}),
+        ("def fn():\n    inner = 1\nclass K:\n    attr = 1\nsq = [k for k in range(3)]", {"fn", "K", "sq"}),
+        ("%%train --epochs 1\nval_loader = 1\nloss_fn = 2", {"val_loader", "loss_fn"}),
+        ("%time scheduler = 3", {"scheduler"}),
+        ("%%time\nloss_fn = 1\n%timeit q = 2", {"loss_fn"}),
+        ("x = (", set()),
+    ],
+)
 def test_which_names_a_cell_binds(source, names):
     from jiyu_magics.magics.defining_cell import names_bound_by
 

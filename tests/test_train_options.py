@@ -40,8 +40,10 @@ def test_help_shows_each_declared_default():
 
 def test_options_not_typed_are_fits_defaults():
     model = object()
-    kwargs = fit_kwargs(parse_options("--max-steps 7 --no-ckpt --scheduler-interval epoch"),
-                        {"model": model, "optimizer": 1, "train_loader": 2})
+    kwargs = fit_kwargs(
+        parse_options("--max-steps 7 --no-ckpt --scheduler-interval epoch"),
+        {"model": model, "optimizer": 1, "train_loader": 2},
+    )
     defaults = {f.name: f.default for f in fields(FitOptions)}
     given = {"max_steps": 7, "save_ckpts": False, "scheduler_interval": "epoch"}
     assert {k: v for k, v in kwargs.items() if k in defaults} == {**defaults, **given}
@@ -68,8 +70,9 @@ def test_readme_lists_the_declared_options():
 def test_a_stale_readme_fails_the_check(tmp_path):
     stale = tmp_path / "README.md"
     stale.write_text((ROOT / "README.md").read_text().replace("Default: 3.", "Default: 5."))
-    done = subprocess.run([sys.executable, str(SCRIPT), "--check", "--readme", str(stale)],
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--check", "--readme", str(stale)], capture_output=True, text=True
+    )
     assert done.returncode == 1 and "stale" in done.stderr
     fixed = subprocess.run([sys.executable, str(SCRIPT), "--readme", str(stale)], capture_output=True, text=True)
     assert fixed.returncode == 0 and stale.read_text() == (ROOT / "README.md").read_text()

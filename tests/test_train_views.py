@@ -37,10 +37,34 @@ TRAINER = textwrap.dedent("""
 
 def _events():
     return [
-        {"t": 1.0, "kind": "start", "run_id": "abc", "name": "net", "total_steps": 100, "epochs": 2, "nproc": 1,
-         "batch_size": 32, "amp": "bf16", "device": "cuda:0", "params": 1000, "start_step": 0},
-        {"t": 2.0, "kind": "step", "step": 10, "epoch": 1, "loss": 2.0, "lr": 1e-3, "samples_per_s": 900.0,
-         "mem_alloc": 2**30, "mem_reserved": 2 * 2**30, "mem_peak": 1.5 * 2**30, "eta": 90.0, "elapsed": 10.0},
+        {
+            "t": 1.0,
+            "kind": "start",
+            "run_id": "abc",
+            "name": "net",
+            "total_steps": 100,
+            "epochs": 2,
+            "nproc": 1,
+            "batch_size": 32,
+            "amp": "bf16",
+            "device": "cuda:0",
+            "params": 1000,
+            "start_step": 0,
+        },
+        {
+            "t": 2.0,
+            "kind": "step",
+            "step": 10,
+            "epoch": 1,
+            "loss": 2.0,
+            "lr": 1e-3,
+            "samples_per_s": 900.0,
+            "mem_alloc": 2**30,
+            "mem_reserved": 2 * 2**30,
+            "mem_peak": 1.5 * 2**30,
+            "eta": 90.0,
+            "elapsed": 10.0,
+        },
         {"t": 3.0, "kind": "step", "step": 50, "epoch": 1, "loss": 1.0, "lr": 1e-3, "samples_per_s": 1000.0},
         {"t": 3.5, "kind": "val", "step": 50, "epoch": 1, "loss": 1.2, "accuracy": 0.75},
         {"t": 3.6, "kind": "advice", "step": 50, "message": "The GPU waits for data 40% of the time."},
@@ -70,8 +94,9 @@ def test_smoothing_follows_the_trend_and_starts_at_the_first_value():
 def _spiky_view() -> TrainingView:
     """A loss at 0.01 with one step in ten spiking to 10: a log-scale chart (span 1000x)."""
     view = TrainingView()
-    view.feed(_events()[:1] + [{"kind": "step", "step": s, "loss": 10.0 if s % 10 == 0 else 0.01}
-                               for s in range(1, 401)])
+    view.feed(
+        _events()[:1] + [{"kind": "step", "step": s, "loss": 10.0 if s % 10 == 0 else 0.01} for s in range(1, 401)]
+    )
     return view
 
 
@@ -93,8 +118,11 @@ def test_smoothing_on_a_log_chart_sits_on_the_curve_not_above_it():
 
 def test_svg_curve_has_train_smoothed_and_val_and_stays_small():
     view = TrainingView()
-    view.feed(_events()[:1] + [{"kind": "step", "step": s, "loss": 100.0 / s} for s in range(1, 5001)]
-              + [{"kind": "val", "step": 5000, "loss": 0.03, "accuracy": 0.9}])
+    view.feed(
+        _events()[:1]
+        + [{"kind": "step", "step": s, "loss": 100.0 / s} for s in range(1, 5001)]
+        + [{"kind": "val", "step": 5000, "loss": 0.03, "accuracy": 0.9}]
+    )
     svg = loss_svg(view)
     assert svg.startswith("<svg") and svg.count("<polyline") == 2 and svg.count("<circle") == 1
     assert "log scale" in svg  # 100 -> 0.02 spans more than 30x
@@ -168,31 +196,61 @@ def test_dashboard_snapshot_artifact(artifacts, tmp_path):
     import shutil
 
     dashboard = TrainingDashboard(refresh=0.1)
-    steps = [{"kind": "step", "step": s, "epoch": 1 + (s - 1) // 400, "loss": 2.3 * (0.93 ** (s / 20)) + 0.05 * (s % 7) / 7,
-              "lr": 3e-4, "samples_per_s": 5120.0, "mem_alloc": 3 * 2**30, "mem_reserved": 4 * 2**30,
-              "mem_peak": 3.5 * 2**30, "data_wait": 0.31, "eta": 42.0, "elapsed": 61.0} for s in range(10, 1210, 10)]
-    vals = [{"kind": "val", "step": s, "epoch": s // 400, "loss": 2.3 * (0.93 ** (s / 20)) + 0.1, "accuracy": 0.9}
-            for s in (400, 800, 1200)]
+    steps = [
+        {
+            "kind": "step",
+            "step": s,
+            "epoch": 1 + (s - 1) // 400,
+            "loss": 2.3 * (0.93 ** (s / 20)) + 0.05 * (s % 7) / 7,
+            "lr": 3e-4,
+            "samples_per_s": 5120.0,
+            "mem_alloc": 3 * 2**30,
+            "mem_reserved": 4 * 2**30,
+            "mem_peak": 3.5 * 2**30,
+            "data_wait": 0.31,
+            "eta": 42.0,
+            "elapsed": 61.0,
+        }
+        for s in range(10, 1210, 10)
+    ]
+    vals = [
+        {"kind": "val", "step": s, "epoch": s // 400, "loss": 2.3 * (0.93 ** (s / 20)) + 0.1, "accuracy": 0.9}
+        for s in (400, 800, 1200)
+    ]
     dashboard.feed([dict(_events()[0], total_steps=2000, epochs=5)] + steps + vals + [_events()[-1]])
     dashboard.view.gpu_util = 87
     dashboard.render()
     share = dashboard.progress.value
-    page = (f"<html><body style='font-family:sans-serif;width:900px'>"
-            f"<div><button>■ Stop</button> {dashboard.header.value}</div>"
-            f"<div style='display:flex;gap:8px;align-items:center'><div style='width:50%;height:14px;background:#eee'>"
-            f"<div style='width:{share:.0%};height:14px;background:#2196f3'></div></div>"
-            f"{dashboard.progress_label.value}</div>"
-            f"<div style='display:flex'>{dashboard.chart.value}{dashboard.stats.value}</div>{dashboard.notes.value}"
-            f"</body></html>")
+    page = (
+        f"<html><body style='font-family:sans-serif;width:900px'>"
+        f"<div><button>■ Stop</button> {dashboard.header.value}</div>"
+        f"<div style='display:flex;gap:8px;align-items:center'><div style='width:50%;height:14px;background:#eee'>"
+        f"<div style='width:{share:.0%};height:14px;background:#2196f3'></div></div>"
+        f"{dashboard.progress_label.value}</div>"
+        f"<div style='display:flex'>{dashboard.chart.value}{dashboard.stats.value}</div>{dashboard.notes.value}"
+        f"</body></html>"
+    )
     html_path = artifacts / "train_dashboard.html"
     html_path.write_text(page)
     assert "<svg" in page and "ETA 0:42" in page and "GPU util" in page and "waits for data" in page
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     if chromium:
         png = artifacts / "train_dashboard.png"
-        subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                        f"--user-data-dir={tmp_path}", f"--screenshot={png}", "--window-size=920,330",
-                        html_path.as_uri()], capture_output=True, timeout=60)
+        subprocess.run(
+            [
+                chromium,
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-dev-shm-usage",
+                f"--user-data-dir={tmp_path}",
+                f"--screenshot={png}",
+                "--window-size=920,330",
+                html_path.as_uri(),
+            ],
+            capture_output=True,
+            timeout=60,
+        )
         assert png.read_bytes()[:4] == b"\x89PNG"
 
 
@@ -208,6 +266,7 @@ def test_text_progress_spaces_its_lines_by_its_own_clock():
 
 
 # -- the loss PNG: drawn by whoever shows the summary, never by the engine --------------------
+
 
 def _finished_run(name: str = "plotted"):
     run = RunStore().create("job", name, status="running", pid=os.getpid())
@@ -240,8 +299,11 @@ def test_jiyu_plot_draws_a_runs_png_from_its_events(tmp_path):
 def test_jiyu_plot_refusals_are_one_line_with_exit_code_2(tmp_path):
     run, _ = _finished_run()
     empty = RunStore().create("job", "silent", status="running", pid=os.getpid())
-    for args, words in ((["nope"], "nope"), ([empty.id], "has logged no loss yet"),
-                        ([run.id, "-o", str(tmp_path / "missing" / "x.png")], "cannot write")):
+    for args, words in (
+        (["nope"], "nope"),
+        ([empty.id], "has logged no loss yet"),
+        ([run.id, "-o", str(tmp_path / "missing" / "x.png")], "cannot write"),
+    ):
         done = jiyu("plot", *args)
         assert done.returncode == 2 and words in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
 
@@ -264,8 +326,10 @@ def test_one_status_palette_in_the_panel_the_tables_and_the_summary():
             chips[status] = variable
     for status in RunStatus:
         assert status_colour(status).startswith(f"var({chips[status.value]},"), status
-    table = render_html([Run(id="r1", name="a", kind="job", status="running"),
-                         Run(id="r2", name="b", kind="job", status="succeeded")], everything=True)
+    table = render_html(
+        [Run(id="r1", name="a", kind="job", status="running"), Run(id="r2", name="b", kind="job", status="succeeded")],
+        everything=True,
+    )
     assert f"color:{status_colour('running')}" in table and "var(--jp-brand-color1" in status_colour("running")
     assert f"color:{status_colour('succeeded')}" in table and "var(--jp-success-color1" in status_colour("succeeded")
     view = TrainingView()

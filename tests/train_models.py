@@ -22,8 +22,16 @@ def digits(split: int = 1500, seed: int = 0) -> tuple[TensorDataset, TensorDatas
 
 
 def digits_cnn() -> nn.Module:
-    return nn.Sequential(nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(), nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(),
-                         nn.MaxPool2d(2), nn.Flatten(), nn.Dropout(0.1), nn.Linear(32 * 4 * 4, 10))
+    return nn.Sequential(
+        nn.Conv2d(1, 16, 3, padding=1),
+        nn.ReLU(),
+        nn.Conv2d(16, 32, 3, padding=1),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Flatten(),
+        nn.Dropout(0.1),
+        nn.Linear(32 * 4 * 4, 10),
+    )
 
 
 def mlp(inputs: int = 20, hidden: int = 32, classes: int = 2, dropout: float = 0.0) -> nn.Module:

@@ -13,8 +13,14 @@ import re
 from dataclasses import dataclass
 
 NAMED = {"number": "number", "string": "string", "boolean": "boolean", "null": "null", "unknown": "object"}
-JSON_TYPES = {"integer": "number", "number": "number", "string": "string", "boolean": "boolean",
-              "object": "object", "null": "null"}
+JSON_TYPES = {
+    "integer": "number",
+    "number": "number",
+    "string": "string",
+    "boolean": "boolean",
+    "object": "object",
+    "null": "null",
+}
 
 
 @dataclass(frozen=True)
@@ -25,12 +31,12 @@ class Member:
 
 @dataclass
 class TsTypes:
-    aliases: dict[str, str]                  # name -> type text
+    aliases: dict[str, str]  # name -> type text
     interfaces: dict[str, dict[str, tuple[bool, str]]]  # name -> member -> (optional, type text)
-    consts: dict[str, str]                   # name -> initialiser text
+    consts: dict[str, str]  # name -> initialiser text
 
     @classmethod
-    def parse(cls, text: str) -> "TsTypes":
+    def parse(cls, text: str) -> TsTypes:
         text = re.sub(r"/\*.*?\*/", "", text, flags=re.S)
         text = re.sub(r"//[^\n]*", "", text)
         aliases = dict(re.findall(r"export\s+type\s+(\w+)\s*=\s*([^;]+);", text))
@@ -63,8 +69,10 @@ class TsTypes:
         return {NAMED.get(part, f"? {part}")}
 
     def members(self, interface: str) -> dict[str, Member]:
-        return {name: Member(optional, self.resolve(text))
-                for name, (optional, text) in self.interfaces.get(interface, {}).items()}
+        return {
+            name: Member(optional, self.resolve(text))
+            for name, (optional, text) in self.interfaces.get(interface, {}).items()
+        }
 
     def literals(self, alias: str) -> set | None:
         if alias not in self.aliases:
@@ -83,7 +91,7 @@ def _interface_bodies(text: str):
         while depth:
             depth += {"{": 1, "}": -1}.get(text[end], 0)
             end += 1
-        yield match[1], text[match.end(): end - 1]
+        yield match[1], text[match.end() : end - 1]
 
 
 def _members(body: str) -> dict[str, tuple[bool, str]]:
@@ -110,6 +118,7 @@ def _split(text: str, separator: str) -> list[str]:
 
 # -- the JSON Schema side -------------------------------------------------------------------
 
+
 class SchemaTypes:
     """Object definitions of a schema's ``$defs`` as members, in the same form as TsTypes';
     an object definition ``X`` is the TS interface ``IX``."""
@@ -132,8 +141,7 @@ class SchemaTypes:
     def members(self, name: str) -> dict[str, Member]:
         definition = self.defs[name]
         required = set(definition.get("required", []))
-        return {key: Member(key not in required, self.resolve(node))
-                for key, node in definition["properties"].items()}
+        return {key: Member(key not in required, self.resolve(node)) for key, node in definition["properties"].items()}
 
 
 def disagreements(schema: SchemaTypes, ts: TsTypes, name: str) -> list[str]:

@@ -6,25 +6,33 @@ from __future__ import annotations
 def add_commands(commands) -> None:
     from . import positive_float
 
-    p = commands.add_parser("gpu", help="show GPUs, who holds each (lease, process owners), memory/utilisation, versions",
-                            description="GPU status read through NVML (no CUDA context is created): each GPU's "
-                                        "lease (run, id, kind, notebook, since) or free/busy, and each process's "
-                                        "owner (a jiyu run, a Jupyter kernel and its notebook, other).")
+    p = commands.add_parser(
+        "gpu",
+        help="show GPUs, who holds each (lease, process owners), memory/utilisation, versions",
+        description="GPU status read through NVML (no CUDA context is created): each GPU's "
+        "lease (run, id, kind, notebook, since) or free/busy, and each process's "
+        "owner (a jiyu run, a Jupyter kernel and its notebook, other).",
+    )
     p.add_argument("--json", action="store_true", help="print the snapshot as JSON")
-    p.add_argument("--watch", type=positive_float, metavar="SECONDS", help="refresh in place every SECONDS until Ctrl-C")
+    p.add_argument(
+        "--watch", type=positive_float, metavar="SECONDS", help="refresh in place every SECONDS until Ctrl-C"
+    )
     p.set_defaults(handler=run_gpu)
 
-    p = commands.add_parser("doctor", help="explain why CUDA is unavailable, with fixes (exit 1 on a problem)",
-                            description="Checklist of CUDA set-up problems with a concrete fix for each.")
+    p = commands.add_parser(
+        "doctor",
+        help="explain why CUDA is unavailable, with fixes (exit 1 on a problem)",
+        description="Checklist of CUDA set-up problems with a concrete fix for each.",
+    )
     p.add_argument("--json", action="store_true", help="print the findings as JSON")
     p.add_argument("--store", action="store_true", help="check the run store (jiyu.sqlite) instead of CUDA")
     p.set_defaults(handler=run_doctor)
 
 
 def run_gpu(args) -> int:
-    from . import CliError, print_json
     from ..core.gpu.status import owned_snapshot
     from ..views import gpu_table as view
+    from . import CliError, print_json
 
     if args.json and args.watch:
         raise CliError("--json and --watch cannot be combined")
@@ -45,9 +53,9 @@ def run_doctor(args) -> int:
         from .store_commands import run_store_check
 
         return run_store_check(args)
-    from . import print_json
     from ..core.gpu import doctor
     from ..views import doctor_report as view
+    from . import print_json
 
     findings = doctor.diagnose()
     if args.json:

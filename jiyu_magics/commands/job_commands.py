@@ -5,17 +5,19 @@ from __future__ import annotations
 import argparse
 import sys
 
-
 from .usage_commands import since_time
 
 
 def add_commands(commands) -> None:
     from ..jobs.submit_options import PARAM_OPTIONS, SUBMIT_OPTIONS
 
-    p = commands.add_parser("submit", help="run a notebook as a detached torchrun job",
-                            description="Export NOTEBOOK to a script and run it under torchrun, detached from "
-                                        "this shell, or as a Slurm batch job or a Kubeflow TrainJob (--backend); "
-                                        "prints the run id at once.")
+    p = commands.add_parser(
+        "submit",
+        help="run a notebook as a detached torchrun job",
+        description="Export NOTEBOOK to a script and run it under torchrun, detached from "
+        "this shell, or as a Slurm batch job or a Kubeflow TrainJob (--backend); "
+        "prints the run id at once.",
+    )
     p.add_argument("notebook", help="the .ipynb to run")
     for flags, options in SUBMIT_OPTIONS:
         p.add_argument(*flags, **options)
@@ -23,10 +25,18 @@ def add_commands(commands) -> None:
 
     p = commands.add_parser("jobs", help="list runs (active ones; --all for every run)")
     p.add_argument("--all", action="store_true", help="include finished runs")
-    p.add_argument("--limit", type=positive_int, metavar="N",
-                   help="the N newest runs (default with --all: 100; the listing says how many it left out)")
-    p.add_argument("--since", type=since_time, metavar="WHEN",
-                   help="only runs created since WHEN: 30m, 12h, 7d, 2w, or a date (2026-11-01)")
+    p.add_argument(
+        "--limit",
+        type=positive_int,
+        metavar="N",
+        help="the N newest runs (default with --all: 100; the listing says how many it left out)",
+    )
+    p.add_argument(
+        "--since",
+        type=since_time,
+        metavar="WHEN",
+        help="only runs created since WHEN: 30m, 12h, 7d, 2w, or a date (2026-11-01)",
+    )
     p.add_argument("--json", action="store_true", help="print the runs as JSON")
     p.set_defaults(handler=run_jobs)
 
@@ -36,31 +46,39 @@ def add_commands(commands) -> None:
     p.add_argument("--tail", type=int, metavar="N", help="only the last N lines")
     p.set_defaults(handler=run_logs)
 
-    p = commands.add_parser("stacks", help="show every rank's stack, dumped when the run stalled, grouped by "
-                                           "identical stacks",
-                            description="The newest stack dump of a run (runs/<id>/stacks/<time>/rank<N>.txt), "
-                                        "taken by the run's owner when no step was logged for its stall timeout: "
-                                        "one line per group of ranks with identical stacks, then each group's "
-                                        "main-thread stack.")
+    p = commands.add_parser(
+        "stacks",
+        help="show every rank's stack, dumped when the run stalled, grouped by identical stacks",
+        description="The newest stack dump of a run (runs/<id>/stacks/<time>/rank<N>.txt), "
+        "taken by the run's owner when no step was logged for its stall timeout: "
+        "one line per group of ranks with identical stacks, then each group's "
+        "main-thread stack.",
+    )
     p.add_argument("id", help="run id or unique prefix")
     p.add_argument("--full", action="store_true", help="every thread, and py-spy's native frames where taken")
     p.add_argument("--json", action="store_true", help="print the groups as JSON")
     p.set_defaults(handler=run_stacks)
 
-    p = commands.add_parser("stop", help="stop a run: SIGTERM every rank, SIGKILL after the grace period "
-                                         "(a Slurm or Kubernetes job: cancelled there, SIGTERM first)",
-                            description="SIGTERM to every rank: training stops at a step with a checkpoint and "
-                                        "the job ends there (no further cell runs); SIGKILL to what is left after "
-                                        "the grace period. A Slurm or Kubernetes job is cancelled there. A run that "
-                                        "already ended keeps its status, but any process still carrying its id is "
-                                        "stopped, and named.")
+    p = commands.add_parser(
+        "stop",
+        help="stop a run: SIGTERM every rank, SIGKILL after the grace period "
+        "(a Slurm or Kubernetes job: cancelled there, SIGTERM first)",
+        description="SIGTERM to every rank: training stops at a step with a checkpoint and "
+        "the job ends there (no further cell runs); SIGKILL to what is left after "
+        "the grace period. A Slurm or Kubernetes job is cancelled there. A run that "
+        "already ended keeps its status, but any process still carrying its id is "
+        "stopped, and named.",
+    )
     p.add_argument("id", help="run id or unique prefix")
     p.add_argument("--grace", type=float, default=10.0, metavar="S", help="seconds before SIGKILL (default 10)")
     p.set_defaults(handler=run_stop)
 
-    p = commands.add_parser("export", help="write a notebook as a job script",
-                            description="The script jobs run: IPython syntax turned into Python, shell/install/"
-                                        "display commands left out unless tagged jiyu:keep, -p injected.")
+    p = commands.add_parser(
+        "export",
+        help="write a notebook as a job script",
+        description="The script jobs run: IPython syntax turned into Python, shell/install/"
+        "display commands left out unless tagged jiyu:keep, -p injected.",
+    )
     p.add_argument("notebook", help="the .ipynb to export")
     p.add_argument("-o", "--output", required=True, metavar="FILE", help="where to write the script ('-' for stdout)")
     for flags, options in PARAM_OPTIONS:
@@ -76,14 +94,16 @@ def positive_int(text: str) -> int:
 
 def _job_errors(func):
     """``JobError`` → ``CliError``: one line on stderr, exit code 2."""
+
     def wrapper(args):
-        from . import CliError
         from ..jobs import JobError
+        from . import CliError
 
         try:
             return func(args)
         except JobError as error:
             raise CliError(str(error)) from None
+
     return wrapper
 
 
@@ -101,8 +121,8 @@ def run_submit(args: argparse.Namespace) -> int:
 @_job_errors
 def run_jobs(args: argparse.Namespace) -> int:
     from .. import jobs
-    from . import print_json
     from ..views import run_table as view
+    from . import print_json
 
     page = jobs.list_page(include_finished=args.all, limit=args.limit, since=args.since)
     if args.json:
@@ -134,9 +154,9 @@ def run_logs(args: argparse.Namespace) -> int:
 @_job_errors
 def run_stacks(args: argparse.Namespace) -> int:
     from .. import jobs
-    from . import CliError, print_json
     from ..core.runs import stack_groups as stacks
     from ..views import stack_view as view
+    from . import CliError, print_json
 
     run = jobs.resolve(args.id)
     folders = stacks.dump_folders(run.id)

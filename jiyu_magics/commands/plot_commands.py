@@ -12,21 +12,28 @@ from pathlib import Path
 
 
 def add_commands(commands) -> None:
-    p = commands.add_parser("plot", help="draw a run's loss curve as a PNG (default: the run's loss.png)",
-                            description="Draws the loss curve (raw, smoothed, validation) of the run's latest "
-                                        "fit call from its event log.")
+    p = commands.add_parser(
+        "plot",
+        help="draw a run's loss curve as a PNG (default: the run's loss.png)",
+        description="Draws the loss curve (raw, smoothed, validation) of the run's latest fit call from its event log.",
+    )
     p.add_argument("id", help="run id or unique prefix")
-    p.add_argument("-o", "--output", type=Path, metavar="FILE", help="where to write the PNG (default: loss.png in "
-                                                                      "the run's folder)")
+    p.add_argument(
+        "-o",
+        "--output",
+        type=Path,
+        metavar="FILE",
+        help="where to write the PNG (default: loss.png in the run's folder)",
+    )
     p.set_defaults(handler=run_plot)
 
 
 def run_plot(args: argparse.Namespace) -> int:
-    from . import CliError
     from ..core.events.log import read_events
     from ..core.runs.files import RunFiles
     from ..core.store.run_store import RunStore, UnknownRun
     from ..views.loss_plot import events_loss_png
+    from . import CliError
 
     try:
         run = RunStore().resolve(args.id)

@@ -7,19 +7,22 @@ import argparse
 
 
 def add_commands(commands) -> None:
-    p = commands.add_parser("queue", help="list queued runs in start order; --top ID moves one to the front",
-                            description="Runs wait queued until the GPUs they asked for (--gpus) are free: first "
-                                        "by --priority, then in submission order. No daemon: each run's own "
-                                        "supervisor starts it when the run store says it is its turn.")
+    p = commands.add_parser(
+        "queue",
+        help="list queued runs in start order; --top ID moves one to the front",
+        description="Runs wait queued until the GPUs they asked for (--gpus) are free: first "
+        "by --priority, then in submission order. No daemon: each run's own "
+        "supervisor starts it when the run store says it is its turn.",
+    )
     p.add_argument("--top", metavar="ID", help="move this queued run (id or unique prefix) to the front")
     p.add_argument("--json", action="store_true", help="print the queue as JSON")
     p.set_defaults(handler=run_queue)
 
 
 def run_queue(args: argparse.Namespace) -> int:
-    from . import CliError, print_json
     from .. import jobs
     from ..views import queue_table as view
+    from . import CliError, print_json
 
     try:
         if args.top:

@@ -6,23 +6,27 @@ import argparse
 
 
 def add_commands(commands) -> None:
-    p = commands.add_parser("store", help="the run store: `jiyu store repair` rebuilds it from the run folders",
-                            description="The SQLite run store under JIYU_HOME. A corrupt or deleted store is "
-                                        "rebuilt from the run folders (each holds a copy of its row and its "
-                                        "event log); a broken file is set aside, never deleted.")
+    p = commands.add_parser(
+        "store",
+        help="the run store: `jiyu store repair` rebuilds it from the run folders",
+        description="The SQLite run store under JIYU_HOME. A corrupt or deleted store is "
+        "rebuilt from the run folders (each holds a copy of its row and its "
+        "event log); a broken file is set aside, never deleted.",
+    )
     actions = p.add_subparsers(dest="action", metavar="ACTION", required=True)
     repair = actions.add_parser("repair", help="set a broken store aside and rebuild the runs from their folders")
     repair.set_defaults(handler=run_repair)
 
 
 def run_store_check(args: argparse.Namespace) -> int:
-    from . import print_json
     from ..core.store.repair import check_store
+    from . import print_json
 
     check = check_store()
     if getattr(args, "json", False):
-        print_json({"path": str(check.path), "healthy": check.healthy, "problems": check.problems,
-                    "notes": check.notes})
+        print_json(
+            {"path": str(check.path), "healthy": check.healthy, "problems": check.problems, "notes": check.notes}
+        )
     else:
         print(f"Run store {check.path}: {'ok' if check.healthy else 'PROBLEM'}")
         for line in check.problems:
@@ -38,7 +42,9 @@ def run_repair(args: argparse.Namespace) -> int:
     report = repair_store()
     if report.set_aside:
         print(f"Set the broken store aside as {report.set_aside}.")
-    print(f"Rebuilt {report.path}: {report.restored} run(s) restored from their folders "
-          f"({report.from_records} from their saved rows, the rest from their event logs)"
-          + (f"; {report.kept} run(s) already in the store kept as they are." if report.kept else "."))
+    print(
+        f"Rebuilt {report.path}: {report.restored} run(s) restored from their folders "
+        f"({report.from_records} from their saved rows, the rest from their event logs)"
+        + (f"; {report.kept} run(s) already in the store kept as they are." if report.kept else ".")
+    )
     return 0

@@ -6,12 +6,20 @@ import argparse
 
 
 def add_commands(commands) -> None:
-    p = commands.add_parser("usage", help="GPU-hours and idle GPU-hours per run, notebook or day",
-                            description="GPU time is each run's lease time x its GPUs; idle GPU time is time "
-                                        "a leased GPU (or one a kernel holds memory on) ran under 5% utilisation, "
-                                        "as sampled by the Jupyter server and the job supervisors.")
-    p.add_argument("--since", type=since_time, default="7d", metavar="WHEN",
-                   help="how far back: 30m, 12h, 7d, 2w, or a date (2026-11-01); default 7d")
+    p = commands.add_parser(
+        "usage",
+        help="GPU-hours and idle GPU-hours per run, notebook or day",
+        description="GPU time is each run's lease time x its GPUs; idle GPU time is time "
+        "a leased GPU (or one a kernel holds memory on) ran under 5% utilisation, "
+        "as sampled by the Jupyter server and the job supervisors.",
+    )
+    p.add_argument(
+        "--since",
+        type=since_time,
+        default="7d",
+        metavar="WHEN",
+        help="how far back: 30m, 12h, 7d, 2w, or a date (2026-11-01); default 7d",
+    )
     p.add_argument("--by", choices=("run", "notebook", "day"), default="run", help="how to group (default run)")
     p.add_argument("--json", action="store_true", help="print the rows as JSON")
     p.set_defaults(handler=run_usage)
@@ -28,10 +36,10 @@ def since_time(text: str) -> float:
 
 
 def run_usage(args: argparse.Namespace) -> int:
-    from . import print_json
     from ..core.gpu.usage import report
     from ..core.store.run_store import RunStore
     from ..views import usage_table as view
+    from . import print_json
 
     rows = report(RunStore().db, args.since, args.by)
     if args.json:

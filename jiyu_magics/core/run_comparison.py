@@ -19,7 +19,8 @@ OPTIONS = ("epochs", "total_steps", "batch_size", "accum", "amp", "device", "str
 @dataclass
 class RunCurves:
     """A run's training and validation loss by step and by seconds since its first event."""
-    loss: list[tuple[int, float, float]] = field(default_factory=list)      # (step, seconds, loss)
+
+    loss: list[tuple[int, float, float]] = field(default_factory=list)  # (step, seconds, loss)
     val_loss: list[tuple[int, float, float]] = field(default_factory=list)
     val_accuracy: list[tuple[int, float, float]] = field(default_factory=list)
     start: dict = field(default_factory=dict)
@@ -51,12 +52,16 @@ def record(run: Run, curves: RunCurves) -> dict:
     last = lambda series: series[-1][2] if series else None  # noqa: E731
     lowest = lambda series: min(v for *_, v in series) if series else None  # noqa: E731
     return {
-        "id": run.id, "name": run.name, "status": str(run.status),
+        "id": run.id,
+        "name": run.name,
+        "status": str(run.status),
         **{f"param.{k}": v for k, v in sorted(run.params.items())},
         **{k: curves.start.get(k) for k in OPTIONS if curves.start.get(k) is not None},
         "steps": curves.loss[-1][0] if curves.loss else None,
-        "final_loss": last(curves.loss), "best_loss": lowest(curves.loss),
-        "final_val_loss": last(curves.val_loss), "best_val_loss": lowest(curves.val_loss),
+        "final_loss": last(curves.loss),
+        "best_loss": lowest(curves.loss),
+        "final_val_loss": last(curves.val_loss),
+        "best_val_loss": lowest(curves.val_loss),
         "best_val_accuracy": max((v for *_, v in curves.val_accuracy), default=None),
         "wall_s": run.duration,
     }

@@ -8,8 +8,9 @@ the server, the CLI and the magics all call these functions.
 
 Launchers hand a run to ``RunLifecycle`` (its one owner: start, follow, stop, final status,
 record); runs a scheduler holds (Slurm, Kubernetes) are brought up to date by whoever asks
-(``follow_scheduled``, called by ``list_runs``/``resolve`` and the server). Built on ``export_notebook`` / ``export_history`` (the exporter) and ``Launch``
-(torchrun as a child process group with per-rank status and a verified stop).
+(``follow_scheduled``, called by ``list_runs``/``resolve`` and the server). Built on
+``export_notebook`` / ``export_history`` (the exporter) and ``Launch`` (torchrun as a child
+process group with per-rank status and a verified stop).
 """
 
 from __future__ import annotations
@@ -21,24 +22,37 @@ from typing import TYPE_CHECKING
 # --help`` or ``jiyu jobs`` need one or two of them, not the launcher, the scheduler backends
 # and the exporter (tens of milliseconds of a command's start-up).
 _HOMES = {
-    "list_runs": ".run_control", "list_page": ".run_control", "move_to_top": ".run_control", "queued_runs": ".run_control",
-    "resolve": ".run_control", "stop": ".run_control", "stop_report": ".run_control", "StopReport": ".run_control",
+    "list_runs": ".run_control",
+    "list_page": ".run_control",
+    "move_to_top": ".run_control",
+    "queued_runs": ".run_control",
+    "resolve": ".run_control",
+    "stop": ".run_control",
+    "stop_report": ".run_control",
+    "StopReport": ".run_control",
     "JobError": ".job_error",
-    "ExecutedCell": ".export.notebook_export", "Export": ".export.notebook_export",
-    "export_history": ".export.notebook_export", "export_notebook": ".export.notebook_export",
-    "RunLifecycle": ".lifecycle", "Launch": ".process.torchrun_launch", "parse_lines": ".export.params",
-    "parse_pairs": ".export.params", "follow_scheduled": ".scheduled_runs", "SubmitNotes": ".submit",
-    "submit": ".submit", "submit_notes": ".submit",
+    "ExecutedCell": ".export.notebook_export",
+    "Export": ".export.notebook_export",
+    "export_history": ".export.notebook_export",
+    "export_notebook": ".export.notebook_export",
+    "RunLifecycle": ".lifecycle",
+    "Launch": ".process.torchrun_launch",
+    "parse_lines": ".export.params",
+    "parse_pairs": ".export.params",
+    "follow_scheduled": ".scheduled_runs",
+    "SubmitNotes": ".submit",
+    "submit": ".submit",
+    "submit_notes": ".submit",
 }
 _ORIGINAL_NAMES = {"follow_scheduled": "follow"}
 
 if TYPE_CHECKING:
-    from .run_control import StopReport, list_page, list_runs, move_to_top, queued_runs, resolve, stop, stop_report
-    from .job_error import JobError
     from .export.notebook_export import ExecutedCell, Export, export_history, export_notebook
+    from .export.params import parse_lines, parse_pairs
+    from .job_error import JobError
     from .lifecycle import RunLifecycle
     from .process.torchrun_launch import Launch
-    from .export.params import parse_lines, parse_pairs
+    from .run_control import StopReport, list_page, list_runs, move_to_top, queued_runs, resolve, stop, stop_report
     from .scheduled_runs import follow as follow_scheduled
     from .submit import SubmitNotes, submit, submit_notes
 
@@ -51,6 +65,26 @@ def __getattr__(name: str):
     return value
 
 
-__all__ = ["JobError", "submit", "stop", "stop_report", "StopReport", "queued_runs", "move_to_top", "resolve",
-           "list_runs", "list_page", "ExecutedCell", "Export", "export_history", "export_notebook", "Launch", "RunLifecycle", "parse_lines", "parse_pairs",
-           "SubmitNotes", "submit_notes", "follow_scheduled"]
+__all__ = [
+    "JobError",
+    "submit",
+    "stop",
+    "stop_report",
+    "StopReport",
+    "queued_runs",
+    "move_to_top",
+    "resolve",
+    "list_runs",
+    "list_page",
+    "ExecutedCell",
+    "Export",
+    "export_history",
+    "export_notebook",
+    "Launch",
+    "RunLifecycle",
+    "parse_lines",
+    "parse_pairs",
+    "SubmitNotes",
+    "submit_notes",
+    "follow_scheduled",
+]

@@ -17,11 +17,11 @@ the engine wrote for its last ``fit``, never one an owner appended).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
-from ..core.runs.model import EventKind, RunStatus
 from ..core.events.fold import RunState
+from ..core.runs.model import EventKind, RunStatus
 
 OWNER_SOURCE = "lifecycle"  # marks the events the run's owner wrote, not rank 0
 OWNER_SOURCES = (OWNER_SOURCE, "supervisor")  # "supervisor": logs written before the lifecycle existed
@@ -32,8 +32,8 @@ STOPPED_BEFORE_START = "stopped before it started"
 @dataclass(frozen=True)
 class Outcome:
     status: RunStatus
-    exit_code: int | None    # torchrun's; None when it never ran (or nobody saw it exit)
-    error: str | None        # one line: the first failing rank's error, or why it stopped
+    exit_code: int | None  # torchrun's; None when it never ran (or nobody saw it exit)
+    error: str | None  # one line: the first failing rank's error, or why it stopped
 
 
 def fit_end_status(events: Iterable[dict]) -> RunStatus | None:
@@ -42,8 +42,9 @@ def fit_end_status(events: Iterable[dict]) -> RunStatus | None:
     return RunState.of(events).fit_end_status
 
 
-def final_status(exit_code: int | None, stop_requested: bool, events: Iterable[dict],
-                 ranks_stopped: bool = False) -> RunStatus:
+def final_status(
+    exit_code: int | None, stop_requested: bool, events: Iterable[dict], ranks_stopped: bool = False
+) -> RunStatus:
     if exit_code == 0:
         if ranks_stopped:
             return RunStatus.STOPPED
@@ -52,8 +53,14 @@ def final_status(exit_code: int | None, stop_requested: bool, events: Iterable[d
     return RunStatus.STOPPED if stop_requested else RunStatus.FAILED
 
 
-def decide(exit_code: int | None, stop_requested: bool, events: list[dict], error_line: str | None,
-           started: bool = True, ranks_stopped: bool = False) -> Outcome:
+def decide(
+    exit_code: int | None,
+    stop_requested: bool,
+    events: list[dict],
+    error_line: str | None,
+    started: bool = True,
+    ranks_stopped: bool = False,
+) -> Outcome:
     """The outcome with its one line: ``error_line`` (the first failing rank's error, or the
     owner's own failure) for a failure, where it stopped for a stop, nothing for a success."""
     status = final_status(exit_code, stop_requested, events, ranks_stopped)
@@ -73,8 +80,11 @@ def stop_line(events: Iterable[dict]) -> str:
     if state.status is None:
         return STOPPED_BY_REQUEST
     finished = state.fit_end_status is RunStatus.SUCCEEDED
-    where = (f"stopped by request after training finished at step {state.step}" if finished
-             else f"stopped at step {state.step} by request")
+    where = (
+        f"stopped by request after training finished at step {state.step}"
+        if finished
+        else f"stopped at step {state.step} by request"
+    )
     if not state.checkpoint:
         return f"{where}; no checkpoint was saved"
     return f"{where}; checkpoint {state.checkpoint}; resume with %train --resume {state.checkpoint}"
@@ -91,6 +101,15 @@ def closing_events(events: list[dict], outcome: Outcome) -> list[tuple[str, dict
         added.append((EventKind.ERROR.value, {"message": outcome.error, "source": OWNER_SOURCE}))
     state = RunState.of(events)
     if added or state.fit_end_status != outcome.status or state.status != outcome.status:
-        added.append((EventKind.END.value, {"status": outcome.status.value, "exit_code": outcome.exit_code,
-                                            "message": outcome.error, "source": OWNER_SOURCE}))
+        added.append(
+            (
+                EventKind.END.value,
+                {
+                    "status": outcome.status.value,
+                    "exit_code": outcome.exit_code,
+                    "message": outcome.error,
+                    "source": OWNER_SOURCE,
+                },
+            )
+        )
     return added

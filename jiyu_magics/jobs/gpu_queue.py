@@ -13,19 +13,19 @@ that wants no GPU gets an empty one on a machine that has GPUs.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Iterable
 
 from ..core.gpu import snapshot as gpu
-from ..core.store.leases import Lease
 from ..core.gpu.owners import Attribution
+from ..core.store.leases import Lease
 from ..core.store.run_store import Run, RunStore
 from .job_error import JobError
 
 CPU_LIMIT_ENV = "JIYU_MAX_CPU_JOBS"
 VISIBLE_ENV = "CUDA_VISIBLE_DEVICES"
-HEAD_POLL_S = 0.2   # how often the first run in line checks for GPUs
-WAIT_POLL_S = 1.0   # how often the others check whether they moved up
+HEAD_POLL_S = 0.2  # how often the first run in line checks for GPUs
+WAIT_POLL_S = 1.0  # how often the others check whether they moved up
 
 
 @dataclass

@@ -26,14 +26,14 @@ class LaunchSpec:
     rdzv_endpoint: str | None = None
     node_rank: int | None = None
     notify: str | None = None
-    slurm: dict | None = None        # SlurmOptions as a dict (backends/slurm_options), for --backend slurm
-    k8s_kind: str | None = None      # for --backend kubernetes: trainjob (default) or pytorchjob
-    gpus: int | None = None        # GPUs per node to lease; None: one per process where GPUs are visible, else 0
-    priority: int = 0              # higher starts first among waiting runs
-    share: bool = False            # may lease GPUs other sharing runs lease too
+    slurm: dict | None = None  # SlurmOptions as a dict (backends/slurm_options), for --backend slurm
+    k8s_kind: str | None = None  # for --backend kubernetes: trainjob (default) or pytorchjob
+    gpus: int | None = None  # GPUs per node to lease; None: one per process where GPUs are visible, else 0
+    priority: int = 0  # higher starts first among waiting runs
+    share: bool = False  # may lease GPUs other sharing runs lease too
     stall_timeout: float | None = None  # the default of the job's fit calls (seconds; 0: off; None: the rule)
 
-    def validated(self) -> "LaunchSpec":
+    def validated(self) -> LaunchSpec:
         _count("--nproc", self.nproc, 1)
         _count("--nnodes", self.nnodes, 1)
         _count("--max-restarts", self.max_restarts, 0)
@@ -41,9 +41,11 @@ class LaunchSpec:
             _count("--gpus", self.gpus, 0)
         if isinstance(self.priority, bool) or not isinstance(self.priority, int):
             raise JobError(f"--priority {self.priority!r}: expected a whole number")
-        if self.stall_timeout is not None and (isinstance(self.stall_timeout, bool) or
-                                               not isinstance(self.stall_timeout, (int, float)) or
-                                               not 0 <= self.stall_timeout < math.inf):  # nan, inf too
+        if self.stall_timeout is not None and (
+            isinstance(self.stall_timeout, bool)
+            or not isinstance(self.stall_timeout, (int, float))
+            or not 0 <= self.stall_timeout < math.inf
+        ):  # nan, inf too
             raise JobError(f"--stall-timeout {self.stall_timeout!r}: expected seconds >= 0 (0: off)")
         if self.backend not in BACKENDS:
             raise JobError(f"--backend {self.backend!r}: expected one of {', '.join(BACKENDS)}")
@@ -74,7 +76,7 @@ class LaunchSpec:
             if self.k8s_kind not in K8S_KINDS:
                 raise JobError(f"--k8s-kind {self.k8s_kind!r}: expected one of {', '.join(K8S_KINDS)}")
 
-    def with_gpus(self, visible: int | None) -> "LaunchSpec":
+    def with_gpus(self, visible: int | None) -> LaunchSpec:
         """The spec with its GPU count decided against the ``visible`` GPUs (None: none here)
         and checked: more than the machine has, or fewer than one per process, is refused."""
         if self.gpus is None and visible:
@@ -85,8 +87,10 @@ class LaunchSpec:
         if gpus and gpus > visible:
             raise JobError(f"--gpus {gpus} is more than the {visible} GPU(s) this machine has; it could never start")
         if 0 < gpus < self.nproc:
-            raise JobError(f"--gpus {gpus} with --nproc {self.nproc}: each process drives a GPU of its own "
-                           "(--gpus 0 runs every process on the CPU)")
+            raise JobError(
+                f"--gpus {gpus} with --nproc {self.nproc}: each process drives a GPU of its own "
+                "(--gpus 0 runs every process on the CPU)"
+            )
         return replace(self, gpus=gpus)
 
     def queue_fields(self) -> dict:
@@ -97,7 +101,7 @@ class LaunchSpec:
         (files.root / LAUNCH_FILE).write_text(json.dumps(asdict(self), indent=2))
 
     @classmethod
-    def load(cls, files: RunFiles) -> "LaunchSpec":
+    def load(cls, files: RunFiles) -> LaunchSpec:
         return cls(**json.loads((files.root / LAUNCH_FILE).read_text()))
 
 

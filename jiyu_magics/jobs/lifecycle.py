@@ -40,8 +40,8 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Callable, Mapping
 from enum import Enum
-from typing import Callable, Mapping
 
 from ..core.events.log import EventLog, read_events
 from ..core.runs.files import RunFiles
@@ -50,9 +50,10 @@ from ..core.store.run_store import Run, RunStore, process_start_time
 from .final_status import Outcome, closing_events, decide
 from .gpu_queue import Grant
 from .launch_spec import LaunchSpec
-from .process import process_tree as processes, rank_records
-from .process.process_tree import StopResult
+from .process import process_tree as processes
+from .process import rank_records
 from .process.error_line import one_line
+from .process.process_tree import StopResult
 from .rank_placement import LocalProcessGroup, Phase, RankHandle, RankPlacement
 from .stall_watch import StallWatch
 
@@ -63,20 +64,28 @@ DEFAULT_STOP_GRACE_S = 10.0
 
 class LifecycleState(str, Enum):
     REGISTERED = "registered"  # the run row exists
-    QUEUED = "queued"          # waiting for its place: GPU leases, or a CPU job slot
-    STARTING = "starting"      # the placement is starting the ranks
+    QUEUED = "queued"  # waiting for its place: GPU leases, or a CPU job slot
+    STARTING = "starting"  # the placement is starting the ranks
     RUNNING = "running"
-    STOPPING = "stopping"      # the stop procedure is under way: ranks checkpoint and exit
-    ENDED = "ended"            # the final status is recorded
+    STOPPING = "stopping"  # the stop procedure is under way: ranks checkpoint and exit
+    ENDED = "ended"  # the final status is recorded
 
     def __str__(self) -> str:
         return self.value
 
 
 class RunLifecycle:
-    def __init__(self, run_id: str, spec: LaunchSpec, *, placement: RankPlacement | None = None,
-                 store: RunStore | None = None, owner: str = "launcher", recorded_pid: int | None = None,
-                 announce: Callable[[Outcome], None] | None = None):
+    def __init__(
+        self,
+        run_id: str,
+        spec: LaunchSpec,
+        *,
+        placement: RankPlacement | None = None,
+        store: RunStore | None = None,
+        owner: str = "launcher",
+        recorded_pid: int | None = None,
+        announce: Callable[[Outcome], None] | None = None,
+    ):
         """``recorded_pid`` is the run row's ``pid`` while the ranks run: the process ``jiyu
         stop`` spares and waits for (the supervisor, which owns the run). None for an owner
         that must never be signalled (a kernel): torchrun is recorded instead, and the kernel
@@ -100,20 +109,42 @@ class RunLifecycle:
         self.stall_watch: StallWatch | None = None  # made when local ranks run
 
     @classmethod
-    def register(cls, kind: str, name: str, spec: LaunchSpec, *, notebook: str | None = None,
-                 params: dict | None = None, **options) -> "RunLifecycle":
+    def register(
+        cls,
+        kind: str,
+        name: str,
+        spec: LaunchSpec,
+        *,
+        notebook: str | None = None,
+        params: dict | None = None,
+        **options,
+    ) -> RunLifecycle:
         """A new run row (``queued``, in line for ``spec.gpus``) and its owner, this process:
         while the run waits, the store knows it by this pid (a dead owner frees its place), and
         as its owner (``owner_pid``) until the end, whatever pid the ranks' start records."""
-        store, placement = options.pop("store", None) or RunStore(), options.pop("placement", None) or LocalProcessGroup()
+        store, placement = (
+            options.pop("store", None) or RunStore(),
+            options.pop("placement", None) or LocalProcessGroup(),
+        )
         pid, started = os.getpid(), process_start_time(os.getpid())
-        run = store.create(kind, name, nproc=spec.nproc, nnodes=spec.nnodes, notebook=notebook,
-                           params=params or {}, backend=placement.backend, pid=pid, pid_started=started,
-                           owner_pid=pid, owner_started=started, **spec.queue_fields())
+        run = store.create(
+            kind,
+            name,
+            nproc=spec.nproc,
+            nnodes=spec.nnodes,
+            notebook=notebook,
+            params=params or {},
+            backend=placement.backend,
+            pid=pid,
+            pid_started=started,
+            owner_pid=pid,
+            owner_started=started,
+            **spec.queue_fields(),
+        )
         return cls(run.id, spec, store=store, placement=placement, **options)
 
     @classmethod
-    def adopt(cls, run_id: str, **options) -> "RunLifecycle":
+    def adopt(cls, run_id: str, **options) -> RunLifecycle:
         """The owner of a run someone else registered, with the launch spec saved in its folder."""
         return cls(run_id, LaunchSpec.load(RunFiles.of(run_id)), **options)
 
@@ -126,8 +157,12 @@ class RunLifecycle:
             self.states.append(state)
 
     # -- start and follow ----------------------------------------------------------------------
-    def start(self, env: Mapping[str, str] | None = None, stop_wanted: Callable[[], bool] = lambda: False,
-              on_wait: Callable[[str], None] | None = None) -> bool:
+    def start(
+        self,
+        env: Mapping[str, str] | None = None,
+        stop_wanted: Callable[[], bool] = lambda: False,
+        on_wait: Callable[[str], None] | None = None,
+    ) -> bool:
         """Waits in ``queued`` for a place (``on_wait`` hears each new line saying why), then
         starts the ranks on ``files.script`` with ``env`` added to this process's environment.
         False when a stop request (or ``stop_wanted()``) came first: then nothing starts."""
@@ -136,8 +171,9 @@ class RunLifecycle:
             return False
         self._enter(LifecycleState.STARTING)
         run = self.store.get(self.run_id)
-        self.handle = self.placement.start(self.run_id, self.files.script, self.spec, cwd=run.cwd, env=env,
-                                           grant=self.grant)
+        self.handle = self.placement.start(
+            self.run_id, self.files.script, self.spec, cwd=run.cwd, env=env, grant=self.grant
+        )
         if self.placement.scheduled:
             self.follow()
             return True
@@ -203,8 +239,12 @@ class RunLifecycle:
             self.stall_watch.check()  # flags a stall, with every rank's stack; at most every few seconds
         return True
 
-    def wait(self, stop_wanted: Callable[[], bool] = lambda: False, every: float = POLL_S,
-             tick: Callable[[], None] | None = None) -> None:
+    def wait(
+        self,
+        stop_wanted: Callable[[], bool] = lambda: False,
+        every: float = POLL_S,
+        tick: Callable[[], None] | None = None,
+    ) -> None:
         """Until the ranks exit; ``stop_wanted()`` true (a signal to the owner) stops them.
         ``tick`` runs once per poll (the supervisor's GPU usage sampling)."""
         while self.running():
@@ -252,8 +292,9 @@ class RunLifecycle:
         if self._stopper is not None or self.handle is None or self.handle.poll() is not None:
             return
         self._enter(LifecycleState.STOPPING)
-        self._stopper = threading.Thread(target=self._stop_handle, args=(self.stop_grace,),
-                                         name=f"jiyu-stop-{self.run_id}", daemon=True)
+        self._stopper = threading.Thread(
+            target=self._stop_handle, args=(self.stop_grace,), name=f"jiyu-stop-{self.run_id}", daemon=True
+        )
         self._stopper.start()
 
     def _stop_handle(self, grace: float) -> None:
@@ -283,8 +324,11 @@ class RunLifecycle:
         line = error or (self.handle.error_line() if self.handle is not None else None)
         started = self.handle is not None and (not self.placement.scheduled or run.started is not None)
         ranks_stopped = self.handle is not None and any(r.stopped for r in self.handle.ranks())
-        self.outcome = (Outcome(RunStatus.LOST, None, line) if lost else
-                        decide(code, self.stop_requested, events, line, started=started, ranks_stopped=ranks_stopped))
+        self.outcome = (
+            Outcome(RunStatus.LOST, None, line)
+            if lost
+            else decide(code, self.stop_requested, events, line, started=started, ranks_stopped=ranks_stopped)
+        )
         if self.announce is not None:
             self.announce(self.outcome)
         record_end(self.store, self.run_id, self.outcome, events)
@@ -301,7 +345,7 @@ class RunLifecycle:
         if self.handle.poll() is None or processes.leftovers(self.run_id):
             self.handle.stop(0 if self.stop_requested else self.stop_grace)
 
-    def __enter__(self) -> "RunLifecycle":
+    def __enter__(self) -> RunLifecycle:
         return self
 
     def __exit__(self, kind, error, traceback) -> bool:
@@ -339,5 +383,6 @@ def record_end_without_owner(store: RunStore, run_id: str, error: str | None = N
     stopped when a stop was requested, else failed with ``error``."""
     run = store.get(run_id)
     events = read_events(RunFiles.of(run_id).events)[0]
-    return record_end(store, run_id, decide(None, run.stop_requested, events, error, started=run.started is not None),
-                      events)
+    return record_end(
+        store, run_id, decide(None, run.stop_requested, events, error, started=run.started is not None), events
+    )

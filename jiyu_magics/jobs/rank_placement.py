@@ -14,12 +14,13 @@ reads the scheduler's state, and its ``stop`` cancels; nobody waits on it, so it
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
-from typing import Mapping, Protocol
+from typing import Protocol
 
 from ..core.store.run_store import Run
-from .gpu_queue import Grant, GpuQueue
+from .gpu_queue import GpuQueue, Grant
 from .launch_spec import LaunchSpec
 from .process.process_tree import StopResult
 from .process.rank_records import RankRecord
@@ -29,7 +30,7 @@ from .process.torchrun_launch import Launch
 class RankHandle(Protocol):
     """Running ranks, as the lifecycle follows them."""
 
-    pid: int          # the process that stands for the ranks (torchrun here)
+    pid: int  # the process that stands for the ranks (torchrun here)
     pgid: int | None
 
     def poll(self) -> int | None: ...
@@ -51,7 +52,7 @@ class SchedulerUnreachable(Exception):
 
 
 class Phase(str, Enum):
-    QUEUED = "queued"      # the scheduler holds it: pending, held, requeued, nodes booting
+    QUEUED = "queued"  # the scheduler holds it: pending, held, requeued, nodes booting
     RUNNING = "running"
     ENDED = "ended"
 
@@ -61,30 +62,38 @@ class SchedulerState:
     """A scheduled job as its scheduler sees it now, in the lifecycle's words."""
 
     phase: Phase
-    reason: str | None = None       # why it is queued, in the scheduler's words (Resources, Priority)
-    exit_code: int | None = None    # once ended: the code the final-status rule reads (0: it completed)
-    cancelled: bool = False         # ended because someone cancelled it there: a stop request
-    started: float | None = None    # when it started running, if it did
-    error: str | None = None        # the scheduler's own line for a failure (a node failed, out of memory)
-    lost: bool = False              # the scheduler no longer knows the job, and never told its end
+    reason: str | None = None  # why it is queued, in the scheduler's words (Resources, Priority)
+    exit_code: int | None = None  # once ended: the code the final-status rule reads (0: it completed)
+    cancelled: bool = False  # ended because someone cancelled it there: a stop request
+    started: float | None = None  # when it started running, if it did
+    error: str | None = None  # the scheduler's own line for a failure (a node failed, out of memory)
+    lost: bool = False  # the scheduler no longer knows the job, and never told its end
 
 
 class ScheduledHandle(RankHandle, Protocol):
     """A job a scheduler holds: followed by asking, not by waiting."""
 
-    scheduler_id: str | None        # the scheduler's name for it (Slurm job id); None: not submitted
+    scheduler_id: str | None  # the scheduler's name for it (Slurm job id); None: not submitted
 
     def state(self) -> SchedulerState: ...
 
 
 class RankPlacement(Protocol):
-    backend: str      # the run row's ``backend``
-    scheduled: bool   # a scheduler holds the ranks: the lifecycle follows them with ``attach`` + ``state``
+    backend: str  # the run row's ``backend``
+    scheduled: bool  # a scheduler holds the ranks: the lifecycle follows them with ``attach`` + ``state``
 
     def reserve(self, run_id: str) -> Grant | None: ...
     def wait_hint(self, run_id: str) -> tuple[float, str]: ...
-    def start(self, run_id: str, script: os.PathLike, spec: LaunchSpec, *, cwd: str | None,
-              env: Mapping[str, str] | None, grant: Grant | None = None) -> RankHandle: ...
+    def start(
+        self,
+        run_id: str,
+        script: os.PathLike,
+        spec: LaunchSpec,
+        *,
+        cwd: str | None,
+        env: Mapping[str, str] | None,
+        grant: Grant | None = None,
+    ) -> RankHandle: ...
 
 
 class SchedulerGrantsAtOnce:
@@ -125,9 +134,26 @@ class LocalProcessGroup:
         queue = GpuQueue()
         return queue.poll_interval(run_id), queue.waiting_line(run_id)
 
-    def start(self, run_id: str, script: os.PathLike, spec: LaunchSpec, *, cwd: str | None,
-              env: Mapping[str, str] | None, grant: Grant | None = None) -> Launch:
+    def start(
+        self,
+        run_id: str,
+        script: os.PathLike,
+        spec: LaunchSpec,
+        *,
+        cwd: str | None,
+        env: Mapping[str, str] | None,
+        grant: Grant | None = None,
+    ) -> Launch:
         env = {**(env or {}), **(grant.env() if grant is not None else {})}
-        return Launch.start(script, nproc=spec.nproc, run_id=run_id, cwd=cwd, env=env, nnodes=spec.nnodes,
-                            rdzv_endpoint=spec.rdzv_endpoint, node_rank=spec.node_rank,
-                            max_restarts=spec.max_restarts, die_with_parent=self.die_with_parent)
+        return Launch.start(
+            script,
+            nproc=spec.nproc,
+            run_id=run_id,
+            cwd=cwd,
+            env=env,
+            nnodes=spec.nnodes,
+            rdzv_endpoint=spec.rdzv_endpoint,
+            node_rank=spec.node_rank,
+            max_restarts=spec.max_restarts,
+            die_with_parent=self.die_with_parent,
+        )

@@ -7,8 +7,8 @@ import time
 from dataclasses import dataclass, field
 
 from ..core.store.run_store import Run, RunStore, UnknownRun, process_alive
-from .job_error import JobError
 from . import scheduled_runs
+from .job_error import JobError
 from .process import process_tree as processes
 
 SUPERVISOR_REPORT_S = 5.0
@@ -79,16 +79,18 @@ def move_to_top(run_id: str) -> Run:
 
 @dataclass
 class StopReport:
-    run: Run                                             # as it ended
-    leftovers: list[int] = field(default_factory=list)   # processes of an ended run this stop ended
+    run: Run  # as it ended
+    leftovers: list[int] = field(default_factory=list)  # processes of an ended run this stop ended
 
     def describe(self) -> str:
         """One line for ``jiyu stop`` and ``%job stop``."""
         line = f"Run {self.run.id} ({self.run.name}): {self.run.status}."
         if self.leftovers:
             count = len(self.leftovers)
-            line += (f" It had already ended, but {count} process{'es' if count > 1 else ''} still carrying its id "
-                     f"{'were' if count > 1 else 'was'} running: stopped ({', '.join(map(str, self.leftovers))}).")
+            line += (
+                f" It had already ended, but {count} process{'es' if count > 1 else ''} still carrying its id "
+                f"{'were' if count > 1 else 'was'} running: stopped ({', '.join(map(str, self.leftovers))})."
+            )
         return line
 
 
@@ -117,8 +119,10 @@ def stop_report(run_id: str, grace: float = 10.0) -> StopReport:
 
 def _stop_active(store: RunStore, run: Run, grace: float) -> Run:
     if run.kind == "kernel":
-        raise JobError(f"run {run.id} trains inside a notebook kernel: interrupt that kernel (or press the "
-                       "dashboard's Stop button) to stop it")
+        raise JobError(
+            f"run {run.id} trains inside a notebook kernel: interrupt that kernel (or press the "
+            "dashboard's Stop button) to stop it"
+        )
     if scheduled_runs.scheduled(run):
         return scheduled_runs.stop(run, store, grace)
     if run.host != store.host:
@@ -146,8 +150,9 @@ def _owning_kernel(run: Run) -> int | None:
     return run.owner_pid
 
 
-def _await_final(store: RunStore, run_id: str, supervisor: int | None, kernel: int | None = None,
-                 stop_owner: bool = True) -> Run:
+def _await_final(
+    store: RunStore, run_id: str, supervisor: int | None, kernel: int | None = None, stop_owner: bool = True
+) -> Run:
     """The owner records the outcome when torchrun exits, so it is given a few seconds even
     once the recorded process is gone (for ``%%train --nproc`` that is torchrun, and the
     kernel records after it: waited for while it lives). An owner that does not report is

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 from ..core.runs.files import RunFiles
 from ..core.store.run_store import RunStore
@@ -60,8 +60,13 @@ def read_from(run_id: str, offset: int) -> tuple[str, int]:
     return data[:end].decode("utf-8", "replace"), offset + end
 
 
-def follow(run_id: str, offset: int, store: RunStore | None = None,
-           poll: float = FOLLOW_POLL_S, sleep: Callable[[float], None] = time.sleep) -> Iterator[str]:
+def follow(
+    run_id: str,
+    offset: int,
+    store: RunStore | None = None,
+    poll: float = FOLLOW_POLL_S,
+    sleep: Callable[[float], None] = time.sleep,
+) -> Iterator[str]:
     """Chunks of new log text until the run ends (and its last lines are read)."""
     store = store or RunStore()
     while True:

@@ -11,7 +11,8 @@ often, however many panels, kernels and shells are watching.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
 
 from ..core.runs.files import RunFiles
 from ..core.store.run_store import Run, RunStore
@@ -32,7 +33,7 @@ def scheduled(run: Run) -> bool:
     return run.backend in SCHEDULED_BACKENDS
 
 
-def owner_of(run: Run, store: RunStore) -> "RunLifecycle":
+def owner_of(run: Run, store: RunStore) -> RunLifecycle:
     """The run's lifecycle owner, made again from its row, with its scheduler's placement (and
     its saved launch spec; the row's numbers where the folder lost it, as after a store repair)."""
     from .launch_spec import LaunchSpec
@@ -42,14 +43,20 @@ def owner_of(run: Run, store: RunStore) -> "RunLifecycle":
         spec = LaunchSpec.load(RunFiles.of(run.id))
     except (OSError, ValueError, TypeError):
         spec = LaunchSpec(nproc=run.nproc, nnodes=run.nnodes, backend=run.backend)
-    return RunLifecycle(run.id, spec, placement=placement_for(run.backend), store=store,
-                        owner=f"{run.backend} follower", announce=log_end(run))
+    return RunLifecycle(
+        run.id,
+        spec,
+        placement=placement_for(run.backend),
+        store=store,
+        owner=f"{run.backend} follower",
+        announce=log_end(run),
+    )
 
 
 def follow(store: RunStore | None = None, runs: Iterable[Run] | None = None, every: float = POLL_EVERY_S) -> None:
     """Brings the active scheduled runs (all of them, or ``runs``) up to date with their schedulers."""
     store = store or RunStore()
-    for run in (store.list(include_finished=False) if runs is None else runs):
+    for run in store.list(include_finished=False) if runs is None else runs:
         if _due(run, every) and store.claim_poll(run.id, every):
             from .rank_placement import SchedulerUnreachable
 
@@ -89,22 +96,27 @@ def stop(run: Run, store: RunStore, grace: float) -> Run:
     return store.get(run.id)
 
 
-def _await_end(owner: "RunLifecycle") -> None:
+def _await_end(owner: RunLifecycle) -> None:
     deadline = time.monotonic() + END_WAIT_S
     while owner.follow().active and time.monotonic() < deadline:
         time.sleep(END_CHECK_S)
 
 
-def log_end(run: Run) -> Callable[["Outcome"], None]:
+def log_end(run: Run) -> Callable[[Outcome], None]:
     """The run's last log line, as a local job's supervisor writes it, so ``jiyu logs`` shows
     how the run ended (the scheduler's job has exited: nothing else writes the log then)."""
-    def announce(outcome: "Outcome") -> None:
+
+    def announce(outcome: Outcome) -> None:
         code = outcome.exit_code
-        line = (f"[jiyu] {time.strftime('%H:%M:%S')} {run.backend} job {outcome.status}"
-                + (f" (exit code {code})" if code else "") + (f": {outcome.error}" if outcome.error else ""))
+        line = (
+            f"[jiyu] {time.strftime('%H:%M:%S')} {run.backend} job {outcome.status}"
+            + (f" (exit code {code})" if code else "")
+            + (f": {outcome.error}" if outcome.error else "")
+        )
         try:
             with open(RunFiles.of(run.id).log, "a") as log:
                 log.write(line + "\n")
         except OSError:
             pass
+
     return announce

@@ -21,8 +21,8 @@ from pathlib import Path
 from ..core.runs.files import STACK_SIGNAL_NAME, RunFiles
 from .process import rank_records
 
-WAIT_S = 3.0       # for every rank's dump to arrive
-SETTLE_S = 0.3     # files unchanged this long: the dumps are complete
+WAIT_S = 3.0  # for every rank's dump to arrive
+SETTLE_S = 0.3  # files unchanged this long: the dumps are complete
 PY_SPY_TIMEOUT_S = 20.0
 
 
@@ -55,7 +55,7 @@ def _wait_until_settled(offsets: dict[Path, int]) -> None:
     deadline, last, steady_since = time.monotonic() + WAIT_S, None, time.monotonic()
     while time.monotonic() < deadline:
         sizes = [path.stat().st_size for path in offsets]
-        grown = all(size > offset for size, offset in zip(sizes, offsets.values()))
+        grown = all(size > offset for size, offset in zip(sizes, offsets.values(), strict=False))
         if sizes != last:
             last, steady_since = sizes, time.monotonic()
         elif grown and time.monotonic() - steady_since >= SETTLE_S:
@@ -86,8 +86,9 @@ def _native_frames(pid: int) -> str:
     if tool is None:
         return ""
     try:
-        done = subprocess.run([tool, "dump", "--native", "--pid", str(pid)], capture_output=True, text=True,
-                              timeout=PY_SPY_TIMEOUT_S)
+        done = subprocess.run(
+            [tool, "dump", "--native", "--pid", str(pid)], capture_output=True, text=True, timeout=PY_SPY_TIMEOUT_S
+        )
     except (OSError, subprocess.TimeoutExpired):
         return ""
     body = done.stdout if done.returncode == 0 else done.stderr

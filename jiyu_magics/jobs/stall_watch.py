@@ -12,22 +12,21 @@ from __future__ import annotations
 import time
 
 from ..core.events.log import EventLog, read_events
+from ..core.events.stall_clock import StallClock
 from ..core.runs.files import RunFiles
 from ..core.store.run_store import RunStore
-from ..core.events.stall_clock import StallClock
 from .stack_dump import dump_stacks
 
 CHECK_S = 2.0
 
 
 class StallWatch:
-    def __init__(self, run_id: str, store: RunStore, default_timeout: float | None = None,
-                 every: float = CHECK_S):
+    def __init__(self, run_id: str, store: RunStore, default_timeout: float | None = None, every: float = CHECK_S):
         self.run_id, self.store, self.every = run_id, store, every
         self.files = RunFiles.of(run_id)
         self.clock = StallClock(default_timeout)
         self.offset = 0
-        self.flagged: float | None = None   # the ``since`` of the stall flagged now
+        self.flagged: float | None = None  # the ``since`` of the stall flagged now
         self._next = 0.0
 
     def check(self) -> None:
@@ -48,5 +47,10 @@ class StallWatch:
     def _record_stall(self, since: float) -> None:
         folder = dump_stacks(self.run_id)
         with EventLog(self.files.events) as log:
-            log.append("stall", step=self.clock.step, since=since, timeout=self.clock.timeout,
-                       stacks=str(folder) if folder else None)
+            log.append(
+                "stall",
+                step=self.clock.step,
+                since=since,
+                timeout=self.clock.timeout,
+                stacks=str(folder) if folder else None,
+            )

@@ -12,25 +12,40 @@ from pathlib import Path
 from ..core.runs.files import RunFiles
 from ..core.runs.names import BadRunName, check_run_name
 from ..core.store.run_store import Run, RunStore, process_start_time
-from .process import torchrun_command as torchrun
-from .job_error import JobError
-from .export import job_hazards
-from .export.notebook_export import export_notebook
 from .backends import placement_for
 from .backends.slurm.options import SlurmOptions
-from .lifecycle import RunLifecycle, record_end_without_owner
+from .export import job_hazards
+from .export.notebook_export import export_notebook
+from .job_error import JobError
 from .launch_spec import LaunchSpec, visible_gpus
+from .lifecycle import RunLifecycle, record_end_without_owner
+from .process import torchrun_command as torchrun
 
 EXPORT_NOTES = "export.json"
 # Supervisors this process started: polled now and then so none stays a zombie in a kernel.
 _started: list[subprocess.Popen] = []
 
 
-def submit(notebook: str | os.PathLike, *, nproc: int = 1, nnodes: int = 1, params: dict | None = None,
-           name: str | None = None, max_restarts: int = 0, backend: str = "local", notify: str | None = None,
-           rdzv_endpoint: str | None = None, node_rank: int | None = None, cwd: str | None = None,
-           slurm: dict | None = None, k8s_kind: str | None = None, gpus: int | None = None, priority: int = 0,
-           share: bool = False, stall_timeout: float | None = None) -> Run:
+def submit(
+    notebook: str | os.PathLike,
+    *,
+    nproc: int = 1,
+    nnodes: int = 1,
+    params: dict | None = None,
+    name: str | None = None,
+    max_restarts: int = 0,
+    backend: str = "local",
+    notify: str | None = None,
+    rdzv_endpoint: str | None = None,
+    node_rank: int | None = None,
+    cwd: str | None = None,
+    slurm: dict | None = None,
+    k8s_kind: str | None = None,
+    gpus: int | None = None,
+    priority: int = 0,
+    share: bool = False,
+    stall_timeout: float | None = None,
+) -> Run:
     """Exports ``notebook`` (with ``params`` injected after its ``parameters`` cell) and runs it
     as a torchrun job: ``local`` under a detached supervisor on this machine, ``slurm`` as a
     batch job (``slurm``: the ``SlurmOptions`` fields, e.g. ``{"time": "2:00:00", "partition":
@@ -42,9 +57,21 @@ def submit(notebook: str | os.PathLike, *, nproc: int = 1, nnodes: int = 1, para
     sharing runs hold. ``stall_timeout``: the default of the job's ``fit`` calls for flagging
     it stalled (``core.stall_clock``). Returns the run at once. Raises ``JobError`` (one line) for bad input;
     nothing is created then."""
-    spec = LaunchSpec(nproc, nnodes, max_restarts, backend, rdzv_endpoint, node_rank, notify, slurm=slurm or None,
-                      k8s_kind=k8s_kind, gpus=gpus, priority=priority, share=share,
-                      stall_timeout=stall_timeout).validated()
+    spec = LaunchSpec(
+        nproc,
+        nnodes,
+        max_restarts,
+        backend,
+        rdzv_endpoint,
+        node_rank,
+        notify,
+        slurm=slurm or None,
+        k8s_kind=k8s_kind,
+        gpus=gpus,
+        priority=priority,
+        share=share,
+        stall_timeout=stall_timeout,
+    ).validated()
     if backend == "slurm":
         spec.slurm = SlurmOptions.from_dict(slurm).validated().to_dict()
     try:
@@ -60,12 +87,28 @@ def submit(notebook: str | os.PathLike, *, nproc: int = 1, nnodes: int = 1, para
         raise JobError(f"cwd {workdir}: no such folder")
     store = RunStore()
     queue = spec.queue_fields() if backend == "local" else {}
-    run = store.create("job", name or path.stem, nproc=nproc, nnodes=nnodes, notebook=str(path),
-                       cwd=str(workdir), backend=backend, params=export.params, **queue)
+    run = store.create(
+        "job",
+        name or path.stem,
+        nproc=nproc,
+        nnodes=nnodes,
+        notebook=str(path),
+        cwd=str(workdir),
+        backend=backend,
+        params=export.params,
+        **queue,
+    )
     files = RunFiles.of(run.id).create()
     export.write(files.script)
-    (files.root / EXPORT_NOTES).write_text(json.dumps({"code_cells": export.code_cells, "left_out": export.left_out,
-                                                       "warnings": _warnings(export, nproc * nnodes)}))
+    (files.root / EXPORT_NOTES).write_text(
+        json.dumps(
+            {
+                "code_cells": export.code_cells,
+                "left_out": export.left_out,
+                "warnings": _warnings(export, nproc * nnodes),
+            }
+        )
+    )
     files.params.write_text(json.dumps(export.params, indent=2, default=repr))
     spec.save(files)
     try:
@@ -100,9 +143,16 @@ def start_supervisor(run_id: str, cwd: str | None, files: RunFiles) -> subproces
     signal from the kernel's or the server's process group ever reaches it."""
     _reap()
     with open(files.log, "ab") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "jiyu_magics.jobs.supervisor", run_id], cwd=cwd,
-                                env=torchrun.environment(run_id), stdin=subprocess.DEVNULL, stdout=log,
-                                stderr=subprocess.STDOUT, start_new_session=True, close_fds=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "jiyu_magics.jobs.supervisor", run_id],
+            cwd=cwd,
+            env=torchrun.environment(run_id),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            close_fds=True,
+        )
     _started.append(proc)
     return proc
 
@@ -122,9 +172,9 @@ def _warnings(export, processes: int) -> list[str]:
 class SubmitNotes:
     """What a submission has to tell the person who made it, as plain data for the views."""
 
-    left_out: list[str] = field(default_factory=list)   # one line per cell or command left out
-    warnings: list[str] = field(default_factory=list)   # what will likely block or misbehave
-    handover: str | None = None                         # what the scheduler said (Slurm, Kubernetes)
+    left_out: list[str] = field(default_factory=list)  # one line per cell or command left out
+    warnings: list[str] = field(default_factory=list)  # what will likely block or misbehave
+    handover: str | None = None  # what the scheduler said (Slurm, Kubernetes)
 
 
 def submit_notes(run: Run) -> SubmitNotes:

@@ -20,8 +20,8 @@ import time
 from ..core.gpu.status import owned_snapshot
 from ..core.gpu.usage import accrue
 from ..core.runs.model import RunStatus
-from ..core.store.run_store import RunStore, UnknownRun
 from ..core.store.database import StoreUnusable
+from ..core.store.run_store import RunStore, UnknownRun
 from .final_status import Outcome
 from .lifecycle import RunLifecycle, record_end_without_owner
 from .rank_placement import LocalProcessGroup
@@ -37,8 +37,13 @@ class Supervisor:
     def __init__(self, run_id: str):
         self.run_id = run_id
         self.stop_wanted = False
-        self.lifecycle = RunLifecycle.adopt(run_id, placement=LocalProcessGroup(die_with_parent=True),
-                                            owner="supervisor", recorded_pid=os.getpid(), announce=self._announce)
+        self.lifecycle = RunLifecycle.adopt(
+            run_id,
+            placement=LocalProcessGroup(die_with_parent=True),
+            owner="supervisor",
+            recorded_pid=os.getpid(),
+            announce=self._announce,
+        )
         self.spec = self.lifecycle.spec
         self._sampled = -float("inf")
 
@@ -48,8 +53,10 @@ class Supervisor:
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
         with self.lifecycle as lifecycle:
             if lifecycle.start(stop_wanted=lambda: self.stop_wanted, on_wait=self.say):
-                self.say(f"torchrun started: {self.spec.nproc} process(es) per node on "
-                         f"{lifecycle.grant.describe()}, pid {lifecycle.handle.pid}")
+                self.say(
+                    f"torchrun started: {self.spec.nproc} process(es) per node on "
+                    f"{lifecycle.grant.describe()}, pid {lifecycle.handle.pid}"
+                )
             lifecycle.wait(stop_wanted=lambda: self.stop_wanted, tick=self._sample_usage)
             outcome = lifecycle.end()
         self._notify(outcome.status.value)
@@ -63,8 +70,11 @@ class Supervisor:
             return
         self._sampled = time.monotonic()
         try:
-            accrue(self.lifecycle.store.db, owned_snapshot(self.lifecycle.store, own_pids=[os.getpid()]),
-                   only=[lease.uuid for lease in grant.leases])
+            accrue(
+                self.lifecycle.store.db,
+                owned_snapshot(self.lifecycle.store, own_pids=[os.getpid()]),
+                only=[lease.uuid for lease in grant.leases],
+            )
         except StoreUnusable:
             pass
 
@@ -78,8 +88,11 @@ class Supervisor:
         started = RunStore().get(self.run_id).started
         took = f" after {time.time() - started:.0f} s" if started is not None else ""
         code = outcome.exit_code
-        self.say(f"job {outcome.status}{took}" + (f" (exit code {code})" if code else "")
-                 + (f": {outcome.error}" if outcome.error else ""))
+        self.say(
+            f"job {outcome.status}{took}"
+            + (f" (exit code {code})" if code else "")
+            + (f": {outcome.error}" if outcome.error else "")
+        )
 
     def _notify(self, status: str) -> None:
         if not self.spec.notify:
@@ -87,8 +100,9 @@ class Supervisor:
         cmd = [*shlex.split(self.spec.notify), self.run_id, status]
         env = {**os.environ, "JIYU_RUN_STATUS": status}
         try:
-            done = subprocess.run(cmd, env=env, stdin=subprocess.DEVNULL, stdout=sys.stdout, stderr=sys.stdout,
-                                  timeout=NOTIFY_TIMEOUT_S)
+            done = subprocess.run(
+                cmd, env=env, stdin=subprocess.DEVNULL, stdout=sys.stdout, stderr=sys.stdout, timeout=NOTIFY_TIMEOUT_S
+            )
             if done.returncode:
                 self.say(f"--notify command exited with code {done.returncode}")
         except (OSError, subprocess.TimeoutExpired) as error:

@@ -26,5 +26,6 @@ def unregister(ipython) -> None:
         for kind, names in cls.magics.items():
             for name in names:
                 tables[kind].pop(name, None)
-    ipython.magics_manager.registry = {k: v for k, v in ipython.magics_manager.registry.items()
-                                       if type(v) not in magic_classes()}
+    ipython.magics_manager.registry = {
+        k: v for k, v in ipython.magics_manager.registry.items() if type(v) not in magic_classes()
+    }

@@ -17,7 +17,6 @@ ranks replay those cells too, and so delete what the kernel deleted.
 from __future__ import annotations
 
 import time
-
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the exporter loads with the first cell recorded, not with %load_ext
@@ -41,7 +40,7 @@ class CellHistory:
         shell.events.register("post_run_cell", self.record)
 
     @classmethod
-    def of(cls, shell) -> "CellHistory":
+    def of(cls, shell) -> CellHistory:
         """The shell's one recorder (loading the extension twice must not record twice)."""
         history = getattr(shell, ATTRIBUTE, None)
         if history is None:
@@ -85,10 +84,13 @@ class CellHistory:
         from ..jobs.export.cell_rules import clears_namespace
 
         inputs = self.shell.user_ns.get("In", [])
-        earlier = [ExecutedCell(source, count) for count, source in enumerate(inputs[:self.first_recorded])
-                   if count and source.strip()]
+        earlier = [
+            ExecutedCell(source, count)
+            for count, source in enumerate(inputs[: self.first_recorded])
+            if count and source.strip()
+        ]
         last_reset = max((i for i, cell in enumerate(earlier) if clears_namespace(cell.source)), default=-1)
-        return earlier[last_reset + 1:] + list(self.recorded)
+        return earlier[last_reset + 1 :] + list(self.recorded)
 
     # -- the namespace -------------------------------------------------------------------------
     def _namespace_cleared(self) -> bool:
@@ -97,8 +99,7 @@ class CellHistory:
     def _user_names(self) -> bool:
         """Whether the namespace holds a name ``%who`` would list (stops at the first one)."""
         hidden, ns = self.shell.user_ns_hidden, self.shell.user_ns
-        return any(not name.startswith("_") and value is not hidden.get(name, _ABSENT)
-                   for name, value in ns.items())
+        return any(not name.startswith("_") and value is not hidden.get(name, _ABSENT) for name, value in ns.items())
 
     def _mark_namespace(self) -> None:
         self.shell.push({MARKER: True}, interactive=False)

@@ -12,8 +12,9 @@ from __future__ import annotations
 import io
 import os
 import sys
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator, TextIO
+from typing import TextIO
 
 from ..core.runs.files import RUN_ID_ENV, RunFiles
 

@@ -3,21 +3,20 @@
 The kernel is never forked (fork-based launchers break once anything touched CUDA). The
 ``%%train`` magic has already run the cell body here, as in single-process training, so bad
 objects failed before any process started. This adapter exports what the kernel executed plus
-this cell to a script, saves the model's current weights for every rank to start from, and
-hands the run to its lifecycle owner (``jobs.lifecycle``, in this thread), which waits in the GPU
+this cell to a script, saves the model's current weights for every rank to start from, and hands
+the run to its lifecycle owner (``jobs.lifecycle``, in this thread), which waits in the GPU
 queue while the GPUs it needs are leased by others (a kernel interrupt leaves the queue), starts
-torchrun as a child process group on its leased GPUs and decides and records how it ended. Meanwhile the dashboard follows
-rank 0's event log and each rank's state; Stop or a kernel interrupt asks the owner to stop
-(the ranks agree on a step, checkpoint and exit), a second interrupt kills them. At the end
-rank 0's final weights are loaded into the kernel's ``model`` and the result is bound as after
-single-process training.
-"""
+torchrun as a child process group on its leased GPUs and decides and records how it ended.
+Meanwhile the dashboard follows rank 0's event log and each rank's state; Stop or a kernel
+interrupt asks the owner to stop (the ranks agree on a step, checkpoint and exit), a second
+interrupt kills them. At the end rank 0's final weights are loaded into the kernel's ``model``
+and the result is bound as after single-process training."""
 
 from __future__ import annotations
 
 import os
 from argparse import Namespace
-from typing import Callable
+from collections.abc import Callable
 
 from IPython.core.error import UsageError
 
@@ -48,8 +47,15 @@ def launch_spec(nproc: int, device: str | None) -> LaunchSpec:
 
 
 class DdpLaunch:
-    def __init__(self, shell, line: str, args: Namespace, cell: str | None, model,
-                 on_monitor: Callable[[object], None] | None = None):
+    def __init__(
+        self,
+        shell,
+        line: str,
+        args: Namespace,
+        cell: str | None,
+        model,
+        on_monitor: Callable[[object], None] | None = None,
+    ):
         self.shell, self.line, self.args, self.cell = shell, line, args, cell or ""
         self.model, self.on_monitor = model, on_monitor
         self.offset = 0  # how far the dashboard has read the event log
@@ -58,9 +64,14 @@ class DdpLaunch:
         from ..train.run_binding import NOTEBOOK_ENV, default_name
 
         spec = launch_spec(self.args.nproc, self.args.device)
-        self.lifecycle = RunLifecycle.register(RunKind.DDP, self.args.name or default_name(self.model), spec,
-                                               owner="kernel", notebook=os.environ.get(NOTEBOOK_ENV),
-                                               params={"train": self.line})
+        self.lifecycle = RunLifecycle.register(
+            RunKind.DDP,
+            self.args.name or default_name(self.model),
+            spec,
+            owner="kernel",
+            notebook=os.environ.get(NOTEBOOK_ENV),
+            params={"train": self.line},
+        )
         with self.lifecycle:
             # said at once: exporting and torchrun's start take seconds before the dashboard shows
             print(f"jiyu: exporting the notebook for run {self.lifecycle.run_id}…", flush=True)
@@ -113,8 +124,12 @@ class DdpLaunch:
         if in_notebook(self.shell):
             from ..widgets.ddp_dashboard import DdpDashboard
 
-            monitor = DdpDashboard(self.lifecycle, refresh=self.args.refresh or 1.0, scale=self.args.scale,
-                                   on_stop=self.lifecycle.request_stop).show()
+            monitor = DdpDashboard(
+                self.lifecycle,
+                refresh=self.args.refresh or 1.0,
+                scale=self.args.scale,
+                on_stop=self.lifecycle.request_stop,
+            ).show()
         else:
             from ..widgets.text_progress import TextProgress
 
@@ -146,8 +161,9 @@ class DdpLaunch:
 
         while True:
             try:
-                self.offset = follow(self.monitor, self.lifecycle.files.events, self.offset,
-                                     until=self._tick, stop_at_end=False)
+                self.offset = follow(
+                    self.monitor, self.lifecycle.files.events, self.offset, until=self._tick, stop_at_end=False
+                )
                 return
             except KeyboardInterrupt:
                 if self.lifecycle.stop_requested:
@@ -177,9 +193,10 @@ class DdpLaunch:
         if self.final_weights.exists():
             load_weights(self.model, self.final_weights)
         elif outcome.status is RunStatus.STOPPED:
-            result.message += " (stopped before the ranks could hand back their weights: the kernel's model is unchanged)"
+            result.message += (
+                " (stopped before the ranks could hand back their weights: the kernel's model is unchanged)"
+            )
         self.shell.user_ns[self.args.result] = result
-
 
     def _first_traceback(self) -> str | None:
         """The first failing rank's traceback from the log, trimmed of jiyu's and torch elastic's frames."""
@@ -203,7 +220,8 @@ class RankFailure(RuntimeError):
         return [f"RankFailure: {self}", *details]
 
 
-def launch_ddp(shell, line: str, args: Namespace, cell: str | None, model,
-               on_monitor: Callable[[object], None] | None = None) -> None:
+def launch_ddp(
+    shell, line: str, args: Namespace, cell: str | None, model, on_monitor: Callable[[object], None] | None = None
+) -> None:
     """Trains ``model`` (the kernel's, after the cell body ran) as ``%%train --nproc``."""
     DdpLaunch(shell, line, args, cell, model, on_monitor).run()

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import ast
 import functools
-from typing import Callable
+from collections.abc import Callable
 
 from .cell_history import CellHistory
 
@@ -27,6 +27,7 @@ def defining_cells(shell) -> Callable[[str], int | None]:
 
     def defined_in(name: str) -> int | None:
         return next((cell.execution_count for cell in reversed(cells) if name in names_bound_by(cell.source)), None)
+
     return defined_in
 
 
@@ -92,8 +93,11 @@ def _cell_magic_bodies(tree: ast.Module) -> list[str]:
     set-up; ``%%time``, ``%%capture``) and ``run_line_magic('time', code)``."""
     bodies = []
     for node in ast.walk(tree):
-        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-                and all(isinstance(a, ast.Constant) and isinstance(a.value, str) for a in node.args)):
+        if not (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and all(isinstance(a, ast.Constant) and isinstance(a.value, str) for a in node.args)
+        ):
             continue
         magic = node.args[0].value if node.args else None
         if node.func.attr == "run_cell_magic" and len(node.args) == 3 and magic in CODE_CELL_MAGICS:

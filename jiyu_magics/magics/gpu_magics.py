@@ -26,9 +26,13 @@ class GpuMagics(Magics):
 
     @magic_arguments()
     @argument("--json", action="store_true", help="Return the snapshot as a dict instead of showing a table.")
-    @argument("--watch", type=float, metavar="SECONDS",
-              help="Refresh every SECONDS in place: a live widget with a Stop button in notebooks "
-                   "(the kernel stays free), in-place text in a terminal until Ctrl-C.")
+    @argument(
+        "--watch",
+        type=float,
+        metavar="SECONDS",
+        help="Refresh every SECONDS in place: a live widget with a Stop button in notebooks "
+        "(the kernel stays free), in-place text in a terminal until Ctrl-C.",
+    )
     @line_magic
     def gpu_status(self, line: str = ""):
         """Show the NVIDIA GPUs: utilisation, memory, temperature, power, clocks, MIG mode, who

@@ -10,7 +10,7 @@ foreground, printing progress lines, until the run ends or Ctrl-C detaches.
 from __future__ import annotations
 
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 from .. import jobs
 from ..core.events.log import read_events
@@ -54,8 +54,11 @@ class FitSequence:
     def feed(self, events: list[dict]) -> None:
         batch: list[dict] = []
         for event in events:
-            if event.get("kind") == EventKind.START and (self.current is None or self.current.view.version
-                                                          or any(e.get("kind") == EventKind.START for e in batch)):
+            if event.get("kind") == EventKind.START and (
+                self.current is None
+                or self.current.view.version
+                or any(e.get("kind") == EventKind.START for e in batch)
+            ):
                 self._flush(batch)
                 batch = []
                 previous = self.current
@@ -83,8 +86,9 @@ class FitSequence:
             view.fit_name = fit_name
         several = len(self.dashboards) > 1 or not self.run.active and self._starts() > 1
         call = getattr(view, "fit_name", None)
-        view.name = self.run.name + (f" · fit {index}" + (f": {call}" if call and call != self.run.name else "")
-                                     if several else "")
+        view.name = self.run.name + (
+            f" · fit {index}" + (f": {call}" if call and call != self.run.name else "") if several else ""
+        )
         view.run_id = self.run.id
 
     def _starts(self) -> int:
@@ -129,8 +133,9 @@ def attach_dashboard(run: Run, wait: bool = False, stop_grace: float = 10.0):
     sequence.feed(events)
     if sequence.current is None:  # nothing logged yet: the store's view of it, waiting
         sequence.dashboards.append(make())
-    output = RankOutput(RunFiles.of(run.id).log,
-                        ready=lambda: sequence.current is not None and sequence.current.handle is not None)
+    output = RankOutput(
+        RunFiles.of(run.id).log, ready=lambda: sequence.current is not None and sequence.current.handle is not None
+    )
     if not run.active:
         sequence.close()
         output.finish()
@@ -149,6 +154,7 @@ def _follow(sequence: FitSequence, output, path, offset: int, run_id: str, follo
     def ended() -> bool:
         output.poll()  # the ranks' new lines, at the dashboard's pace
         return not still_active(run_id)
+
     try:
         follow(sequence, path, offset, until=ended, stop_at_end=False)
     finally:
@@ -159,9 +165,8 @@ def _follow(sequence: FitSequence, output, path, offset: int, run_id: str, follo
 def attach_text(run: Run, interval: float) -> int:
     """Progress lines from the run's log until it ends (or Ctrl-C); returns lines printed."""
     from ..widgets.event_follow import follow
-    from ..widgets.text_progress import TextProgress
-
     from ..widgets.rank_output import RankEcho
+    from ..widgets.text_progress import TextProgress
 
     monitor = TextProgress(interval=interval)
     describe(monitor.view, run)

@@ -41,7 +41,7 @@ def _existing_notebook(candidate) -> Path | None:
     if not isinstance(candidate, str) or not candidate.endswith(".ipynb"):
         return None
     path = Path(candidate).expanduser()
-    for option in ([path] if path.is_absolute() else [Path.cwd() / path, Path.cwd() / path.name]):
+    for option in [path] if path.is_absolute() else [Path.cwd() / path, Path.cwd() / path.name]:
         if option.is_file():
             return option.resolve()
     return None
@@ -74,6 +74,7 @@ class SubmittedRunId(str):
 @magics_class
 class JobMagics(Magics):
     attached = None  # the dashboard of the latest %job attach, for inspection
+
     def __init__(self, shell=None, **kwargs):
         super().__init__(shell=shell, **kwargs)
         if shell is not None:
@@ -112,8 +113,9 @@ class JobMagics(Magics):
         args = parse_line(self.submit, line)
         notebook = args.notebook or current_notebook(self.shell)
         if notebook is None:
-            raise UsageError("%submit cannot tell which notebook this kernel runs; pass its path: "
-                             "%submit path/to/notebook.ipynb")
+            raise UsageError(
+                "%submit cannot tell which notebook this kernel runs; pass its path: %submit path/to/notebook.ipynb"
+            )
         try:
             run = jobs.submit(notebook, **submit_kwargs(args))
         except jobs.JobError as error:
@@ -131,16 +133,26 @@ class JobMagics(Magics):
         except OSError:
             return
         if last_run is not None and saved < last_run:
-            print(f"Warning: {notebook.name} was last saved at {time.strftime('%H:%M:%S', time.localtime(saved))}, "
-                  f"before the last cell you ran here: the job runs the notebook as saved (save first to include "
-                  "your latest edits).")
+            print(
+                f"Warning: {notebook.name} was last saved at {time.strftime('%H:%M:%S', time.localtime(saved))}, "
+                f"before the last cell you ran here: the job runs the notebook as saved (save first to include "
+                "your latest edits)."
+            )
 
     @magic_arguments()
     @argument("--all", action="store_true", help="include finished runs")
-    @argument("--limit", type=_positive_int, metavar="N",
-              help="the N newest runs (default with --all: 100; the listing says how many it left out)")
-    @argument("--since", type=_since, metavar="WHEN",
-              help="only runs created since WHEN: 30m, 12h, 7d, 2w, or a date (2026-11-01)")
+    @argument(
+        "--limit",
+        type=_positive_int,
+        metavar="N",
+        help="the N newest runs (default with --all: 100; the listing says how many it left out)",
+    )
+    @argument(
+        "--since",
+        type=_since,
+        metavar="WHEN",
+        help="only runs created since WHEN: 30m, 12h, 7d, 2w, or a date (2026-11-01)",
+    )
     @line_magic
     def jobs(self, line: str = ""):
         """List runs: id, name, kind, status, processes, GPUs, progress, last loss, start,
@@ -163,15 +175,15 @@ class JobMagics(Magics):
     def job(self, line: str = ""):
         """Control one run by its id (or a unique prefix of it):
 
-            %job logs ID [-f] [--tail N]   the run's log; -f follows it until the run ends
-            %job stop ID [--grace S]       SIGTERM every rank: training stops at a step with a
-                                           checkpoint and the job ends (no further cell runs);
-                                           SIGKILL after S s (default 10); a Slurm/Kubernetes
-                                           job is cancelled there. Of an ended run: stops any
-                                           process still carrying its id
-            %job attach ID [--wait]        the run's live training dashboard, from its whole
-                                           event log (works after a reload or kernel restart);
-                                           its Stop button stops the job
+        %job logs ID [-f] [--tail N]   the run's log; -f follows it until the run ends
+        %job stop ID [--grace S]       SIGTERM every rank: training stops at a step with a
+                                       checkpoint and the job ends (no further cell runs);
+                                       SIGKILL after S s (default 10); a Slurm/Kubernetes
+                                       job is cancelled there. Of an ended run: stops any
+                                       process still carrying its id
+        %job attach ID [--wait]        the run's live training dashboard, from its whole
+                                       event log (works after a reload or kernel restart);
+                                       its Stop button stops the job
         """
         command, _, rest = line.strip().partition(" ")
         handlers = {"logs": self._logs, "stop": self._stop, "attach": self._attach}
@@ -209,8 +221,12 @@ class JobMagics(Magics):
 
     @magic_arguments(name="job attach")
     @argument("id", help="run id or unique prefix")
-    @argument("--wait", action="store_true", help="in a notebook, keep the cell busy until the run ends "
-              "(default: follow in the background, the kernel stays free)")
+    @argument(
+        "--wait",
+        action="store_true",
+        help="in a notebook, keep the cell busy until the run ends "
+        "(default: follow in the background, the kernel stays free)",
+    )
     def _attach(self, rest: str):
         args = parse_line(self._attach, rest)
         run = jobs.resolve(args.id)

@@ -30,23 +30,63 @@ FIT_OPTIONS = option_specs()
 
 # Options of the magic itself (fit's options come from FitOptions), declared once.
 MAGIC_OPTIONS: list[tuple[tuple[str, ...], dict]] = [
-    (("--nproc",), dict(type=int, metavar="N", help="Train with DDP in N processes (one GPU each, or gloo on the "
-                        "CPU) under torchrun, started from what this notebook executed (since its last %%reset); the "
-                        "kernel's model starts them and gets rank 0's final weights back. Without it: in this kernel.")),
-    (("--refresh",), dict(type=float, metavar="SECONDS", help="Dashboard refresh interval. Default: 1 s "
-                          "(text progress: 10 s in a log, about 1 s redrawn in place on a terminal).")),
-    (("--scale",), dict(choices=("auto", "log", "linear"), default="auto", help="The loss chart's y axis (live "
-                        "and in the end-of-run summary): log, linear, or auto (log when the losses span more "
-                        "than 30x). The smoothed line is averaged in the space shown. Default: auto.")),
-    *((("--" + name.replace("_", "-"),), dict(metavar="VAR", help=f"Variable holding {what}. Default: {default}"
-                                              + ("." if required else f", from this cell, or from the notebook"
-                                                 f"{' when it steps this optimizer' if name == 'scheduler' else ''} "
-                                                 f"(then named in the run's header); {NONE}: none.")))
-      for name, (default, required, what) in OBJECTS.items()),
-    (("--no-val",), dict(action="store_true", help="Validate nothing, even when the notebook has a val_loader "
-                         f"(as --val-loader {NONE}).")),
-    (("--result",), dict(metavar="VAR", default="train_result", help="Variable the result is stored in. "
-                         "Default: train_result.")),
+    (
+        ("--nproc",),
+        dict(
+            type=int,
+            metavar="N",
+            help="Train with DDP in N processes (one GPU each, or gloo on the "
+            "CPU) under torchrun, started from what this notebook executed (since its last %%reset); the "
+            "kernel's model starts them and gets rank 0's final weights back. Without it: in this kernel.",
+        ),
+    ),
+    (
+        ("--refresh",),
+        dict(
+            type=float,
+            metavar="SECONDS",
+            help="Dashboard refresh interval. Default: 1 s "
+            "(text progress: 10 s in a log, about 1 s redrawn in place on a terminal).",
+        ),
+    ),
+    (
+        ("--scale",),
+        dict(
+            choices=("auto", "log", "linear"),
+            default="auto",
+            help="The loss chart's y axis (live "
+            "and in the end-of-run summary): log, linear, or auto (log when the losses span more "
+            "than 30x). The smoothed line is averaged in the space shown. Default: auto.",
+        ),
+    ),
+    *(
+        (
+            ("--" + name.replace("_", "-"),),
+            dict(
+                metavar="VAR",
+                help=f"Variable holding {what}. Default: {default}"
+                + (
+                    "."
+                    if required
+                    else f", from this cell, or from the notebook"
+                    f"{' when it steps this optimizer' if name == 'scheduler' else ''} "
+                    f"(then named in the run's header); {NONE}: none."
+                ),
+            ),
+        )
+        for name, (default, required, what) in OBJECTS.items()
+    ),
+    (
+        ("--no-val",),
+        dict(
+            action="store_true",
+            help=f"Validate nothing, even when the notebook has a val_loader (as --val-loader {NONE}).",
+        ),
+    ),
+    (
+        ("--result",),
+        dict(metavar="VAR", default="train_result", help="Variable the result is stored in. Default: train_result."),
+    ),
 ]
 
 
@@ -78,8 +118,9 @@ def parse_options(line: str) -> Namespace:
     return parse_line(TrainMagics.train, line)
 
 
-def fit_kwargs(args: Namespace, namespace: dict, fresh: frozenset[str] = frozenset(),
-               defined_in=lambda name: None) -> dict:
+def fit_kwargs(
+    args: Namespace, namespace: dict, fresh: frozenset[str] = frozenset(), defined_in=lambda name: None
+) -> dict:
     """``fit`` keyword arguments from parsed ``%%train`` options and the user's variables: every
     ``fit`` option, as typed or else its declared default, and the objects (``train_objects``:
     ``fresh`` are the variables the cell body bound, ``defined_in`` finds an earlier cell).
@@ -176,11 +217,14 @@ class TrainMagics(Magics):
             error = ran.error_before_exec or ran.error_in_exec
             if under_torchrun() and error is not None:
                 raise error  # a rank: the body's own error is the failure the cell and the run name
-            raise UsageError(f"the cell body failed (traceback above); nothing was {'launched' if launching else 'trained'}")
+            raise UsageError(
+                f"the cell body failed (traceback above); nothing was {'launched' if launching else 'trained'}"
+            )
         if body:  # whatever fails next, the kernel keeps what the body bound: --nproc replays it
             CellHistory.of(self.shell).setup_ran = True
-        return fit_kwargs(args, namespace, rebound(namespace, before) if body else frozenset(),
-                          defining_cells(self.shell))
+        return fit_kwargs(
+            args, namespace, rebound(namespace, before) if body else frozenset(), defining_cells(self.shell)
+        )
 
     def _launch(self, line: str, args: Namespace, cell: str | None, model) -> None:
         """``--nproc``: the same cell under torchrun, from this kernel's model and history."""

@@ -13,8 +13,9 @@ one out.
 from __future__ import annotations
 
 from argparse import Namespace
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from IPython.core.error import UsageError
 
@@ -26,8 +27,11 @@ OBJECTS = {
     "val_loader": ("val_loader", False, "validation data"),
     "loss_fn": ("loss_fn", False, "loss_fn(outputs, targets)"),
     "scheduler": ("scheduler", False, "an LR scheduler, stepped as --scheduler-interval says"),
-    "train_step": ("train_step", False, "train_step(model, batch) -> loss, for batches that are not "
-                                        "(inputs, targets) or dicts"),
+    "train_step": (
+        "train_step",
+        False,
+        "train_step(model, batch) -> loss, for batches that are not (inputs, targets) or dicts",
+    ),
 }
 OPTIONAL = tuple(option for option, (_, required, _) in OBJECTS.items() if not required)
 FIT_ARGUMENT = {"train_loader": "train_data", "val_loader": "val_data"}
@@ -37,10 +41,11 @@ NONE = "NONE"  # --loss-fn NONE: use no loss_fn, whatever the notebook defines
 @dataclass
 class Chosen:
     """The objects for ``fit`` (by option) and what the run's header says about their origin."""
+
     objects: dict[str, Any] = field(default_factory=dict)
-    variables: dict[str, str] = field(default_factory=dict)    # option -> the variable it came from
-    from_notebook: list[str] = field(default_factory=list)     # "val_loader (cell 7)"
-    left_out: list[str] = field(default_factory=list)          # "scheduler (cell 3), which steps another optimizer"
+    variables: dict[str, str] = field(default_factory=dict)  # option -> the variable it came from
+    from_notebook: list[str] = field(default_factory=list)  # "val_loader (cell 7)"
+    left_out: list[str] = field(default_factory=list)  # "scheduler (cell 3), which steps another optimizer"
 
     def fit_arguments(self) -> dict[str, Any]:
         return {FIT_ARGUMENT.get(option, option): value for option, value in self.objects.items()}
@@ -78,8 +83,12 @@ def rebound(namespace: dict, before: dict[str, int]) -> frozenset[str]:
     return frozenset(name for name, ident in before.items() if id(namespace.get(name)) != ident)
 
 
-def choose(args: Namespace, namespace: dict, fresh: frozenset[str] = frozenset(),
-           defined_in: Callable[[str], int | None] = lambda name: None) -> Chosen:
+def choose(
+    args: Namespace,
+    namespace: dict,
+    fresh: frozenset[str] = frozenset(),
+    defined_in: Callable[[str], int | None] = lambda name: None,
+) -> Chosen:
     """The objects to train, from the namespace. ``fresh``: the variables this cell's body
     (re)bound; ``defined_in``: the execution count of the cell that last bound a variable.
     Raises a one-line ``UsageError`` for a missing object or one that does not fit."""
@@ -95,8 +104,11 @@ def choose(args: Namespace, namespace: dict, fresh: frozenset[str] = frozenset()
             raise UsageError(f"no {option} named {name!r} in the notebook: define it in the cell or pass {flag} NAME")
     _one_loss(chosen, args, fresh)
     _scheduler_of_this_optimizer(chosen, args, fresh, defined_in)
-    chosen.from_notebook = [_origin(chosen.variables[option], defined_in) for option in OPTIONAL
-                            if option in chosen.objects and chosen.variables[option] not in fresh]
+    chosen.from_notebook = [
+        _origin(chosen.variables[option], defined_in)
+        for option in OPTIONAL
+        if option in chosen.objects and chosen.variables[option] not in fresh
+    ]
     return chosen
 
 
@@ -114,14 +126,16 @@ def _one_loss(chosen: Chosen, args: Namespace, fresh: frozenset[str]) -> None:
     elif len(new) == 1:
         keep = new[0]
     else:
-        raise UsageError("both loss_fn and train_step are defined: pass --loss-fn or --train-step to choose "
-                         "(or --loss-fn NONE)")
+        raise UsageError(
+            "both loss_fn and train_step are defined: pass --loss-fn or --train-step to choose (or --loss-fn NONE)"
+        )
     drop = "train_step" if keep == "loss_fn" else "loss_fn"
     objects.pop(drop), variables.pop(drop)
 
 
-def _scheduler_of_this_optimizer(chosen: Chosen, args: Namespace, fresh: frozenset[str],
-                                 defined_in: Callable[[str], int | None]) -> None:
+def _scheduler_of_this_optimizer(
+    chosen: Chosen, args: Namespace, fresh: frozenset[str], defined_in: Callable[[str], int | None]
+) -> None:
     """A scheduler steps one optimizer. One that steps another (a leftover of an earlier run)
     would raise mid-run, or silently change the learning rate: a leftover is left out (and
     named), one this cell or ``--scheduler`` chose is refused."""
@@ -130,8 +144,10 @@ def _scheduler_of_this_optimizer(chosen: Chosen, args: Namespace, fresh: frozens
         return
     name = chosen.variables["scheduler"]
     if args.scheduler or name in fresh:
-        raise UsageError(f"{name} steps another optimizer, not {chosen.variables['optimizer']}: create it from "
-                         f"this one (e.g. OneCycleLR({chosen.variables['optimizer']}, ...)) or pass --scheduler NONE")
+        raise UsageError(
+            f"{name} steps another optimizer, not {chosen.variables['optimizer']}: create it from "
+            f"this one (e.g. OneCycleLR({chosen.variables['optimizer']}, ...)) or pass --scheduler NONE"
+        )
     chosen.objects.pop("scheduler"), chosen.variables.pop("scheduler")
     chosen.left_out.append(f"{_origin(name, defined_in)}, which steps another optimizer")
 

@@ -32,31 +32,59 @@ class JiyuApp(ExtensionApp):
     description = "GPUs and training runs of JiyuTrainer for the JupyterLab panel and Prometheus."
     load_other_extensions = True
 
-    refresh_interval = Float(2.0, config=True, help=(
-        "Seconds a GPU snapshot is reused before NVML is read again. However many panels are "
-        "open and however often Prometheus scrapes, NVML is read at most once per interval. "
-        "(How often each panel polls is its own 'Refresh interval' setting.)"))
-    jiyu_home = Unicode("", config=True, help=(
-        f"The run store folder (jiyu.sqlite and runs/). Empty: ${HOME_ENV}, else ~/.jiyu. When "
-        f"set, it is also exported as ${HOME_ENV} so the jobs this server submits use it."))
+    refresh_interval = Float(
+        2.0,
+        config=True,
+        help=(
+            "Seconds a GPU snapshot is reused before NVML is read again. However many panels are "
+            "open and however often Prometheus scrapes, NVML is read at most once per interval. "
+            "(How often each panel polls is its own 'Refresh interval' setting.)"
+        ),
+    )
+    jiyu_home = Unicode(
+        "",
+        config=True,
+        help=(
+            f"The run store folder (jiyu.sqlite and runs/). Empty: ${HOME_ENV}, else ~/.jiyu. When "
+            f"set, it is also exported as ${HOME_ENV} so the jobs this server submits use it."
+        ),
+    )
     runs_limit = Int(50, config=True, help="How many of the most recent runs GET /jiyu/api/runs returns.")
-    chunk_bytes = Int(256 * 1024, config=True, help=(
-        "The most bytes of log or event text one request returns; a follower asks again "
-        "from the returned offset."))
-    stop_grace = Float(10.0, config=True, help=(
-        "Seconds a run stopped from the panel gets between SIGTERM to its ranks (checkpoint, end "
-        "the job) and SIGKILL."))
-    metrics_token = Unicode(config=True, help=(
-        "A secret that lets a Prometheus scraper read /jiyu/metrics without a Jupyter login: "
-        "configure the scrape job with 'authorization: {credentials: <token>}' (an "
-        f"'Authorization: Bearer <token>' header). Empty (the default, unless ${TOKEN_ENV} is "
-        "set): /jiyu/metrics needs Jupyter's own authentication like every other route."))
+    chunk_bytes = Int(
+        256 * 1024,
+        config=True,
+        help=(
+            "The most bytes of log or event text one request returns; a follower asks again from the returned offset."
+        ),
+    )
+    stop_grace = Float(
+        10.0,
+        config=True,
+        help=(
+            "Seconds a run stopped from the panel gets between SIGTERM to its ranks (checkpoint, end "
+            "the job) and SIGKILL."
+        ),
+    )
+    metrics_token = Unicode(
+        config=True,
+        help=(
+            "A secret that lets a Prometheus scraper read /jiyu/metrics without a Jupyter login: "
+            "configure the scrape job with 'authorization: {credentials: <token>}' (an "
+            f"'Authorization: Bearer <token>' header). Empty (the default, unless ${TOKEN_ENV} is "
+            "set): /jiyu/metrics needs Jupyter's own authentication like every other route."
+        ),
+    )
 
-    metrics_gpu_names = Unicode("jiyu", config=True, help=(
-        "The names GPU readings have in /jiyu/metrics: 'jiyu' (jiyu_gpu_utilization_ratio, "
-        "jiyu_gpu_memory_used_bytes, ...: Prometheus' base units), 'dcgm' (NVIDIA dcgm-exporter's "
-        "DCGM_FI_DEV_GPU_UTIL, DCGM_FI_DEV_FB_USED, ... with its units and labels gpu, UUID, device, "
-        "modelName, Hostname, so the DCGM Grafana dashboards work unchanged) or 'both'."))
+    metrics_gpu_names = Unicode(
+        "jiyu",
+        config=True,
+        help=(
+            "The names GPU readings have in /jiyu/metrics: 'jiyu' (jiyu_gpu_utilization_ratio, "
+            "jiyu_gpu_memory_used_bytes, ...: Prometheus' base units), 'dcgm' (NVIDIA dcgm-exporter's "
+            "DCGM_FI_DEV_GPU_UTIL, DCGM_FI_DEV_FB_USED, ... with its units and labels gpu, UUID, device, "
+            "modelName, Hostname, so the DCGM Grafana dashboards work unchanged) or 'both'."
+        ),
+    )
 
     @validate("metrics_gpu_names")
     def _known_names(self, proposal) -> str:
@@ -64,21 +92,40 @@ class JiyuApp(ExtensionApp):
             raise TraitError(f"metrics_gpu_names must be one of {', '.join(NAME_SETS)}; got {proposal['value']!r}")
         return proposal["value"]
 
-    gpu_busy_mib = Float(config=True, help=(
-        "MiB of GPU memory that processes outside jiyu (other users' programs, notebooks holding "
-        f"memory) may hold on a GPU before it counts as busy: queued runs never lease a busy GPU. "
-        f"Default: ${BUSY_ENV}, else {DEFAULT_BUSY_MIB}. Exported as ${BUSY_ENV} for the jobs this "
-        "server submits."))
-    max_cpu_jobs = Int(0, config=True, help=(
-        "How many runs that want no GPU (--gpus 0) may run at once; more wait queued. 0: no "
-        f"limit (the default, unless ${CPU_LIMIT_ENV} is set). Exported as ${CPU_LIMIT_ENV}."))
-    kernel_idle_warning = Float(30.0, config=True, help=(
-        "Minutes a kernel may hold GPU memory while idle before the panel warns about it (with "
-        "its 'Shut down kernel' action)."))
-    usage_sample_interval = Float(10.0, config=True, help=(
-        "Seconds between the server's own GPU samples for `jiyu usage` (idle GPU time, and GPU "
-        "time of kernels that hold a GPU without a run); panel polls sample too. 0 turns the "
-        "background sampling off."))
+    gpu_busy_mib = Float(
+        config=True,
+        help=(
+            "MiB of GPU memory that processes outside jiyu (other users' programs, notebooks holding "
+            f"memory) may hold on a GPU before it counts as busy: queued runs never lease a busy GPU. "
+            f"Default: ${BUSY_ENV}, else {DEFAULT_BUSY_MIB}. Exported as ${BUSY_ENV} for the jobs this "
+            "server submits."
+        ),
+    )
+    max_cpu_jobs = Int(
+        0,
+        config=True,
+        help=(
+            "How many runs that want no GPU (--gpus 0) may run at once; more wait queued. 0: no "
+            f"limit (the default, unless ${CPU_LIMIT_ENV} is set). Exported as ${CPU_LIMIT_ENV}."
+        ),
+    )
+    kernel_idle_warning = Float(
+        30.0,
+        config=True,
+        help=(
+            "Minutes a kernel may hold GPU memory while idle before the panel warns about it (with "
+            "its 'Shut down kernel' action)."
+        ),
+    )
+    usage_sample_interval = Float(
+        10.0,
+        config=True,
+        help=(
+            "Seconds between the server's own GPU samples for `jiyu usage` (idle GPU time, and GPU "
+            "time of kernels that hold a GPU without a run); panel polls sample too. 0 turns the "
+            "background sampling off."
+        ),
+    )
 
     @default("gpu_busy_mib")
     def _busy_from_env(self) -> float:
@@ -131,8 +178,11 @@ class JiyuApp(ExtensionApp):
         self.log.info("jiyu_magics: run store %s", self.runs.store.path)
 
     def _holders(self) -> Holders:
-        return Holders(store=self.runs.store, reported=lambda run_id: self.runs.summary(run_id).get("mem_peak"),
-                       idle_warning_s=self.kernel_idle_warning * 60)
+        return Holders(
+            store=self.runs.store,
+            reported=lambda run_id: self.runs.summary(run_id).get("mem_peak"),
+            idle_warning_s=self.kernel_idle_warning * 60,
+        )
 
     async def sample_gpus(self) -> dict:
         """The GPU snapshot with the server's kernels as owners (every request and the

@@ -15,16 +15,17 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from typing import Callable, Mapping
 
-from ..core.gpu import doctor, snapshot as gpu
+from ..core.gpu import doctor
+from ..core.gpu import snapshot as gpu
 from ..core.gpu.owners import KernelInfo, busy_threshold
 from ..core.gpu.status import owned_snapshot
 from ..core.gpu.usage import accrue
-from ..core.store.run_store import RunStore
 from ..core.store.database import StoreUnusable
+from ..core.store.run_store import RunStore
 
 
 @dataclass
@@ -65,10 +66,19 @@ def kernels_on_gpus(devices: list[dict], idle_warning_s: float) -> list[dict]:
             owner = proc.get("owner") or {}
             if not owner.get("kernel_id"):
                 continue
-            entry = found.setdefault(owner["kernel_id"], {
-                "kernel_id": owner["kernel_id"], "session_id": owner.get("session_id"),
-                "notebook": owner.get("notebook"), "execution_state": owner.get("execution_state"),
-                "idle_s": owner.get("idle_s"), "run_id": owner.get("run_id"), "memory": 0, "gpus": []})
+            entry = found.setdefault(
+                owner["kernel_id"],
+                {
+                    "kernel_id": owner["kernel_id"],
+                    "session_id": owner.get("session_id"),
+                    "notebook": owner.get("notebook"),
+                    "execution_state": owner.get("execution_state"),
+                    "idle_s": owner.get("idle_s"),
+                    "run_id": owner.get("run_id"),
+                    "memory": 0,
+                    "gpus": [],
+                },
+            )
             entry["memory"] += proc.get("used_memory") or 0
             if device["index"] not in entry["gpus"]:
                 entry["gpus"].append(device["index"])
@@ -97,8 +107,12 @@ def once(compute: Callable[[], dict | None]) -> Callable[[], dict | None]:
 
 
 class GpuSampler:
-    def __init__(self, max_age: float, read: Callable[[Holders], dict] | None = None,
-                 holders: Callable[[], Holders] | None = None):
+    def __init__(
+        self,
+        max_age: float,
+        read: Callable[[Holders], dict] | None = None,
+        holders: Callable[[], Holders] | None = None,
+    ):
         self.max_age = max_age
         finding = once(doctor_finding)
         self._read = read or (lambda found: read_gpus(finding, found))

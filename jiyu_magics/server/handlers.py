@@ -11,7 +11,8 @@ from __future__ import annotations
 import asyncio
 import hmac
 import json
-from typing import Any, Callable, Protocol
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from jupyter_server.auth import User
 from jupyter_server.base.handlers import APIHandler
@@ -19,10 +20,12 @@ from jupyter_server.extension.handler import ExtensionHandlerMixin
 from tornado import web
 
 from ..core.runs.model import RunStatus
-from . import jobs_bridge as bridge, metrics, validation
+from . import jobs_bridge as bridge
+from . import metrics, validation
 from .http_errors import answers_errors
 from .log_chunks import read_chunk
 from .run_views import RunViews
+
 
 class ServingApp(Protocol):
     """What the handlers use of their extension app (``app.JiyuApp``, which lists them in its
@@ -155,8 +158,11 @@ class MetricsHandler(JiyuHandler):
         expected = self.app.metrics_token
         scheme, _, given = self.request.headers.get("Authorization", "").partition(" ")
         # bytes: compare_digest refuses non-ASCII str (a header may hold any latin-1 text)
-        return bool(expected) and scheme.lower() == "bearer" and hmac.compare_digest(
-            given.strip().encode("utf-8", "surrogateescape"), expected.encode("utf-8"))
+        return (
+            bool(expected)
+            and scheme.lower() == "bearer"
+            and hmac.compare_digest(given.strip().encode("utf-8", "surrogateescape"), expected.encode("utf-8"))
+        )
 
     @web.authenticated
     @answers_errors

@@ -8,12 +8,13 @@ that status. Nothing a client sends can produce a 500: a 500 means a bug on our 
 from __future__ import annotations
 
 import functools
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from tornado import web
 
-from ..core.store.run_store import UnknownRun
 from ..core.store.database import StoreUnusable
+from ..core.store.run_store import UnknownRun
 
 
 class RequestError(Exception):

@@ -30,10 +30,17 @@ def submit(submission: Submission) -> Run:
     jobs = jobs_module()
     try:
         params = submission.params or jobs.parse_lines(submission.param_lines)
-        return jobs.submit(str(submission.notebook), nproc=submission.nproc, params=params or None,
-                           name=submission.name, cwd=str(submission.notebook.parent), gpus=submission.gpus,
-                           priority=submission.priority, share=submission.share,
-                           stall_timeout=submission.stall_timeout)
+        return jobs.submit(
+            str(submission.notebook),
+            nproc=submission.nproc,
+            params=params or None,
+            name=submission.name,
+            cwd=str(submission.notebook.parent),
+            gpus=submission.gpus,
+            priority=submission.priority,
+            share=submission.share,
+            stall_timeout=submission.stall_timeout,
+        )
     except jobs.JobError as error:
         raise RequestError(str(error)) from None
 

@@ -29,8 +29,14 @@ async def kernel_infos(serverapp: Any) -> dict[int, KernelInfo]:
         state = getattr(kernel, "execution_state", None)
         last = getattr(kernel, "last_activity", None)
         idle = (now - last).total_seconds() if state == "idle" and isinstance(last, datetime) else None
-        found[pid] = KernelInfo(kernel_id, pid, notebook=session.get("path"), session_id=session.get("id"),
-                                execution_state=state, idle_s=idle)
+        found[pid] = KernelInfo(
+            kernel_id,
+            pid,
+            notebook=session.get("path"),
+            session_id=session.get("id"),
+            execution_state=state,
+            idle_s=idle,
+        )
     return found
 
 

@@ -18,8 +18,8 @@ from .http_errors import RequestError
 @dataclass
 class LogChunk:
     text: str
-    offset: int      # where the next request starts
-    size: int        # the log's size when read
+    offset: int  # where the next request starts
+    size: int  # the log's size when read
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Iterable, Iterator
+from collections.abc import Iterable, Iterator
 
 from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily, Metric, StateSetMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
@@ -38,12 +38,22 @@ RUN_GAUGES = [
 ]
 
 
-def render(gpus: dict, runs: list[dict], counts: dict[str, int], now: float | None = None,
-           usage: dict[str, tuple[float, float]] | None = None, gpu_names: str = "jiyu") -> bytes:
+def render(
+    gpus: dict,
+    runs: list[dict],
+    counts: dict[str, int],
+    now: float | None = None,
+    usage: dict[str, tuple[float, float]] | None = None,
+    gpu_names: str = "jiyu",
+) -> bytes:
     """The exposition text for one scrape. ``usage``: GPU-seconds held and idle per GPU uuid;
     ``gpu_names``: jiyu, dcgm or both (``metrics_gpu``)."""
-    families = [jiyu_info(), *gpu_families(gpus, usage, gpu_names), *run_families(recent(runs, now or time.time())),
-                runs_by_status(counts)]
+    families = [
+        jiyu_info(),
+        *gpu_families(gpus, usage, gpu_names),
+        *run_families(recent(runs, now or time.time())),
+        runs_by_status(counts),
+    ]
     return generate_latest(_Families(families))
 
 
@@ -72,12 +82,18 @@ def recent(runs: list[dict], now: float) -> list[dict]:
 
 
 def run_families(runs: list[dict]) -> Iterable[Metric]:
-    info = GaugeMetricFamily("jiyu_run_info", "1 per recent run: its status, backend and notebook.",
-                             labels=[*RUN_LABELS, "status", "backend", "notebook"])
+    info = GaugeMetricFamily(
+        "jiyu_run_info",
+        "1 per recent run: its status, backend and notebook.",
+        labels=[*RUN_LABELS, "status", "backend", "notebook"],
+    )
     status = StateSetMetricFamily("jiyu_run_status", "Status of each recent run (one state is 1).", labels=RUN_LABELS)
     duration = GaugeMetricFamily("jiyu_run_duration_seconds", "Wall time since the run started.", labels=RUN_LABELS)
-    stalled = GaugeMetricFamily("jiyu_run_stalled", "1 while a running run's step has not moved for its stall "
-                                "timeout (its ranks alive), else 0.", labels=RUN_LABELS)
+    stalled = GaugeMetricFamily(
+        "jiyu_run_stalled",
+        "1 while a running run's step has not moved for its stall timeout (its ranks alive), else 0.",
+        labels=RUN_LABELS,
+    )
     gpus = GaugeMetricFamily("jiyu_run_gpus", "GPUs the run holds now.", labels=RUN_LABELS)
     for run in runs:
         labels = _run_labels(run)
@@ -111,4 +127,3 @@ def runs_by_status(counts: dict[str, int]) -> Metric:
     for status in RunStatus:
         family.add_metric([status.value], float(counts.get(status, 0)))
     return family
-

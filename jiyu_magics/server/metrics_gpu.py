@@ -12,7 +12,7 @@ so the widely used DCGM Grafana dashboards work unchanged.
 from __future__ import annotations
 
 import socket
-from typing import Iterable
+from collections.abc import Iterable
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
 
@@ -36,16 +36,24 @@ DCGM_GAUGES = [
     ("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %).", lambda d: d.get("gpu_util")),
     ("DCGM_FI_DEV_MEM_COPY_UTIL", "Memory utilization (in %).", lambda d: d.get("mem_util")),
     ("DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB).", lambda d: _mib(d.get("mem_used"))),
-    ("DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB).",
-     lambda d: _mib(d["mem_total"] - d["mem_used"]) if d.get("mem_total") is not None and d.get("mem_used") is not None else None),
+    (
+        "DCGM_FI_DEV_FB_FREE",
+        "Framebuffer memory free (in MiB).",
+        lambda d: (
+            _mib(d["mem_total"] - d["mem_used"])
+            if d.get("mem_total") is not None and d.get("mem_used") is not None
+            else None
+        ),
+    ),
     ("DCGM_FI_DEV_GPU_TEMP", "GPU temperature (in C).", lambda d: d.get("temperature")),
     ("DCGM_FI_DEV_POWER_USAGE", "Power draw (in W).", lambda d: d.get("power_draw")),
     ("DCGM_FI_DEV_SM_CLOCK", "SM clock frequency (in MHz).", lambda d: d.get("sm_clock")),
 ]
 
 
-def gpu_families(snapshot: dict, usage: dict[str, tuple[float, float]] | None = None,
-                 names: str = "jiyu") -> Iterable[Metric]:
+def gpu_families(
+    snapshot: dict, usage: dict[str, tuple[float, float]] | None = None, names: str = "jiyu"
+) -> Iterable[Metric]:
     """``usage``: per GPU uuid, the seconds runs or kernels held it and of those, idle."""
     devices = snapshot.get("devices") or []
     up = GaugeMetricFamily("jiyu_nvml_up", "1 when NVML answered and sees at least one GPU, else 0.")
@@ -62,8 +70,14 @@ def gpu_families(snapshot: dict, usage: dict[str, tuple[float, float]] | None = 
 def _jiyu_readings(snapshot: dict, devices: list[dict]) -> Iterable[Metric]:
     info = InfoMetricFamily("jiyu_gpu", "Static facts of each GPU.", labels=GPU_LABELS)
     for d in devices:
-        info.add_metric(_labels(d), {"name": d.get("name") or "", "driver": snapshot.get("driver_version") or "",
-                                     "cuda_index": "" if d.get("visible_index") is None else str(d["visible_index"])})
+        info.add_metric(
+            _labels(d),
+            {
+                "name": d.get("name") or "",
+                "driver": snapshot.get("driver_version") or "",
+                "cuda_index": "" if d.get("visible_index") is None else str(d["visible_index"]),
+            },
+        )
     yield info
     for suffix, doc, key, scale in GPU_GAUGES:
         family = GaugeMetricFamily(f"jiyu_gpu_{suffix}", doc, labels=GPU_LABELS)
@@ -81,18 +95,29 @@ def dcgm_families(snapshot: dict, devices: list[dict]) -> Iterable[Metric]:
         for d in devices:
             value = read(d)
             if value is not None:
-                family.add_metric([str(d["index"]), d.get("uuid") or "", f"nvidia{d['index']}", d.get("name") or "",
-                                   host, snapshot.get("driver_version") or ""], float(value))
+                family.add_metric(
+                    [
+                        str(d["index"]),
+                        d.get("uuid") or "",
+                        f"nvidia{d['index']}",
+                        d.get("name") or "",
+                        host,
+                        snapshot.get("driver_version") or "",
+                    ],
+                    float(value),
+                )
         yield family
 
 
 def holder_families(devices: list[dict]) -> Iterable[Metric]:
     """Leases (one series per live lease: bounded by the GPUs) and whether anyone holds the GPU."""
     leases = GaugeMetricFamily("jiyu_gpu_leases", "Runs leasing the GPU now.", labels=GPU_LABELS)
-    lease_info = GaugeMetricFamily("jiyu_gpu_lease_info", "1 per live lease: which run holds the GPU.",
-                                   labels=[*GPU_LABELS, "run_id", "run_name"])
-    held = GaugeMetricFamily("jiyu_gpu_held", "1 when a run leases the GPU or a kernel holds memory on it.",
-                             labels=GPU_LABELS)
+    lease_info = GaugeMetricFamily(
+        "jiyu_gpu_lease_info", "1 per live lease: which run holds the GPU.", labels=[*GPU_LABELS, "run_id", "run_name"]
+    )
+    held = GaugeMetricFamily(
+        "jiyu_gpu_held", "1 when a run leases the GPU or a kernel holds memory on it.", labels=GPU_LABELS
+    )
     for d in devices:
         live = d.get("leases") or []
         leases.add_metric(_labels(d), float(len(live)))
@@ -103,15 +128,19 @@ def holder_families(devices: list[dict]) -> Iterable[Metric]:
 
 
 def _kernel_holds(device: dict) -> bool:
-    return any((p.get("owner") or {}).get("kernel_id") and (p.get("used_memory") or 0) > 0
-               for p in device.get("processes") or [])
+    return any(
+        (p.get("owner") or {}).get("kernel_id") and (p.get("used_memory") or 0) > 0
+        for p in device.get("processes") or []
+    )
 
 
 def usage_families(devices: list[dict], usage: dict[str, tuple[float, float]]) -> Iterable[Metric]:
-    held = CounterMetricFamily("jiyu_gpu_held_seconds", "GPU-seconds runs or kernels held the GPU (jiyu usage).",
-                               labels=GPU_LABELS)
-    idle = CounterMetricFamily("jiyu_gpu_held_idle_seconds", "Of those, seconds the GPU sat idle while held.",
-                               labels=GPU_LABELS)
+    held = CounterMetricFamily(
+        "jiyu_gpu_held_seconds", "GPU-seconds runs or kernels held the GPU (jiyu usage).", labels=GPU_LABELS
+    )
+    idle = CounterMetricFamily(
+        "jiyu_gpu_held_idle_seconds", "Of those, seconds the GPU sat idle while held.", labels=GPU_LABELS
+    )
     for d in devices:
         held_s, idle_s = usage.get(d.get("uuid") or "", (0.0, 0.0))
         held.add_metric(_labels(d), held_s)

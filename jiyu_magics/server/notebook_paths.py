@@ -43,6 +43,7 @@ def _relative(relpath: object) -> PurePosixPath:
     if ".." in pure.parts:
         raise RequestError(f"the notebook path must not contain '..', got {relpath!r}")
     if len(relpath.encode()) > MAX_PATH_BYTES or any(len(part.encode()) > MAX_NAME_BYTES for part in pure.parts):
-        raise RequestError(f"the notebook path is too long (names of at most {MAX_NAME_BYTES} bytes, "
-                           f"{MAX_PATH_BYTES} in all)")
+        raise RequestError(
+            f"the notebook path is too long (names of at most {MAX_NAME_BYTES} bytes, {MAX_PATH_BYTES} in all)"
+        )
     return pure

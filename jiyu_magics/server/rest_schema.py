@@ -1,7 +1,7 @@
 """The REST API's run record and event log as JSON Schema, generated from the Python types they
 are made of, so it cannot fall behind them: ``Run`` (the store's row, ``Run.to_dict``, with its
-GPU leases, ``RunGpu``), the summary ``RunViews.record`` adds (``RunSummary``, the fold's), the enums of ``core.run_model``
-and each event kind's fields (``core.event_model``).
+GPU leases, ``RunGpu``), the summary ``RunViews.record`` adds (``RunSummary``, the fold's),
+the enums of ``core.runs.model`` and each event kind's fields (``core.event_model``).
 
 The panel's TypeScript types (``labextension/src/types.ts``) are checked against it by a test:
 a field renamed, added, dropped or made optional on either side fails there. Write it with
@@ -17,10 +17,10 @@ from dataclasses import fields
 from enum import Enum
 from typing import Any, Union, get_args, get_origin, get_type_hints, is_typeddict
 
-from ..core.events.schema import COMMON, FIELDS
-from ..core.store.leases import RunGpu
-from ..core.runs.model import EventKind, RunKind, RunStatus
 from ..core.events.fold import RunSummary
+from ..core.events.schema import COMMON, FIELDS
+from ..core.runs.model import EventKind, RunKind, RunStatus
+from ..core.store.leases import RunGpu
 from ..core.store.run_store import Run
 
 SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
@@ -52,8 +52,12 @@ def api_schema() -> dict:
 
 def _object(properties: dict[str, Any], optional: tuple[str, ...] = ()) -> dict:
     """Every key is always sent (``null`` for "not known") but the ``optional`` ones, and no other."""
-    return {"type": "object", "properties": {name: _schema(hint) for name, hint in properties.items()},
-            "required": [name for name in properties if name not in optional], "additionalProperties": False}
+    return {
+        "type": "object",
+        "properties": {name: _schema(hint) for name, hint in properties.items()},
+        "required": [name for name in properties if name not in optional],
+        "additionalProperties": False,
+    }
 
 
 def _event(kind: EventKind) -> dict:

@@ -6,7 +6,8 @@ log's size and modification time stay the same, so a poll reads no unchanged log
 list carries each run's ``params`` in short form (``brief_params``: a value over
 ``BRIEF_VALUE_CHARS`` of JSON becomes its size, at most ``BRIEF_KEYS`` names; the run's own route
 has them whole): enough for the panel to show which parameters differ between runs of one name,
-while a poll stays small whatever a submission gave. Every method blocks (SQLite, files): handlers call them on a worker thread.
+while a poll stays small whatever a submission gave. Every method blocks (SQLite, files):
+handlers call them on a worker thread.
 """
 
 from __future__ import annotations
@@ -15,13 +16,12 @@ import json
 import threading
 from pathlib import Path
 
-from ..core.runs import stack_groups
 from ..core.events.log import read_events, summarize
+from ..core.runs import stack_groups
 from ..core.runs.files import RunFiles, store_path
 from ..core.store.run_store import Run, RunStore
 from ..views.stack_view import as_json
 from . import jobs_bridge as bridge
-
 
 BRIEF_VALUE_CHARS = 80
 BRIEF_KEYS = 32
@@ -54,8 +54,7 @@ class RunViews:
         a scheduler holds are brought up to date with it."""
         bridge.follow_scheduled(self.store)
         runs = self.store.list(limit=limit or self.limit, since=since)
-        return [{**record, "params": brief_params(record.get("params") or {})}
-                for record in map(self.record, runs)]
+        return [{**record, "params": brief_params(record.get("params") or {})} for record in map(self.record, runs)]
 
     def stacks(self, run_id: str) -> dict:
         """The newest stack dump of a run, grouped (``core.stack_groups``); raises for an unknown run."""

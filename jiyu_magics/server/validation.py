@@ -39,7 +39,7 @@ class Submission:
     params: dict[str, Any] = field(default_factory=dict)
     param_lines: list[str] = field(default_factory=list)
     name: str | None = None
-    gpus: int | None = None      # None: one per process where GPUs are visible
+    gpus: int | None = None  # None: one per process where GPUs are visible
     priority: int = 0
     share: bool = False
     stall_timeout: float | None = None  # None: the rule (jiyu submit's --stall-timeout)
@@ -99,16 +99,22 @@ def since(text: str | None) -> float | None:
 def submission(body: dict, root: str | Path) -> Submission:
     unknown = sorted(set(body) - set(SUBMIT_FIELDS))
     if unknown:
-        raise RequestError(f"unknown field(s) {', '.join(map(repr, unknown))}; "
-                           f"a submission takes {', '.join(SUBMIT_FIELDS)}")
+        raise RequestError(
+            f"unknown field(s) {', '.join(map(repr, unknown))}; a submission takes {', '.join(SUBMIT_FIELDS)}"
+        )
     if body.get("params") and body.get("param_lines"):
         raise RequestError("give 'params' (values) or 'param_lines' (NAME = VALUE text), not both")
-    return Submission(notebook=resolve_notebook(root, body.get("notebook")),
-                      nproc=nproc(body.get("nproc", 1)), params=params(body.get("params")),
-                      param_lines=param_lines(body.get("param_lines")), name=run_name(body.get("name")),
-                      gpus=gpus(body.get("gpus")), priority=priority(body.get("priority", 0)),
-                      share=flag("share", body.get("share", False)),
-                      stall_timeout=stall_timeout(body.get("stall_timeout")))
+    return Submission(
+        notebook=resolve_notebook(root, body.get("notebook")),
+        nproc=nproc(body.get("nproc", 1)),
+        params=params(body.get("params")),
+        param_lines=param_lines(body.get("param_lines")),
+        name=run_name(body.get("name")),
+        gpus=gpus(body.get("gpus")),
+        priority=priority(body.get("priority", 0)),
+        share=flag("share", body.get("share", False)),
+        stall_timeout=stall_timeout(body.get("stall_timeout")),
+    )
 
 
 def gpus(value: Any) -> int | None:
@@ -126,8 +132,9 @@ def stall_timeout(value: Any) -> float | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
-        raise RequestError(f"'stall_timeout' must be a number of seconds >= 0 (0 turns stall detection off), "
-                           f"got {repr(value)[:40]}")
+        raise RequestError(
+            f"'stall_timeout' must be a number of seconds >= 0 (0 turns stall detection off), got {repr(value)[:40]}"
+        )
     return float(value)
 
 
@@ -160,8 +167,10 @@ def params(value: Any) -> dict[str, Any]:
         if not name.isidentifier() or keyword.iskeyword(name):
             raise RequestError(f"parameter name {name[:40]!r} is not a Python identifier")
         if len(json.dumps(item).encode()) > MAX_PARAM_BYTES:
-            raise RequestError(f"parameter {name!r} is larger than {MAX_PARAM_BYTES // 1024} KiB as JSON; "
-                               "pass a path to the data instead")
+            raise RequestError(
+                f"parameter {name!r} is larger than {MAX_PARAM_BYTES // 1024} KiB as JSON; "
+                "pass a path to the data instead"
+            )
     return dict(value)
 
 
@@ -169,14 +178,16 @@ def param_lines(value: Any) -> list[str]:
     """The submit dialog's parameter text, one ``NAME = VALUE`` a line, as typed."""
     if value is None:
         return []
-    if (not isinstance(value, list) or len(value) > MAX_PARAM_LINES
-            or not all(isinstance(line, str) for line in value)):
-        raise RequestError(f"'param_lines' must be a list of at most {MAX_PARAM_LINES} strings, "
-                           "one 'NAME = VALUE' each")
+    if not isinstance(value, list) or len(value) > MAX_PARAM_LINES or not all(isinstance(line, str) for line in value):
+        raise RequestError(
+            f"'param_lines' must be a list of at most {MAX_PARAM_LINES} strings, one 'NAME = VALUE' each"
+        )
     for number, line in enumerate(value, 1):
         if len(line.encode("utf-8", "surrogatepass")) > MAX_PARAM_BYTES:
-            raise RequestError(f"'param_lines' line {number} is larger than {MAX_PARAM_BYTES // 1024} KiB; "
-                               "pass a path to the data instead")
+            raise RequestError(
+                f"'param_lines' line {number} is larger than {MAX_PARAM_BYTES // 1024} KiB; "
+                "pass a path to the data instead"
+            )
     return value
 
 

@@ -12,11 +12,20 @@ turns it off); the order of a shuffled epoch differs from the loader's own.
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
 
 import torch
-from torch.utils.data import (BatchSampler, DataLoader, Dataset, DistributedSampler, RandomSampler,
-                              SequentialSampler, TensorDataset, default_collate)
+from torch.utils.data import (
+    BatchSampler,
+    DataLoader,
+    Dataset,
+    DistributedSampler,
+    RandomSampler,
+    SequentialSampler,
+    TensorDataset,
+    default_collate,
+)
 
 from .train_errors import TrainConfigError
 
@@ -26,8 +35,17 @@ DEVICE_RESIDENT_BYTES = 1 << 30  # tensor data up to this size is moved to the G
 class TensorBatches:
     """Shuffled batches gathered from in-memory tensors with one ``index_select`` each."""
 
-    def __init__(self, tensors: Sequence[torch.Tensor], batch_size: int, *, shuffle: bool = True,
-                 drop_last: bool = False, seed: int = 0, rank: int = 0, world_size: int = 1):
+    def __init__(
+        self,
+        tensors: Sequence[torch.Tensor],
+        batch_size: int,
+        *,
+        shuffle: bool = True,
+        drop_last: bool = False,
+        seed: int = 0,
+        rank: int = 0,
+        world_size: int = 1,
+    ):
         sizes = {int(t.shape[0]) for t in tensors}
         if len(sizes) != 1:
             raise TrainConfigError(f"tensors have different first dimensions: {sorted(sizes)}")
@@ -43,7 +61,7 @@ class TensorBatches:
         whole, rest = divmod(self.per_rank, self.batch_size)
         return whole + (1 if rest and not self.drop_last else 0)
 
-    def place(self, device: torch.device) -> "TensorBatches":
+    def place(self, device: torch.device) -> TensorBatches:
         """Moves small datasets onto the GPU once, so each batch is a device-side gather."""
         if device.type == "cuda" and sum(t.nbytes for t in self.tensors) <= DEVICE_RESIDENT_BYTES:
             self.tensors = [t.to(device) for t in self.tensors]
@@ -60,12 +78,12 @@ class TensorBatches:
         padding = self.per_rank * self.world_size - self.size
         if padding:
             order = torch.cat([order, order[:padding]])
-        return order[self.rank::self.world_size]
+        return order[self.rank :: self.world_size]
 
     def epoch(self, epoch: int, skip: int = 0) -> Iterator[tuple[torch.Tensor, ...]]:
         order = self.indices(epoch).to(self.tensors[0].device)
         for start in range(skip * self.batch_size, len(self) * self.batch_size, self.batch_size):
-            chosen = order[start:start + self.batch_size]
+            chosen = order[start : start + self.batch_size]
             yield tuple(t.index_select(0, chosen) for t in self.tensors)
 
 
@@ -93,7 +111,7 @@ class LoaderBatches:
     def __len__(self) -> int:
         return len(self.loader)  # TypeError for loaders without a length
 
-    def place(self, device) -> "LoaderBatches":
+    def place(self, device) -> LoaderBatches:
         """Nothing to move ahead: a loader's batches go to the device one by one."""
         return self
 
@@ -108,8 +126,17 @@ class LoaderBatches:
         return batches
 
 
-def training_batches(data: Any, *, batch_size: int | None, shuffle: bool, drop_last: bool, fast: bool,
-                     seed: int, rank: int = 0, world_size: int = 1) -> TensorBatches | LoaderBatches:
+def training_batches(
+    data: Any,
+    *,
+    batch_size: int | None,
+    shuffle: bool,
+    drop_last: bool,
+    fast: bool,
+    seed: int,
+    rank: int = 0,
+    world_size: int = 1,
+) -> TensorBatches | LoaderBatches:
     """The engine's view of ``data``: a DataLoader, a Dataset or tensors (with ``batch_size``),
     or any re-iterable of batches."""
     if isinstance(data, DataLoader):
@@ -121,36 +148,49 @@ def training_batches(data: Any, *, batch_size: int | None, shuffle: bool, drop_l
             raise TrainConfigError(f"a {type(data).__name__} needs batch_size (or pass a DataLoader)")
         tensors = _tensors_of(data)
         if tensors is not None and fast:
-            return TensorBatches(tensors, batch_size, shuffle=shuffle, drop_last=drop_last, seed=seed,
-                                 rank=rank, world_size=world_size)
+            return TensorBatches(
+                tensors, batch_size, shuffle=shuffle, drop_last=drop_last, seed=seed, rank=rank, world_size=world_size
+            )
         dataset = data if isinstance(data, Dataset) else TensorDataset(*tensors)
         loader = DataLoader(dataset, batch_size=batch_size, shuffle=shuffle, drop_last=drop_last)
         return _from_loader(loader, fast=False, seed=seed, rank=rank, world_size=world_size)
     if not isinstance(data, Iterable):
-        raise TrainConfigError(f"training data must be a DataLoader, Dataset, tensors or an iterable "
-                               f"of batches, got {type(data).__name__}")
+        raise TrainConfigError(
+            f"training data must be a DataLoader, Dataset, tensors or an iterable of batches, got {type(data).__name__}"
+        )
     return LoaderBatches(data)
 
 
-def validation_batches(data: Any, *, batch_size: int | None, fast: bool, rank: int = 0,
-                       world_size: int = 1) -> TensorBatches | LoaderBatches | None:
+def validation_batches(
+    data: Any, *, batch_size: int | None, fast: bool, rank: int = 0, world_size: int = 1
+) -> TensorBatches | LoaderBatches | None:
     if data is None:
         return None
     if isinstance(data, DataLoader):
         return _from_loader(data, fast=fast, seed=0, rank=rank, world_size=world_size, evaluation=True)
-    return training_batches(data, batch_size=batch_size, shuffle=False, drop_last=False, fast=fast,
-                            seed=0, rank=rank, world_size=world_size)
+    return training_batches(
+        data, batch_size=batch_size, shuffle=False, drop_last=False, fast=fast, seed=0, rank=rank, world_size=world_size
+    )
 
 
-def _from_loader(loader: DataLoader, *, fast: bool, seed: int, rank: int, world_size: int,
-                 evaluation: bool = False) -> TensorBatches | LoaderBatches:
+def _from_loader(
+    loader: DataLoader, *, fast: bool, seed: int, rank: int, world_size: int, evaluation: bool = False
+) -> TensorBatches | LoaderBatches:
     plan = tensor_loader_plan(loader) if fast else None
     if plan is not None:
-        return TensorBatches(loader.dataset.tensors, loader.batch_size, shuffle=plan and not evaluation,
-                             drop_last=loader.drop_last, seed=seed, rank=rank, world_size=world_size)
+        return TensorBatches(
+            loader.dataset.tensors,
+            loader.batch_size,
+            shuffle=plan and not evaluation,
+            drop_last=loader.drop_last,
+            seed=seed,
+            rank=rank,
+            world_size=world_size,
+        )
     if world_size > 1 and not isinstance(loader.sampler, DistributedSampler):
-        return LoaderBatches(distributed_loader(loader, rank, world_size, seed, shuffle=not evaluation),
-                             owns_sampler=True)
+        return LoaderBatches(
+            distributed_loader(loader, rank, world_size, seed, shuffle=not evaluation), owns_sampler=True
+        )
     return LoaderBatches(loader)
 
 
@@ -179,13 +219,21 @@ def distributed_loader(loader: DataLoader, rank: int, world_size: int, seed: int
     sampler = DistributedSampler(loader.dataset, num_replicas=world_size, rank=rank, shuffle=shuffles, seed=seed)
     workers = loader.num_workers
     return DataLoader(
-        loader.dataset, batch_size=loader.batch_size, sampler=sampler, num_workers=workers,
-        collate_fn=loader.collate_fn, pin_memory=loader.pin_memory, drop_last=loader.drop_last,
-        timeout=loader.timeout, worker_init_fn=loader.worker_init_fn,
+        loader.dataset,
+        batch_size=loader.batch_size,
+        sampler=sampler,
+        num_workers=workers,
+        collate_fn=loader.collate_fn,
+        pin_memory=loader.pin_memory,
+        drop_last=loader.drop_last,
+        timeout=loader.timeout,
+        worker_init_fn=loader.worker_init_fn,
         multiprocessing_context=loader.multiprocessing_context if workers else None,
-        generator=loader.generator, prefetch_factor=loader.prefetch_factor if workers else None,
+        generator=loader.generator,
+        prefetch_factor=loader.prefetch_factor if workers else None,
         persistent_workers=loader.persistent_workers if workers else False,
-        pin_memory_device=loader.pin_memory_device)
+        pin_memory_device=loader.pin_memory_device,
+    )
 
 
 def _tensor_tuple(data: Any) -> bool:

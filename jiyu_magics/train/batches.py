@@ -8,8 +8,8 @@ batch) -> loss``. The same function serves validation, which also wants logits f
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import torch
 
@@ -65,25 +65,30 @@ class BatchLoss:
             return self._dict_batch(model, batch)
         raise TrainConfigError(
             f"a batch of type {type(batch).__name__} is neither (inputs, targets) nor a dict; "
-            "define train_step(model, batch) -> loss")
+            "define train_step(model, batch) -> loss"
+        )
 
     def train_loss(self, batch: Any) -> Callable[[torch.nn.Module, Any], torch.Tensor]:
         """The loss function for batches shaped like ``batch``, decided once: ``(inputs,
         targets)`` pairs skip the general dispatch (about a microsecond a step on small models)."""
         loss_fn = self.loss_fn
         if self.train_step is None and loss_fn is not None and type(batch) in (tuple, list) and len(batch) == 2:
+
             def pair_loss(model, batch):
                 if len(batch) != 2:
                     return self(model, batch)[0]
                 return loss_fn(model(batch[0]), batch[1])
+
             return pair_loss
         return lambda model, batch: self(model, batch)[0]
 
     def _tuple_batch(self, model, batch):
         *inputs, targets = batch
         if self.loss_fn is None:
-            raise TrainConfigError("batches are (inputs, targets) but there is no loss_fn; "
-                                   "define loss_fn (e.g. torch.nn.CrossEntropyLoss()) or train_step")
+            raise TrainConfigError(
+                "batches are (inputs, targets) but there is no loss_fn; "
+                "define loss_fn (e.g. torch.nn.CrossEntropyLoss()) or train_step"
+            )
         outputs = model(*inputs)
         return self.loss_fn(outputs, targets), outputs, targets
 
@@ -105,8 +110,9 @@ def loss_of(output: Any, source: str) -> torch.Tensor:
     elif getattr(output, "loss", None) is not None:
         loss = output.loss
     else:
-        raise TrainConfigError(f"{source} returned {type(output).__name__} without a loss; "
-                               "return the loss tensor, or define loss_fn")
+        raise TrainConfigError(
+            f"{source} returned {type(output).__name__} without a loss; return the loss tensor, or define loss_fn"
+        )
     if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
         raise TrainConfigError(f"{source} must produce a scalar loss tensor, got {_describe(loss)}")
     return loss

@@ -67,11 +67,11 @@ def checkpoint_folder_usable(folder: Path) -> None:
         folder.mkdir(parents=True, exist_ok=True)
         writable = os.access(folder, os.W_OK | os.X_OK)
     except OSError as error:
-        raise TrainConfigError(f"ckpt_dir must be a folder checkpoints can be written to; {folder}: "
-                               f"{error.strerror or error}") from None
+        raise TrainConfigError(
+            f"ckpt_dir must be a folder checkpoints can be written to; {folder}: {error.strerror or error}"
+        ) from None
     if not writable:
-        raise TrainConfigError(f"ckpt_dir must be a folder checkpoints can be written to; {folder}: "
-                               "Permission denied")
+        raise TrainConfigError(f"ckpt_dir must be a folder checkpoints can be written to; {folder}: Permission denied")
 
 
 def _os_error_in(error: BaseException) -> OSError | None:
@@ -89,9 +89,11 @@ def _write_failure(cause: OSError, path: Path, state: dict[str, Any]) -> str:
     folder = path.parent
     if cause.errno in (errno.ENOSPC, errno.EDQUOT):
         free = shutil.disk_usage(folder).free
-        return (f"cannot write checkpoint {path.name}: no space left on the disk of {_mount_of(folder)} "
-                f"({_mib(free)} free, the checkpoint needs about {_mib(tensor_bytes(state))}) for {folder}; "
-                "free some space or pass --ckpt-dir on a larger disk")
+        return (
+            f"cannot write checkpoint {path.name}: no space left on the disk of {_mount_of(folder)} "
+            f"({_mib(free)} free, the checkpoint needs about {_mib(tensor_bytes(state))}) for {folder}; "
+            "free some space or pass --ckpt-dir on a larger disk"
+        )
     return f"cannot write checkpoint {path}: {cause.strerror or cause}"
 
 

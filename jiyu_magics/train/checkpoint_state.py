@@ -14,8 +14,7 @@ import torch
 from .train_errors import TrainConfigError
 
 
-def model_optimizer_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-                          sharded: bool) -> tuple[dict, dict]:
+def model_optimizer_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer, sharded: bool) -> tuple[dict, dict]:
     if not sharded:
         return model.state_dict(), optimizer.state_dict()
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
@@ -23,25 +22,34 @@ def model_optimizer_state(model: torch.nn.Module, optimizer: torch.optim.Optimiz
     return get_state_dict(model, optimizer, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
 
 
-def load_model_optimizer_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer, state: dict[str, Any],
-                               source: str, sharded: bool) -> None:
+def load_model_optimizer_state(
+    model: torch.nn.Module, optimizer: torch.optim.Optimizer, state: dict[str, Any], source: str, sharded: bool
+) -> None:
     try:
         if sharded:
             from torch.distributed.checkpoint.state_dict import StateDictOptions, set_state_dict
 
-            set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"],
-                           options=StateDictOptions(full_state_dict=True))
+            set_state_dict(
+                model,
+                optimizer,
+                model_state_dict=state["model"],
+                optim_state_dict=state["optimizer"],
+                options=StateDictOptions(full_state_dict=True),
+            )
         else:
             model.load_state_dict(state["model"])
             optimizer.load_state_dict(state["optimizer"])
     except (RuntimeError, KeyError, ValueError) as error:
-        raise TrainConfigError(f"checkpoint {source} does not fit this model: "
-                               f"{str(error).strip().splitlines()[0]}") from None
+        raise TrainConfigError(
+            f"checkpoint {source} does not fit this model: {str(error).strip().splitlines()[0]}"
+        ) from None
 
 
 def other_states(scaler, scheduler) -> dict[str, Any]:
-    return {"scaler": scaler.state_dict() if scaler is not None else None,
-            "scheduler": scheduler.state_dict() if scheduler is not None else None}
+    return {
+        "scaler": scaler.state_dict() if scaler is not None else None,
+        "scheduler": scheduler.state_dict() if scheduler is not None else None,
+    }
 
 
 def load_other_states(state: dict[str, Any], scaler, scheduler) -> None:

@@ -14,10 +14,10 @@ import os
 import torch
 
 from ..core.gpu import snapshot as gpu
+from ..core.gpu.visible_devices import parse_visible_devices
+from ..core.store.database import StoreUnusable
 from ..core.store.leases import GpuSlot
 from ..core.store.run_store import RunStore
-from ..core.store.database import StoreUnusable
-from ..core.gpu.visible_devices import parse_visible_devices
 
 
 def record_device_lease(run_id: str, device: torch.device, store: RunStore | None = None) -> str | None:

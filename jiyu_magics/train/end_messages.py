@@ -32,18 +32,28 @@ def resume_hint(checkpoint: str | None, command: str = "%train --resume last") -
     return f"Checkpoint: {checkpoint}. Continue with {command} (or fit(..., resume=path))."
 
 
-def stopped_message(step: int, total: int | None, epoch: int, reason: str | None, checkpoint: str | None,
-                    command: str = "%train --resume last") -> str:
+def stopped_message(
+    step: int,
+    total: int | None,
+    epoch: int,
+    reason: str | None,
+    checkpoint: str | None,
+    command: str = "%train --resume last",
+) -> str:
     of = f"/{total}" if total else ""
     return f"Stopped at step {step}{of} (epoch {epoch}) by {reason or 'request'}. {resume_hint(checkpoint, command)}"
 
 
-def succeeded_message(step: int, start_step: int, epochs: int, elapsed: float, loss: float | None,
-                      val_acc: float | None) -> str:
+def succeeded_message(
+    step: int, start_step: int, epochs: int, elapsed: float, loss: float | None, val_acc: float | None
+) -> str:
     minutes, seconds = divmod(int(elapsed), 60)
     span = f"{epochs} epoch{'s' if epochs != 1 else ''}"
-    done = (f"Trained {step - start_step} more steps, to step {step} ({span})," if start_step
-            else f"Trained {step} steps ({span})")
+    done = (
+        f"Trained {step - start_step} more steps, to step {step} ({span}),"
+        if start_step
+        else f"Trained {step} steps ({span})"
+    )
     parts = [f"{done} in {minutes}:{seconds:02d}"]
     if loss is not None:
         parts.append(f"loss {loss:.4g}")
@@ -52,17 +62,30 @@ def succeeded_message(step: int, start_step: int, epochs: int, elapsed: float, l
     return " · ".join(parts) + "."
 
 
-def nonfinite_message(step: int, value: float, checkpoint: str | None, checkpoint_step: int | None,
-                      amp: str, clipping: bool, what: str = "loss") -> str:
-    last = (f"last good checkpoint: {checkpoint} (step {checkpoint_step})" if checkpoint
-            else "no checkpoint was saved before it")
+def nonfinite_message(
+    step: int,
+    value: float,
+    checkpoint: str | None,
+    checkpoint_step: int | None,
+    amp: str,
+    clipping: bool,
+    what: str = "loss",
+) -> str:
+    last = (
+        f"last good checkpoint: {checkpoint} (step {checkpoint_step})"
+        if checkpoint
+        else "no checkpoint was saved before it"
+    )
     fixes = ["lower the learning rate"]
     if not clipping:
         fixes.append("clip gradients (--clip 1.0)")
     if amp == "fp16":
         fixes.append("use --amp bf16")
-    went_bad = (f"Loss became {value} at step {step}" if what == "loss" else
-                f"The weights became NaN/Inf by step {step} while the loss was still finite")
+    went_bad = (
+        f"Loss became {value} at step {step}"
+        if what == "loss"
+        else f"The weights became NaN/Inf by step {step} while the loss was still finite"
+    )
     return f"{went_bad}; training stopped, {last}. Try: {', '.join(fixes)}."
 
 
@@ -76,12 +99,15 @@ def oom_message(step: int, peak: int | None, total: int | None, batch_size: int 
     if amp == "off":
         options.append("--amp bf16 (half the activation memory)")
     options.append("a smaller model or sequence length")
-    return (f"CUDA out of memory at step {step} ({used}); cached memory was released and the kernel "
-            f"is usable. Options: {'; '.join(options)}.")
+    return (
+        f"CUDA out of memory at step {step} ({used}); cached memory was released and the kernel "
+        f"is usable. Options: {'; '.join(options)}."
+    )
 
 
-def input_bound_advice(data_wait: float, device_type: str, loader: object, cpu_count: int | None = None,
-                       local_world_size: int = 1) -> str | None:
+def input_bound_advice(
+    data_wait: float, device_type: str, loader: object, cpu_count: int | None = None, local_world_size: int = 1
+) -> str | None:
     """Advice for a CUDA run that waits on its data loader more than 20% of the time, with
     settings sized for this machine; None when the run is not input-bound."""
     if device_type != "cuda" or data_wait is None or data_wait <= INPUT_BOUND_SHARE:
@@ -90,9 +116,11 @@ def input_bound_advice(data_wait: float, device_type: str, loader: object, cpu_c
     workers = max(1, min(8, cpus // max(1, local_world_size) - 1))
     current = getattr(loader, "num_workers", None)
     now = f" (now num_workers={current})" if current is not None else ""
-    return (f"The GPU waits for data {data_wait:.0%} of the time{now}. Give the DataLoader "
-            f"num_workers={workers}, pin_memory=True, persistent_workers=True, prefetch_factor=4, "
-            f"or keep in-memory data as tensors (TensorDataset) for the engine's fast path.")
+    return (
+        f"The GPU waits for data {data_wait:.0%} of the time{now}. Give the DataLoader "
+        f"num_workers={workers}, pin_memory=True, persistent_workers=True, prefetch_factor=4, "
+        f"or keep in-memory data as tensors (TensorDataset) for the engine's fast path."
+    )
 
 
 def _gib(n: int) -> str:

@@ -18,40 +18,58 @@ import torch
 
 from ..core.processes import job_stop
 from . import rng_state as rng
+from .batch_source import training_batches, validation_batches
 from .batches import BatchLoss
 from .checkpoint import CheckpointKeeper, checkpoint_folder_usable, load_checkpoint
-from .input_checks import check_objects, trainable_parameters
-from .stack_signal import stacks_on_signal
-from .stop_signal import StopSignal, leave_for_requeue, signals_request_stop
-from .batch_source import training_batches, validation_batches
-from .process_group import join_process_group
-from .train_errors import NonFiniteLoss, TrainingFailed
+from .checkpoint_state import load_model_optimizer_state, load_other_states, model_optimizer_state, other_states
+from .end_messages import (
+    input_bound_advice,
+    nonfinite_message,
+    oom_message,
+    resume_command,
+    stopped_message,
+    succeeded_message,
+)
 from .evaluate import evaluate
-from .weight_handoff import final_weights_path, load_initial_weights, write_weights
-from .end_messages import input_bound_advice, nonfinite_message, oom_message, resume_command, stopped_message, succeeded_message
 from .finite_check import FiniteGuard
+from .fit_calls import is_own_after_restart, own_checkpoint, restored_message, starts_afresh
+from .fit_options import FitOptions
+from .fit_result import FitResult
+from .input_checks import check_objects, trainable_parameters
+from .loop_position import LoopPosition
+from .model_wrap import uses_ddp, uses_fsdp, wrap_model
+from .precision import resolve_precision
+from .process_group import join_process_group
+from .reporter import Reporter
+from .run_binding import RunBinding, check_resume_request, default_name, resume_path
 from .schedule_check import schedule_mismatch
-from .step_meter import StepMeter
+from .stack_signal import stacks_on_signal
 from .step_cadence import StepCadence
+from .step_meter import StepMeter
 from .step_plan import StepPlan
 from .step_runner import StepRunner
-from .loop_position import LoopPosition
-from .fit_options import FitOptions
-from .precision import resolve_precision
-from .reporter import Reporter
-from .fit_result import FitResult
-from .run_binding import RunBinding, check_resume_request, default_name, resume_path
-from .fit_calls import is_own_after_restart, own_checkpoint, restored_message, starts_afresh
-from .checkpoint_state import load_model_optimizer_state, load_other_states, model_optimizer_state, other_states
-from .model_wrap import uses_ddp, uses_fsdp, wrap_model
+from .stop_signal import StopSignal, leave_for_requeue, signals_request_stop
+from .train_errors import NonFiniteLoss, TrainingFailed
+from .weight_handoff import final_weights_path, load_initial_weights, write_weights
 
 END = object()
 ADVICE_AFTER_STEPS = 20  # data wait in the first steps is warm-up (worker start), not a pattern
 
 
-def fit(model: torch.nn.Module, optimizer: torch.optim.Optimizer, train_data: Any, *, loss_fn=None,
-        train_step=None, val_data=None, scheduler=None, monitor=None, stop: StopSignal | None = None,
-        from_notebook: str | None = None, **options) -> FitResult:
+def fit(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    train_data: Any,
+    *,
+    loss_fn=None,
+    train_step=None,
+    val_data=None,
+    scheduler=None,
+    monitor=None,
+    stop: StopSignal | None = None,
+    from_notebook: str | None = None,
+    **options,
+) -> FitResult:
     """Train ``model`` and return a :class:`FitResult` (history, run id, checkpoints, status).
 
     ``train_data``: a DataLoader, a Dataset or tensors with ``batch_size=``, or any re-iterable
@@ -70,8 +88,19 @@ def fit(model: torch.nn.Module, optimizer: torch.optim.Optimizer, train_data: An
     (its ``.result`` has status ``failed``); other errors are recorded in the run and re-raised.
     """
     opts = FitOptions.from_kwargs(options)
-    trainer = Trainer(model, optimizer, train_data, loss_fn=loss_fn, train_step=train_step, val_data=val_data,
-                      scheduler=scheduler, monitor=monitor, stop=stop, options=opts, from_notebook=from_notebook)
+    trainer = Trainer(
+        model,
+        optimizer,
+        train_data,
+        loss_fn=loss_fn,
+        train_step=train_step,
+        val_data=val_data,
+        scheduler=scheduler,
+        monitor=monitor,
+        stop=stop,
+        options=opts,
+        from_notebook=from_notebook,
+    )
     result = trainer.run()
     leave_for_requeue(trainer.stop)
     return result
@@ -82,9 +111,21 @@ class Trainer:
     is (``position``), how long it runs (``plan``), when logs, validation and checkpoints fall
     due (``cadence``), the step itself (``steps``), precision, and the process group (``dist``)."""
 
-    def __init__(self, model, optimizer, train_data, *, loss_fn=None, train_step=None, val_data=None,
-                 scheduler=None, monitor=None, stop=None, options: FitOptions | None = None,
-                 from_notebook: str | None = None):
+    def __init__(
+        self,
+        model,
+        optimizer,
+        train_data,
+        *,
+        loss_fn=None,
+        train_step=None,
+        val_data=None,
+        scheduler=None,
+        monitor=None,
+        stop=None,
+        options: FitOptions | None = None,
+        from_notebook: str | None = None,
+    ):
         check_objects(model, optimizer, train_data, scheduler, loss_fn, train_step)
         self.from_notebook = from_notebook
         self.raw_model, self.optimizer, self.scheduler = model, optimizer, scheduler
@@ -127,13 +168,26 @@ class Trainer:
         self.raw_model.to(self.device)
         if opts.seed is not None:
             rng.seed_everything(opts.seed)
-        self.data_seed = self.dist.broadcast(opts.seed if opts.seed is not None else
-                                             int(torch.randint(0, 2**31 - 1, ()).item()))
-        self.data = training_batches(self.train_data, batch_size=opts.batch_size, shuffle=opts.shuffle,
-                                     drop_last=opts.drop_last, fast=opts.fast_data, seed=self.data_seed,
-                                     rank=self.dist.rank, world_size=self.dist.world_size)
-        self.val_batches = validation_batches(self.val_data, batch_size=opts.batch_size, fast=opts.fast_data,
-                                              rank=self.dist.rank, world_size=self.dist.world_size)
+        self.data_seed = self.dist.broadcast(
+            opts.seed if opts.seed is not None else int(torch.randint(0, 2**31 - 1, ()).item())
+        )
+        self.data = training_batches(
+            self.train_data,
+            batch_size=opts.batch_size,
+            shuffle=opts.shuffle,
+            drop_last=opts.drop_last,
+            fast=opts.fast_data,
+            seed=self.data_seed,
+            rank=self.dist.rank,
+            world_size=self.dist.world_size,
+        )
+        self.val_batches = validation_batches(
+            self.val_data,
+            batch_size=opts.batch_size,
+            fast=opts.fast_data,
+            rank=self.dist.rank,
+            world_size=self.dist.world_size,
+        )
         self.plan = StepPlan.of(self.data, opts.epochs, opts.max_steps, opts.accum)
         self.precision = resolve_precision(opts.amp, self.device)
         self.sharded = self.dist.distributed and opts.strategy == "fsdp"
@@ -178,8 +232,9 @@ class Trainer:
         position, opts = self.position, self.opts
         position.start_step = position.step
         self.meter.reset(time.perf_counter(), position.step)
-        self.cadence = StepCadence(position.step, self.plan.last_step, opts.log_every, opts.log_interval_s,
-                                   opts.val_every, opts.ckpt_every)
+        self.cadence = StepCadence(
+            position.step, self.plan.last_step, opts.log_every, opts.log_interval_s, opts.val_every, opts.ckpt_every
+        )
         self.steps.train_model.train()
         self._emit_start(params_count)
         self._advise_on_schedule()
@@ -189,11 +244,20 @@ class Trainer:
         opts, dist, known_length = self.opts, self.dist, self.plan.batches_per_epoch is not None
         train_model = wrap_model(self.raw_model, self.optimizer, self.device, dist, opts.strategy, opts.compile)
         return StepRunner(
-            train_model, self.raw_model, self.optimizer, batch_loss=self.batch_loss, precision=self.precision,
-            device=self.device, meter=self.meter, params=trainable_parameters(self.raw_model),  # sharded under FSDP
-            clip=opts.clip, scheduler=self.scheduler if opts.scheduler_interval == "step" else None,
-            ddp=uses_ddp(train_model) and known_length, fsdp=uses_fsdp(self.raw_model) and known_length,
-            plain=not dist.distributed and self.precision.mode == "off" and opts.accum == 1)
+            train_model,
+            self.raw_model,
+            self.optimizer,
+            batch_loss=self.batch_loss,
+            precision=self.precision,
+            device=self.device,
+            meter=self.meter,
+            params=trainable_parameters(self.raw_model),  # sharded under FSDP
+            clip=opts.clip,
+            scheduler=self.scheduler if opts.scheduler_interval == "step" else None,
+            ddp=uses_ddp(train_model) and known_length,
+            fsdp=uses_fsdp(self.raw_model) and known_length,
+            plain=not dist.distributed and self.precision.mode == "off" and opts.accum == 1,
+        )
 
     def _ckpt_folder(self) -> Path:
         """Absolute: the ``ckpt`` events record where each checkpoint is, for ``--resume last``."""
@@ -202,13 +266,26 @@ class Trainer:
     def _emit_start(self, params_count: int) -> None:
         plan = self.plan
         self.report.emit(
-            "start", run_id=self.run_binding.run_id, name=self.name, total_steps=plan.total_steps,
-            epochs=plan.epochs, steps_per_epoch=plan.steps_per_epoch, nproc=self.dist.world_size,
-            batch_size=self.data.batch_size, accum=self.opts.accum, amp=self.precision.mode,
-            device=str(self.device), params=params_count, strategy=self._strategy_name(),
-            backend=self.dist.backend, data=self.data.kind, start_step=self.position.step,
-            resumed_from=self.resumed_from, from_notebook=self.from_notebook,
-            stall_timeout=self.opts.stall_timeout)
+            "start",
+            run_id=self.run_binding.run_id,
+            name=self.name,
+            total_steps=plan.total_steps,
+            epochs=plan.epochs,
+            steps_per_epoch=plan.steps_per_epoch,
+            nproc=self.dist.world_size,
+            batch_size=self.data.batch_size,
+            accum=self.opts.accum,
+            amp=self.precision.mode,
+            device=str(self.device),
+            params=params_count,
+            strategy=self._strategy_name(),
+            backend=self.dist.backend,
+            data=self.data.kind,
+            start_step=self.position.step,
+            resumed_from=self.resumed_from,
+            from_notebook=self.from_notebook,
+            stall_timeout=self.opts.stall_timeout,
+        )
 
     def _strategy_name(self) -> str:
         if not self.dist.distributed:
@@ -227,8 +304,14 @@ class Trainer:
 
     def _run_epoch(self) -> None:
         batches = self._epoch_batches()
-        position, cadence, meter, clock, stop, report = (self.position, self.cadence, self.meter, time.perf_counter,
-                                                         self.stop, self.report)
+        position, cadence, meter, clock, stop, report = (
+            self.position,
+            self.cadence,
+            self.meter,
+            time.perf_counter,
+            self.stop,
+            self.report,
+        )
         micro_step, optimizer_step, group_size = self.steps.micro_step, self.steps.optimizer_step, self.plan.group_size
         group, micro = group_size(position.batch_in_epoch), 0
         while True:
@@ -330,15 +413,23 @@ class Trainer:
     def _advise(self, data_wait: float | None) -> None:
         if self.advised or self.position.step < ADVICE_AFTER_STEPS:
             return
-        message = input_bound_advice(data_wait, self.device.type, self.train_data,
-                                     local_world_size=self.dist.world_size)
+        message = input_bound_advice(
+            data_wait, self.device.type, self.train_data, local_world_size=self.dist.world_size
+        )
         if message:
             self.advised = True
             self.report.emit("advice", step=self.position.step, message=message)
 
     def _validate(self) -> None:
-        loss, accuracy = evaluate(self.steps.train_model, self.val_batches, self.batch_loss, self.precision,
-                                  self.device, self.dist, self.report.poll_if_due)
+        loss, accuracy = evaluate(
+            self.steps.train_model,
+            self.val_batches,
+            self.batch_loss,
+            self.precision,
+            self.device,
+            self.dist,
+            self.report.poll_if_due,
+        )
         self.report.emit("val", step=self.position.step, epoch=self.position.epoch, loss=loss, accuracy=accuracy)
 
     def _checkpoint(self) -> None:
@@ -363,8 +454,9 @@ class Trainer:
 
     def _advise_on_schedule(self) -> None:
         remaining = self.plan.total_steps - self.position.step if self.plan.total_steps is not None else None
-        message = schedule_mismatch(self.scheduler, self.opts.scheduler_interval, remaining, self.opts.accum,
-                                    self.dist.world_size)
+        message = schedule_mismatch(
+            self.scheduler, self.opts.scheduler_interval, remaining, self.opts.accum, self.dist.world_size
+        )
         if message:
             self.report.emit("advice", step=self.position.step, message=message)
 
@@ -372,11 +464,18 @@ class Trainer:
         position, dist = self.position, self.dist
         model, optimizer = model_optimizer_state(self.raw_model, self.optimizer, self.sharded)
         return {
-            "model": model, "optimizer": optimizer, **other_states(self.precision.scaler, self.scheduler),
-            "step": position.step, "epoch": position.epoch, "batch_in_epoch": position.batch_in_epoch,
-            "rng": dist.gather(rng.capture()), "epoch_rng": dist.gather(_for_rank(position.epoch_rng, dist.rank)),
-            "data_seed": self.data_seed, "world_size": dist.world_size,
-            "run_id": self.run_binding.run_id, "total_steps": self.plan.total_steps,
+            "model": model,
+            "optimizer": optimizer,
+            **other_states(self.precision.scaler, self.scheduler),
+            "step": position.step,
+            "epoch": position.epoch,
+            "batch_in_epoch": position.batch_in_epoch,
+            "rng": dist.gather(rng.capture()),
+            "epoch_rng": dist.gather(_for_rank(position.epoch_rng, dist.rank)),
+            "data_seed": self.data_seed,
+            "world_size": dist.world_size,
+            "run_id": self.run_binding.run_id,
+            "total_steps": self.plan.total_steps,
             "call": self.run_binding.call.as_state(),
         }
 
@@ -412,10 +511,17 @@ class Trainer:
         position = self.position
         step = position.step if step is None else step
         self.report.end(status, step, message)
-        return FitResult(run_id=self.run_binding.run_id, status=status, message=message, step=step,
-                         epoch=position.last_step_epoch(), total_steps=self.plan.total_steps,
-                         elapsed=self.report.elapsed, history=self.report.history,
-                         checkpoints=[str(p) for p in self.keeper.saved])
+        return FitResult(
+            run_id=self.run_binding.run_id,
+            status=status,
+            message=message,
+            step=step,
+            epoch=position.last_step_epoch(),
+            total_steps=self.plan.total_steps,
+            elapsed=self.report.elapsed,
+            history=self.report.history,
+            checkpoints=[str(p) for p in self.keeper.saved],
+        )
 
     def _hand_back_weights(self) -> None:
         """``%%train --nproc``: rank 0 writes the final full weights for the kernel to load
@@ -436,20 +542,34 @@ class Trainer:
         history, position = self.report.history, self.position
         last = history[-1] if history else {}
         val_acc = next((r["val_acc"] for r in reversed(history) if r.get("val_acc") is not None), None)
-        return succeeded_message(position.step, position.start_step, position.last_step_epoch(), elapsed,
-                                 last.get("loss"), val_acc)
+        return succeeded_message(
+            position.step, position.start_step, position.last_step_epoch(), elapsed, last.get("loss"), val_acc
+        )
 
     def _stopped_message(self) -> str:
         position = self.position
-        return stopped_message(position.step, self.plan.total_steps, position.last_step_epoch(), self.stop.reason,
-                               self._last_checkpoint(), self._resume_command())
+        return stopped_message(
+            position.step,
+            self.plan.total_steps,
+            position.last_step_epoch(),
+            self.stop.reason,
+            self._last_checkpoint(),
+            self._resume_command(),
+        )
 
     def _resume_command(self) -> str:
         return resume_command(self.opts.name, self.plan.epochs, self.opts.max_steps)
 
     def _nonfinite(self, error: NonFiniteLoss) -> str:
-        return nonfinite_message(error.step, error.value, self._last_checkpoint(), self.keeper.last_step,
-                                 self.precision.mode, self.opts.clip is not None, error.what)
+        return nonfinite_message(
+            error.step,
+            error.value,
+            self._last_checkpoint(),
+            self.keeper.last_step,
+            self.precision.mode,
+            self.opts.clip is not None,
+            error.what,
+        )
 
     def _release_memory(self, error: torch.OutOfMemoryError) -> str:
         """Frees what the failed step held (its traceback pins the activations) and the
@@ -463,8 +583,9 @@ class Trainer:
             peak = torch.cuda.max_memory_allocated(self.device)
             total = torch.cuda.get_device_properties(self.device).total_memory
             torch.cuda.empty_cache()
-        return oom_message(self.position.step + 1, peak, total, self.data.batch_size, self.opts.accum,
-                           self.precision.mode)
+        return oom_message(
+            self.position.step + 1, peak, total, self.data.batch_size, self.opts.accum, self.precision.mode
+        )
 
 
 def _for_rank(states: list[dict], rank: int) -> dict:

@@ -5,17 +5,24 @@ Sums stay on the device until the end (one sync), and ranks add theirs in one co
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
 from .batches import BatchLoss, correct_predictions, samples_in, to_device
-from .process_group import DistContext
 from .precision import Precision
+from .process_group import DistContext
 
 
-def evaluate(model: torch.nn.Module, batches, batch_loss: BatchLoss, precision: Precision, device: torch.device,
-             dist: DistContext, between_batches: Callable[[], None] = lambda: None) -> tuple[float | None, float | None]:
+def evaluate(
+    model: torch.nn.Module,
+    batches,
+    batch_loss: BatchLoss,
+    precision: Precision,
+    device: torch.device,
+    dist: DistContext,
+    between_batches: Callable[[], None] = lambda: None,
+) -> tuple[float | None, float | None]:
     """(mean loss, accuracy or None). ``between_batches`` lets the dashboard poll during a long pass."""
     model.eval()
     sums = torch.zeros(3, dtype=torch.float64, device=device)  # loss * samples, correct, counted

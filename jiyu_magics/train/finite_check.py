@@ -54,7 +54,7 @@ def finite_flags(tensors: list[torch.Tensor]) -> list[bool]:
     flags = [True] * len(tensors)
     for indices in by_device.values():
         sums = torch.stack([_sum(tensors[index]) for index in indices])
-        for index, finite in zip(indices, torch.isfinite(sums).tolist()):
+        for index, finite in zip(indices, torch.isfinite(sums).tolist(), strict=False):
             flags[index] = finite
     return flags
 

@@ -29,11 +29,11 @@ _started: dict[tuple, int] = {}  # (run id, attempt) -> calls started in this pr
 
 @dataclass(frozen=True)
 class FitCall:
-    index: int   # 0 for the script's first call
+    index: int  # 0 for the script's first call
     name: str
 
     @classmethod
-    def next_in(cls, run_id: str, name: str) -> "FitCall":
+    def next_in(cls, run_id: str, name: str) -> FitCall:
         """The next call of ``run_id`` in this process: the script's order in this attempt."""
         key = (run_id, os.environ.get(RESTART_ENV, "0"), os.environ.get(RESUME_ENV))
         index = _started.get(key, 0)
@@ -81,8 +81,10 @@ def is_own_after_restart(state: dict, call: FitCall) -> bool:
 
 
 def restored_message(step: int, checkpoint: str) -> str:
-    return (f"Finished before the job was restarted: its final weights (step {step}) were "
-            f"restored from {checkpoint}, nothing was retrained.")
+    return (
+        f"Finished before the job was restarted: its final weights (step {step}) were "
+        f"restored from {checkpoint}, nothing was retrained."
+    )
 
 
 def _peek(path: Path) -> dict:

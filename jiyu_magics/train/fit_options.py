@@ -22,83 +22,129 @@ SCHEDULER_INTERVALS = ("step", "epoch")
 DEFAULT_LOG_INTERVAL_S = 0.5
 
 
-def option(default: Any, help: str, *, default_text: str | None = None, choices: tuple[str, ...] | None = None,
-           metavar: str | None = None, flag: str | None = None) -> Any:
+def option(
+    default: Any,
+    help: str,
+    *,
+    default_text: str | None = None,
+    choices: tuple[str, ...] | None = None,
+    metavar: str | None = None,
+    flag: str | None = None,
+) -> Any:
     """A ``FitOptions`` field and its user-facing description. ``default_text`` says what a
     ``None`` default means; ``flag`` overrides ``--field-name`` (``--no-ckpt`` for
     ``save_ckpts``: an option that defaults to on is a flag that turns it off)."""
-    return field(default=default, metadata=dict(help=help, default_text=default_text, choices=choices,
-                                                metavar=metavar, flag=flag))
+    return field(
+        default=default,
+        metadata=dict(help=help, default_text=default_text, choices=choices, metavar=metavar, flag=flag),
+    )
 
 
 @dataclass
 class FitOptions:
-    epochs: int | None = option(None, "Passes over the training data.",
-                                default_text="1, or as many as --max-steps needs")
-    max_steps: int | None = option(None, "Stop after this many optimizer steps (whichever of epochs and steps "
-                                         "ends first).", metavar="STEPS")
-    batch_size: int | None = option(None, "Batch size when the training data is a Dataset or tensors, not a "
-                                          "DataLoader.", metavar="N")
-    shuffle: bool = option(True, "Keep the data order (only when the engine builds the batches).",
-                           flag="--no-shuffle")
-    drop_last: bool = option(False, "Drop each epoch's last incomplete batch (only when the engine builds the "
-                                    "batches).")
-    amp: str = option("auto", "Mixed precision. auto: bf16 on CUDA that supports it, fp16 with a GradScaler on "
-                              "older CUDA, off on CPU.", choices=AMP_MODES)
+    epochs: int | None = option(
+        None, "Passes over the training data.", default_text="1, or as many as --max-steps needs"
+    )
+    max_steps: int | None = option(
+        None, "Stop after this many optimizer steps (whichever of epochs and steps ends first).", metavar="STEPS"
+    )
+    batch_size: int | None = option(
+        None, "Batch size when the training data is a Dataset or tensors, not a DataLoader.", metavar="N"
+    )
+    shuffle: bool = option(True, "Keep the data order (only when the engine builds the batches).", flag="--no-shuffle")
+    drop_last: bool = option(
+        False, "Drop each epoch's last incomplete batch (only when the engine builds the batches)."
+    )
+    amp: str = option(
+        "auto",
+        "Mixed precision. auto: bf16 on CUDA that supports it, fp16 with a GradScaler on older CUDA, off on CPU.",
+        choices=AMP_MODES,
+    )
     accum: int = option(1, "Gradient accumulation: micro-batches per optimizer step.", metavar="N")
-    clip: float | None = option(None, "Clip the gradient norm to NORM (unscaled first under fp16).",
-                                metavar="NORM")
+    clip: float | None = option(None, "Clip the gradient norm to NORM (unscaled first under fp16).", metavar="NORM")
     compile: bool = option(False, "torch.compile the model (the first steps are slow while it compiles).")
-    device: str | None = option(None, "cuda, cuda:1, cpu ...",
-                                default_text="cuda:LOCAL_RANK when CUDA is available, else cpu")
+    device: str | None = option(
+        None, "cuda, cuda:1, cpu ...", default_text="cuda:LOCAL_RANK when CUDA is available, else cpu"
+    )
     seed: int | None = option(None, "Seed python, numpy and torch; also fixes the data order.")
-    log_every: int | None = option(None, "Read the loss every STEPS optimizer steps (reading it is the only "
-                                         "device sync of the loop).", metavar="STEPS",
-                                   default_text="about every --log-interval seconds")
-    log_interval_s: float = option(DEFAULT_LOG_INTERVAL_S, "Seconds between loss reads when --log-every is not "
-                                                           "given.", metavar="SECONDS", flag="--log-interval")
-    val_every: int | None = option(None, "Validate every STEPS optimizer steps.", metavar="STEPS",
-                                   default_text="each epoch end")
-    ckpt_every: int | None = option(None, "Checkpoint every STEPS optimizer steps.", metavar="STEPS",
-                                    default_text="each epoch end")
-    ckpt_dir: str | None = option(None, "Where checkpoints go.", metavar="DIR",
-                                  default_text="the run's folder under JIYU_HOME")
+    log_every: int | None = option(
+        None,
+        "Read the loss every STEPS optimizer steps (reading it is the only device sync of the loop).",
+        metavar="STEPS",
+        default_text="about every --log-interval seconds",
+    )
+    log_interval_s: float = option(
+        DEFAULT_LOG_INTERVAL_S,
+        "Seconds between loss reads when --log-every is not given.",
+        metavar="SECONDS",
+        flag="--log-interval",
+    )
+    val_every: int | None = option(
+        None, "Validate every STEPS optimizer steps.", metavar="STEPS", default_text="each epoch end"
+    )
+    ckpt_every: int | None = option(
+        None, "Checkpoint every STEPS optimizer steps.", metavar="STEPS", default_text="each epoch end"
+    )
+    ckpt_dir: str | None = option(
+        None, "Where checkpoints go.", metavar="DIR", default_text="the run's folder under JIYU_HOME"
+    )
     keep_ckpts: int = option(3, "Keep the newest N checkpoints of this call.", metavar="N")
     save_ckpts: bool = option(True, "Save no checkpoints.", flag="--no-ckpt")
-    resume: str | None = option(None, "Continue from a checkpoint: a path, or 'last' (the newest checkpoint of "
-                                      "the last run with the same name in this notebook, wherever it was written).",
-                                metavar="PATH|last")
+    resume: str | None = option(
+        None,
+        "Continue from a checkpoint: a path, or 'last' (the newest checkpoint of "
+        "the last run with the same name in this notebook, wherever it was written).",
+        metavar="PATH|last",
+    )
     strategy: str = option("auto", "Under torchrun: ddp or fsdp (auto: ddp).", choices=STRATEGIES)
-    fast_data: bool = option(True, "Iterate a TensorDataset DataLoader as it is instead of the engine's batched "
-                                   "gather.", flag="--no-fast-data")
-    scheduler_interval: str = option("step", "When the scheduler steps: after each optimizer step or each epoch.",
-                                     choices=SCHEDULER_INTERVALS)
-    name: str | None = option(None, "The run's name in %jobs and the lab panel.",
-                              default_text="notebook:ModelClass")
-    stall_timeout: float | None = option(None, "Under --nproc or a job: flag the run 'stalled' and dump every "
-                                               "rank's Python stack (jiyu stacks ID) when no optimizer step "
-                                               "was logged for this long; 0 turns it off.", metavar="SECONDS",
-                                         default_text="the job's --stall-timeout, else the larger of 10x the "
-                                                      "median step time and 300")
+    fast_data: bool = option(
+        True,
+        "Iterate a TensorDataset DataLoader as it is instead of the engine's batched gather.",
+        flag="--no-fast-data",
+    )
+    scheduler_interval: str = option(
+        "step", "When the scheduler steps: after each optimizer step or each epoch.", choices=SCHEDULER_INTERVALS
+    )
+    name: str | None = option(None, "The run's name in %jobs and the lab panel.", default_text="notebook:ModelClass")
+    stall_timeout: float | None = option(
+        None,
+        "Under --nproc or a job: flag the run 'stalled' and dump every "
+        "rank's Python stack (jiyu stacks ID) when no optimizer step "
+        "was logged for this long; 0 turns it off.",
+        metavar="SECONDS",
+        default_text="the job's --stall-timeout, else the larger of 10x the median step time and 300",
+    )
 
     @classmethod
-    def from_kwargs(cls, options: dict) -> "FitOptions":
+    def from_kwargs(cls, options: dict) -> FitOptions:
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(options) - known)
         if unknown:
             raise TrainConfigError(f"unknown option {unknown[0]!r}; known: {', '.join(sorted(known))}")
         return cls(**options).validate()
 
-    def validate(self) -> "FitOptions":
-        _at_least(1, epochs=self.epochs, max_steps=self.max_steps, batch_size=self.batch_size,
-                  accum=self.accum, log_every=self.log_every, val_every=self.val_every,
-                  ckpt_every=self.ckpt_every, keep_ckpts=self.keep_ckpts)
-        _one_of(amp=(self.amp, AMP_MODES), strategy=(self.strategy, STRATEGIES),
-                scheduler_interval=(self.scheduler_interval, SCHEDULER_INTERVALS))
+    def validate(self) -> FitOptions:
+        _at_least(
+            1,
+            epochs=self.epochs,
+            max_steps=self.max_steps,
+            batch_size=self.batch_size,
+            accum=self.accum,
+            log_every=self.log_every,
+            val_every=self.val_every,
+            ckpt_every=self.ckpt_every,
+            keep_ckpts=self.keep_ckpts,
+        )
+        _one_of(
+            amp=(self.amp, AMP_MODES),
+            strategy=(self.strategy, STRATEGIES),
+            scheduler_interval=(self.scheduler_interval, SCHEDULER_INTERVALS),
+        )
         if self.clip is not None and not self.clip > 0:
             raise TrainConfigError(f"clip must be a positive gradient norm, got {self.clip:g}")
-        if self.stall_timeout is not None and not (isinstance(self.stall_timeout, (int, float))
-                                                   and 0 <= self.stall_timeout < math.inf):
+        if self.stall_timeout is not None and not (
+            isinstance(self.stall_timeout, (int, float)) and 0 <= self.stall_timeout < math.inf
+        ):
             raise TrainConfigError(f"stall_timeout must be seconds >= 0 (0: off), got {self.stall_timeout!r}")
         if not self.log_interval_s > 0:
             raise TrainConfigError(f"log_interval_s must be positive, got {self.log_interval_s:g}")
@@ -131,8 +177,13 @@ class OptionSpec:
         """The help text with its default, as ``%%train?`` and the README show it."""
         if self.is_switch:
             return self.help
-        default = self.default_text or (None if self.default is None else f"{self.default:g}"
-                                        if isinstance(self.default, float) else str(self.default))
+        default = self.default_text or (
+            None
+            if self.default is None
+            else f"{self.default:g}"
+            if isinstance(self.default, float)
+            else str(self.default)
+        )
         return f"{self.help} Default: {default}." if default else self.help
 
 
@@ -140,10 +191,20 @@ def option_specs() -> list[OptionSpec]:
     """The options of ``fit`` in declaration order, for adapters that parse them (``%%train``)
     and for the README's option list."""
     hints = typing.get_type_hints(FitOptions)
-    return [OptionSpec(name=f.name, type=_value_type(hints[f.name]), default=f.default, help=f.metadata["help"],
-                       flag=f.metadata["flag"] or "--" + f.name.replace("_", "-"), choices=f.metadata["choices"],
-                       metavar=f.metadata["metavar"], default_text=f.metadata["default_text"])
-            for f in fields(FitOptions) if f.default is not MISSING]
+    return [
+        OptionSpec(
+            name=f.name,
+            type=_value_type(hints[f.name]),
+            default=f.default,
+            help=f.metadata["help"],
+            flag=f.metadata["flag"] or "--" + f.name.replace("_", "-"),
+            choices=f.metadata["choices"],
+            metavar=f.metadata["metavar"],
+            default_text=f.metadata["default_text"],
+        )
+        for f in fields(FitOptions)
+        if f.default is not MISSING
+    ]
 
 
 def flag_of(name: str) -> str:

@@ -4,21 +4,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..core.runs.model import RunStatus
 from ..core.events.fold import RunState
+from ..core.runs.model import RunStatus
 
 
 @dataclass
 class FitResult:
     run_id: str
-    status: RunStatus                # succeeded | stopped | failed
+    status: RunStatus  # succeeded | stopped | failed
     message: str
-    step: int = 0                    # optimizer steps; after a NaN/Inf loss, the step where it went bad
+    step: int = 0  # optimizer steps; after a NaN/Inf loss, the step where it went bad
     epoch: int = 0
     total_steps: int | None = None
     elapsed: float = 0.0
     history: list[dict] = field(default_factory=list)
-    checkpoints: list[str] = field(default_factory=list)   # paths on disk, oldest first
+    checkpoints: list[str] = field(default_factory=list)  # paths on disk, oldest first
 
     def __post_init__(self) -> None:
         self.status = RunStatus(self.status)
@@ -39,10 +39,18 @@ class FitResult:
         return f"<FitResult {self.status} run={self.run_id} step={self.step}: {self.message}>"
 
     @classmethod
-    def from_events(cls, run_id: str, events: list[dict], status: str, message: str | None = None) -> "FitResult":
+    def from_events(cls, run_id: str, events: list[dict], status: str, message: str | None = None) -> FitResult:
         """The result of a ``fit`` another process ran (``%%train --nproc``'s rank 0), from
         its events since its last ``start``."""
         state = RunState.of(events, history=True)
-        return cls(run_id=run_id, status=status, message=message or state.message or "", step=state.step or 0,
-                   epoch=state.epoch or 0, total_steps=state.total_steps, elapsed=state.elapsed or 0.0,
-                   history=state.history, checkpoints=state.checkpoints)
+        return cls(
+            run_id=run_id,
+            status=status,
+            message=message or state.message or "",
+            step=state.step or 0,
+            epoch=state.epoch or 0,
+            total_steps=state.total_steps,
+            elapsed=state.elapsed or 0.0,
+            history=state.history,
+            checkpoints=state.checkpoints,
+        )

@@ -12,13 +12,13 @@ from dataclasses import dataclass
 
 @dataclass
 class LoopPosition:
-    step: int = 0                          # optimizer steps taken, over every call that resumed
-    epoch: int = 1                         # the epoch under way (it moves on at an epoch's end)
-    batch_in_epoch: int = 0                # micro-batches of this epoch trained on
-    start_step: int = 0                    # the step this call started from (after a resume)
-    last_ckpt_step: int | None = None      # the step of the newest checkpoint, saved or resumed
-    epoch_rng: list[dict] | None = None    # RNG states at this epoch's start, one per rank
-    resume_rng: list[dict] | None = None   # RNG states to continue from after a resume, once
+    step: int = 0  # optimizer steps taken, over every call that resumed
+    epoch: int = 1  # the epoch under way (it moves on at an epoch's end)
+    batch_in_epoch: int = 0  # micro-batches of this epoch trained on
+    start_step: int = 0  # the step this call started from (after a resume)
+    last_ckpt_step: int | None = None  # the step of the newest checkpoint, saved or resumed
+    epoch_rng: list[dict] | None = None  # RNG states at this epoch's start, one per rank
+    resume_rng: list[dict] | None = None  # RNG states to continue from after a resume, once
 
     def restore(self, state: dict, world_size: int) -> None:
         """From a checkpoint. When the number of ranks changed, the same samples were consumed

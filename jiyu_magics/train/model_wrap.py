@@ -10,8 +10,14 @@ from .process_group import DistContext
 from .train_errors import TrainConfigError
 
 
-def wrap_model(model: torch.nn.Module, optimizer: torch.optim.Optimizer, device: torch.device,
-               dist: DistContext, strategy: str, compile: bool) -> torch.nn.Module:
+def wrap_model(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    device: torch.device,
+    dist: DistContext,
+    strategy: str,
+    compile: bool,
+) -> torch.nn.Module:
     wrapped = model
     if dist.distributed:
         wrapped = shard(model, optimizer) if strategy == "fsdp" else _ddp(model, device)
@@ -33,8 +39,9 @@ def shard(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> torch.nn.
     from torch.distributed.fsdp import fully_shard
 
     if optimizer.state:
-        raise TrainConfigError("--strategy fsdp needs a fresh optimizer (it already holds state); "
-                               "resume from a checkpoint instead")
+        raise TrainConfigError(
+            "--strategy fsdp needs a fresh optimizer (it already holds state); resume from a checkpoint instead"
+        )
     names = {id(p): name for name, p in model.named_parameters()}
     for child in model.children():
         if any(p.requires_grad for p in child.parameters()):

@@ -13,6 +13,7 @@ from typing import Protocol
 
 class Monitor(Protocol):
     """The dashboard and the text progress; fed events, polled every ``interval`` seconds."""
+
     interval: float
 
     def feed(self, events: list[dict]) -> None: ...
@@ -22,6 +23,7 @@ class Monitor(Protocol):
 
 class NullMonitor:
     """What the loop talks to when nobody watches."""
+
     interval = math.inf
 
     def feed(self, events: list[dict]) -> None:

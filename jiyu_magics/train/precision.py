@@ -7,9 +7,8 @@ MLP and ~18x slower on a medium one on AVX2-only hosts, so it is only used when 
 
 from __future__ import annotations
 
-from contextlib import nullcontext
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
-from typing import ContextManager
 
 import torch
 
@@ -18,14 +17,14 @@ DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 @dataclass
 class Precision:
-    mode: str                                 # bf16 | fp16 | off
+    mode: str  # bf16 | fp16 | off
     device_type: str
     scaler: torch.amp.GradScaler | None = None
 
     def __post_init__(self):
         self._off = nullcontext()  # one reusable no-op context: nothing to build each step
 
-    def autocast(self) -> ContextManager:
+    def autocast(self) -> AbstractContextManager:
         if self.mode == "off":
             return self._off
         return torch.autocast(self.device_type, dtype=DTYPES[self.mode])

@@ -19,7 +19,6 @@ import torch.distributed as dist
 
 from .train_errors import TrainConfigError
 
-
 GLOO_DRAIN_S = 0.05
 
 
@@ -46,8 +45,9 @@ def _parse_device(requested: str) -> torch.device:
     try:
         return torch.device(requested)
     except (RuntimeError, ValueError, TypeError):
-        raise TrainConfigError(f"device {requested!r} is not a device torch knows; use cpu, cuda, cuda:N "
-                               "or mps") from None
+        raise TrainConfigError(
+            f"device {requested!r} is not a device torch knows; use cpu, cuda, cuda:N or mps"
+        ) from None
 
 
 def _check_available(device: torch.device) -> None:
@@ -55,11 +55,12 @@ def _check_available(device: torch.device) -> None:
     own answer is an assertion from deep inside ``Module.to``)."""
     if device.type == "cuda" and not torch.cuda.is_available():
         why = "this torch is a CPU-only build" if torch.version.cuda is None else "no CUDA device is visible"
-        raise TrainConfigError(f"device {device}: {why}; run %gpu_doctor (jiyu doctor) to see why, or use "
-                               "--device cpu")
+        raise TrainConfigError(f"device {device}: {why}; run %gpu_doctor (jiyu doctor) to see why, or use --device cpu")
     if device.type == "cuda" and device.index >= torch.cuda.device_count():
-        raise TrainConfigError(f"device {device}: only {torch.cuda.device_count()} CUDA device(s) are visible "
-                               "(numbered from 0, under CUDA_VISIBLE_DEVICES)")
+        raise TrainConfigError(
+            f"device {device}: only {torch.cuda.device_count()} CUDA device(s) are visible "
+            "(numbered from 0, under CUDA_VISIBLE_DEVICES)"
+        )
     if device.type == "mps" and not torch.backends.mps.is_available():
         raise TrainConfigError(f"device {device}: MPS is not available on this machine; use --device cpu")
 

@@ -10,12 +10,12 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from ..core.events.log import EventLog, read_events
 from ..core.events.fold import RunState, add_to_history
-from .process_group import DistContext, record_rank_error
-from .step_meter import Window
+from ..core.events.log import EventLog, read_events
 from .monitor import NullMonitor
+from .process_group import DistContext, record_rank_error
 from .run_binding import RunBinding
+from .step_meter import Window
 
 
 class Reporter:
@@ -43,11 +43,21 @@ class Reporter:
             self.poll()
 
     def step(self, step: int, epoch: int, total: int | None, window: Window, lr: float | None) -> dict:
-        return self.emit("step", step=step, epoch=epoch, loss=window.loss, lr=lr,
-                         samples_per_s=_round(window.samples_per_s, 1), mem_alloc=window.mem_alloc,
-                         mem_reserved=window.mem_reserved, mem_peak=window.mem_peak,
-                         data_wait=_round(window.data_wait, 4), grad_norm=window.grad_norm,
-                         elapsed=round(self.elapsed, 3), eta=self._eta(step, total))
+        return self.emit(
+            "step",
+            step=step,
+            epoch=epoch,
+            loss=window.loss,
+            lr=lr,
+            samples_per_s=_round(window.samples_per_s, 1),
+            mem_alloc=window.mem_alloc,
+            mem_reserved=window.mem_reserved,
+            mem_peak=window.mem_peak,
+            data_wait=_round(window.data_wait, 4),
+            grad_norm=window.grad_norm,
+            elapsed=round(self.elapsed, 3),
+            eta=self._eta(step, total),
+        )
 
     @property
     def elapsed(self) -> float:
@@ -89,7 +99,6 @@ class Reporter:
                     log.append("error", message=message, step=step, rank=self.dist.rank)
         except Exception:
             pass  # the original error matters more than a failure to record it
-
 
     def _first_error(self) -> str | None:
         """The earliest error any rank logged in this call: when rank 1 raises, rank 0 fails

@@ -18,8 +18,8 @@ from pathlib import Path
 from ..core.events.log import EventLog, read_events
 from ..core.runs.files import RUN_ID_ENV, RunFiles, jiyu_home
 from ..core.runs.model import EventKind
-from ..core.store.run_store import RunStore, new_run_id, process_start_time
 from ..core.store.database import StoreUnusable
+from ..core.store.run_store import RunStore, new_run_id, process_start_time
 from .checkpoint import newest_checkpoint
 from .fit_calls import FitCall
 from .process_group import DistContext
@@ -34,13 +34,13 @@ UNRECORDED_PREFIX = "unrecorded-"  # the id of a run trained while the store was
 class RunBinding:
     run_id: str
     files: RunFiles
-    owned: bool                      # this call created the run and sets its final status
-    events: EventLog | None = None   # rank 0 only
-    call: FitCall = FitCall(0, "")   # which call of the run this is (its first, unless launched)
-    unrecorded: bool = False         # the run store was unusable: trained, but not in %jobs
+    owned: bool  # this call created the run and sets its final status
+    events: EventLog | None = None  # rank 0 only
+    call: FitCall = FitCall(0, "")  # which call of the run this is (its first, unless launched)
+    unrecorded: bool = False  # the run store was unusable: trained, but not in %jobs
 
     @classmethod
-    def open(cls, name: str, dist: DistContext, params: dict) -> "RunBinding":
+    def open(cls, name: str, dist: DistContext, params: dict) -> RunBinding:
         attached = os.environ.get(RUN_ID_ENV)
         run_id = attached or dist.broadcast(_register(name, dist, params) if dist.is_writer else None)
         unrecorded = run_id.startswith(UNRECORDED_PREFIX)
@@ -90,9 +90,19 @@ def _register(name: str, dist: DistContext, params: dict) -> str:
     pid, started = os.getpid(), process_start_time(os.getpid())
     jiyu_home()
     try:  # this process both trains and records the end: the recorded process and the owner
-        run = RunStore().create("ddp" if dist.distributed else "kernel", name, status="running", pid=pid,
-                                pid_started=started, owner_pid=pid, owner_started=started, pgid=os.getpgid(0),
-                                nproc=dist.world_size, notebook=os.environ.get(NOTEBOOK_ENV), params=params)
+        run = RunStore().create(
+            "ddp" if dist.distributed else "kernel",
+            name,
+            status="running",
+            pid=pid,
+            pid_started=started,
+            owner_pid=pid,
+            owner_started=started,
+            pgid=os.getpgid(0),
+            nproc=dist.world_size,
+            notebook=os.environ.get(NOTEBOOK_ENV),
+            params=params,
+        )
     except StoreUnusable as problem:
         _warn_unrecorded(problem)
         return UNRECORDED_PREFIX + new_run_id()
@@ -129,8 +139,9 @@ def resume_path(requested: str | None, run: RunBinding, name: str) -> Path | Non
     if found is None and not (implicit and not run.owned):
         found = _last_of_name(name, run.run_id)
     if found is None and not implicit:
-        raise TrainConfigError(f"--resume last: no checkpoint of an earlier run named {name!r}; "
-                               "give a checkpoint path instead")
+        raise TrainConfigError(
+            f"--resume last: no checkpoint of an earlier run named {name!r}; give a checkpoint path instead"
+        )
     return found
 
 
@@ -144,8 +155,9 @@ def check_resume_request(requested: str | None, name: str) -> None:
         if not Path(requested).expanduser().is_file():
             raise TrainConfigError(f"resume checkpoint {requested} does not exist")
     elif _last_of_name(name, "") is None:
-        raise TrainConfigError(f"--resume last: no checkpoint of an earlier run named {name!r}; "
-                               "give a checkpoint path instead")
+        raise TrainConfigError(
+            f"--resume last: no checkpoint of an earlier run named {name!r}; give a checkpoint path instead"
+        )
 
 
 def _last_of_name(name: str, current: str) -> Path | None:

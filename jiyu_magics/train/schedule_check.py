@@ -14,8 +14,9 @@ from typing import Any
 SIZED_BY = {"OneCycleLR": "total_steps", "CosineAnnealingLR": "T_max"}  # class name -> its length
 
 
-def schedule_mismatch(scheduler: Any, interval: str, run_steps: int | None, accum: int = 1,
-                      world_size: int = 1) -> str | None:
+def schedule_mismatch(
+    scheduler: Any, interval: str, run_steps: int | None, accum: int = 1, world_size: int = 1
+) -> str | None:
     """One line of advice when a step-wise ``scheduler`` has not exactly ``run_steps`` steps
     left; None when it fits or cannot be told (epoch-wise, unknown run length, other kinds)."""
     name = type(scheduler).__name__
@@ -28,8 +29,10 @@ def schedule_mismatch(scheduler: Any, interval: str, run_steps: int | None, accu
     left = sized - max(0, int(getattr(scheduler, "last_epoch", 0)))
     if left == run_steps:
         return None
-    what = (f"{name} is sized for {left} more steps ({length}={sized}) but this run makes {run_steps} "
-            f"optimizer steps{_why(accum, world_size)}")
+    what = (
+        f"{name} is sized for {left} more steps ({length}={sized}) but this run makes {run_steps} "
+        f"optimizer steps{_why(accum, world_size)}"
+    )
     if left > run_steps:
         return f"{what}: its schedule will not finish. Size it with {length}={sized - left + run_steps}."
     after = "then raises 'Tried to step'" if name == "OneCycleLR" else "then climbs back up"

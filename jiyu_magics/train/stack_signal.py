@@ -13,7 +13,7 @@ import contextlib
 import faulthandler
 import os
 import signal
-from typing import Iterator
+from collections.abc import Iterator
 
 from ..core.runs.files import RUN_ID_ENV, STACK_SIGNAL_NAME, RunFiles
 

@@ -14,8 +14,15 @@ from .step_meter import LogClock, Window
 
 
 class StepCadence:
-    def __init__(self, step: int, last_step: float, log_every: int | None, log_interval_s: float,
-                 val_every: int | None, ckpt_every: int | None):
+    def __init__(
+        self,
+        step: int,
+        last_step: float,
+        log_every: int | None,
+        log_interval_s: float,
+        val_every: int | None,
+        ckpt_every: int | None,
+    ):
         self.clock = LogClock(log_every, log_interval_s)
         self.last_step, self.val_every, self.ckpt_every = last_step, val_every, ckpt_every
         self.next_log = step + self.clock.every
@@ -37,8 +44,9 @@ class StepCadence:
 
     def passed(self, step: int) -> None:
         """What was due at ``step`` is done: the next step anything falls due."""
-        self.next_due = min(self.next_log, self.last_step, _next_multiple(step, self.val_every),
-                            _next_multiple(step, self.ckpt_every))
+        self.next_due = min(
+            self.next_log, self.last_step, _next_multiple(step, self.val_every), _next_multiple(step, self.ckpt_every)
+        )
 
 
 def _next_multiple(step: int, every: int | None) -> float:

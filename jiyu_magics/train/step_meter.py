@@ -22,18 +22,19 @@ NO_BAD_STEP = 1e18  # stands for "no non-finite loss" in the MAX reduction of -s
 @dataclass
 class Window:
     """What happened since the previous log, combined over ranks."""
+
     steps: int
     loss: float | None
     first_bad_step: int | None
     bad_value: float | None
     samples_per_s: float | None
     elapsed: float
-    data_wait: float | None     # share of wall time spent waiting for the next batch
+    data_wait: float | None  # share of wall time spent waiting for the next batch
     grad_norm: float | None
     mem_alloc: int | None
     mem_reserved: int | None
     mem_peak: int | None
-    stop: bool                  # some rank was asked to stop
+    stop: bool  # some rank was asked to stop
 
 
 class StepMeter:
@@ -43,7 +44,7 @@ class StepMeter:
 
     def reset(self, now: float, step: int) -> None:
         self.losses: list[torch.Tensor] = []
-        self.loss_steps: list[int] = []   # the optimizer step of each loss, when accumulating
+        self.loss_steps: list[int] = []  # the optimizer step of each loss, when accumulating
         self.norms: list[torch.Tensor] = []
         self.samples = 0
         self.data_wait = 0.0
@@ -55,13 +56,22 @@ class StepMeter:
         losses = torch.stack(self.losses).float().tolist() if self.losses else []
         norms = torch.stack(self.norms).float().tolist() if self.norms else []
         steps = self.loss_steps or range(self.first_step + 1, self.first_step + 1 + len(losses))  # accum 1: a step each
-        bad = next(((s, v) for s, v in zip(steps, losses) if not math.isfinite(v)), None)
+        bad = next(((s, v) for s, v in zip(steps, losses, strict=False) if not math.isfinite(v)), None)
         elapsed = max(now - self.started, 1e-9)
-        sums = dist.reduce([sum(v for v in losses if math.isfinite(v)), sum(map(math.isfinite, losses)),
-                            self.samples, self.data_wait / elapsed, elapsed, sum(norms), len(norms)],
-                           "sum", self.device)
-        maxima = dist.reduce([-(bad[0] if bad else NO_BAD_STEP), float(stop), *self._memory()],
-                             "max", self.device)
+        sums = dist.reduce(
+            [
+                sum(v for v in losses if math.isfinite(v)),
+                sum(map(math.isfinite, losses)),
+                self.samples,
+                self.data_wait / elapsed,
+                elapsed,
+                sum(norms),
+                len(norms),
+            ],
+            "sum",
+            self.device,
+        )
+        maxima = dist.reduce([-(bad[0] if bad else NO_BAD_STEP), float(stop), *self._memory()], "max", self.device)
         window = self._window(step, sums, maxima, bad, dist.world_size)
         self.reset(time.perf_counter(), step)
         return window
@@ -72,18 +82,28 @@ class StepMeter:
         elapsed /= world
         memory = [int(m) if m >= 0 else None for m in maxima[2:]]
         return Window(
-            steps=step - self.first_step, loss=loss_sum / loss_count if loss_count else None,
+            steps=step - self.first_step,
+            loss=loss_sum / loss_count if loss_count else None,
             first_bad_step=int(first_bad) if first_bad < NO_BAD_STEP else None,
             bad_value=bad[1] if bad else (math.nan if first_bad < NO_BAD_STEP else None),
-            samples_per_s=samples / elapsed if elapsed else None, elapsed=elapsed,
-            data_wait=wait_share / world, grad_norm=norm_sum / norm_count if norm_count else None,
-            mem_alloc=memory[0], mem_reserved=memory[1], mem_peak=memory[2], stop=bool(maxima[1]))
+            samples_per_s=samples / elapsed if elapsed else None,
+            elapsed=elapsed,
+            data_wait=wait_share / world,
+            grad_norm=norm_sum / norm_count if norm_count else None,
+            mem_alloc=memory[0],
+            mem_reserved=memory[1],
+            mem_peak=memory[2],
+            stop=bool(maxima[1]),
+        )
 
     def _memory(self) -> list[float]:
         if self.device.type != "cuda":
             return [-1.0, -1.0, -1.0]
-        return [float(torch.cuda.memory_allocated(self.device)), float(torch.cuda.memory_reserved(self.device)),
-                float(torch.cuda.max_memory_allocated(self.device))]
+        return [
+            float(torch.cuda.memory_allocated(self.device)),
+            float(torch.cuda.memory_reserved(self.device)),
+            float(torch.cuda.max_memory_allocated(self.device)),
+        ]
 
 
 class LogClock:

@@ -12,21 +12,22 @@ from .train_errors import TrainConfigError
 
 @dataclass(frozen=True)
 class StepPlan:
-    batches_per_epoch: int | None   # None: an iterable without a length
-    steps_per_epoch: int | None     # optimizer steps (batches / accum, rounded up)
-    epochs: int | None              # None: as many as max_steps needs
-    total_steps: int | None         # None: unknown (no length and no max_steps)
+    batches_per_epoch: int | None  # None: an iterable without a length
+    steps_per_epoch: int | None  # optimizer steps (batches / accum, rounded up)
+    epochs: int | None  # None: as many as max_steps needs
+    total_steps: int | None  # None: unknown (no length and no max_steps)
     accum: int = 1
 
     @classmethod
-    def of(cls, data, epochs: int | None, max_steps: int | None, accum: int) -> "StepPlan":
+    def of(cls, data, epochs: int | None, max_steps: int | None, accum: int) -> StepPlan:
         try:
             batches: int | None = len(data)
         except TypeError:
             batches = None
         if batches == 0:
-            raise TrainConfigError("the training data has no batches (empty dataset, or drop_last with "
-                                   "fewer samples than one batch)")
+            raise TrainConfigError(
+                "the training data has no batches (empty dataset, or drop_last with fewer samples than one batch)"
+            )
         epochs = epochs or (None if max_steps else 1)
         per_epoch = math.ceil(batches / accum) if batches else None
         planned = per_epoch * epochs if per_epoch and epochs else None
@@ -37,8 +38,9 @@ class StepPlan:
         return self.total_steps if self.total_steps is not None else math.inf
 
     def finished(self, position: LoopPosition) -> bool:
-        return ((self.total_steps is not None and position.step >= self.total_steps)
-                or (self.epochs is not None and position.epoch > self.epochs))
+        return (self.total_steps is not None and position.step >= self.total_steps) or (
+            self.epochs is not None and position.epoch > self.epochs
+        )
 
     def group_size(self, batch_in_epoch: int) -> int:
         """Micro-batches in the next optimizer step: ``accum``, fewer at an epoch's end."""

@@ -19,18 +19,31 @@ NO_CONTEXT = nullcontext()
 
 
 class StepRunner:
-    def __init__(self, train_model: torch.nn.Module, raw_model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-                 *, batch_loss: BatchLoss, precision: Precision, device: torch.device, meter: StepMeter,
-                 params: list, clip: float | None, scheduler=None, ddp: bool = False, fsdp: bool = False,
-                 plain: bool = False):
+    def __init__(
+        self,
+        train_model: torch.nn.Module,
+        raw_model: torch.nn.Module,
+        optimizer: torch.optim.Optimizer,
+        *,
+        batch_loss: BatchLoss,
+        precision: Precision,
+        device: torch.device,
+        meter: StepMeter,
+        params: list,
+        clip: float | None,
+        scheduler=None,
+        ddp: bool = False,
+        fsdp: bool = False,
+        plain: bool = False,
+    ):
         self.train_model, self.raw_model, self.optimizer = train_model, raw_model, optimizer
         self.batch_loss, self.precision, self.scaler = batch_loss, precision, precision.scaler
         self.device, self.move_batches = device, device.type != "cpu"
         self.meter, self.params, self.clip = meter, params, clip
-        self.scheduler = scheduler           # stepped after each optimizer step; None: not here
-        self.ddp, self.fsdp = ddp, fsdp      # gradient sync only on a group's last micro-batch
-        self.plain = plain                   # one process, no AMP, no accumulation: nothing to wrap
-        self.train_loss = None               # chosen from the first batch
+        self.scheduler = scheduler  # stepped after each optimizer step; None: not here
+        self.ddp, self.fsdp = ddp, fsdp  # gradient sync only on a group's last micro-batch
+        self.plain = plain  # one process, no AMP, no accumulation: nothing to wrap
+        self.train_loss = None  # chosen from the first batch
 
     def micro_step(self, batch, group: int, sync: bool) -> None:
         if self.move_batches:

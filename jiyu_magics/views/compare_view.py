@@ -13,18 +13,24 @@ from .format import NA
 from .loss_chart import wants_log
 
 WIDTH, HEIGHT, LEFT, RIGHT, TOP, BOTTOM = 560, 240, 52, 12, 12, 24
-PALETTE = ["var(--jp-brand-color1,#1976d2)", "var(--jp-warn-color1,#f57c00)", "var(--jp-success-color1,#388e3c)",
-           "var(--jp-error-color1,#d32f2f)", "var(--jp-accent-color1,#7b1fa2)", "var(--jp-brand-color3,#90caf9)"]
+PALETTE = [
+    "var(--jp-brand-color1,#1976d2)",
+    "var(--jp-warn-color1,#f57c00)",
+    "var(--jp-success-color1,#388e3c)",
+    "var(--jp-error-color1,#d32f2f)",
+    "var(--jp-accent-color1,#7b1fa2)",
+    "var(--jp-brand-color3,#90caf9)",
+]
 SMOOTHING = 0.6
 
 
 def smooth(values: list[float], weight: float, log: bool) -> list[float]:
     """Debiased exponential moving average, in log space on a log chart."""
-    to, back = (math.log10, lambda v: 10 ** v) if log else (float, float)
+    to, back = (math.log10, lambda v: 10**v) if log else (float, float)
     out, average = [], 0.0
     for n, value in enumerate(values, 1):
         average = average * weight + (1 - weight) * to(value)
-        out.append(back(average / (1 - weight ** n)))
+        out.append(back(average / (1 - weight**n)))
     return out
 
 
@@ -43,33 +49,47 @@ def compare_svg(curves: list[tuple[str, RunCurves]], by: str = "step") -> str:
     lines = []
     for i, (label, s) in enumerate(series):
         smoothed = smooth([v for _, v in s], SMOOTHING, log and all(v > 0 for _, v in s))
-        coords = " ".join(f"{sx(x):.1f},{sy(v):.1f}" for (x, _), v in zip(s, smoothed))
-        lines.append(f"<polyline class='jiyu-compare-line' data-run='{html.escape(label)}' fill='none' "
-                     f"style='stroke:{PALETTE[i % len(PALETTE)]}' stroke-width='2' points='{coords}'/>")
-    axis = (f"<text x='{LEFT - 4}' y='{TOP + 8}' text-anchor='end'>{max(ys):.3g}</text>"
-            f"<text x='{LEFT - 4}' y='{HEIGHT - BOTTOM}' text-anchor='end'>{min(ys):.3g}</text>"
-            f"<text x='{LEFT}' y='{HEIGHT - 6}'>{by} {x0:g}</text>"
-            f"<text x='{WIDTH - RIGHT}' y='{HEIGHT - 6}' text-anchor='end'>{x1:g}"
-            f"{' · log scale' if log else ''}</text>"
-            f"<line x1='{LEFT}' x2='{WIDTH - RIGHT}' y1='{HEIGHT - BOTTOM}' y2='{HEIGHT - BOTTOM}' "
-            f"style='stroke:var(--jp-border-color1,#bbb)'/>")
-    return (f"<svg xmlns='http://www.w3.org/2000/svg' width='{WIDTH}' height='{HEIGHT}' viewBox='0 0 {WIDTH} "
-            f"{HEIGHT}' style='font:10px sans-serif;fill:var(--jp-ui-font-color1,#444)'>{axis}{''.join(lines)}</svg>")
+        coords = " ".join(f"{sx(x):.1f},{sy(v):.1f}" for (x, _), v in zip(s, smoothed, strict=False))
+        lines.append(
+            f"<polyline class='jiyu-compare-line' data-run='{html.escape(label)}' fill='none' "
+            f"style='stroke:{PALETTE[i % len(PALETTE)]}' stroke-width='2' points='{coords}'/>"
+        )
+    axis = (
+        f"<text x='{LEFT - 4}' y='{TOP + 8}' text-anchor='end'>{max(ys):.3g}</text>"
+        f"<text x='{LEFT - 4}' y='{HEIGHT - BOTTOM}' text-anchor='end'>{min(ys):.3g}</text>"
+        f"<text x='{LEFT}' y='{HEIGHT - 6}'>{by} {x0:g}</text>"
+        f"<text x='{WIDTH - RIGHT}' y='{HEIGHT - 6}' text-anchor='end'>{x1:g}"
+        f"{' · log scale' if log else ''}</text>"
+        f"<line x1='{LEFT}' x2='{WIDTH - RIGHT}' y1='{HEIGHT - BOTTOM}' y2='{HEIGHT - BOTTOM}' "
+        f"style='stroke:var(--jp-border-color1,#bbb)'/>"
+    )
+    return (
+        f"<svg xmlns='http://www.w3.org/2000/svg' width='{WIDTH}' height='{HEIGHT}' viewBox='0 0 {WIDTH} "
+        f"{HEIGHT}' style='font:10px sans-serif;fill:var(--jp-ui-font-color1,#444)'>{axis}{''.join(lines)}</svg>"
+    )
 
 
 def compare_table(records: list[dict]) -> str:
     """One column per run, one row per parameter/option/metric; differing rows marked."""
     marked = set(differing(records))
     columns = [c for c in dict.fromkeys(k for r in records for k in r) if c not in ("id", "name")]
-    head = "".join(f"<th style='border-bottom:3px solid {PALETTE[i % len(PALETTE)]}'>{html.escape(r['name'])}"
-                   f"<br><small>{r['id']}</small></th>" for i, r in enumerate(records))
+    head = "".join(
+        f"<th style='border-bottom:3px solid {PALETTE[i % len(PALETTE)]}'>{html.escape(r['name'])}"
+        f"<br><small>{r['id']}</small></th>"
+        for i, r in enumerate(records)
+    )
     rows = []
     for c in columns:
-        style = " class='jiyu-differs' style='font-weight:bold;box-shadow:inset 4px 0 var(--jp-warn-color1,#f57c00)'" \
-            if c in marked else ""
+        style = (
+            " class='jiyu-differs' style='font-weight:bold;box-shadow:inset 4px 0 var(--jp-warn-color1,#f57c00)'"
+            if c in marked
+            else ""
+        )
         cells = "".join(f"<td>{html.escape(_shown(r.get(c)))}</td>" for r in records)
-        rows.append(f"<tr{style} data-row='{html.escape(c)}'><th style='text-align:left;padding-left:8px'>"
-                    f"{html.escape(c)}</th>{cells}</tr>")
+        rows.append(
+            f"<tr{style} data-row='{html.escape(c)}'><th style='text-align:left;padding-left:8px'>"
+            f"{html.escape(c)}</th>{cells}</tr>"
+        )
     return f"<table class='jiyu-compare'><thead><tr><th></th>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
 
 
@@ -82,8 +102,9 @@ def compare_text(records: list[dict]) -> str:
     marked = set(differing(records))
     columns = [c for c in dict.fromkeys(k for r in records for k in r) if c not in ("id",)]
     width = max(len(c) for c in columns) + 2
-    return "\n".join(f"{'*' if c in marked else ' '} {c:<{width}}" + "  ".join(_shown(r.get(c)) for r in records)
-                     for c in columns)
+    return "\n".join(
+        f"{'*' if c in marked else ' '} {c:<{width}}" + "  ".join(_shown(r.get(c)) for r in records) for c in columns
+    )
 
 
 def _shown(value) -> str:

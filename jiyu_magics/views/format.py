@@ -34,10 +34,13 @@ def duration(seconds: float | None) -> str:
 
 def text_table(headers: list[str], rows: list[list[str]], right: set[int] = frozenset()) -> str:
     """An aligned plain-text table; columns in ``right`` are right-aligned (numbers)."""
-    widths = [max(len(str(c)) for c in col) for col in zip(headers, *rows)]
+    widths = [max(len(str(c)) for c in col) for col in zip(headers, *rows, strict=False)]
 
     def line(cells: list[str]) -> str:
-        parts = [str(c).rjust(w) if i in right else str(c).ljust(w) for i, (c, w) in enumerate(zip(cells, widths))]
+        parts = [
+            str(c).rjust(w) if i in right else str(c).ljust(w)
+            for i, (c, w) in enumerate(zip(cells, widths, strict=False))
+        ]
         return "  ".join(parts).rstrip()
 
     return "\n".join([line(headers), line(["-" * w for w in widths]), *map(line, rows)])

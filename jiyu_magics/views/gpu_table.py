@@ -50,17 +50,40 @@ def render_text(snap: GpuSnapshot, doctor_hint: str = "%gpu_doctor") -> str:
     if not snap.available:
         return no_gpu_line(snap, doctor_hint)
     headers = ["GPU", "cuda", "Name", "Util", "Mem util", "Memory (GiB)", "", "Temp", "Power", "SM clock", "MIG"]
-    rows = [[str(d.index), _cuda_index(d), na(d.name), na(d.gpu_util, "{}%"), na(d.mem_util, "{}%"),
-             memory_text(d), f"[{bar(d.mem_fraction)}]",
-             na(d.temperature, "{}C"), _power(d), na(d.sm_clock, "{} MHz"), _mig(d)] for d in snap.devices]
+    rows = [
+        [
+            str(d.index),
+            _cuda_index(d),
+            na(d.name),
+            na(d.gpu_util, "{}%"),
+            na(d.mem_util, "{}%"),
+            memory_text(d),
+            f"[{bar(d.mem_fraction)}]",
+            na(d.temperature, "{}C"),
+            _power(d),
+            na(d.sm_clock, "{} MHz"),
+            _mig(d),
+        ]
+        for d in snap.devices
+    ]
     out = [versions_line(snap), text_table(headers, rows, right={0, 3, 4, 7})]
     out += [f"  GPU {d.index}: {na(d.uuid)}" for d in snap.devices]
     if any(d.free is not None for d in snap.devices):
         out += ["", text_table(["GPU", "Held by"], [[str(d.index), holder_text(d)] for d in snap.devices], right={0})]
     if snap.owners_note:
         out.append(snap.owners_note)
-    procs = [[str(d.index), f"{p.pid}{'*' if p.mine else ''}", p.type, human_bytes(p.used_memory),
-              owner_text(p), (p.command or NA)[:60]] for d in snap.devices for p in d.processes]
+    procs = [
+        [
+            str(d.index),
+            f"{p.pid}{'*' if p.mine else ''}",
+            p.type,
+            human_bytes(p.used_memory),
+            owner_text(p),
+            (p.command or NA)[:60],
+        ]
+        for d in snap.devices
+        for p in d.processes
+    ]
     out.append("")
     if procs:
         out.append(text_table(["GPU", "PID", "Type", "Memory", "Owner", "Command"], procs, right={0, 3}))
@@ -75,7 +98,8 @@ _STYLE = """<style>
 .jiyu-gpu table{border-collapse:collapse;font-size:12px}
 .jiyu-gpu th,.jiyu-gpu td{padding:2px 8px;text-align:left;white-space:nowrap}
 .jiyu-gpu td.num{text-align:right}
-.jiyu-gpu .bar{display:inline-block;width:90px;height:10px;background:var(--jp-layout-color3,#ddd);vertical-align:middle}
+.jiyu-gpu .bar{display:inline-block;width:90px;height:10px;background:var(--jp-layout-color3,#ddd);
+  vertical-align:middle}
 .jiyu-gpu .fill{height:10px;background:var(--jp-brand-color1,#2f7ed8)}
 .jiyu-gpu .fill.high{background:var(--jp-warn-color1,#e08b00)}
 .jiyu-gpu tr.mine td{font-weight:bold}
@@ -97,8 +121,10 @@ def lease_text(lease: dict) -> str:
     since = time.strftime("%H:%M", time.localtime(lease["since"]))
     shared = ", shared" if lease.get("shared") else ""
     reports = f", reports {human_bytes(lease['reported_memory'])}" if lease.get("reported_memory") else ""
-    return (f"run {lease.get('run_name') or lease['run_id']} ({lease['run_id']}, {lease.get('run_kind') or NA})"
-            f"{notebook} since {since}{shared}{reports}")
+    return (
+        f"run {lease.get('run_name') or lease['run_id']} ({lease['run_id']}, {lease.get('run_kind') or NA})"
+        f"{notebook} since {since}{shared}{reports}"
+    )
 
 
 def owner_text(p) -> str:
@@ -114,31 +140,47 @@ def _html_bar(fraction: float | None) -> str:
         return NA
     pct = max(0.0, min(1.0, fraction)) * 100
     cls = "fill high" if pct > 90 else "fill"
-    return (f'<span class="bar" role="meter" aria-valuenow="{pct:.0f}" aria-valuemin="0" aria-valuemax="100" '
-            f'aria-label="memory used"><div class="{cls}" style="width:{pct:.0f}%"></div></span>')
+    return (
+        f'<span class="bar" role="meter" aria-valuenow="{pct:.0f}" aria-valuemin="0" aria-valuemax="100" '
+        f'aria-label="memory used"><div class="{cls}" style="width:{pct:.0f}%"></div></span>'
+    )
 
 
 def render_html(snap: GpuSnapshot) -> str:
     if not snap.available:
         return f'<div class="jiyu-gpu">{escape(no_gpu_line(snap))}</div>'
-    head = "".join(f"<th>{h}</th>" for h in
-                   ["GPU", "cuda", "Name", "Util", "Mem util", "Memory", "", "Temp", "Power", "SM clock", "MIG", "UUID"])
+    head = "".join(
+        f"<th>{h}</th>"
+        for h in ["GPU", "cuda", "Name", "Util", "Mem util", "Memory", "", "Temp", "Power", "SM clock", "MIG", "UUID"]
+    )
     rows = "".join(
         f"<tr><td class=num>{d.index}</td><td>{_cuda_index(d)}</td><td>{escape(na(d.name))}</td>"
         f"<td class=num>{na(d.gpu_util, '{}%')}</td><td class=num>{na(d.mem_util, '{}%')}</td>"
         f"<td class=num>{memory_text(d, ' GiB')}</td><td>{_html_bar(d.mem_fraction)}</td>"
         f"<td class=num>{na(d.temperature, '{}&deg;C')}</td><td class=num>{_power(d)}</td>"
         f"<td class=num>{na(d.sm_clock, '{} MHz')}</td><td>{_mig(d)}</td><td>{escape(na(d.uuid))}</td></tr>"
-        for d in snap.devices)
+        for d in snap.devices
+    )
     procs = "".join(
-        f"<tr class=\"{'mine' if p.mine else ''}\"><td class=num>{d.index}</td><td class=num>{p.pid}</td>"
+        f'<tr class="{"mine" if p.mine else ""}"><td class=num>{d.index}</td><td class=num>{p.pid}</td>'
         f"<td>{p.type}</td><td class=num>{human_bytes(p.used_memory)}</td><td>{escape(owner_text(p))}</td>"
         f"<td>{escape((p.command or NA)[:120])}{' (this kernel)' if p.mine else ''}</td></tr>"
-        for d in snap.devices for p in d.processes)
-    proc_table = (f"<table><tr><th>GPU</th><th>PID</th><th>Type</th><th>Memory</th><th>Owner</th><th>Command</th>"
-                  f"</tr>{procs}</table>" if procs else "<div class=meta>No processes are using the GPUs.</div>")
+        for d in snap.devices
+        for p in d.processes
+    )
+    proc_table = (
+        f"<table><tr><th>GPU</th><th>PID</th><th>Type</th><th>Memory</th><th>Owner</th><th>Command</th>"
+        f"</tr>{procs}</table>"
+        if procs
+        else "<div class=meta>No processes are using the GPUs.</div>"
+    )
     holders = "".join(f"<tr><td class=num>{d.index}</td><td>{escape(holder_text(d))}</td></tr>" for d in snap.devices)
-    holder_table = (f"<table><tr><th>GPU</th><th>Held by</th></tr>{holders}</table>"
-                    if any(d.free is not None for d in snap.devices) else "")
-    return (f'{_STYLE}<div class="jiyu-gpu"><div class="meta">{escape(versions_line(snap))}</div>'
-            f"<table><tr>{head}</tr>{rows}</table>{holder_table}{proc_table}</div>")
+    holder_table = (
+        f"<table><tr><th>GPU</th><th>Held by</th></tr>{holders}</table>"
+        if any(d.free is not None for d in snap.devices)
+        else ""
+    )
+    return (
+        f'{_STYLE}<div class="jiyu-gpu"><div class="meta">{escape(versions_line(snap))}</div>'
+        f"<table><tr>{head}</tr>{rows}</table>{holder_table}{proc_table}</div>"
+    )

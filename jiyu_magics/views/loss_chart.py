@@ -35,15 +35,23 @@ def loss_svg(view: TrainingView, width: int = WIDTH, height: int = HEIGHT, scale
     raw = [(s, v) for s, v in view.losses if v is not None and math.isfinite(v)]
     vals = [(s, v) for s, v, _ in view.vals if v is not None and math.isfinite(v)]
     if not raw and not vals:
-        return _frame(width, height, "<text x='50%' y='50%' text-anchor='middle' style='fill:var(--jp-ui-font-color2,#888)'>waiting for the "
-                                     "first logged step…</text>")
+        return _frame(
+            width,
+            height,
+            "<text x='50%' y='50%' text-anchor='middle' style='fill:var(--jp-ui-font-color2,#888)'>waiting for the "
+            "first logged step…</text>",
+        )
     steps = [s for s, _ in raw + vals]
     values = [v for _, v in raw + vals]
     axes = _Scale(min(steps), max(steps), min(values), max(values), width, height, scale)
-    smooth = list(zip((s for s, _ in view.losses), view.smoothed(log=axes.log)))  # in the space shown
-    body = [_grid(axes), _polyline(_thin(raw), axes, RAW, 1), _polyline(_thin(smooth), axes, SMOOTH, 2),
-            *(f"<circle cx='{axes.x(s):.1f}' cy='{axes.y(v):.1f}' r='3' fill='{VAL}'/>" for s, v in vals),
-            _legend(width, bool(vals))]
+    smooth = list(zip((s for s, _ in view.losses), view.smoothed(log=axes.log), strict=False))  # in the space shown
+    body = [
+        _grid(axes),
+        _polyline(_thin(raw), axes, RAW, 1),
+        _polyline(_thin(smooth), axes, SMOOTH, 2),
+        *(f"<circle cx='{axes.x(s):.1f}' cy='{axes.y(v):.1f}' r='3' fill='{VAL}'/>" for s, v in vals),
+        _legend(width, bool(vals)),
+    ]
     return _frame(width, height, "".join(body))
 
 
@@ -68,7 +76,7 @@ class _Scale:
         """Round values inside the visible range: 1-2-5 steps, or decades (with 2s and 5s when
         the range spans less than two) on a log scale."""
         if self.log:
-            return _log_ticks(10 ** self.y0, 10 ** self.y1)
+            return _log_ticks(10**self.y0, 10**self.y1)
         return _linear_ticks(self.y0, self.y1)
 
 
@@ -83,7 +91,7 @@ def _linear_ticks(low: float, high: float, wanted: int = 4) -> list[float]:
 def _log_ticks(low: float, high: float) -> list[float]:
     decades = range(math.floor(math.log10(low)), math.ceil(math.log10(high)) + 1)
     multiples = (1,) if math.log10(high / low) >= 2.5 else (1, 2, 5)
-    return [m * 10.0 ** d for d in decades for m in multiples if low <= m * 10.0 ** d <= high]
+    return [m * 10.0**d for d in decades for m in multiples if low <= m * 10.0**d <= high]
 
 
 def _thin(points: list[tuple[int, float]]) -> list[tuple[int, float]]:
@@ -107,12 +115,16 @@ def _grid(scale: _Scale) -> str:
     right = scale.width - RIGHT
     for value in scale.ticks():
         y = scale.y(value)
-        parts.append(f"<line x1='{LEFT}' x2='{right}' y1='{y:.1f}' y2='{y:.1f}' style='stroke:var(--jp-border-color2,#eee)'/>"
-                     f"<text x='{LEFT - 4}' y='{y + 4:.1f}' text-anchor='end'>{value:.3g}</text>")
+        parts.append(
+            f"<line x1='{LEFT}' x2='{right}' y1='{y:.1f}' y2='{y:.1f}' style='stroke:var(--jp-border-color2,#eee)'/>"
+            f"<text x='{LEFT - 4}' y='{y + 4:.1f}' text-anchor='end'>{value:.3g}</text>"
+        )
     base = scale.height - BOTTOM
-    parts.append(f"<line x1='{LEFT}' x2='{right}' y1='{base}' y2='{base}' style='stroke:var(--jp-border-color1,#bbb)'/>"
-                 f"<text x='{LEFT}' y='{scale.height - 6}'>step {scale.x0:g}</text>"
-                 f"<text x='{right}' y='{scale.height - 6}' text-anchor='end'>{scale.x1:g}</text>")
+    parts.append(
+        f"<line x1='{LEFT}' x2='{right}' y1='{base}' y2='{base}' style='stroke:var(--jp-border-color1,#bbb)'/>"
+        f"<text x='{LEFT}' y='{scale.height - 6}'>step {scale.x0:g}</text>"
+        f"<text x='{right}' y='{scale.height - 6}' text-anchor='end'>{scale.x1:g}</text>"
+    )
     if scale.log:
         parts.append(f"<text x='{LEFT + 4}' y='{TOP - 3}' style='fill:var(--jp-ui-font-color2,#888)'>log scale</text>")
     return "".join(parts)
@@ -123,12 +135,16 @@ def _legend(width: int, with_val: bool) -> str:
     widths = [16 + 6 * len(text) for _, text in items]  # swatch + about 6 px per character at 10 px
     x = width - RIGHT - sum(widths)
     parts = []
-    for (colour, text), w in zip(items, widths):
-        parts.append(f"<rect x='{x}' y='3' width='10' height='4' fill='{colour}'/><text x='{x + 13}' y='9'>{text}</text>")
+    for (colour, text), w in zip(items, widths, strict=False):
+        parts.append(
+            f"<rect x='{x}' y='3' width='10' height='4' fill='{colour}'/><text x='{x + 13}' y='9'>{text}</text>"
+        )
         x += w
     return "".join(parts)
 
 
 def _frame(width: int, height: int, body: str) -> str:
-    return (f"<svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{height}' "
-            f"viewBox='0 0 {width} {height}' style='font:10px sans-serif;fill:var(--jp-ui-font-color1,#444)'>{body}</svg>")
+    return (
+        f"<svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{height}' "
+        f"viewBox='0 0 {width} {height}' style='font:10px sans-serif;fill:var(--jp-ui-font-color1,#444)'>{body}</svg>"
+    )

@@ -14,8 +14,9 @@ from .loss_chart import RAW, SMOOTH, VAL, wants_log
 from .training_view import TrainingView
 
 
-def render_loss_png(view: TrainingView, size: tuple[float, float] = (6.0, 3.2), dpi: int = 100,
-                    scale: str = "auto") -> bytes:
+def render_loss_png(
+    view: TrainingView, size: tuple[float, float] = (6.0, 3.2), dpi: int = 100, scale: str = "auto"
+) -> bytes:
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=size, dpi=dpi, layout="constrained")
@@ -28,7 +29,7 @@ def render_loss_png(view: TrainingView, size: tuple[float, float] = (6.0, 3.2), 
         ax.plot(steps, view.smoothed(log=log), color=SMOOTH, lw=2, label="smoothed")
     vals = [(s, v) for s, v, _ in view.vals if v is not None]
     if vals:
-        ax.plot(*zip(*vals), "o", color=VAL, ms=4, label="val")
+        ax.plot(*zip(*vals, strict=False), "o", color=VAL, ms=4, label="val")
     if log:
         ax.set_yscale("log")
     ax.set_xlabel("step")

@@ -14,8 +14,16 @@ def row(run: Run, now: float | None = None) -> list[str]:
     wants = "cpu slot" if run.gpus_requested == 0 else f"{run.gpus_requested} GPU(s)"
     if run.share and run.gpus_requested:
         wants += ", shared"
-    return [str(run.queue_position or NA), run.id, run.name, str(run.kind), wants, str(run.priority),
-            duration((now or time.time()) - run.created), run.notebook or NA]
+    return [
+        str(run.queue_position or NA),
+        run.id,
+        run.name,
+        str(run.kind),
+        wants,
+        str(run.priority),
+        duration((now or time.time()) - run.created),
+        run.notebook or NA,
+    ]
 
 
 def render_text(runs: list[Run]) -> str:

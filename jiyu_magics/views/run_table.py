@@ -28,11 +28,19 @@ def row(run: Run, summary: dict | None = None) -> dict:
     summary = summary if summary is not None else progress_of(run)
     step, total = summary.get("step"), summary.get("total_steps")
     progress = f"{step}/{total}" if step is not None and total else (f"step {step}" if step is not None else NA)
-    return {"id": run.id, "name": run.name, "kind": _kind(run), "status": _status(run, summary),
-            "nproc": str(run.nproc * run.nnodes), "gpus": gpus_text(run), "progress": progress,
-            "fraction": summary.get("progress"),
-            "loss": _number(summary.get("loss")), "started": _clock(run.started),
-            "duration": duration(run.duration)}
+    return {
+        "id": run.id,
+        "name": run.name,
+        "kind": _kind(run),
+        "status": _status(run, summary),
+        "nproc": str(run.nproc * run.nnodes),
+        "gpus": gpus_text(run),
+        "progress": progress,
+        "fraction": summary.get("progress"),
+        "loss": _number(summary.get("loss")),
+        "started": _clock(run.started),
+        "duration": duration(run.duration),
+    }
 
 
 def _kind(run: Run) -> str:
@@ -94,8 +102,9 @@ def page_note(shown: int, total: int) -> str:
     """The line under a paged listing: what it left out and how to see it."""
     if total <= shown:
         return ""
-    return (f"The {shown} newest of {total} runs; --limit N shows more, --since WHEN (7d, 2026-11-01) "
-            "an earlier stretch.")
+    return (
+        f"The {shown} newest of {total} runs; --limit N shows more, --since WHEN (7d, 2026-11-01) an earlier stretch."
+    )
 
 
 def render_html(runs: list[Run], everything: bool = False) -> str:
@@ -131,15 +140,19 @@ def summary_lines(run: Run) -> list[tuple[str, str]]:
     """``%job attach``'s fields, label → value, from the run row and its event log."""
     s = progress_of(run)
     r = row(run, s)
-    lines = [("run", f"{run.id}  {run.name}  ({run.kind}, {run.nproc * run.nnodes} process(es))"),
-             ("status", r["status"] + (f", exit code {run.exit_code}" if run.exit_code else "")),
-             ("progress", f"{bar(s['progress'], 20)} {r['progress']}" if s["progress"] is not None else r["progress"]),
-             ("loss", r["loss"] + (f"  {sparkline(s['losses'])}" if s["losses"] else "")),
-             ("val", f"loss {_number(s['val_loss'])}, accuracy {_number(s['val_acc'])}"),
-             ("throughput", NA if s["samples_per_s"] is None else f"{s['samples_per_s']:.4g} samples/s"),
-             *([("scheduler", f"{run.backend} job {run.scheduler_id}")] if run.scheduler_id else []),
-             ("started", _clock(run.started)), ("duration", r["duration"]),
-             ("notebook", run.notebook or NA), ("folder", str(RunFiles.of(run.id).root))]
+    lines = [
+        ("run", f"{run.id}  {run.name}  ({run.kind}, {run.nproc * run.nnodes} process(es))"),
+        ("status", r["status"] + (f", exit code {run.exit_code}" if run.exit_code else "")),
+        ("progress", f"{bar(s['progress'], 20)} {r['progress']}" if s["progress"] is not None else r["progress"]),
+        ("loss", r["loss"] + (f"  {sparkline(s['losses'])}" if s["losses"] else "")),
+        ("val", f"loss {_number(s['val_loss'])}, accuracy {_number(s['val_acc'])}"),
+        ("throughput", NA if s["samples_per_s"] is None else f"{s['samples_per_s']:.4g} samples/s"),
+        *([("scheduler", f"{run.backend} job {run.scheduler_id}")] if run.scheduler_id else []),
+        ("started", _clock(run.started)),
+        ("duration", r["duration"]),
+        ("notebook", run.notebook or NA),
+        ("folder", str(RunFiles.of(run.id).root)),
+    ]
     error = run.error or s.get("error")
     if error:
         lines.append(("error", error))
@@ -168,8 +181,10 @@ def submitted_message(run: Run, control: str, notes) -> str:
         said, _, more = (notes.handover or "no spec written").partition("\n")
         lines = [f"Run {run.id} ({run.name}) for {run.backend}: {said}", f"Follow it: {follow}    Stop it: {stop}"]
         return "\n".join(lines) + (f"\n{more}" if more else "")
-    lines = [f"Submitted run {run.id} ({run.name}): {run.nproc * run.nnodes} process(es){_wants(run)} from {run.notebook}",
-             f"Follow it: {follow}    Stop it: {stop}"]
+    lines = [
+        f"Submitted run {run.id} ({run.name}): {run.nproc * run.nnodes} process(es){_wants(run)} from {run.notebook}",
+        f"Follow it: {follow}    Stop it: {stop}",
+    ]
     if notes.left_out:
         more = " …" if len(notes.left_out) > 3 else ""
         lines.append(f"Left out of the job ({len(notes.left_out)}): " + "; ".join(notes.left_out[:3]) + more)

@@ -23,5 +23,13 @@ def render_text(run_id: str, folder: Path, groups: list[StackGroup], full: bool 
 
 def as_json(groups: list[StackGroup]) -> list[dict]:
     """For the REST API and ``--json``: each group's ranks, headline, frames (innermost first) and text."""
-    return [{"ranks": g.ranks, "headline": g.headline(), "native": g.native, "text": g.text,
-             "frames": [{"file": f.file, "line": f.line, "func": f.func} for f in g.frames]} for g in groups]
+    return [
+        {
+            "ranks": g.ranks,
+            "headline": g.headline(),
+            "native": g.native,
+            "text": g.text,
+            "frames": [{"file": f.file, "line": f.line, "func": f.func} for f in g.frames],
+        }
+        for g in groups
+    ]

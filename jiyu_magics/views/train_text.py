@@ -34,16 +34,22 @@ def epoch_text(view: TrainingView) -> str:
 def memory_text(view: TrainingView) -> str | None:
     if view.mem_alloc is None:
         return None
-    return (f"{human_bytes(view.mem_alloc)} alloc / {human_bytes(view.mem_reserved)} reserved "
-            f"· peak {human_bytes(view.mem_peak)}")
+    return (
+        f"{human_bytes(view.mem_alloc)} alloc / {human_bytes(view.mem_reserved)} reserved "
+        f"· peak {human_bytes(view.mem_peak)}"
+    )
 
 
 def stat_rows(view: TrainingView) -> list[tuple[str, str]]:
     """(label, value) pairs every rendering shows, in order."""
-    rows = [("epoch", epoch_text(view).split(" ", 1)[1]), ("loss", num(view.loss)),
-            ("val loss", num(view.val_loss)), ("val acc", percent(view.val_acc)),
-            ("samples/s", na(None if view.samples_per_s is None else f"{view.samples_per_s:,.0f}")),
-            ("lr", na(None if view.lr is None else f"{view.lr:.3g}"))]
+    rows = [
+        ("epoch", epoch_text(view).split(" ", 1)[1]),
+        ("loss", num(view.loss)),
+        ("val loss", num(view.val_loss)),
+        ("val acc", percent(view.val_acc)),
+        ("samples/s", na(None if view.samples_per_s is None else f"{view.samples_per_s:,.0f}")),
+        ("lr", na(None if view.lr is None else f"{view.lr:.3g}")),
+    ]
     memory = memory_text(view)
     if memory:
         rows.append(("GPU memory", memory))
@@ -72,9 +78,12 @@ def progress_line(view: TrainingView) -> str:
 def header_text(view: TrainingView) -> str:
     strategy = f" ({view.strategy})" if view.strategy else ""
     procs = f"{view.nproc} processes{strategy}" if view.nproc and view.nproc > 1 else "1 process"
-    return (f"run {na(view.run_id)} · {na(view.name)} · {na(view.device)} · amp {na(view.amp)} · {procs}"
-            f" · batch {na(view.batch_size)}" + (f" × accum {view.accum}" if view.accum and view.accum > 1 else "")
-            + (f" · {view.from_notebook}" if view.from_notebook else ""))
+    return (
+        f"run {na(view.run_id)} · {na(view.name)} · {na(view.device)} · amp {na(view.amp)} · {procs}"
+        f" · batch {na(view.batch_size)}"
+        + (f" × accum {view.accum}" if view.accum and view.accum > 1 else "")
+        + (f" · {view.from_notebook}" if view.from_notebook else "")
+    )
 
 
 def summary_text(view: TrainingView) -> str:
@@ -93,12 +102,17 @@ def summary_html(view: TrainingView, png_base64: str | None = None, svg: str | N
     colours) is shown in place of the PNG where given; the PNG then travels beside it in the
     output bundle for exporters that take images only. The table wraps under the chart in a
     narrow output."""
-    rows = "".join(f"<tr><th style='text-align:left;padding-right:1em'>{html.escape(k)}</th>"
-                   f"<td>{html.escape(v)}</td></tr>" for k, v in stat_rows(view))
-    image = svg or (f"<img alt='loss curve' style='max-width:100%' src='data:image/png;base64,{png_base64}'/>"
-                    if png_base64 else "")
+    rows = "".join(
+        f"<tr><th style='text-align:left;padding-right:1em'>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>"
+        for k, v in stat_rows(view)
+    )
+    image = svg or (
+        f"<img alt='loss curve' style='max-width:100%' src='data:image/png;base64,{png_base64}'/>" if png_base64 else ""
+    )
     colour = status_colour(view.status)
-    return (f"<div class='jiyu-train-summary'><div><b style='color:{colour}'>{html.escape(view.status_text)}</b> · "
-            f"{html.escape(header_text(view))}</div><div>{html.escape(view.message or '')}</div>"
-            f"<div style='display:flex;flex-wrap:wrap;gap:1em;align-items:flex-start'>{image}"
-            f"<table style='font-size:90%'>{rows}</table></div></div>")
+    return (
+        f"<div class='jiyu-train-summary'><div><b style='color:{colour}'>{html.escape(view.status_text)}</b> · "
+        f"{html.escape(header_text(view))}</div><div>{html.escape(view.message or '')}</div>"
+        f"<div style='display:flex;flex-wrap:wrap;gap:1em;align-items:flex-start'>{image}"
+        f"<table style='font-size:90%'>{rows}</table></div></div>"
+    )

@@ -21,7 +21,7 @@ WAITING = "waiting"  # shown before the first start event: not a run status
 
 @dataclass
 class TrainingView(RunState):
-    gpu_util: int | None = None          # from NVML, filled by the dashboard when present
+    gpu_util: int | None = None  # from NVML, filled by the dashboard when present
 
     @property
     def status_text(self) -> str:

@@ -21,8 +21,11 @@ def render_text(rows: list, by: str, since: float) -> str:
     total_gpu, total_idle = sum(r.gpu_s for r in rows), sum(r.idle_s for r in rows)
     table.append(["total", hours(total_gpu), hours(total_idle), _share_of(total_idle, total_gpu), ""])
     heading = f"GPU time since {start}, by {by}:"
-    return heading + "\n" + text_table([HEADERS[by], "GPU-hours", "idle GPU-hours", "idle", "runs"], table,
-                                       right={1, 2, 3, 4})
+    return (
+        heading
+        + "\n"
+        + text_table([HEADERS[by], "GPU-hours", "idle GPU-hours", "idle", "runs"], table, right={1, 2, 3, 4})
+    )
 
 
 def _share(row) -> str:

@@ -25,9 +25,11 @@ def ranks_html(records) -> str:
         color = status_colour("failed" if failed else _STATUS_OF_STATE.get(record.state))
         label = record.state if record.state != "exited" else f"exited {record.exit_code}"
         restart = f" · restart {record.restart}" if record.restart else ""
-        chips.append(f"<span style='margin-right:12px'><b>rank {record.rank}</b> "
-                     f"<span style='color:{color}'>{escape(label)}</span>{restart}"
-                     f" <span style='color:#888'>pid {record.pid}</span></span>")
+        chips.append(
+            f"<span style='margin-right:12px'><b>rank {record.rank}</b> "
+            f"<span style='color:{color}'>{escape(label)}</span>{restart}"
+            f" <span style='color:#888'>pid {record.pid}</span></span>"
+        )
     return f"<div style='font-size:12px'>{''.join(chips) or 'ranks starting…'}</div>"
 
 

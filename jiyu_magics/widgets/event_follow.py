@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 from ..core.events.log import read_events
 from ..core.runs.model import EventKind
@@ -15,8 +16,15 @@ if TYPE_CHECKING:  # the engine's protocol; importing jiyu_magics.train would im
     from ..train.monitor import Monitor
 
 
-def follow(monitor: "Monitor", path: Path | str, offset: int = 0, *, until: Callable[[], bool] | None = None,
-           stop_at_end: bool = True, sleep: Callable[[float], None] = time.sleep) -> int:
+def follow(
+    monitor: Monitor,
+    path: Path | str,
+    offset: int = 0,
+    *,
+    until: Callable[[], bool] | None = None,
+    stop_at_end: bool = True,
+    sleep: Callable[[float], None] = time.sleep,
+) -> int:
     """Tails an event log into ``monitor`` until the run's ``end`` event (or ``until()`` is
     true), polling it at its interval: the loop ``%job attach`` and ``%%train --nproc`` run.
     Returns the byte offset reached, to continue from later."""

@@ -19,8 +19,9 @@ class GpuWatch:
     def __init__(self, seconds: float):
         self.seconds = seconds
         self.html = widgets.HTML(gpu_view.render_html(owned_snapshot()))
-        self.stop_button = widgets.Button(description="Stop", icon="stop", tooltip="Stop refreshing",
-                                          layout=widgets.Layout(width="90px"))
+        self.stop_button = widgets.Button(
+            description="Stop", icon="stop", tooltip="Stop refreshing", layout=widgets.Layout(width="90px")
+        )
         self.label = widgets.Label(f"refreshing every {seconds:g} s")
         self.widget = widgets.VBox([widgets.HBox([self.stop_button, self.label]), self.html])
         self.refreshes = 0

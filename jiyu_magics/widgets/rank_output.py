@@ -7,17 +7,20 @@ when the follow loop polls (wall clock), never by training; in a terminal the li
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from html import escape
 from pathlib import Path
-from typing import Callable, TextIO
+from typing import TextIO
 
 import ipywidgets as widgets
 from IPython.display import display
 
 from ..core.runs.rank_output import RankLines, shown
 
-PANE_STYLE = ("margin:0;max-height:16em;overflow:auto;font-size:12px;line-height:1.35;"
-              "background:var(--jp-layout-color2,#f5f5f5);padding:4px 6px")
+PANE_STYLE = (
+    "margin:0;max-height:16em;overflow:auto;font-size:12px;line-height:1.35;"
+    "background:var(--jp-layout-color2,#f5f5f5);padding:4px 6px"
+)
 
 
 def pane_html(lines: list[str]) -> str:
@@ -32,9 +35,13 @@ class RankOutput:
 
     def __init__(self, log: Path, all_ranks: bool = False, ready: Callable[[], bool] = lambda: True):
         self.source, self.ready, self.shown = RankLines(log), ready, False
-        self.toggle = widgets.ToggleButton(value=all_ranks, description="all ranks", icon="list",
-                                           tooltip="Show every rank's output (rank 0's when off)",
-                                           layout=widgets.Layout(width="110px"))
+        self.toggle = widgets.ToggleButton(
+            value=all_ranks,
+            description="all ranks",
+            icon="list",
+            tooltip="Show every rank's output (rank 0's when off)",
+            layout=widgets.Layout(width="110px"),
+        )
         self.pane = widgets.HTML(pane_html([]))
         self.toggle.observe(lambda _change: self.render(), names="value")
         self.widget = widgets.VBox([self.toggle, self.pane])

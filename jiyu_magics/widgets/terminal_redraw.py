@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Callable, TextIO
+from collections.abc import Callable
+from typing import TextIO
 
 CLEAR_TO_END = "\x1b[J"
 
@@ -13,8 +14,7 @@ def move_up(lines: int) -> str:
     return f"\x1b[{lines}F" if lines else ""
 
 
-def watch_text(render: Callable[[], str], seconds: float, out: TextIO | None = None,
-               rounds: int | None = None) -> None:
+def watch_text(render: Callable[[], str], seconds: float, out: TextIO | None = None, rounds: int | None = None) -> None:
     """Redraw ``render()`` every ``seconds`` over the previous drawing (no scrolling pile-up).
     ``rounds`` bounds the loop (tests); otherwise it runs until KeyboardInterrupt."""
     out = out or sys.stdout

@@ -12,7 +12,6 @@ from ..views.train_text import TEXT_INTERVAL_S, progress_line
 from ..views.training_view import TrainingView
 from .summary_plot import summary_png
 
-
 TTY_INTERVAL_S = 1.0  # a terminal redraws one line in place, as tqdm does: cheap, so often
 
 
@@ -43,8 +42,11 @@ class TextProgress:
         that spaces the lines is kept here. 10% slack, so a caller polling exactly at the
         interval is not skipped for a jitter of microseconds."""
         now = time.monotonic()
-        if (self.view.version == self._printed_version or not self.view.losses
-                or now - self._printed_at < 0.9 * self.interval):
+        if (
+            self.view.version == self._printed_version
+            or not self.view.losses
+            or now - self._printed_at < 0.9 * self.interval
+        ):
             return
         self._printed_version, self._printed_at = self.view.version, now
         if self.view.finished:

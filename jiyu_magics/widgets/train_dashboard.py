@@ -14,22 +14,23 @@ from __future__ import annotations
 
 import base64
 import time
+from collections.abc import Callable
 from html import escape
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 import ipywidgets as widgets
 from IPython.display import display
 
-from ..core.gpu import snapshot as gpu
 from ..core.events.log import read_events
+from ..core.gpu import snapshot as gpu
 from ..core.runs.model import RunStatus
 from ..views.format import duration, na
 from ..views.loss_chart import loss_svg
-from ..views.training_view import TrainingView
-from .event_follow import follow
 from ..views.train_text import header_text, stat_rows, steps_text, summary_html, summary_text
+from ..views.training_view import TrainingView
 from .comm_pump import CommPump
+from .event_follow import follow
 from .summary_plot import summary_png
 
 if TYPE_CHECKING:  # the dashboard itself never imports torch: %job attach uses it without training
@@ -37,18 +38,24 @@ if TYPE_CHECKING:  # the dashboard itself never imports torch: %job attach uses 
 
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
 DEFAULT_REFRESH_S = 1.0
-MAX_RENDER_SHARE = 0.01   # a slow front-end link stretches the interval to keep rendering under 1%
+MAX_RENDER_SHARE = 0.01  # a slow front-end link stretches the interval to keep rendering under 1%
 GPU_EVERY_S = 5.0
 # What a front-end without ipywidgets shows while training (the summary replaces it at the end),
 # and what a notebook saved mid-run keeps: the way to progress such a front-end can show.
-FALLBACK_TEXT = ("Training dashboard (needs a widget-capable front-end; run %env JIYU_UI=text before "
-                 "training for text progress)")
+FALLBACK_TEXT = (
+    "Training dashboard (needs a widget-capable front-end; run %env JIYU_UI=text before training for text progress)"
+)
 BAR_STYLES = {RunStatus.SUCCEEDED: "success", RunStatus.FAILED: "danger", RunStatus.STOPPED: "warning"}
 
 
 class TrainingDashboard:
-    def __init__(self, refresh: float = DEFAULT_REFRESH_S, stop: "StopSignal | None" = None,
-                 on_stop: Callable[[], None] | None = None, scale: str = "auto"):
+    def __init__(
+        self,
+        refresh: float = DEFAULT_REFRESH_S,
+        stop: StopSignal | None = None,
+        on_stop: Callable[[], None] | None = None,
+        scale: str = "auto",
+    ):
         self.refresh = refresh
         self.scale = scale  # the loss chart's y axis: auto (log past a 30x span) | log | linear
         self.interval = refresh
@@ -57,33 +64,41 @@ class TrainingDashboard:
         self.view = TrainingView()
         self.pump = CommPump()
         self.renders = 0
-        self.busy_s = 0.0         # time spent in feed() and poll(): the dashboard's whole cost to training
-        self.offset = 0           # how far an event log was read (follow mode)
+        self.busy_s = 0.0  # time spent in feed() and poll(): the dashboard's whole cost to training
+        self.offset = 0  # how far an event log was read (follow mode)
         self._drawn_version = -1
         self._gpu_checked = 0.0
-        self.widget = None        # built with the first render: a call rejected early opens no widget
+        self.widget = None  # built with the first render: a call rejected early opens no widget
         self.handle = None
         self._show_pending = False
 
     def _build(self) -> None:
         self.header = widgets.HTML()
-        self.stop_button = widgets.Button(description="Stop", icon="stop", button_style="warning",
-                                          tooltip="Stop at the next step and save a checkpoint",
-                                          layout=widgets.Layout(width="90px"))
+        self.stop_button = widgets.Button(
+            description="Stop",
+            icon="stop",
+            button_style="warning",
+            tooltip="Stop at the next step and save a checkpoint",
+            layout=widgets.Layout(width="90px"),
+        )
         self.stop_button.on_click(self._clicked)
         self.progress = widgets.FloatProgress(value=0.0, min=0.0, max=1.0, layout=widgets.Layout(width="50%"))
         self.progress_label = widgets.Label()
         self.chart = widgets.HTML(loss_svg(self.view, scale=self.scale))
         self.stats = widgets.HTML()
         self.notes = widgets.HTML()
-        self.widget = widgets.VBox([
-            widgets.HBox([self.stop_button, self.header], layout=widgets.Layout(align_items="center")),
-            widgets.HBox([self.progress, self.progress_label], layout=widgets.Layout(align_items="center")),
-            # wraps: in a narrow output (the panel's log beside the notebook) the numbers go under the chart
-            widgets.HBox([self.chart, self.stats], layout=widgets.Layout(flex_flow="row wrap")), self.notes])
+        self.widget = widgets.VBox(
+            [
+                widgets.HBox([self.stop_button, self.header], layout=widgets.Layout(align_items="center")),
+                widgets.HBox([self.progress, self.progress_label], layout=widgets.Layout(align_items="center")),
+                # wraps: in a narrow output (the panel's log beside the notebook) the numbers go under the chart
+                widgets.HBox([self.chart, self.stats], layout=widgets.Layout(flex_flow="row wrap")),
+                self.notes,
+            ]
+        )
 
     # -- the monitor interface the engine and follow() call ---------------------------------
-    def show(self) -> "TrainingDashboard":
+    def show(self) -> TrainingDashboard:
         """Puts the dashboard in the cell output once it has a run to show: a call rejected
         before training starts leaves no empty widget behind."""
         self._show_pending = True
@@ -141,15 +156,17 @@ class TrainingDashboard:
             return
         png = summary_png(self.view, self.scale)
         # the themed SVG for the live notebook; the PNG stays in the bundle for saved/exported copies
-        bundle = {"text/html": summary_html(self.view, svg=loss_svg(self.view, scale=self.scale)),
-                  "text/plain": summary_text(self.view)}
+        bundle = {
+            "text/html": summary_html(self.view, svg=loss_svg(self.view, scale=self.scale)),
+            "text/plain": summary_text(self.view),
+        }
         if png:
             bundle["image/png"] = base64.b64encode(png).decode()
         self.handle.update(bundle, raw=True)
 
     # -- tailing another process's run --------------------------------------------------------
     @classmethod
-    def from_events(cls, path: Path | str, view: TrainingView | None = None, **options) -> "TrainingDashboard":
+    def from_events(cls, path: Path | str, view: TrainingView | None = None, **options) -> TrainingDashboard:
         """A dashboard showing what an event log holds so far; ``follow`` continues it.
         ``view`` may come pre-filled (what the run store knows of the run)."""
         dashboard = cls(**options)
@@ -204,8 +221,10 @@ def _cuda_index(device: str | None) -> int:
 
 
 def _stats_table(view: TrainingView) -> str:
-    rows = "".join(f"<tr><td style='color:#666;padding-right:10px'>{k}</td><td><b>{escape(v)}</b></td></tr>"
-                   for k, v in stat_rows(view))
+    rows = "".join(
+        f"<tr><td style='color:#666;padding-right:10px'>{k}</td><td><b>{escape(v)}</b></td></tr>"
+        for k, v in stat_rows(view)
+    )
     return f"<table style='font-size:12px;line-height:1.5'>{rows}</table>"
 
 

@@ -65,19 +65,51 @@ class NVMLError_InvalidArgument(NVMLError):
 GIB = 2**30
 MIB = 2**20
 _DEVICES = [
-    dict(name="NVIDIA H100 80GB HBM3", uuid="GPU-11111111-2222-3333-4444-555555555555",
-         total=80 * GIB, used=12 * GIB, reserved=615 * MIB, util=(45, 30), temp=54, power=250_000, limit=700_000,
-         sm=1980, mig=(0, 0)),
-    dict(name="Tesla T4", uuid="GPU-99999999-8888-7777-6666-000000000000",
-         total=16 * GIB, used=1 * GIB, reserved=0, util=None, temp=None, power=None, limit=None, sm=None, mig=None),
+    dict(
+        name="NVIDIA H100 80GB HBM3",
+        uuid="GPU-11111111-2222-3333-4444-555555555555",
+        total=80 * GIB,
+        used=12 * GIB,
+        reserved=615 * MIB,
+        util=(45, 30),
+        temp=54,
+        power=250_000,
+        limit=700_000,
+        sm=1980,
+        mig=(0, 0),
+    ),
+    dict(
+        name="Tesla T4",
+        uuid="GPU-99999999-8888-7777-6666-000000000000",
+        total=16 * GIB,
+        used=1 * GIB,
+        reserved=0,
+        util=None,
+        temp=None,
+        power=None,
+        limit=None,
+        sm=None,
+        mig=None,
+    ),
 ]
 calls = {"init": 0}
 
 
 def _uniform(index):
-    return dict(name="NVIDIA H100 80GB HBM3", uuid=f"GPU-00000000-0000-0000-0000-{index:012d}", index=index,
-                total=80 * GIB, used=0, reserved=0, util=(0, 0), temp=40, power=70_000, limit=700_000,
-                sm=1980, mig=(0, 0))
+    return dict(
+        name="NVIDIA H100 80GB HBM3",
+        uuid=f"GPU-00000000-0000-0000-0000-{index:012d}",
+        index=index,
+        total=80 * GIB,
+        used=0,
+        reserved=0,
+        util=(0, 0),
+        temp=40,
+        power=70_000,
+        limit=700_000,
+        sm=1980,
+        mig=(0, 0),
+    )
 
 
 def _shared_box_device(index):
@@ -215,8 +247,7 @@ def nvmlDeviceGetComputeRunningProcesses(h):
         return [SimpleNamespace(pid=pid, usedGpuMemory=used) for pid, used in h["procs"]]
     if h is not _DEVICES[0]:
         raise NVMLError_NotSupported()
-    return [SimpleNamespace(pid=os.getpid(), usedGpuMemory=3 * GIB),
-            SimpleNamespace(pid=1, usedGpuMemory=None)]
+    return [SimpleNamespace(pid=os.getpid(), usedGpuMemory=3 * GIB), SimpleNamespace(pid=1, usedGpuMemory=None)]
 
 
 def nvmlDeviceGetGraphicsRunningProcesses(h):

@@ -14,16 +14,17 @@ kept when the ``start`` does not say.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
-from typing import Iterable, TypedDict
+from typing import TypedDict
 
-from .schema import FIELDS, KINDS
 from ..runs.model import EventKind, RunStatus
+from .schema import FIELDS, KINDS
 
 START_FIELDS = tuple(FIELDS[EventKind.START])
 STEP_FIELDS = tuple(FIELDS[EventKind.STEP])
 IDENTITY_FIELDS = ("run_id", "name", "nproc")
-COUNTERS = ("version", "skipped")            # about the stream, not the call: never reset
+COUNTERS = ("version", "skipped")  # about the stream, not the call: never reset
 HISTORY_KEYS = ("step", "epoch", "loss", "val_loss", "val_acc", "lr", "samples_per_s")
 SPARKLINE_POINTS = 60
 
@@ -31,6 +32,7 @@ SPARKLINE_POINTS = 60
 class RunSummary(TypedDict):
     """A run's latest progress as every list view shows it (REST ``summary``, ``jiyu jobs``,
     ``/metrics``); the panel's ``IRunSummary`` is checked against it."""
+
     total_steps: int | None
     step: int | None
     epoch: int | None
@@ -40,12 +42,12 @@ class RunSummary(TypedDict):
     val_loss: float | None
     val_acc: float | None
     mem_peak: float | None
-    updated: float | None                    # time of the newest event
-    step_at: float | None                    # when the step last moved (the time of its step event)
-    end_status: RunStatus | None             # how the current call ended; None while it runs
-    error: str | None                        # the current call's first error, across ranks
-    losses: list[float]                      # the newest training losses, for a sparkline
-    progress: float | None                   # step / total_steps, 0..1
+    updated: float | None  # time of the newest event
+    step_at: float | None  # when the step last moved (the time of its step event)
+    end_status: RunStatus | None  # how the current call ended; None while it runs
+    error: str | None  # the current call's first error, across ranks
+    losses: list[float]  # the newest training losses, for a sparkline
+    progress: float | None  # step / total_steps, 0..1
 
 
 @dataclass
@@ -67,11 +69,11 @@ class RunState:
     data: str | None = None
     start_step: int | None = None
     resumed_from: str | None = None
-    from_notebook: str | None = None         # what %%train took from the notebook, not its cell
-    stall_timeout: float | None = None       # the call's own (None: the job's default or the rule)
+    from_notebook: str | None = None  # what %%train took from the notebook, not its cell
+    stall_timeout: float | None = None  # the call's own (None: the job's default or the rule)
     # its progress, from the newest step event
     step: int | None = None
-    step_at: float | None = None             # when the step last moved: the ``t`` of the step event that moved it
+    step_at: float | None = None  # when the step last moved: the ``t`` of the step event that moved it
     epoch: int | None = None
     loss: float | None = None
     lr: float | None = None
@@ -85,21 +87,21 @@ class RunState:
     eta: float | None = None
     val_loss: float | None = None
     val_acc: float | None = None
-    losses: list[tuple[int, float]] = field(default_factory=list)                      # (step, loss)
+    losses: list[tuple[int, float]] = field(default_factory=list)  # (step, loss)
     vals: list[tuple[int | None, float | None, float | None]] = field(default_factory=list)  # (step, loss, acc)
-    history: list[dict] | None = None        # rows as fit returns them; kept only when asked for
-    checkpoints: list[str] = field(default_factory=list)                               # oldest first
+    history: list[dict] | None = None  # rows as fit returns them; kept only when asked for
+    checkpoints: list[str] = field(default_factory=list)  # oldest first
     advice: list[str] = field(default_factory=list)
-    errors: list[dict] = field(default_factory=list)                                   # error events
-    status: RunStatus | None = None          # None before the first start, running, then how it ended
+    errors: list[dict] = field(default_factory=list)  # error events
+    status: RunStatus | None = None  # None before the first start, running, then how it ended
     fit_end_status: RunStatus | None = None  # how the engine itself ended the call (its end has no source)
-    message: str | None = None               # the end event's
+    message: str | None = None  # the end event's
     updated: float | None = None
-    version: int = 0                         # events folded: readers redo their work only when it moved
-    skipped: int = 0                         # what was not an event (garbage lines the readers dropped)
+    version: int = 0  # events folded: readers redo their work only when it moved
+    skipped: int = 0  # what was not an event (garbage lines the readers dropped)
 
     @classmethod
-    def of(cls, events: Iterable[dict], history: bool = False) -> "RunState":
+    def of(cls, events: Iterable[dict], history: bool = False) -> RunState:
         """The state after ``events``; ``history`` keeps one row per logged step (``fit``'s
         result needs them; a dashboard following a three-day job does not)."""
         state = cls(history=[] if history else None)
@@ -211,10 +213,22 @@ class RunState:
 
     def summary(self, sparkline_points: int = SPARKLINE_POINTS) -> RunSummary:
         return RunSummary(
-            total_steps=self.total_steps, step=self.step, epoch=self.epoch, loss=self.loss, lr=self.lr,
-            samples_per_s=self.samples_per_s, val_loss=self.val_loss, val_acc=self.val_acc, mem_peak=self.mem_peak,
-            updated=self.updated, step_at=self.step_at, end_status=self.end_status, error=self.first_error,
-            losses=[loss for _, loss in self.losses[-sparkline_points:]], progress=self.progress)
+            total_steps=self.total_steps,
+            step=self.step,
+            epoch=self.epoch,
+            loss=self.loss,
+            lr=self.lr,
+            samples_per_s=self.samples_per_s,
+            val_loss=self.val_loss,
+            val_acc=self.val_acc,
+            mem_peak=self.mem_peak,
+            updated=self.updated,
+            step_at=self.step_at,
+            end_status=self.end_status,
+            error=self.first_error,
+            losses=[loss for _, loss in self.losses[-sparkline_points:]],
+            progress=self.progress,
+        )
 
 
 def add_to_history(history: list[dict], event: dict) -> None:

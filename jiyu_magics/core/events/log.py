@@ -16,12 +16,13 @@ import json
 import math
 import os
 import time
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
-from .schema import KINDS, is_event
 from ..runs.model import EventKind
 from .fold import SPARKLINE_POINTS, RunState, RunSummary
+from .schema import KINDS, is_event
 
 TAIL_BYTES = 64 * 1024
 START_MARKER = f'"kind": "{EventKind.START}"'.encode()  # as json.dumps writes it
@@ -57,7 +58,7 @@ class EventLog:
             os.close(self._fd)
             self._fd = -1
 
-    def __enter__(self) -> "EventLog":
+    def __enter__(self) -> EventLog:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -112,7 +113,7 @@ def tail_events(path: Path | str, tail_bytes: int = TAIL_BYTES) -> Events:
     except FileNotFoundError:
         return Events()
     if start:
-        data = data[data.find(b"\n") + 1:]
+        data = data[data.find(b"\n") + 1 :]
     data = data[: data.rfind(b"\n") + 1]
     return _parse_lines(data.splitlines())
 

@@ -42,20 +42,53 @@ from ..runs.model import EventKind, RunStatus
 
 COMMON: dict[str, type] = {"t": float}
 FIELDS: dict[EventKind, dict[str, type]] = {
-    EventKind.START: {"run_id": str, "name": str, "total_steps": int, "epochs": int, "steps_per_epoch": int,
-                      "nproc": int, "batch_size": int, "accum": int, "amp": str, "device": str, "params": int,
-                      "strategy": str, "backend": str, "data": str, "start_step": int, "resumed_from": str,
-                      "from_notebook": str, "stall_timeout": float},
-    EventKind.STEP: {"step": int, "epoch": int, "loss": float, "lr": float, "samples_per_s": float,
-                     "mem_alloc": float, "mem_reserved": float, "mem_peak": float, "data_wait": float,
-                     "grad_norm": float, "elapsed": float, "eta": float},
+    EventKind.START: {
+        "run_id": str,
+        "name": str,
+        "total_steps": int,
+        "epochs": int,
+        "steps_per_epoch": int,
+        "nproc": int,
+        "batch_size": int,
+        "accum": int,
+        "amp": str,
+        "device": str,
+        "params": int,
+        "strategy": str,
+        "backend": str,
+        "data": str,
+        "start_step": int,
+        "resumed_from": str,
+        "from_notebook": str,
+        "stall_timeout": float,
+    },
+    EventKind.STEP: {
+        "step": int,
+        "epoch": int,
+        "loss": float,
+        "lr": float,
+        "samples_per_s": float,
+        "mem_alloc": float,
+        "mem_reserved": float,
+        "mem_peak": float,
+        "data_wait": float,
+        "grad_norm": float,
+        "elapsed": float,
+        "eta": float,
+    },
     EventKind.VAL: {"step": int, "epoch": int, "loss": float, "accuracy": float},
     EventKind.CKPT: {"step": int, "path": str},
     EventKind.GPU: {},
     EventKind.ADVICE: {"step": int, "message": str},
     EventKind.STALL: {"step": int, "since": float, "timeout": float, "stacks": str},
-    EventKind.END: {"status": RunStatus, "step": int, "message": str, "elapsed": float, "exit_code": int,
-                    "source": str},
+    EventKind.END: {
+        "status": RunStatus,
+        "step": int,
+        "message": str,
+        "elapsed": float,
+        "exit_code": int,
+        "source": str,
+    },
     EventKind.ERROR: {"message": str, "step": int, "rank": int, "source": str},
 }
 KINDS = EventKind.values()
@@ -68,10 +101,18 @@ def _json_types(declared: type) -> frozenset:
     return frozenset({int, float, type(None)} if declared in (int, float) else {str, type(None)})
 
 
-_TYPES = {kind: {key: _json_types(declared) for key, declared in {**COMMON, **fields}.items()}
-          for kind, fields in FIELDS.items()}
-_VALUES = {kind: {key: {*declared.values(), None} for key, declared in fields.items()  # string-valued enums
-                 if declared not in (int, float, str)} for kind, fields in FIELDS.items()}
+_TYPES = {
+    kind: {key: _json_types(declared) for key, declared in {**COMMON, **fields}.items()}
+    for kind, fields in FIELDS.items()
+}
+_VALUES = {
+    kind: {
+        key: {*declared.values(), None}
+        for key, declared in fields.items()  # string-valued enums
+        if declared not in (int, float, str)
+    }
+    for kind, fields in FIELDS.items()
+}
 
 
 def is_event(value: Any) -> bool:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import statistics
 from collections import deque
-from typing import Iterable
+from collections.abc import Iterable
 
 from ..runs.model import EventKind
 
@@ -30,7 +30,7 @@ class StallClock:
         self.default_timeout = default_timeout
         self.armed = False
         self.step: int | None = None
-        self.moved: float | None = None          # when the step last moved (or the call started)
+        self.moved: float | None = None  # when the step last moved (or the call started)
         self.call_timeout: float | None = None
         self.step_times: deque[float] = deque(maxlen=STEP_TIMES_KEPT)
         self._last: tuple[float, int] | None = None

@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Callable, Iterable, Mapping
 
+from ..processes.info import ancestors as process_ancestors
+from ..processes.info import command_line, environ_value
+from ..runs.files import RUN_ID_ENV
 from ..store.leases import GpuSlot, Lease
 from .snapshot import GpuDevice, GpuProcess, GpuSnapshot
-from ..processes.info import ancestors as process_ancestors, command_line, environ_value
-from ..runs.files import RUN_ID_ENV
 
 BUSY_ENV = "JIYU_GPU_BUSY_MIB"
 DEFAULT_BUSY_MIB = 1024
@@ -57,14 +58,14 @@ class KernelInfo:
     pid: int
     notebook: str | None = None
     session_id: str | None = None
-    execution_state: str | None = None   # idle | busy | starting ...
-    idle_s: float | None = None          # seconds since its last activity
+    execution_state: str | None = None  # idle | busy | starting ...
+    idle_s: float | None = None  # seconds since its last activity
 
 
 @dataclass
 class ProcessOwner:
-    kind: str                  # run | kernel | other | outside
-    label: str                 # one line for people
+    kind: str  # run | kernel | other | outside
+    label: str  # one line for people
     run_id: str | None = None
     run_name: str | None = None
     run_kind: str | None = None
@@ -84,9 +85,15 @@ class Attribution:
     pid (None: recognise kernels by their command line), ``own_pids`` the asking process (a
     supervisor waiting for GPUs is not foreign to itself)."""
 
-    def __init__(self, runs: Iterable, leases: Iterable[Lease], kernels: Mapping[int, KernelInfo] | None = None,
-                 own_pids: Iterable[int] = (), reported: Callable[[str], int | None] | None = None,
-                 lookup: Callable[[str], object] | None = None):
+    def __init__(
+        self,
+        runs: Iterable,
+        leases: Iterable[Lease],
+        kernels: Mapping[int, KernelInfo] | None = None,
+        own_pids: Iterable[int] = (),
+        reported: Callable[[str], int | None] | None = None,
+        lookup: Callable[[str], object] | None = None,
+    ):
         """``lookup`` finds a run that is not among ``runs`` by its id (an ended run whose
         process lingers); without it such a process is named by the id alone."""
         self.runs = {run.id: run for run in runs}
@@ -121,14 +128,21 @@ class Attribution:
         mine = [lease for lease in self.leases if lease.uuid == device.uuid]
         device.leases = [self._lease_record(lease) for lease in mine]
         holders = {lease.run_id for lease in mine}
-        foreign = [p for p in device.processes if p.pid not in self.own and (p.owner or {}).get("run_id") not in holders]
+        foreign = [
+            p for p in device.processes if p.pid not in self.own and (p.owner or {}).get("run_id") not in holders
+        ]
         device.foreign_memory = sum(p.used_memory or 0 for p in foreign)
         device.free = not mine and device.foreign_memory <= threshold
 
     def _lease_record(self, lease: Lease) -> dict:
         run = self.runs.get(lease.run_id)
-        return {**lease.to_dict(), "run_name": getattr(run, "name", None), "run_kind": getattr(run, "kind", None),
-                "notebook": getattr(run, "notebook", None), "reported_memory": self.reported(lease.run_id)}
+        return {
+            **lease.to_dict(),
+            "run_name": getattr(run, "name", None),
+            "run_kind": getattr(run, "kind", None),
+            "notebook": getattr(run, "notebook", None),
+            "reported_memory": self.reported(lease.run_id),
+        }
 
     def _tagged_run(self, pid: int):
         """The run a process carries the id of (a rank, a worker, a run's leftover process)."""
@@ -151,8 +165,11 @@ class Attribution:
         with foreign processes (leases are checked by the store, in the lease's transaction)."""
         threshold = busy_threshold()
         self.apply(snap, threshold)
-        return [GpuSlot(d.uuid, d.index) for d in snap.devices
-                if d.uuid and d.visible_index is not None and (d.foreign_memory or 0) <= threshold]
+        return [
+            GpuSlot(d.uuid, d.index)
+            for d in snap.devices
+            if d.uuid and d.visible_index is not None and (d.foreign_memory or 0) <= threshold
+        ]
 
 
 @dataclass
@@ -169,8 +186,14 @@ class _Unlisted:
 def _run_owner(run, kernel: KernelInfo | None) -> ProcessOwner:
     where = f" · {os.path.basename(run.notebook)}" if run.notebook else ""
     state = "" if run.status in ("running", "queued") else f", {run.status}"
-    owner = ProcessOwner("run", f"run {run.name or run.id} ({run.id}, {run.kind}{state}){where}", run_id=run.id,
-                         run_name=run.name, run_kind=str(run.kind) if run.kind else None, notebook=run.notebook)
+    owner = ProcessOwner(
+        "run",
+        f"run {run.name or run.id} ({run.id}, {run.kind}{state}){where}",
+        run_id=run.id,
+        run_name=run.name,
+        run_kind=str(run.kind) if run.kind else None,
+        notebook=run.notebook,
+    )
     if kernel is not None:
         owner.kernel_id, owner.session_id = kernel.kernel_id, kernel.session_id
         owner.execution_state, owner.idle_s = kernel.execution_state, kernel.idle_s
@@ -179,9 +202,15 @@ def _run_owner(run, kernel: KernelInfo | None) -> ProcessOwner:
 
 def _kernel_owner(kernel: KernelInfo) -> ProcessOwner:
     notebook = os.path.basename(kernel.notebook) if kernel.notebook else "no notebook"
-    return ProcessOwner("kernel", f"kernel {kernel.kernel_id[:8]} · {notebook}", notebook=kernel.notebook,
-                        kernel_id=kernel.kernel_id, session_id=kernel.session_id,
-                        execution_state=kernel.execution_state, idle_s=kernel.idle_s)
+    return ProcessOwner(
+        "kernel",
+        f"kernel {kernel.kernel_id[:8]} · {notebook}",
+        notebook=kernel.notebook,
+        kernel_id=kernel.kernel_id,
+        session_id=kernel.session_id,
+        execution_state=kernel.execution_state,
+        idle_s=kernel.idle_s,
+    )
 
 
 def kernel_from_process(pid: int) -> KernelInfo | None:

@@ -13,8 +13,9 @@ import importlib
 import os
 import threading
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from ..processes.info import ancestors, command_line
 from .torch_versions import torch_facts
@@ -22,40 +23,40 @@ from .visible_devices import VisibleDevices, parse_visible_devices
 
 MINE_DEPTH = 4  # how far up a GPU process's parents this process is looked for ("mine")
 _init_lock = threading.Lock()
-_initialised: set[int] = set()   # ids of NVML modules this process has initialised
+_initialised: set[int] = set()  # ids of NVML modules this process has initialised
 
 
 @dataclass
 class GpuProcess:
     pid: int
-    used_memory: int | None      # bytes
+    used_memory: int | None  # bytes
     command: str | None
-    type: str                    # "compute" or "graphics"
-    mine: bool = False           # this process or one of its children
-    owner: dict | None = None    # who it belongs to (``gpu_owners.ProcessOwner``), once attributed
+    type: str  # "compute" or "graphics"
+    mine: bool = False  # this process or one of its children
+    owner: dict | None = None  # who it belongs to (``gpu_owners.ProcessOwner``), once attributed
 
 
 @dataclass
 class GpuDevice:
     index: int
-    visible_index: int | None    # cuda:N under CUDA_VISIBLE_DEVICES; None when hidden
-    name: str | None             # name
-    uuid: str | None             # uuid
+    visible_index: int | None  # cuda:N under CUDA_VISIBLE_DEVICES; None when hidden
+    name: str | None  # name
+    uuid: str | None  # uuid
     gpu_util: int | None = None  # utilization.gpu (%)
     mem_util: int | None = None  # utilization.memory (%)
     mem_used: int | None = None  # memory.used (bytes; the driver's reserved memory not included)
-    mem_total: int | None = None # memory.total (bytes)
+    mem_total: int | None = None  # memory.total (bytes)
     mem_reserved: int | None = None  # memory.reserved (bytes; None where the driver reports no v2 info)
-    temperature: int | None = None   # temperature.gpu (C)
+    temperature: int | None = None  # temperature.gpu (C)
     power_draw: float | None = None  # power.draw (W)
-    power_limit: float | None = None # enforced.power.limit (W)
-    sm_clock: int | None = None      # clocks.sm (MHz)
-    mig_mode: bool | None = None     # mig.mode.current
+    power_limit: float | None = None  # enforced.power.limit (W)
+    sm_clock: int | None = None  # clocks.sm (MHz)
+    mig_mode: bool | None = None  # mig.mode.current
     processes: list[GpuProcess] = field(default_factory=list)
     # filled in by ``gpu_owners.attribute`` (None/empty until then):
     leases: list[dict] = field(default_factory=list)  # the runs leasing it: run, name, kind, notebook, since
     foreign_memory: int | None = None  # bytes held by processes that none of its leases accounts for
-    free: bool | None = None           # no lease, and foreign memory within the threshold
+    free: bool | None = None  # no lease, and foreign memory within the threshold
 
     @property
     def mem_fraction(self) -> float | None:
@@ -67,14 +68,14 @@ class GpuDevice:
 @dataclass
 class GpuSnapshot:
     available: bool
-    reason: str | None = None            # why no GPU is visible
+    reason: str | None = None  # why no GPU is visible
     driver_version: str | None = None
     cuda_driver_version: str | None = None
-    visible_devices: str | None = None   # CUDA_VISIBLE_DEVICES as set
+    visible_devices: str | None = None  # CUDA_VISIBLE_DEVICES as set
     devices: list[GpuDevice] = field(default_factory=list)
-    torch: dict | None = None            # versions, only when torch is already imported
+    torch: dict | None = None  # versions, only when torch is already imported
     time: float = 0.0
-    owners_note: str | None = None       # why leases and owners are missing (an unreadable run store)
+    owners_note: str | None = None  # why leases and owners are missing (an unreadable run store)
 
     def to_dict(self) -> dict:
         """As plain data (flat copies: ``asdict``'s deep recursion costs more than the NVML
@@ -110,8 +111,7 @@ def nvml_failure(error: BaseException) -> str:
     return f"NVML failed to start ({text})"
 
 
-def snapshot(nvml: Any = None, env: Mapping[str, str] | None = None,
-             own_pid: int | None = None) -> GpuSnapshot:
+def snapshot(nvml: Any = None, env: Mapping[str, str] | None = None, own_pid: int | None = None) -> GpuSnapshot:
     """Everything ``%gpu_status`` shows, as data."""
     env = os.environ if env is None else env
     taken = time.time()
@@ -136,7 +136,11 @@ def snapshot(nvml: Any = None, env: Mapping[str, str] | None = None,
         reason=None if count else "NVML reports no NVIDIA GPU on this machine",
         driver_version=nvml_value(nvml.nvmlSystemGetDriverVersion),
         cuda_driver_version=cuda_version_string(cuda),
-        visible_devices=visible.raw, devices=devices, torch=torch_info, time=taken)
+        visible_devices=visible.raw,
+        devices=devices,
+        torch=torch_info,
+        time=taken,
+    )
 
 
 def device_handles(nvml: Any, count: int) -> list[Any]:
@@ -167,6 +171,7 @@ def cuda_version_string(number: int | None) -> str | None:
 
 def _torch_imported() -> bool:
     import sys
+
     return "torch" in sys.modules
 
 
@@ -179,25 +184,29 @@ def nvml_value(fn: Callable, *args: Any) -> Any:
     return value.decode() if isinstance(value, bytes) else value
 
 
-def _device(nvml: Any, index: int, handle: Any, uuid: str, visible: VisibleDevices,
-            mine: int) -> GpuDevice:
+def _device(nvml: Any, index: int, handle: Any, uuid: str, visible: VisibleDevices, mine: int) -> GpuDevice:
     util = nvml_value(nvml.nvmlDeviceGetUtilizationRates, handle)
     memory = memory_info(nvml, handle)
     power = nvml_value(nvml.nvmlDeviceGetPowerUsage, handle)
     limit = nvml_value(nvml.nvmlDeviceGetEnforcedPowerLimit, handle)
     mig = nvml_value(nvml.nvmlDeviceGetMigMode, handle)
     return GpuDevice(
-        index=index, visible_index=visible.visible_index(index),
-        name=nvml_value(nvml.nvmlDeviceGetName, handle), uuid=uuid or None,
-        gpu_util=getattr(util, "gpu", None), mem_util=getattr(util, "memory", None),
-        mem_used=getattr(memory, "used", None), mem_total=getattr(memory, "total", None),
+        index=index,
+        visible_index=visible.visible_index(index),
+        name=nvml_value(nvml.nvmlDeviceGetName, handle),
+        uuid=uuid or None,
+        gpu_util=getattr(util, "gpu", None),
+        mem_util=getattr(util, "memory", None),
+        mem_used=getattr(memory, "used", None),
+        mem_total=getattr(memory, "total", None),
         mem_reserved=getattr(memory, "reserved", None),
         temperature=nvml_value(nvml.nvmlDeviceGetTemperature, handle, nvml.NVML_TEMPERATURE_GPU),
         power_draw=None if power is None else power / 1000.0,
         power_limit=None if limit is None else limit / 1000.0,
         sm_clock=nvml_value(nvml.nvmlDeviceGetClockInfo, handle, nvml.NVML_CLOCK_SM),
         mig_mode=None if mig is None else bool(mig[0]),
-        processes=_processes(nvml, handle, mine))
+        processes=_processes(nvml, handle, mine),
+    )
 
 
 def memory_info(nvml: Any, handle: Any) -> Any:
@@ -211,13 +220,19 @@ def memory_info(nvml: Any, handle: Any) -> Any:
 
 def _processes(nvml: Any, handle: Any, own: int) -> list[GpuProcess]:
     found: dict[int, GpuProcess] = {}
-    for kind, query in (("compute", nvml.nvmlDeviceGetComputeRunningProcesses),
-                        ("graphics", nvml.nvmlDeviceGetGraphicsRunningProcesses)):
+    for kind, query in (
+        ("compute", nvml.nvmlDeviceGetComputeRunningProcesses),
+        ("graphics", nvml.nvmlDeviceGetGraphicsRunningProcesses),
+    ):
         for proc in nvml_value(query, handle) or []:
             if proc.pid in found:
                 continue
             used = getattr(proc, "usedGpuMemory", None)
-            found[proc.pid] = GpuProcess(pid=proc.pid, used_memory=used if isinstance(used, int) else None,
-                                         command=command_line(proc.pid), type=kind,
-                                         mine=own in ancestors(proc.pid, MINE_DEPTH))
+            found[proc.pid] = GpuProcess(
+                pid=proc.pid,
+                used_memory=used if isinstance(used, int) else None,
+                command=command_line(proc.pid),
+                type=kind,
+                mine=own in ancestors(proc.pid, MINE_DEPTH),
+            )
     return list(found.values())

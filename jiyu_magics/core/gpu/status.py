@@ -9,19 +9,23 @@ rather than hiding the GPUs.
 
 from __future__ import annotations
 
-from typing import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
-from . import snapshot as gpu
 from ..events.log import summarize
-from .owners import Attribution, KernelInfo
 from ..runs.files import RunFiles
-from ..store.run_store import RunStore, UnknownRun
 from ..store.database import StoreUnusable
+from ..store.run_store import RunStore, UnknownRun
+from . import snapshot as gpu
+from .owners import Attribution, KernelInfo
 
 
-def owned_snapshot(store: RunStore | None = None, kernels: Mapping[int, KernelInfo] | None = None,
-                   reported: Callable[[str], int | None] | None = None, own_pids: Iterable[int] = (),
-                   snap: gpu.GpuSnapshot | None = None) -> gpu.GpuSnapshot:
+def owned_snapshot(
+    store: RunStore | None = None,
+    kernels: Mapping[int, KernelInfo] | None = None,
+    reported: Callable[[str], int | None] | None = None,
+    own_pids: Iterable[int] = (),
+    snap: gpu.GpuSnapshot | None = None,
+) -> gpu.GpuSnapshot:
     """The snapshot with owners (or, when the store cannot be read, without and saying why)."""
     snap = snap or gpu.snapshot()
     if not snap.available:
@@ -39,11 +43,13 @@ def owned_snapshot(store: RunStore | None = None, kernels: Mapping[int, KernelIn
 
 def _finder(store: RunStore) -> Callable[[str], object]:
     """The row of a run a leftover process names (an ended run's), read only when one does."""
+
     def find(run_id: str):
         try:
             return store.get(run_id)
         except (UnknownRun, StoreUnusable):
             return None
+
     return find
 
 

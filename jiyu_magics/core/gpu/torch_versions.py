@@ -17,11 +17,11 @@ from dataclasses import asdict, dataclass
 @dataclass
 class TorchFacts:
     version: str
-    cuda: str | None          # torch.version.cuda: None for a CPU-only build
+    cuda: str | None  # torch.version.cuda: None for a CPU-only build
     cudnn: str | None = None
     nccl: str | None = None
     cuda_initialized: bool = False
-    imported: bool = False    # read from the live module rather than from disk
+    imported: bool = False  # read from the live module rather than from disk
 
     def to_dict(self) -> dict:
         return asdict(self)

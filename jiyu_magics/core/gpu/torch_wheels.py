@@ -58,7 +58,11 @@ def install_command(torch_version: str | None, driver_cuda: str | None) -> str:
         return f"pip install {package} --index-url {INDEX.format(tag=tag)}"
     builds = ", ".join("cu" + c.replace(".", "") for c in cuda_builds(torch_version))
     if driver_cuda:
-        return (f"the driver supports CUDA {driver_cuda}, older than every build of torch {release or '(latest)'} "
-                f"({builds}): update the NVIDIA driver, or install an older torch")
-    return (f"pip install {package} --index-url {INDEX.format(tag='cuXYZ')}, with the tag your driver supports "
-            f"({builds} for this release; the driver's CUDA version is in nvidia-smi)")
+        return (
+            f"the driver supports CUDA {driver_cuda}, older than every build of torch {release or '(latest)'} "
+            f"({builds}): update the NVIDIA driver, or install an older torch"
+        )
+    return (
+        f"pip install {package} --index-url {INDEX.format(tag='cuXYZ')}, with the tag your driver supports "
+        f"({builds} for this release; the driver's CUDA version is in nvidia-smi)"
+    )

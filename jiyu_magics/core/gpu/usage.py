@@ -12,15 +12,15 @@ samplers never count the same seconds twice.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from datetime import datetime
-from typing import Iterable
 
-from .snapshot import GpuDevice, GpuSnapshot
 from ..store.database import StoreDatabase
+from .snapshot import GpuDevice, GpuSnapshot
 
-IDLE_UTIL = 5          # % utilisation below which a held GPU counts as idle
-MAX_GAP_S = 60.0       # the most one sample credits
+IDLE_UTIL = 5  # % utilisation below which a held GPU counts as idle
+MAX_GAP_S = 60.0  # the most one sample credits
 HOUR = 3600.0
 BY = ("run", "notebook", "day")
 
@@ -34,7 +34,9 @@ def accrue(db: StoreDatabase, snap: GpuSnapshot, only: Iterable[str] | None = No
     with db.write() as conn:
         now = time.time() if now is None else now
         last = dict(conn.execute("SELECT uuid, at FROM gpu_sampled").fetchall())
-        conn.executemany("INSERT OR REPLACE INTO gpu_sampled (uuid, at) VALUES (?, ?)", [(d.uuid, now) for d in devices])
+        conn.executemany(
+            "INSERT OR REPLACE INTO gpu_sampled (uuid, at) VALUES (?, ?)", [(d.uuid, now) for d in devices]
+        )
         for device in devices:
             span = min(now - last[device.uuid], MAX_GAP_S) if device.uuid in last else 0.0
             if span > 0:
@@ -45,10 +47,12 @@ def _credit(conn, device: GpuDevice, span: float, now: float) -> None:
     idle = span if device.gpu_util is not None and device.gpu_util < IDLE_UTIL else 0.0
     hour = now - now % HOUR
     for owner, run_id, notebook in holders(device):
-        conn.execute("INSERT INTO gpu_usage (hour, uuid, owner, run_id, notebook, held_s, idle_s) "
-                     "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (hour, uuid, owner) DO UPDATE SET "
-                     "held_s = held_s + excluded.held_s, idle_s = idle_s + excluded.idle_s",
-                     (hour, device.uuid, owner, run_id, notebook, span, idle))
+        conn.execute(
+            "INSERT INTO gpu_usage (hour, uuid, owner, run_id, notebook, held_s, idle_s) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (hour, uuid, owner) DO UPDATE SET "
+            "held_s = held_s + excluded.held_s, idle_s = idle_s + excluded.idle_s",
+            (hour, device.uuid, owner, run_id, notebook, span, idle),
+        )
 
 
 def holders(device: GpuDevice) -> list[tuple[str, str | None, str | None]]:
@@ -66,7 +70,7 @@ def holders(device: GpuDevice) -> list[tuple[str, str | None, str | None]]:
 
 @dataclass
 class UsageRow:
-    key: str              # run id, notebook path or day
+    key: str  # run id, notebook path or day
     label: str
     gpu_s: float = 0.0
     idle_s: float = 0.0
@@ -83,20 +87,29 @@ def report(db: StoreDatabase, since: float, by: str = "run", now: float | None =
     now = time.time() if now is None else now
     rows: dict[str, UsageRow] = {}
     with db.read() as conn:
-        for lease in conn.execute("SELECT l.run_id, l.since, l.ended, r.name, r.kind, r.notebook FROM gpu_leases l "
-                                  "LEFT JOIN runs r ON r.id = l.run_id WHERE COALESCE(l.ended, ?) > ?", (now, since)):
+        for lease in conn.execute(
+            "SELECT l.run_id, l.since, l.ended, r.name, r.kind, r.notebook FROM gpu_leases l "
+            "LEFT JOIN runs r ON r.id = l.run_id WHERE COALESCE(l.ended, ?) > ?",
+            (now, since),
+        ):
             start, end = max(lease["since"], since), lease["ended"] or now
             for key, label, seconds in _split(by, lease, start, end):
                 _row(rows, key, label).gpu_s += seconds
-        for sample in conn.execute("SELECT u.*, r.name, r.kind FROM gpu_usage u LEFT JOIN runs r ON r.id = u.run_id "
-                                   "WHERE u.hour + ? > ?", (HOUR, since)):
+        for sample in conn.execute(
+            "SELECT u.*, r.name, r.kind FROM gpu_usage u LEFT JOIN runs r ON r.id = u.run_id WHERE u.hour + ? > ?",
+            (HOUR, since),
+        ):
             key, label = _key(by, sample, sample["hour"])
             row = _row(rows, key, label)
             row.idle_s += sample["idle_s"]
             if sample["run_id"] is None:  # a kernel's hold: no lease counted it
                 row.gpu_s += sample["held_s"]
     _count_runs(rows, by, db, since, now)
-    return sorted(rows.values(), key=lambda r: (-r.gpu_s, r.key)) if by != "day" else sorted(rows.values(), key=lambda r: r.key)
+    return (
+        sorted(rows.values(), key=lambda r: (-r.gpu_s, r.key))
+        if by != "day"
+        else sorted(rows.values(), key=lambda r: r.key)
+    )
 
 
 def _split(by: str, lease, start: float, end: float) -> list[tuple[str, str, float]]:
@@ -132,12 +145,18 @@ def _row(rows: dict[str, UsageRow], key: str, label: str) -> UsageRow:
 
 def _count_runs(rows: dict[str, UsageRow], by: str, db: StoreDatabase, since: float, now: float) -> None:
     with db.read() as conn:
-        found = conn.execute("SELECT DISTINCT l.run_id, l.since, r.notebook FROM gpu_leases l LEFT JOIN runs r "
-                             "ON r.id = l.run_id WHERE COALESCE(l.ended, ?) > ?", (now, since)).fetchall()
+        found = conn.execute(
+            "SELECT DISTINCT l.run_id, l.since, r.notebook FROM gpu_leases l LEFT JOIN runs r "
+            "ON r.id = l.run_id WHERE COALESCE(l.ended, ?) > ?",
+            (now, since),
+        ).fetchall()
     seen: dict[str, set] = {}
     for lease in found:
-        key = {"run": lease["run_id"], "notebook": lease["notebook"] or "",
-               "day": datetime.fromtimestamp(max(lease["since"], since)).strftime("%Y-%m-%d")}[by]
+        key = {
+            "run": lease["run_id"],
+            "notebook": lease["notebook"] or "",
+            "day": datetime.fromtimestamp(max(lease["since"], since)).strftime("%Y-%m-%d"),
+        }[by]
         seen.setdefault(key, set()).add(lease["run_id"])
     for key, row in rows.items():
         row.runs = len(seen.get(key, ()))

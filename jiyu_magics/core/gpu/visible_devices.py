@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 
 @dataclass
 class VisibleDevices:
-    raw: str | None                      # the variable's value, None when unset
-    order: list[int] = field(default_factory=list)   # physical indices, in cuda:N order
-    invalid: str | None = None           # the first entry the runtime would reject
-    mig: list[str] = field(default_factory=list)     # MIG instance UUIDs (not GPUs NVML lists)
+    raw: str | None  # the variable's value, None when unset
+    order: list[int] = field(default_factory=list)  # physical indices, in cuda:N order
+    invalid: str | None = None  # the first entry the runtime would reject
+    mig: list[str] = field(default_factory=list)  # MIG instance UUIDs (not GPUs NVML lists)
 
     @property
     def restricted(self) -> bool:

@@ -72,7 +72,7 @@ def environ_value(pid: int, name: str) -> str | None:
     prefix = name.encode() + b"="
     for entry in data.split(b"\0"):
         if entry.startswith(prefix):
-            return entry[len(prefix):].decode(errors="replace")
+            return entry[len(prefix) :].decode(errors="replace")
     return None
 
 

@@ -35,8 +35,10 @@ def jiyu_home() -> Path:
     try:
         home.mkdir(parents=True, exist_ok=True)
     except OSError as error:  # a file of that name, a read-only or missing parent: one line, not a traceback
-        raise StoreUnusable(f"the jiyu home folder {home} cannot be made ({error.strerror or error}): "
-                            f"set {HOME_ENV} to a folder you can write") from None
+        raise StoreUnusable(
+            f"the jiyu home folder {home} cannot be made ({error.strerror or error}): "
+            f"set {HOME_ENV} to a folder you can write"
+        ) from None
     return home
 
 
@@ -61,10 +63,10 @@ class RunFiles:
         self.root = Path(root)
 
     @classmethod
-    def of(cls, run_id: str, home: Path | None = None) -> "RunFiles":
+    def of(cls, run_id: str, home: Path | None = None) -> RunFiles:
         return cls(run_dir(run_id, home))
 
-    def create(self) -> "RunFiles":
+    def create(self) -> RunFiles:
         self.ckpt.mkdir(parents=True, exist_ok=True)
         return self
 

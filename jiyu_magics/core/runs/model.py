@@ -21,12 +21,12 @@ class _Word(str, Enum):
 
 
 class RunStatus(_Word):
-    QUEUED = "queued"          # registered, waiting to start (e.g. for GPUs)
+    QUEUED = "queued"  # registered, waiting to start (e.g. for GPUs)
     RUNNING = "running"
     SUCCEEDED = "succeeded"
     FAILED = "failed"
-    STOPPED = "stopped"        # ended by a stop request (checkpointed when it could)
-    LOST = "lost"              # its process vanished without reporting (kill -9, reboot)
+    STOPPED = "stopped"  # ended by a stop request (checkpointed when it could)
+    LOST = "lost"  # its process vanished without reporting (kill -9, reboot)
 
     @property
     def active(self) -> bool:
@@ -43,13 +43,13 @@ END_STATUSES = (RunStatus.SUCCEEDED, RunStatus.STOPPED, RunStatus.FAILED)
 
 
 class RunKind(_Word):
-    KERNEL = "kernel"          # fit()/%%train inside a notebook kernel
-    DDP = "ddp"                # %%train --nproc from a kernel, or a bare torchrun of a script
-    JOB = "job"                # %submit / jiyu submit: a notebook under a detached supervisor
+    KERNEL = "kernel"  # fit()/%%train inside a notebook kernel
+    DDP = "ddp"  # %%train --nproc from a kernel, or a bare torchrun of a script
+    JOB = "job"  # %submit / jiyu submit: a notebook under a detached supervisor
 
 
 class EventKind(_Word):
-    START = "start"            # one per fit call; a run may hold several
+    START = "start"  # one per fit call; a run may hold several
     STEP = "step"
     VAL = "val"
     CKPT = "ckpt"

@@ -16,8 +16,14 @@ READ_CHUNK = 256 * 1024
 START_TAIL = 64 * 1024  # a late reader (``%job attach`` to a long job) starts this far from the end
 # the launcher's and the job script's plumbing: jiyu, torch elastic, runpy, and IPython's
 # run_line_magic/run_cell_magic frame that the script's `%%train` line goes through
-NOISE_FILES = ("/jiyu_magics/", "/torch/distributed/elastic/", "/torch/distributed/run.py", "<frozen runpy>",
-               "/runpy.py", "/IPython/core/interactiveshell.py")
+NOISE_FILES = (
+    "/jiyu_magics/",
+    "/torch/distributed/elastic/",
+    "/torch/distributed/run.py",
+    "<frozen runpy>",
+    "/runpy.py",
+    "/IPython/core/interactiveshell.py",
+)
 FRAME = re.compile(r'^\s+File "(?P<file>[^"]+)", line \d+')
 CHAINED = ("During handling of the above exception", "The above exception was the direct cause")
 
@@ -90,7 +96,7 @@ def _traceback_block(lines: list[str]) -> list[str]:
     for i, line in enumerate(lines[start:], start):
         block.append(line)
         if line and not line[0].isspace() and not line.startswith(("Traceback", *CHAINED)):
-            following = next((later for later in lines[i + 1:] if later.strip()), "")
+            following = next((later for later in lines[i + 1 :] if later.strip()), "")
             if not following.startswith(CHAINED) and not following[:1].isspace():
                 break  # the exception line, with no chained one after it
     return block

@@ -41,8 +41,8 @@ class Frame:
 @dataclass
 class RankStack:
     rank: int
-    frames: tuple[Frame, ...]   # the main thread's, innermost first
-    text: str                   # the whole dump, every thread (and py-spy's native frames)
+    frames: tuple[Frame, ...]  # the main thread's, innermost first
+    text: str  # the whole dump, every thread (and py-spy's native frames)
 
 
 @dataclass
@@ -54,8 +54,7 @@ class StackGroup:
 
     def headline(self) -> str:
         """``ranks 0, 2 are in all_reduce (distributed_c10d.py:2806), from train_step (job.py:17)``."""
-        who = (f"rank {self.ranks[0]} is" if len(self.ranks) == 1 else
-               f"ranks {', '.join(map(str, self.ranks))} are")
+        who = f"rank {self.ranks[0]} is" if len(self.ranks) == 1 else f"ranks {', '.join(map(str, self.ranks))} are"
         if not self.frames:
             return f"{who} outside Python (no frames dumped)"
         inner, user = self.frames[0], next((f for f in self.frames if f.is_user_code), None)

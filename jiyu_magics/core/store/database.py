@@ -11,9 +11,9 @@ saying what is wrong and what to do, never a traceback from sqlite3.
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 from ..runs.files import StoreUnusable  # the home folder's failure too: one type for both
 
@@ -22,20 +22,23 @@ SCHEMA_VERSION = 7
 # CREATE ... IF NOT EXISTS, run after every migration)
 MIGRATIONS = {
     2: ("ALTER TABLE runs ADD COLUMN stop_grace REAL",),
-    3: ("ALTER TABLE runs ADD COLUMN scheduler_id TEXT",
+    3: (
+        "ALTER TABLE runs ADD COLUMN scheduler_id TEXT",
         "ALTER TABLE runs ADD COLUMN queue_reason TEXT",
-        "ALTER TABLE runs ADD COLUMN polled REAL"),
-    4: ("ALTER TABLE runs ADD COLUMN gpus_requested INTEGER",
+        "ALTER TABLE runs ADD COLUMN polled REAL",
+    ),
+    4: (
+        "ALTER TABLE runs ADD COLUMN gpus_requested INTEGER",
         "ALTER TABLE runs ADD COLUMN priority INTEGER NOT NULL DEFAULT 0",
         "ALTER TABLE runs ADD COLUMN queue_rank REAL",
-        "ALTER TABLE runs ADD COLUMN share INTEGER NOT NULL DEFAULT 0"),
+        "ALTER TABLE runs ADD COLUMN share INTEGER NOT NULL DEFAULT 0",
+    ),
     # the progress summary, stored once when the run ends (listings read no event log)
     5: ("ALTER TABLE runs ADD COLUMN summary TEXT",),
     6: ("ALTER TABLE runs ADD COLUMN stalled_since REAL",),
     # the process that records the run's end (a kernel owning a ``%%train --nproc`` run whose
     # pid is torchrun's): the run is not lost while it lives
-    7: ("ALTER TABLE runs ADD COLUMN owner_pid INTEGER",
-        "ALTER TABLE runs ADD COLUMN owner_started REAL"),
+    7: ("ALTER TABLE runs ADD COLUMN owner_pid INTEGER", "ALTER TABLE runs ADD COLUMN owner_started REAL"),
 }
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -103,7 +106,7 @@ CREATE TABLE IF NOT EXISTS gpu_sampled (
 """
 REPAIR_HINT = "`jiyu doctor --store` checks it; `jiyu store repair` rebuilds it from the run folders"
 _ready: set[Path] = set()  # files this process has already created or migrated
-_wal: set[Path] = set()    # files this process has seen in WAL mode (it persists in the file)
+_wal: set[Path] = set()  # files this process has seen in WAL mode (it persists in the file)
 # One idle connection per file, held for the life of the process. Closing the last connection
 # to a WAL database checkpoints the log into the file (an fsync) and deletes it, and every
 # short connection here would be the last one: 4-5 ms per operation, ~30 ms of each ``fit``
@@ -118,8 +121,9 @@ def explain(path: Path, error: sqlite3.Error) -> StoreUnusable:
     if "full" in text:
         return StoreUnusable(f"the disk holding the run store {path} is full ({text}): free some space")
     if "disk I/O" in text or "unable to open" in text or "readonly" in text:
-        return StoreUnusable(f"the run store {path} cannot be written ({text}): check the disk and the "
-                             "folder's permissions")
+        return StoreUnusable(
+            f"the run store {path} cannot be written ({text}): check the disk and the folder's permissions"
+        )
     return StoreUnusable(f"the run store {path} is unusable ({text}); {REPAIR_HINT}")
 
 
@@ -222,8 +226,9 @@ class StoreDatabase:
                 _ready.discard(self.path)
                 _wal.discard(self.path)
                 _let_go(self.path)
-                raise StoreUnusable(f"the run store {self.path} was deleted while in use; it starts empty "
-                                    f"now ({REPAIR_HINT})") from None
+                raise StoreUnusable(
+                    f"the run store {self.path} was deleted while in use; it starts empty now ({REPAIR_HINT})"
+                ) from None
             raise explain(self.path, error) from None
         except sqlite3.DatabaseError as error:
             raise explain(self.path, error) from None

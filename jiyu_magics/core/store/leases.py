@@ -18,8 +18,9 @@ GPU (``gpus_requested = 0``) queue apart, only when a limit of concurrent CPU jo
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Sequence, TypedDict
+from typing import TypedDict
 
 from .database import StoreDatabase
 
@@ -59,7 +60,7 @@ class Lease:
         return RunGpu(**vars(self))
 
     @classmethod
-    def from_row(cls, row) -> "Lease":
+    def from_row(cls, row) -> Lease:
         return cls(row["uuid"], row["gpu_index"], row["run_id"], row["since"], row["ended"], bool(row["shared"]))
 
 
@@ -70,7 +71,7 @@ class Waiting:
     run_id: str
     gpus: int
     priority: int
-    position: int          # 1-based, within the runs waiting for the same kind of resource
+    position: int  # 1-based, within the runs waiting for the same kind of resource
 
 
 class LeaseBook:
@@ -90,8 +91,10 @@ class LeaseBook:
             return found
         with self.db.read() as db:
             for chunk in _chunks(list(run_ids), 500):
-                rows = db.execute(f"SELECT * FROM gpu_leases WHERE run_id IN ({', '.join('?' * len(chunk))}) "
-                                  "ORDER BY gpu_index", chunk).fetchall()
+                rows = db.execute(
+                    f"SELECT * FROM gpu_leases WHERE run_id IN ({', '.join('?' * len(chunk))}) ORDER BY gpu_index",
+                    chunk,
+                ).fetchall()
                 for row in rows:
                     found.setdefault(row["run_id"], []).append(Lease.from_row(row))
         return found
@@ -116,9 +119,10 @@ class LeaseBook:
             chosen = _pick(slots, _live_by_uuid(db), want, share)
             if chosen is None:
                 return None
-            db.executemany("INSERT INTO gpu_leases (uuid, gpu_index, run_id, host, since, shared) "
-                           "VALUES (?, ?, ?, ?, ?, ?)",
-                           [(s.uuid, s.index, run_id, self.host, now, int(share)) for s in chosen])
+            db.executemany(
+                "INSERT INTO gpu_leases (uuid, gpu_index, run_id, host, since, shared) VALUES (?, ?, ?, ?, ?, ?)",
+                [(s.uuid, s.index, run_id, self.host, now, int(share)) for s in chosen],
+            )
             db.execute("UPDATE runs SET status = 'running', started = ? WHERE id = ?", (now, run_id))
         return [Lease(s.uuid, s.index, run_id, now, shared=share) for s in chosen]
 
@@ -128,12 +132,18 @@ class LeaseBook:
         with self.db.write() as db:
             if cpu_limit is not None:
                 head = [w for w in _queue(db, self.host) if w.gpus == 0][:1]
-                running = db.execute("SELECT COUNT(*) FROM runs WHERE status = 'running' AND host = ? AND "
-                                     "backend = 'local' AND gpus_requested = 0", (self.host,)).fetchone()[0]
+                running = db.execute(
+                    "SELECT COUNT(*) FROM runs WHERE status = 'running' AND host = ? AND "
+                    "backend = 'local' AND gpus_requested = 0",
+                    (self.host,),
+                ).fetchone()[0]
                 if not head or head[0].run_id != run_id or running >= cpu_limit:
                     return False
-            cur = db.execute("UPDATE runs SET status = 'running', started = ? WHERE id = ? AND status = 'queued' "
-                             "AND stop_requested = 0", (time.time(), run_id))
+            cur = db.execute(
+                "UPDATE runs SET status = 'running', started = ? WHERE id = ? AND status = 'queued' "
+                "AND stop_requested = 0",
+                (time.time(), run_id),
+            )
             return cur.rowcount == 1
 
     def record(self, run_id: str, slot: GpuSlot) -> tuple[Lease, list[str]]:
@@ -141,12 +151,22 @@ class LeaseBook:
         cannot wait). Shared when other runs hold the GPU; returns it and their ids."""
         with self.db.write() as db:
             now = time.time()
-            holders = [r["run_id"] for r in db.execute(
-                f"SELECT run_id FROM gpu_leases WHERE uuid = ? AND {LIVE} AND run_id != ?", (slot.uuid, run_id))]
-            if db.execute(f"SELECT 1 FROM gpu_leases WHERE uuid = ? AND run_id = ? AND {LIVE}",
-                          (slot.uuid, run_id)).fetchone() is None:
-                db.execute("INSERT INTO gpu_leases (uuid, gpu_index, run_id, host, since, shared) VALUES "
-                           "(?, ?, ?, ?, ?, ?)", (slot.uuid, slot.index, run_id, self.host, now, int(bool(holders))))
+            holders = [
+                r["run_id"]
+                for r in db.execute(
+                    f"SELECT run_id FROM gpu_leases WHERE uuid = ? AND {LIVE} AND run_id != ?", (slot.uuid, run_id)
+                )
+            ]
+            if (
+                db.execute(
+                    f"SELECT 1 FROM gpu_leases WHERE uuid = ? AND run_id = ? AND {LIVE}", (slot.uuid, run_id)
+                ).fetchone()
+                is None
+            ):
+                db.execute(
+                    "INSERT INTO gpu_leases (uuid, gpu_index, run_id, host, since, shared) VALUES (?, ?, ?, ?, ?, ?)",
+                    (slot.uuid, slot.index, run_id, self.host, now, int(bool(holders))),
+                )
         return Lease(slot.uuid, slot.index, run_id, now, shared=bool(holders)), holders
 
     def to_top(self, run_id: str) -> int:
@@ -156,8 +176,11 @@ class LeaseBook:
             row = db.execute("SELECT status, host FROM runs WHERE id = ?", (run_id,)).fetchone()
             if row is None or row["status"] != "queued":
                 raise ValueError(f"run {run_id} is not queued")
-            top = db.execute("SELECT MAX(priority), MIN(COALESCE(queue_rank, created)) FROM runs WHERE "
-                             "status = 'queued' AND host = ?", (row["host"],)).fetchone()
+            top = db.execute(
+                "SELECT MAX(priority), MIN(COALESCE(queue_rank, created)) FROM runs WHERE "
+                "status = 'queued' AND host = ?",
+                (row["host"],),
+            ).fetchone()
             db.execute("UPDATE runs SET priority = ?, queue_rank = ? WHERE id = ?", (top[0], top[1] - 1.0, run_id))
         return 1
 
@@ -169,8 +192,11 @@ def end_leases(db, run_ids: Iterable[str], when: float) -> None:
 
 
 def _queue(db, host: str) -> list[Waiting]:
-    rows = db.execute(f"SELECT id, gpus_requested, priority FROM runs WHERE status = 'queued' AND host = ? AND "
-                      f"backend = 'local' AND gpus_requested IS NOT NULL ORDER BY {QUEUE_ORDER}", (host,)).fetchall()
+    rows = db.execute(
+        f"SELECT id, gpus_requested, priority FROM runs WHERE status = 'queued' AND host = ? AND "
+        f"backend = 'local' AND gpus_requested IS NOT NULL ORDER BY {QUEUE_ORDER}",
+        (host,),
+    ).fetchall()
     counters = {True: 0, False: 0}
     waiting = []
     for row in rows:
@@ -207,4 +233,4 @@ def _pick(slots: Sequence[GpuSlot], held: dict[str, list[bool]], want: int, shar
 
 def _chunks(items: list, size: int) -> Iterable[list]:
     for start in range(0, len(items), size):
-        yield items[start:start + size]
+        yield items[start : start + size]

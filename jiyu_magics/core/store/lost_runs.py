@@ -13,12 +13,12 @@ saying ``lost``, after whatever its ranks wrote while they stopped (their ``stop
 from __future__ import annotations
 
 import time
-from typing import Iterable
+from collections.abc import Iterable
 
 from ..events.log import EventLog, tail_events
+from ..processes.run_processes import live_run_ids
 from ..runs.files import RunFiles
 from ..runs.model import EventKind, RunStatus
-from ..processes.run_processes import live_run_ids
 
 QUEUED_GRACE_S = 120.0  # a run queued longer than this with no process behind it was never started
 LOST_MESSAGE = "its process ended without reporting"

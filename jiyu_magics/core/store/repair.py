@@ -16,12 +16,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..events.fold import RunState
 from ..events.log import read_events
 from ..runs.files import jiyu_home, runs_root, store_path
 from ..runs.model import RunKind, RunStatus
-from ..events.fold import RunState
-from .run_store import RECORD_FILE, Run, RunStore
 from .database import SCHEMA_VERSION
+from .run_store import RECORD_FILE, Run, RunStore
 
 LAUNCH_FILE = "launch.json"
 
@@ -71,8 +71,10 @@ def check_store(home: Path | None = None) -> StoreCheck:
 def _with_folders(check: StoreCheck, home: Path, known: set[str]) -> StoreCheck:
     missing = [p.name for p in run_folders(home) if p.name not in known]
     if missing:
-        check.problems.append(f"{len(missing)} run folder(s) have no row in the store "
-                              f"(e.g. {', '.join(missing[:3])}); `jiyu store repair` brings them back")
+        check.problems.append(
+            f"{len(missing)} run folder(s) have no row in the store "
+            f"(e.g. {', '.join(missing[:3])}); `jiyu store repair` brings them back"
+        )
     return check
 
 
@@ -103,8 +105,9 @@ def repair_store(home: Path | None = None) -> RepairReport:
     missing = [folder for folder in run_folders(home) if folder.name not in known]
     runs = [run_from_folder(folder) for folder in missing]
     store.restore(run for run in runs if run is not None)
-    return RepairReport(path, aside, sum(r is not None for r in runs),
-                        sum((f / RECORD_FILE).exists() for f in missing), kept=len(known))
+    return RepairReport(
+        path, aside, sum(r is not None for r in runs), sum((f / RECORD_FILE).exists() for f in missing), kept=len(known)
+    )
 
 
 def _set_aside(path: Path) -> Path:
@@ -129,10 +132,19 @@ def run_from_folder(folder: Path) -> Run | None:
         return None
     state = RunState.of(events)
     created = events[0].get("t") if events else folder.stat().st_mtime
-    kind = RunKind.JOB if (folder / LAUNCH_FILE).exists() else (
-        RunKind.DDP if (state.nproc or 1) > 1 else RunKind.KERNEL)
+    kind = (
+        RunKind.JOB if (folder / LAUNCH_FILE).exists() else (RunKind.DDP if (state.nproc or 1) > 1 else RunKind.KERNEL)
+    )
     unended = None if state.end_status else "rebuilt from its folder by `jiyu store repair`: its end was never recorded"
-    return Run(id=folder.name, name=state.name or folder.name, kind=kind, status=state.end_status or RunStatus.LOST,
-               nproc=state.nproc or 1, host=socket.gethostname(), created=created, started=created,
-               ended=state.updated or created, error=unended)
-
+    return Run(
+        id=folder.name,
+        name=state.name or folder.name,
+        kind=kind,
+        status=state.end_status or RunStatus.LOST,
+        nproc=state.nproc or 1,
+        host=socket.gethostname(),
+        created=created,
+        started=created,
+        ended=state.updated or created,
+        error=unended,
+    )

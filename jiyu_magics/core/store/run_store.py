@@ -15,12 +15,12 @@ from typing import Any
 
 import psutil
 
-from . import lost_runs
 from ..events.log import summarize
-from .leases import LeaseBook, RunGpu, end_leases
 from ..runs.files import RunFiles, run_dir, store_path
-from .database import StoreDatabase
 from ..runs.model import ACTIVE, RunKind, RunStatus
+from . import lost_runs
+from .database import StoreDatabase
+from .leases import LeaseBook, RunGpu, end_leases
 
 STATUSES = RunStatus.values()
 KINDS = RunKind.values()
@@ -36,7 +36,7 @@ class UnknownRun(LookupError):
 class Run:
     id: str
     name: str
-    kind: RunKind          # stored, sent and shown as its string value
+    kind: RunKind  # stored, sent and shown as its string value
     status: RunStatus
     nproc: int = 1
     nnodes: int = 1
@@ -60,14 +60,14 @@ class Run:
     exit_code: int | None = None
     error: str | None = None
     stop_requested: bool = False
-    stop_grace: float | None = None   # seconds between SIGTERM and SIGKILL the stop asked for
-    scheduler_id: str | None = None   # the job's id where a scheduler holds it (Slurm job id, Kubernetes name)
-    queue_reason: str | None = None   # why a queued run waits, in the words of whoever holds it
-    polled: float | None = None       # when a scheduler was last asked about this run
+    stop_grace: float | None = None  # seconds between SIGTERM and SIGKILL the stop asked for
+    scheduler_id: str | None = None  # the job's id where a scheduler holds it (Slurm job id, Kubernetes name)
+    queue_reason: str | None = None  # why a queued run waits, in the words of whoever holds it
+    polled: float | None = None  # when a scheduler was last asked about this run
     gpus_requested: int | None = None  # GPUs the run waits for (0: a CPU job; None: it never queues)
-    priority: int = 0                  # higher starts first among waiting runs
-    queue_rank: float | None = None    # the order among waiting runs of one priority (submission time)
-    share: bool = False                # its GPUs may hold other sharing runs' leases too
+    priority: int = 0  # higher starts first among waiting runs
+    queue_rank: float | None = None  # the order among waiting runs of one priority (submission time)
+    share: bool = False  # its GPUs may hold other sharing runs' leases too
     # its progress summary (``event_log.summarize``), stored once when it ended: listings of
     # thousands of finished runs read no event log. None while it runs (views read the log)
     summary: dict | None = None
@@ -75,7 +75,7 @@ class Run:
     #   for the run's stall timeout while its ranks live (``jobs.stall_watch``); a flag, not a status
     # not columns: filled in from the lease book when read
     gpus: list[RunGpu] = field(default_factory=list)  # the GPUs it holds or held: index, uuid, since, ended
-    queue_position: int | None = None          # 1-based, while queued
+    queue_position: int | None = None  # 1-based, while queued
 
     def __post_init__(self) -> None:
         self.kind, self.status = RunKind(self.kind), RunStatus(self.status)
@@ -102,10 +102,10 @@ class Run:
         return data
 
     @classmethod
-    def from_row(cls, row: sqlite3.Row | dict) -> "Run":
+    def from_row(cls, row: sqlite3.Row | dict) -> Run:
         """From a store row, or a run folder's record of one (whose unknown keys, from a newer
         jiyu, are ignored)."""
-        data = dict(zip(row.keys(), row)) if isinstance(row, sqlite3.Row) else dict(row)  # 4x dict(Row)
+        data = dict(zip(row.keys(), row, strict=False)) if isinstance(row, sqlite3.Row) else dict(row)  # 4x dict(Row)
         if not data.keys() <= _COLUMNS:  # a row of a newer schema, or a record with more keys
             data = {k: v for k, v in data.items() if k in _COLUMNS}
         params = data.get("params")
@@ -184,8 +184,9 @@ class RunStore:
         self.leases = LeaseBook(self.db, self.host)
 
     # -- writing ---------------------------------------------------------------------------
-    def create(self, kind: RunKind | str, name: str | None = None, *, status: RunStatus | str = RunStatus.QUEUED,
-               **values: Any) -> Run:
+    def create(
+        self, kind: RunKind | str, name: str | None = None, *, status: RunStatus | str = RunStatus.QUEUED, **values: Any
+    ) -> Run:
         if kind not in KINDS:
             raise ValueError(f"unknown run kind {kind!r}")
         if status not in STATUSES:
@@ -198,13 +199,19 @@ class RunStore:
             run_id = new_run_id()
             while db.execute("SELECT 1 FROM runs WHERE id = ?", (run_id,)).fetchone():
                 run_id = new_run_id()
-            run = Run(id=run_id, name=name or f"{kind}-{run_id}", kind=kind, status=status,
-                      host=self.host, created=now, **{"cwd": os.getcwd(), "queue_rank": now, **values})
+            run = Run(
+                id=run_id,
+                name=name or f"{kind}-{run_id}",
+                kind=kind,
+                status=status,
+                host=self.host,
+                created=now,
+                **{"cwd": os.getcwd(), "queue_rank": now, **values},
+            )
             if run.status == RunStatus.RUNNING and run.started is None:
                 run.started = now
             row = self._to_row(run)
-            db.execute(f"INSERT INTO runs ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})",
-                       tuple(row.values()))
+            db.execute(f"INSERT INTO runs ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})", tuple(row.values()))
         save_record(run)
         return run
 
@@ -213,8 +220,10 @@ class RunStore:
         rows = [self._to_row(run) for run in runs]
         with self._write() as db:
             for row in rows:
-                db.execute(f"INSERT OR REPLACE INTO runs ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})",
-                           tuple(row.values()))
+                db.execute(
+                    f"INSERT OR REPLACE INTO runs ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})",
+                    tuple(row.values()),
+                )
         return len(rows)
 
     def update(self, run_id: str, **values: Any) -> Run:
@@ -228,15 +237,22 @@ class RunStore:
         if values.get("summary") is not None:
             values["summary"] = json.dumps(values["summary"])
         with self._write() as db:
-            cur = db.execute(f"UPDATE runs SET {', '.join(f'{k} = ?' for k in values)} WHERE id = ?",
-                             (*values.values(), run_id))
+            cur = db.execute(
+                f"UPDATE runs SET {', '.join(f'{k} = ?' for k in values)} WHERE id = ?", (*values.values(), run_id)
+            )
             if cur.rowcount == 0:
                 raise UnknownRun(f"no run with id {run_id!r}")
         return self.get(run_id)
 
     def mark_running(self, run_id: str, pid: int, pgid: int | None = None) -> Run:
-        return self.update(run_id, status=RunStatus.RUNNING, pid=pid, pid_started=process_start_time(pid),
-                           pgid=pgid, started=time.time())
+        return self.update(
+            run_id,
+            status=RunStatus.RUNNING,
+            pid=pid,
+            pid_started=process_start_time(pid),
+            pgid=pgid,
+            started=time.time(),
+        )
 
     def mark_stalled(self, run_id: str, since: float | None) -> Run:
         """The stall flag of a running run: ``since`` the time of the step that stopped moving,
@@ -253,12 +269,15 @@ class RunStore:
         server), so a scheduler is asked at most that often however many are watching."""
         now = time.time()
         with self._write() as db:
-            cur = db.execute("UPDATE runs SET polled = ? WHERE id = ? AND (polled IS NULL OR polled <= ?)",
-                             (now, run_id, now - every))
+            cur = db.execute(
+                "UPDATE runs SET polled = ? WHERE id = ? AND (polled IS NULL OR polled <= ?)",
+                (now, run_id, now - every),
+            )
             return cur.rowcount == 1
 
-    def finish(self, run_id: str, status: RunStatus | str, exit_code: int | None = None,
-               error: str | None = None) -> Run:
+    def finish(
+        self, run_id: str, status: RunStatus | str, exit_code: int | None = None, error: str | None = None
+    ) -> Run:
         """The final status, as the run's owner decided it (a launched run: the one rule of
         ``jobs.final_status``; an in-kernel run: the engine). A run someone asked to stop ends
         ``stopped`` whatever failure the signal produced: the rule's own answer, kept here for
@@ -272,8 +291,11 @@ class RunStore:
                 if row["stop_requested"] and status != RunStatus.SUCCEEDED:
                     status = RunStatus.STOPPED
                 ended = time.time()
-                db.execute("UPDATE runs SET status = ?, exit_code = ?, error = ?, ended = ?, summary = ?, "
-                           "stalled_since = NULL WHERE id = ?", (status, exit_code, error, ended, summary, run_id))
+                db.execute(
+                    "UPDATE runs SET status = ?, exit_code = ?, error = ?, ended = ?, summary = ?, "
+                    "stalled_since = NULL WHERE id = ?",
+                    (status, exit_code, error, ended, summary, run_id),
+                )
                 end_leases(db, [run_id], ended)
         run = self.get(run_id)
         save_record(run)
@@ -294,16 +316,23 @@ class RunStore:
             raise UnknownRun(f"no run with id {id_or_prefix!r}")
         self.reconcile()
         with self._read() as db:
-            rows = db.execute("SELECT * FROM runs WHERE id LIKE ? ORDER BY created DESC LIMIT 2",
-                              (prefix.lower() + "%",)).fetchall()
+            rows = db.execute(
+                "SELECT * FROM runs WHERE id LIKE ? ORDER BY created DESC LIMIT 2", (prefix.lower() + "%",)
+            ).fetchall()
         if not rows:
             raise UnknownRun(f"no run with id {id_or_prefix!r}")
         if len(rows) > 1 and rows[0]["id"] != prefix.lower():
             raise UnknownRun(f"run id prefix {id_or_prefix!r} is ambiguous; give more characters")
         return self._with_gpus([Run.from_row(rows[0])])[0]
 
-    def list(self, include_finished: bool = True, limit: int | None = None, reconcile: bool = True,
-             annotate: bool = True, since: float | None = None) -> list[Run]:
+    def list(
+        self,
+        include_finished: bool = True,
+        limit: int | None = None,
+        reconcile: bool = True,
+        annotate: bool = True,
+        since: float | None = None,
+    ) -> list[Run]:
         """Runs newest first, the ``limit`` newest created at or after ``since`` (epoch
         seconds); ``reconcile`` first marks ``lost`` those whose process is gone; ``annotate``
         fills in their GPUs and queue positions. Finished runs carry their stored summaries."""
@@ -348,7 +377,8 @@ class RunStore:
             rows = db.execute(
                 f"SELECT id, pid, pid_started, owner_pid, owner_started, created FROM runs WHERE host = ? "
                 f"AND backend = 'local' AND status IN ({', '.join('?' * len(ACTIVE))})",
-                (self.host, *ACTIVE)).fetchall()
+                (self.host, *ACTIVE),
+            ).fetchall()
         now = time.time()
         lost = lost_runs.vanished(rows, now, process_alive)
         marked = []
@@ -357,7 +387,8 @@ class RunStore:
                 changed = db.execute(
                     f"UPDATE runs SET status = ?, ended = COALESCE(ended, ?), error = COALESCE(error, ?) "
                     f"WHERE id = ? AND status IN ({', '.join('?' * len(ACTIVE))})",
-                    (RunStatus.LOST, lost_runs.last_event_time(run_id) or now, lost_runs.LOST_MESSAGE, run_id, *ACTIVE))
+                    (RunStatus.LOST, lost_runs.last_event_time(run_id) or now, lost_runs.LOST_MESSAGE, run_id, *ACTIVE),
+                )
                 marked += [run_id] * changed.rowcount
             end_leases(db, marked, now)
         for run_id in marked:
@@ -388,8 +419,10 @@ class RunStore:
             for run in missing:
                 run.summary = json.loads(self.stored_summary(run.id))
             with self._write() as db:
-                db.executemany("UPDATE runs SET summary = ? WHERE id = ? AND summary IS NULL",
-                               [(json.dumps(run.summary), run.id) for run in missing])
+                db.executemany(
+                    "UPDATE runs SET summary = ? WHERE id = ? AND summary IS NULL",
+                    [(json.dumps(run.summary), run.id) for run in missing],
+                )
         return runs
 
     @staticmethod

@@ -25,7 +25,7 @@ class Handover:
         (files.root / HANDOVER_FILE).write_text(json.dumps(self.__dict__, indent=2))
 
     @classmethod
-    def load(cls, run_id: str) -> "Handover | None":
+    def load(cls, run_id: str) -> Handover | None:
         try:
             return cls(**json.loads((RunFiles.of(run_id).root / HANDOVER_FILE).read_text()))
         except (OSError, ValueError, TypeError):

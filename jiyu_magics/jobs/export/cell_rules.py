@@ -13,13 +13,43 @@ import ast
 from dataclasses import dataclass
 
 INSTALL_MAGICS = frozenset({"pip", "conda", "mamba", "micromamba", "uv"})
-SHELL_MAGICS = frozenset({"bash", "sh", "script", "system", "sx", "perl", "ruby", "python", "python2", "python3", "pypy"})
-DISPLAY_MAGICS = frozenset({
-    "matplotlib", "html", "HTML", "javascript", "js", "latex", "markdown", "svg",
-    "pinfo", "pinfo2", "pdoc", "pdef", "psource", "pfile", "who", "whos", "who_ls", "lsmagic",
-    "magic", "timeit", "debug", "pdb", "page", "qtconsole", "connect_info", "load", "history",
-    "gpu_status", "gpu_doctor", "tensorboard",
-})
+SHELL_MAGICS = frozenset(
+    {"bash", "sh", "script", "system", "sx", "perl", "ruby", "python", "python2", "python3", "pypy"}
+)
+DISPLAY_MAGICS = frozenset(
+    {
+        "matplotlib",
+        "html",
+        "HTML",
+        "javascript",
+        "js",
+        "latex",
+        "markdown",
+        "svg",
+        "pinfo",
+        "pinfo2",
+        "pdoc",
+        "pdef",
+        "psource",
+        "pfile",
+        "who",
+        "whos",
+        "who_ls",
+        "lsmagic",
+        "magic",
+        "timeit",
+        "debug",
+        "pdb",
+        "page",
+        "qtconsole",
+        "connect_info",
+        "load",
+        "history",
+        "gpu_status",
+        "gpu_doctor",
+        "tensorboard",
+    }
+)
 # Extensions a job does not load: display-only ones, and jiyu_magics, which every job script
 # loads itself (a second %load_ext would only print "already loaded" into each rank's log).
 DISPLAY_EXTENSIONS = frozenset({"tensorboard"})
@@ -39,7 +69,7 @@ class Command:
     """One IPython command in transformed code: ``kind`` is system|getoutput|line|cell."""
 
     kind: str
-    name: str       # the magic's name, or the shell command line
+    name: str  # the magic's name, or the shell command line
     args: str = ""
 
     @property
@@ -91,8 +121,12 @@ def command_of(node: ast.AST) -> Command | None:
     """The IPython command a statement runs, when it is ``get_ipython().<method>('...', ...)``
     with literal arguments, as the transformer writes them."""
     call = getattr(node, "value", None)
-    if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)
-            and call.func.attr in _METHODS and _is_get_ipython(call.func.value)):
+    if not (
+        isinstance(call, ast.Call)
+        and isinstance(call.func, ast.Attribute)
+        and call.func.attr in _METHODS
+        and _is_get_ipython(call.func.value)
+    ):
         return None
     if not all(isinstance(a, ast.Constant) and isinstance(a.value, str) for a in call.args) or not call.args:
         return None
@@ -104,8 +138,12 @@ def command_of(node: ast.AST) -> Command | None:
 
 
 def _is_get_ipython(node: ast.AST) -> bool:
-    return (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
-            and node.func.id == "get_ipython" and not node.args)
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id == "get_ipython"
+        and not node.args
+    )
 
 
 def clears_namespace(code: str) -> bool:
@@ -123,7 +161,11 @@ def clears_namespace(code: str) -> bool:
         if command is not None and command.kind == "line" and command.name == "reset":
             if all(word.startswith("-") for word in command.args.split()):
                 return True
-        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "reset"
-                and _is_get_ipython(node.func.value)):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "reset"
+            and _is_get_ipython(node.func.value)
+        ):
             return True
     return False

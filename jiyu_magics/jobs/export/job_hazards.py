@@ -30,11 +30,15 @@ def scan(code: str, label: str, found: Findings) -> None:
             continue
         name = _called_name(node)
         if name == "input":
-            found.warnings.append(f"{label} calls input(): nobody can answer it in a job (it waits or raises "
-                                  "EOFError); pass the value with -p instead")
+            found.warnings.append(
+                f"{label} calls input(): nobody can answer it in a job (it waits or raises "
+                "EOFError); pass the value with -p instead"
+            )
         elif name and name.endswith("login"):
-            found.warnings.append(f"{label} calls {name}(): an interactive login never completes in a job; "
-                                  "set its token in the environment instead (e.g. HF_TOKEN, WANDB_API_KEY)")
+            found.warnings.append(
+                f"{label} calls {name}(): an interactive login never completes in a job; "
+                "set its token in the environment instead (e.g. HF_TOKEN, WANDB_API_KEY)"
+            )
         elif name == "fit" or _is_train_magic(node):
             found.trains = True
 
@@ -50,5 +54,7 @@ def _is_train_magic(call: ast.Call) -> bool:
 
 
 def whole_notebook_per_process(nprocs: int) -> str:
-    return (f"no %%train or fit call: each of the {nprocs} processes runs the notebook whole (the same work "
-            f"{nprocs} times, writing the same files); use %%train --nproc or fit() for DDP, or --nproc 1")
+    return (
+        f"no %%train or fit call: each of the {nprocs} processes runs the notebook whole (the same work "
+        f"{nprocs} times, writing the same files); use %%train --nproc or fit() for DDP, or --nproc 1"
+    )

@@ -21,7 +21,7 @@ def setup_only(cell: ExecutedCell) -> ExecutedCell:
     source = cell.source
     header = TRAIN_CELL.match(source)
     if header:
-        source = f"# %%train{header.group(1)}: trained in the kernel, set-up only here\n" + source[header.end():]
+        source = f"# %%train{header.group(1)}: trained in the kernel, set-up only here\n" + source[header.end() :]
     source = TRAIN_LINE.sub(lambda m: f"{m.group(1)}pass  # {m.group(0).strip()}: trained in the kernel", source)
     if source == cell.source:
         return cell

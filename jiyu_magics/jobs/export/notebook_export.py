@@ -15,19 +15,21 @@ from __future__ import annotations
 import ast
 import os
 import re
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
-from . import cell_rules, job_hazards, script_text as script
 from ..job_error import JobError
+from . import cell_rules, job_hazards
+from . import script_text as script
 from .notebook_file import read_cells
 from .params import assignment_lines, check_params
 
-
 # Where IPython syntax can appear: escapes at a line start (`!cmd`, `%magic`, `?obj`, `/f x`),
-# assigned from (`x = !cmd`, `x = %magic`), help at a line end (`obj?`), pasted prompts. Cells without any are plain Python and skip the
-# transformer, which re-tokenizes a cell once per transform (most of the export's time).
+# assigned from (`x = !cmd`, `x = %magic`), help at a line end (`obj?`), pasted prompts. Cells
+# without any are plain Python and skip the transformer, which re-tokenizes a cell once per
+# transform (most of the export's time).
 MAYBE_IPYTHON = re.compile(r"^\s*[!%?/,;]|=\s*[!%]|\?\s*$|^(>>>|In \[)", re.MULTILINE)
 
 
@@ -63,7 +65,7 @@ class ExecutedCell:
     setup_ran: bool = False  # a %%train cell that raised after its set-up body ran (training refused or failed)
 
     @classmethod
-    def from_result(cls, result: Any) -> "ExecutedCell":
+    def from_result(cls, result: Any) -> ExecutedCell:
         return cls(result.info.raw_cell, result.execution_count, bool(result.success))
 
 
@@ -71,11 +73,11 @@ class ExecutedCell:
 class Export:
     script: str
     origin: str
-    code_cells: int                       # code cells that made it into the script
+    code_cells: int  # code cells that made it into the script
     left_out: list[str] = field(default_factory=list)  # one line per cell or command left out
     params: dict[str, Any] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)  # what will likely block or fail in a job
-    trains: bool = False                  # a %%train/%train cell or a fit(...) call is in it
+    trains: bool = False  # a %%train/%train cell or a fit(...) call is in it
 
     def write(self, path: str | os.PathLike) -> Path:
         """Written whole (temp file + rename): a job never starts from half a script."""
@@ -95,9 +97,14 @@ def export_notebook(path: str | os.PathLike, params: Mapping[str, Any] | None = 
     return export
 
 
-def export_history(cells: Iterable[ExecutedCell | str], params: Mapping[str, Any] | None = None,
-                   *, current: str | None = None, origin: str = "a live kernel's history",
-                   best_effort: bool = False) -> Export:
+def export_history(
+    cells: Iterable[ExecutedCell | str],
+    params: Mapping[str, Any] | None = None,
+    *,
+    current: str | None = None,
+    origin: str = "a live kernel's history",
+    best_effort: bool = False,
+) -> Export:
     """The job script of what a kernel executed, in order; cells that raised are left out.
     ``current`` is the cell being run now (``%%train --nproc``), appended last. With
     ``best_effort`` a history cell that raises in the script (it used what only the kernel
@@ -106,8 +113,15 @@ def export_history(cells: Iterable[ExecutedCell | str], params: Mapping[str, Any
     sources = []
     for position, cell in enumerate(cells, 1):
         cell = ExecutedCell(cell) if isinstance(cell, str) else cell
-        sources.append(SourceCell(cell.source, execution_count=cell.execution_count, failed=not cell.succeeded,
-                                  name=f"history cell {position}", best_effort=best_effort))
+        sources.append(
+            SourceCell(
+                cell.source,
+                execution_count=cell.execution_count,
+                failed=not cell.succeeded,
+                name=f"history cell {position}",
+                best_effort=best_effort,
+            )
+        )
     if current is not None:
         sources.append(SourceCell(current, name="the current cell"))
     return build(sources, params, origin=origin)
@@ -119,8 +133,10 @@ def read_notebook(path: Path) -> list[SourceCell]:
     language = _field(metadata, "kernelspec", "language") or _field(metadata, "language_info", "name")
     if isinstance(language, str) and language and language.lower() != "python":
         raise JobError(f"{path} is a {language} notebook; jobs run Python notebooks")
-    return [SourceCell(cell["source"], cell["cell_type"], index, cell["execution_count"], cell["tags"])
-            for index, cell in enumerate(cells)]
+    return [
+        SourceCell(cell["source"], cell["cell_type"], index, cell["execution_count"], cell["tags"])
+        for index, cell in enumerate(cells)
+    ]
 
 
 def _field(metadata: dict, section: str, key: str) -> Any:
@@ -150,8 +166,11 @@ def _render(cell: SourceCell, transformer, export: Export) -> list[str]:
     if cell.kind == "markdown":
         return ["", script.cell_marker(cell.label, "markdown"), *script.comment_block(cell.source)]
     if cell.kind != "code":
-        return ["", script.cell_marker(f"{cell.label}: {cell.kind} cell, not run", cell.kind),
-                *script.comment_block(cell.source)]
+        return [
+            "",
+            script.cell_marker(f"{cell.label}: {cell.kind} cell, not run", cell.kind),
+            *script.comment_block(cell.source),
+        ]
     if cell_rules.SKIP_TAG in cell.tags:
         return _left_out(export, cell, "tagged jiyu:skip")
     if cell.failed:
@@ -166,8 +185,13 @@ def _render(cell: SourceCell, transformer, export: Export) -> list[str]:
     stop = [script.stop_point(cell.label)] if export.code_cells > 1 else []
     rebind = [script.REBIND_AFTER_RESET] if cell_rules.clears_namespace(code) else []
     if cell.best_effort:
-        return ["", script.cell_marker(title + " (best effort)"), *stop, script.best_effort_cell(code, cell.label),
-                *rebind]
+        return [
+            "",
+            script.cell_marker(title + " (best effort)"),
+            *stop,
+            script.best_effort_cell(code, cell.label),
+            *rebind,
+        ]
     return ["", script.cell_marker(title), *stop, code.rstrip("\n"), *rebind]
 
 
@@ -202,7 +226,7 @@ class _CellFilter:
             if edit:
                 edits.append((node, *edit))
         for node, text, _ in sorted(edits, key=lambda e: -e[0].lineno):
-            lines[node.lineno - 1:node.end_lineno] = [text]
+            lines[node.lineno - 1 : node.end_lineno] = [text]
         return "\n".join(lines) + "\n", any(left_out for _, _, left_out in edits)
 
     def _edit(self, node: ast.stmt, command: cell_rules.Command) -> tuple[str, bool] | None:
@@ -210,7 +234,10 @@ class _CellFilter:
         keep the statement as it is."""
         reason = command.reason_to_leave_out(self.keep)
         if reason == cell_rules.LOADED_BY_SCRIPT:  # nothing the user loses: not worth a note
-            return f"{' ' * node.col_offset}{'pass  ' if node.col_offset else ''}# jiyu: {command.text} ({reason})", False
+            return (
+                f"{' ' * node.col_offset}{'pass  ' if node.col_offset else ''}# jiyu: {command.text} ({reason})",
+                False,
+            )
         if reason:
             self.export.left_out.append(f"{self.cell.label}: {command.text.splitlines()[0]} ({reason})")
             return _comment_for(node, command, reason), True
@@ -258,14 +285,13 @@ def _comment_for(node: ast.stmt, command: cell_rules.Command, reason: str) -> st
 
 def _readable_cell_magic(node: ast.stmt, command: cell_rules.Command, body: str) -> str:
     target = "".join(ast.unparse(t) + " = " for t in getattr(node, "targets", ()))
-    return (f"{target}get_ipython().run_cell_magic({command.name!r}, {command.args!r}, "
-            f"{script.readable_literal(body)})")
+    return f"{target}get_ipython().run_cell_magic({command.name!r}, {command.args!r}, {script.readable_literal(body)})"
 
 
 def _owns_its_lines(node: ast.stmt, lines: list[str]) -> bool:
     """The statement alone on its lines, so replacing those lines removes nothing else."""
-    before = lines[node.lineno - 1][:node.col_offset]
-    after = lines[node.end_lineno - 1][node.end_col_offset:]
+    before = lines[node.lineno - 1][: node.col_offset]
+    after = lines[node.end_lineno - 1][node.end_col_offset :]
     return not before.strip() and (not after.strip() or after.strip().startswith("#"))
 
 
@@ -280,13 +306,19 @@ def _check_known(params: Mapping[str, Any], cell: SourceCell, transformer) -> No
         tree = ast.parse(transformer.transform_cell(cell.source))
     except SyntaxError:
         return  # the script's compile reports it, by cell and line
-    targets = [t for node in tree.body if isinstance(node, (ast.Assign, ast.AnnAssign))
-               for t in (node.targets if isinstance(node, ast.Assign) else [node.target])]
+    targets = [
+        t
+        for node in tree.body
+        if isinstance(node, (ast.Assign, ast.AnnAssign))
+        for t in (node.targets if isinstance(node, ast.Assign) else [node.target])
+    ]
     defined = {n.id for target in targets for n in ast.walk(target) if isinstance(n, ast.Name)}
     unknown = sorted(set(params) - defined)
     if unknown:
-        raise JobError(f"unknown parameter {', '.join(unknown)}: {cell.label} (tagged parameters) defines "
-                       f"{', '.join(sorted(defined)) or 'nothing'}")
+        raise JobError(
+            f"unknown parameter {', '.join(unknown)}: {cell.label} (tagged parameters) defines "
+            f"{', '.join(sorted(defined)) or 'nothing'}"
+        )
 
 
 def _check_compiles(text: str, origin: str) -> None:
@@ -295,7 +327,7 @@ def _check_compiles(text: str, origin: str) -> None:
     try:
         compile(text, origin, "exec", dont_inherit=True)
     except SyntaxError as error:
-        above = text.splitlines()[:error.lineno or 0]
+        above = text.splitlines()[: error.lineno or 0]
         start = next((i for i in range(len(above) - 1, -1, -1) if above[i].startswith("# %% ")), None)
         where = above[start][5:].split(" (tags:")[0] if start is not None else "the script"
         first = start + 1 if start is not None else 0

@@ -49,8 +49,12 @@ def _cell(path: Path, index: int, cell: Any) -> dict:
     metadata = cell.get("metadata") if isinstance(cell.get("metadata"), dict) else {}
     tags = metadata.get("tags") if isinstance(metadata.get("tags"), list) else []
     count = cell.get("execution_count")
-    return {"cell_type": cell["cell_type"], "source": source, "tags": frozenset(map(str, tags)),
-            "execution_count": count if isinstance(count, int) else None}
+    return {
+        "cell_type": cell["cell_type"],
+        "source": source,
+        "tags": frozenset(map(str, tags)),
+        "execution_count": count if isinstance(count, int) else None,
+    }
 
 
 def _converted(path: Path) -> dict:

@@ -18,8 +18,9 @@ import ast
 import functools
 import keyword
 import re
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from ..job_error import JobError
 
@@ -125,8 +126,10 @@ def parse_yaml(text: str, origin: str = "-y") -> dict[str, Any]:
     if data is None:
         return {}
     if not isinstance(data, dict):
-        raise JobError(f"{origin}: expected a mapping of parameter names to values (lr: 0.1), "
-                       f"got {'an' if type(data).__name__[0] in 'aeiou' else 'a'} {type(data).__name__}")
+        raise JobError(
+            f"{origin}: expected a mapping of parameter names to values (lr: 0.1), "
+            f"got {'an' if type(data).__name__[0] in 'aeiou' else 'a'} {type(data).__name__}"
+        )
     return _checked_mapping(data, origin)
 
 
@@ -164,6 +167,7 @@ def _loader():
 
     Loader.yaml_implicit_resolvers = {
         first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
-        for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+        for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+    }
     Loader.add_implicit_resolver("tag:yaml.org,2002:float", EXPONENT_NUMBER, list("-+0123456789."))
     return Loader

@@ -11,7 +11,7 @@ import ast
 
 from ..._version import __version__
 
-HEADER = '''\
+HEADER = """\
 #!/usr/bin/env python3
 # Exported by jiyu {version} from {origin}.
 # Edit the notebook and export again rather than this file. The cells run in order as this
@@ -39,13 +39,15 @@ def _jiyu_headless_shell():
 
 
 _jiyu_headless_shell()
-'''
+"""
 
 
 # After a cell that clears the namespace (``%reset -f``): the script's names went with the
 # user's, and the next stop point (or a best-effort cell's error report) would be a NameError.
-REBIND_AFTER_RESET = ("import sys as _jiyu_sys  # the reset above cleared the script's own names too\n"
-                      "from jiyu_magics.core.processes.job_stop import stop_point as _jiyu_stop_point")
+REBIND_AFTER_RESET = (
+    "import sys as _jiyu_sys  # the reset above cleared the script's own names too\n"
+    "from jiyu_magics.core.processes.job_stop import stop_point as _jiyu_stop_point"
+)
 
 
 def header(origin: str) -> str:
@@ -77,7 +79,9 @@ def cell_marker(title: str, kind: str = "") -> str:
 def best_effort_cell(code: str, label: str) -> str:
     """A replayed cell that may fail where the kernel did not: run as its own code object (so
     its names land in the script's globals as usual) and, if it raises, say so and go on."""
-    return (f"try:\n    exec(compile({readable_literal(code.rstrip(chr(10)) + chr(10))}, {label!r}, 'exec'), globals())\n"
-            f"except Exception as _jiyu_error:\n"
-            f"    print(f'[jiyu] {label} raised {{type(_jiyu_error).__name__}}: {{_jiyu_error}} here; skipped "
-            f"(it ran in the kernel)', file=_jiyu_sys.stderr)")
+    return (
+        f"try:\n    exec(compile({readable_literal(code.rstrip(chr(10)) + chr(10))}, {label!r}, 'exec'), globals())\n"
+        f"except Exception as _jiyu_error:\n"
+        f"    print(f'[jiyu] {label} raised {{type(_jiyu_error).__name__}}: {{_jiyu_error}} here; skipped "
+        f"(it ran in the kernel)', file=_jiyu_sys.stderr)"
+    )

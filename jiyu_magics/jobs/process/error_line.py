@@ -14,4 +14,4 @@ MAX_ERROR_CHARS = 500
 def one_line(error: BaseException) -> str:
     text = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
     first = " ".join(text.split())
-    return first if len(first) <= MAX_ERROR_CHARS else first[:MAX_ERROR_CHARS - 1] + "…"
+    return first if len(first) <= MAX_ERROR_CHARS else first[: MAX_ERROR_CHARS - 1] + "…"

@@ -51,8 +51,10 @@ def failed_peer(records: list[ranks.RankRecord], me: ranks.RankRecord) -> ranks.
 
 
 def _end_stuck(run_id: str, record: ranks.RankRecord, peer: ranks.RankRecord) -> None:
-    error = (f"ended {STUCK_S:.0f} s after rank {peer.rank} failed: it was stuck (waiting for that rank in "
-             "the rendezvous or a collective) and could not take the stop")
+    error = (
+        f"ended {STUCK_S:.0f} s after rank {peer.rank} failed: it was stuck (waiting for that rank in "
+        "the rendezvous or a collective) and could not take the stop"
+    )
     record.ended, record.exit_code, record.error = time.time(), 1, error
     ranks.write(run_id, record)
     print(f"[jiyu] rank {record.rank} {error}", file=sys.stderr, flush=True)

@@ -17,8 +17,8 @@ from __future__ import annotations
 import os
 import signal
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Iterable
 
 import psutil
 
@@ -34,11 +34,11 @@ __all__ = ["StopResult", "alive", "alive_pid", "leftovers", "stop", "stop_run", 
 
 @dataclass
 class StopResult:
-    found: int                                        # processes the stop was aimed at
-    killed: list[int] = field(default_factory=list)   # pids that needed SIGKILL
+    found: int  # processes the stop was aimed at
+    killed: list[int] = field(default_factory=list)  # pids that needed SIGKILL
     remaining: list[int] = field(default_factory=list)  # pids still alive at the end (should be none)
     seconds: float = 0.0
-    pids: list[int] = field(default_factory=list)     # the processes the stop was aimed at
+    pids: list[int] = field(default_factory=list)  # the processes the stop was aimed at
 
     @property
     def clean(self) -> bool:
@@ -81,8 +81,9 @@ def stop_run(run_id: str, root_pid: int | None, grace: float = 10.0, spare: Iter
         for proc in _of_run(run_id, root_pid, spare):
             found.setdefault(proc.pid, proc)
         if grace > 0:
-            signalled |= _send_all([p for p in first_to_stop(list(found.values())) if p.pid not in signalled],
-                                   signal.SIGTERM)
+            signalled |= _send_all(
+                [p for p in first_to_stop(list(found.values())) if p.pid not in signalled], signal.SIGTERM
+            )
         left = _wait(list(found.values()), min(RESCAN_S, max(0.0, deadline - time.monotonic())))
         if time.monotonic() >= deadline or not (left or _of_run(run_id, root_pid, spare)):
             break
@@ -99,8 +100,7 @@ def first_to_stop(procs: list[psutil.Process]) -> list[psutil.Process]:
     ranks = [p for p in procs if p.pid in workers and _ppid(p) not in workers]
     rank_pids = {p.pid for p in ranks}
     agents |= {_ppid(p) for p in ranks}
-    strays = [p for p in procs if p.pid not in workers and p.pid not in agents
-              and not rank_pids & set(_ancestors(p))]
+    strays = [p for p in procs if p.pid not in workers and p.pid not in agents and not rank_pids & set(_ancestors(p))]
     return ranks + strays
 
 
@@ -124,8 +124,13 @@ def _kill_the_rest(procs: list[psutil.Process], spare: set[int], started: float)
     killed = [p for p in late if p.pid not in spare and alive(p)]
     _send_all(killed, signal.SIGKILL)
     remaining = _wait(killed, KILL_WAIT_S)
-    return StopResult(len(procs), [p.pid for p in killed], [p.pid for p in remaining], time.monotonic() - started,
-                      [p.pid for p in procs])
+    return StopResult(
+        len(procs),
+        [p.pid for p in killed],
+        [p.pid for p in remaining],
+        time.monotonic() - started,
+        [p.pid for p in procs],
+    )
 
 
 def _wait(procs: list[psutil.Process], timeout: float) -> list[psutil.Process]:

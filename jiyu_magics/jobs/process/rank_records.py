@@ -2,11 +2,11 @@
 
 torchrun reaps its workers, so their exit codes are invisible to anyone else; the worker entry
 point (``jobs.worker``) therefore writes its pid and the ``CUDA_VISIBLE_DEVICES`` it saw when it
-starts and its exit code and one-line error when it ends. A rank killed by a signal never writes its end: its record still says
-``running`` while its pid is gone, which is how we tell it was killed; which signal killed it
-only its parent, torchrun's agent, can say (``torchrun_report``). A rank that ended because its
-job was asked to stop says so (``stopped``): it exits with status 0 but did not finish.
-"""
+starts and its exit code and one-line error when it ends. A rank killed by a signal never writes
+its end: its record still says ``running`` while its pid is gone, which is how we tell it was
+killed; which signal killed it only its parent, torchrun's agent, can say (``torchrun_report``).
+A rank that ended because its job was asked to stop says so (``stopped``): it exits with status
+0 but did not finish."""
 
 from __future__ import annotations
 
@@ -30,9 +30,9 @@ class RankRecord:
     ended: float | None = None
     exit_code: int | None = None
     error: str | None = None
-    cuda_visible_devices: str | None = None   # the GPUs this rank saw (its lease), None when unset
-    stopped: bool = False              # it ended because its job was asked to stop
-    signal: int | None = None          # what killed it, as torchrun reported (never written by the rank)
+    cuda_visible_devices: str | None = None  # the GPUs this rank saw (its lease), None when unset
+    stopped: bool = False  # it ended because its job was asked to stop
+    signal: int | None = None  # what killed it, as torchrun reported (never written by the rank)
 
     @property
     def state(self) -> str:
@@ -58,16 +58,20 @@ class RankRecord:
 
     def describe(self) -> str:
         if self.killed_by_signal:
-            return f"rank {self.rank}: killed by {signal_name(self.signal)}" + \
-                (" (out of memory?)" if self.signal == signals.SIGKILL else "")
+            return f"rank {self.rank}: killed by {signal_name(self.signal)}" + (
+                " (out of memory?)" if self.signal == signals.SIGKILL else ""
+            )
         if self.state == "exited":
             return f"rank {self.rank}: " + (self.error or f"exited with code {self.exit_code}")
         return f"rank {self.rank}: {self.state}"
 
     def to_dict(self) -> dict:
         """The record, its state and the name of the signal that killed it (``SIGKILL``)."""
-        return {**asdict(self), "state": self.state,
-                "signal_name": None if self.signal is None else signal_name(self.signal)}
+        return {
+            **asdict(self),
+            "state": self.state,
+            "signal_name": None if self.signal is None else signal_name(self.signal),
+        }
 
 
 def ranks_dir(run_id: str) -> Path:

@@ -26,9 +26,10 @@ from typing import NamedTuple
 
 from ...core.processes import job_stop
 from ...core.runs.files import RUN_ID_ENV, store_path
-from ...core.store.run_store import RunStore, UnknownRun, process_start_time
 from ...core.store.database import StoreUnusable
-from . import parent_death, peer_failure, rank_records as ranks
+from ...core.store.run_store import RunStore, UnknownRun, process_start_time
+from . import parent_death, peer_failure
+from . import rank_records as ranks
 from .error_line import one_line
 
 SIGTERM_REASON = "a stop request (SIGTERM)"
@@ -134,10 +135,14 @@ def _exit_status(code) -> Ending:
 def _start_record() -> ranks.RankRecord:
     env = os.environ
     rank = int(env.get("RANK", "0"))
-    return ranks.RankRecord(rank=rank, local_rank=int(env.get("LOCAL_RANK", rank)), pid=os.getpid(),
-                            restart=int(env.get("TORCHELASTIC_RESTART_COUNT", "0")),
-                            started=process_start_time(os.getpid()) or time.time(),
-                            cuda_visible_devices=env.get("CUDA_VISIBLE_DEVICES"))
+    return ranks.RankRecord(
+        rank=rank,
+        local_rank=int(env.get("LOCAL_RANK", rank)),
+        pid=os.getpid(),
+        restart=int(env.get("TORCHELASTIC_RESTART_COUNT", "0")),
+        started=process_start_time(os.getpid()) or time.time(),
+        cuda_visible_devices=env.get("CUDA_VISIBLE_DEVICES"),
+    )
 
 
 def _print_user_traceback(error: BaseException, script: str) -> None:
@@ -152,9 +157,12 @@ def _write_elastic_error_file(error: BaseException) -> None:
     path = os.environ.get("TORCHELASTIC_ERROR_FILE")
     if not path or os.path.exists(path):
         return  # no torchrun, or the script's own @record already wrote it
-    data = {"message": {"message": f"{type(error).__name__}: {error}",
-                        "extraInfo": {"py_callstack": traceback.format_exc(),
-                                      "timestamp": str(int(time.time()))}}}
+    data = {
+        "message": {
+            "message": f"{type(error).__name__}: {error}",
+            "extraInfo": {"py_callstack": traceback.format_exc(), "timestamp": str(int(time.time()))},
+        }
+    }
     try:
         with open(path, "w") as f:
             json.dump(data, f)

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Mapping, Sequence
 
 from ...core.runs.files import HOME_ENV, RUN_ID_ENV, jiyu_home
 
@@ -22,16 +22,41 @@ STORE_SETTINGS = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
 LINE_PREFIX_TEMPLATE = "[rank${rank}]: "
 # Variables a kernel or an enclosing torchrun hands down that would confuse a fresh launch:
 # ipykernel's inline matplotlib backend, and the rendezvous of a job we may be running inside.
-INHERITED_NOISE = ("MPLBACKEND", "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK",
-                   "ROLE_RANK", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID",
-                   "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_ERROR_FILE",
-                   "TORCHELASTIC_USE_AGENT_STORE", "TORCH_NCCL_ASYNC_ERROR_HANDLING", "JPY_PARENT_PID",
-                   "JPY_SESSION_NAME")
+INHERITED_NOISE = (
+    "MPLBACKEND",
+    "RANK",
+    "LOCAL_RANK",
+    "WORLD_SIZE",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",
+    "ROLE_RANK",
+    "ROLE_WORLD_SIZE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "TORCHELASTIC_RUN_ID",
+    "TORCHELASTIC_RESTART_COUNT",
+    "TORCHELASTIC_MAX_RESTARTS",
+    "TORCHELASTIC_ERROR_FILE",
+    "TORCHELASTIC_USE_AGENT_STORE",
+    "TORCH_NCCL_ASYNC_ERROR_HANDLING",
+    "JPY_PARENT_PID",
+    "JPY_SESSION_NAME",
+)
 
 
-def command(script: str | os.PathLike, nproc: int, *, nnodes: int = 1, rdzv_endpoint: str | None = None,
-            node_rank: int | None = None, rdzv_id: str | None = None, max_restarts: int = 0, log_dir: str | os.PathLike | None = None,
-            args: Sequence[str] = (), launcher: Sequence[str] | None = None) -> list[str]:
+def command(
+    script: str | os.PathLike,
+    nproc: int,
+    *,
+    nnodes: int = 1,
+    rdzv_endpoint: str | None = None,
+    node_rank: int | None = None,
+    rdzv_id: str | None = None,
+    max_restarts: int = 0,
+    log_dir: str | os.PathLike | None = None,
+    args: Sequence[str] = (),
+    launcher: Sequence[str] | None = None,
+) -> list[str]:
     """``torchrun`` with the worker entry point. One node without an endpoint is
     ``--standalone`` (torch picks a free rendezvous port); with ``node_rank`` the rendezvous is
     static (``--master-addr`` style), otherwise c10d so nodes may join in any order."""
@@ -39,8 +64,14 @@ def command(script: str | os.PathLike, nproc: int, *, nnodes: int = 1, rdzv_endp
     if nnodes == 1 and not rdzv_endpoint:
         cmd.append("--standalone")
     else:
-        cmd += ["--nnodes", str(nnodes), "--rdzv-backend", "static" if node_rank is not None else "c10d",
-                "--rdzv-endpoint", str(rdzv_endpoint)]
+        cmd += [
+            "--nnodes",
+            str(nnodes),
+            "--rdzv-backend",
+            "static" if node_rank is not None else "c10d",
+            "--rdzv-endpoint",
+            str(rdzv_endpoint),
+        ]
         if node_rank is not None:
             cmd += ["--node-rank", str(node_rank)]
         if rdzv_id is not None:
@@ -51,16 +82,23 @@ def command(script: str | os.PathLike, nproc: int, *, nnodes: int = 1, rdzv_endp
     return cmd + ["-m", WORKER_MODULE, str(script), *args]
 
 
-def environment(run_id: str, error_file: str | os.PathLike | None = None,
-                extra: Mapping[str, str] | None = None) -> dict[str, str]:
+def environment(
+    run_id: str, error_file: str | os.PathLike | None = None, extra: Mapping[str, str] | None = None
+) -> dict[str, str]:
     """The environment of a launch: the caller's (PATH, CUDA_VISIBLE_DEVICES, NCCL_*, what
     ``%env`` set...), minus inherited rendezvous and kernel settings, plus ``extra``, the run id
     (so training writes into this run), the home folder, the rank prefix for log lines, and
     where torchrun copies the first failing rank's error file."""
     env = {k: v for k, v in os.environ.items() if k not in INHERITED_NOISE}
     env.update(extra or {})
-    env.update({RUN_ID_ENV: run_id, HOME_ENV: str(jiyu_home()), "PYTHONUNBUFFERED": "1",
-                "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": LINE_PREFIX_TEMPLATE})
+    env.update(
+        {
+            RUN_ID_ENV: run_id,
+            HOME_ENV: str(jiyu_home()),
+            "PYTHONUNBUFFERED": "1",
+            "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": LINE_PREFIX_TEMPLATE,
+        }
+    )
     for name, value in STORE_SETTINGS.items():
         env.setdefault(name, value)
     if error_file is not None:

@@ -14,12 +14,15 @@ import json
 import os
 import subprocess
 import threading
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import IO, Mapping, Sequence
+from typing import IO
 
 from ...core.runs.files import RunFiles
-from . import parent_death, process_tree as processes, rank_records as ranks, torchrun_command as torchrun
-from . import torchrun_report
+from . import parent_death, torchrun_report
+from . import process_tree as processes
+from . import rank_records as ranks
+from . import torchrun_command as torchrun
 
 
 class Launch:
@@ -29,10 +32,22 @@ class Launch:
         self.stop_result: processes.StopResult | None = None
 
     @classmethod
-    def start(cls, script: str | os.PathLike, *, nproc: int, run_id: str, args: Sequence[str] = (),
-              cwd: str | os.PathLike | None = None, env: Mapping[str, str] | None = None,
-              log: IO[bytes] | None = None, nnodes: int = 1, rdzv_endpoint: str | None = None,
-              node_rank: int | None = None, max_restarts: int = 0, die_with_parent: bool | None = None) -> "Launch":
+    def start(
+        cls,
+        script: str | os.PathLike,
+        *,
+        nproc: int,
+        run_id: str,
+        args: Sequence[str] = (),
+        cwd: str | os.PathLike | None = None,
+        env: Mapping[str, str] | None = None,
+        log: IO[bytes] | None = None,
+        nnodes: int = 1,
+        rdzv_endpoint: str | None = None,
+        node_rank: int | None = None,
+        max_restarts: int = 0,
+        die_with_parent: bool | None = None,
+    ) -> Launch:
         """Starts torchrun in a new session (its own process group), its output appended to
         ``log`` (default: the run's ``stdout.log``); ``env`` adds variables to the caller's
         environment. ``die_with_parent`` asks Linux to SIGKILL torchrun when the caller dies
@@ -43,16 +58,29 @@ class Launch:
         if die_with_parent is None:
             die_with_parent = threading.current_thread() is threading.main_thread()
         files = RunFiles.of(run_id).create()
-        cmd = torchrun.command(Path(script).resolve(), nproc, nnodes=nnodes, rdzv_endpoint=rdzv_endpoint,
-                               node_rank=node_rank, max_restarts=max_restarts, log_dir=files.root / "torchrun",
-                               args=args)
+        cmd = torchrun.command(
+            Path(script).resolve(),
+            nproc,
+            nnodes=nnodes,
+            rdzv_endpoint=rdzv_endpoint,
+            node_rank=node_rank,
+            max_restarts=max_restarts,
+            log_dir=files.root / "torchrun",
+            args=args,
+        )
         own_log = log is None
         log = open(files.log, "ab") if own_log else log
         try:
-            proc = subprocess.Popen(cmd, cwd=cwd, env=torchrun.environment(run_id, files.error, env),
-                                    stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                    start_new_session=True,
-                                    preexec_fn=parent_death.request_kill if die_with_parent else None)
+            proc = subprocess.Popen(
+                cmd,
+                cwd=cwd,
+                env=torchrun.environment(run_id, files.error, env),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=parent_death.request_kill if die_with_parent else None,
+            )
         finally:
             if own_log:
                 log.close()

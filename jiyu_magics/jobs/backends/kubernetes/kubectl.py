@@ -62,8 +62,9 @@ def _last_line(done: subprocess.CompletedProcess) -> str:
 
 def _run(*args: str) -> subprocess.CompletedProcess:
     try:
-        return subprocess.run(["kubectl", *args], capture_output=True, text=True, timeout=TIMEOUT_S,
-                              stdin=subprocess.DEVNULL)
+        return subprocess.run(
+            ["kubectl", *args], capture_output=True, text=True, timeout=TIMEOUT_S, stdin=subprocess.DEVNULL
+        )
     except FileNotFoundError:
         return subprocess.CompletedProcess(["kubectl"], 127, "", "kubectl: not installed here")
     except subprocess.TimeoutExpired:

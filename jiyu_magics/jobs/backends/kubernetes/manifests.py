@@ -28,7 +28,7 @@ DEFAULT_IMAGE = "jiyu/pytorch-lab:2.13.0-cuda13.0"
 DEFAULT_CLAIM = "jiyu-runs"
 POD_HOME, POD_SCRIPT_DIR, POD_WORKDIR = "/jiyu", "/jiyu-job", "/workspace"
 TRAINJOB_API, PYTORCHJOB_API = "trainer.kubeflow.org/v1alpha1", "kubeflow.org/v1"
-RUNTIME = "torch-distributed"      # the ClusterTrainingRuntime Kubeflow Trainer installs
+RUNTIME = "torch-distributed"  # the ClusterTrainingRuntime Kubeflow Trainer installs
 PATCH_MANAGER = "jiyu.dev/jiyu-magics"
 KINDS = {"trainjob": "TrainJob", "pytorchjob": "PyTorchJob"}
 
@@ -37,13 +37,17 @@ def job_name(run_id: str) -> str:
     return f"jiyu-{run_id}"  # a DNS label: a letter first, then the run id's hex digits
 
 
-def manifests(run: Run, spec: LaunchSpec, files: RunFiles, image: str | None = None,
-              claim: str | None = None) -> list[dict]:
+def manifests(
+    run: Run, spec: LaunchSpec, files: RunFiles, image: str | None = None, claim: str | None = None
+) -> list[dict]:
     image = image or os.environ.get("JIYU_IMAGE") or DEFAULT_IMAGE
     claim = claim or os.environ.get("JIYU_K8S_CLAIM") or DEFAULT_CLAIM
-    config_map = {"apiVersion": "v1", "kind": "ConfigMap",
-                  "metadata": {"name": f"{job_name(run.id)}-script", "labels": labels(run)},
-                  "data": {"job.py": files.script.read_text()}}
+    config_map = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": f"{job_name(run.id)}-script", "labels": labels(run)},
+        "data": {"job.py": files.script.read_text()},
+    }
     build = pytorchjob if spec.k8s_kind == "pytorchjob" else trainjob
     return [config_map, build(run, spec, image, claim)]
 
@@ -55,24 +59,48 @@ def labels(run: Run) -> dict[str, str]:
 def trainjob(run: Run, spec: LaunchSpec, image: str, claim: str) -> dict:
     args = ["--max-restarts", str(spec.max_restarts), "-m", torchrun.WORKER_MODULE, f"{POD_SCRIPT_DIR}/job.py"]
     pod = {"containers": [{"name": "node", "volumeMounts": _mounts()}], "volumes": _volumes(run, claim)}
-    patch = {"manager": PATCH_MANAGER, "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [
-        {"name": "node", "template": {"spec": {"template": {"spec": pod}}}}]}}}}
-    return {"apiVersion": TRAINJOB_API, "kind": "TrainJob", "metadata": {"name": job_name(run.id), "labels": labels(run)},
-            "spec": {"runtimeRef": {"apiGroup": "trainer.kubeflow.org", "kind": "ClusterTrainingRuntime", "name": RUNTIME},
-                     "trainer": {"image": image, "command": ["torchrun"], "args": args, "env": _env(run),
-                                 "numNodes": spec.nnodes, "numProcPerNode": spec.nproc,
-                                 "resourcesPerNode": {"limits": {"nvidia.com/gpu": spec.nproc}}},
-                     "runtimePatches": [patch]}}
+    patch = {
+        "manager": PATCH_MANAGER,
+        "trainingRuntimeSpec": {
+            "template": {
+                "spec": {"replicatedJobs": [{"name": "node", "template": {"spec": {"template": {"spec": pod}}}}]}
+            }
+        },
+    }
+    return {
+        "apiVersion": TRAINJOB_API,
+        "kind": "TrainJob",
+        "metadata": {"name": job_name(run.id), "labels": labels(run)},
+        "spec": {
+            "runtimeRef": {"apiGroup": "trainer.kubeflow.org", "kind": "ClusterTrainingRuntime", "name": RUNTIME},
+            "trainer": {
+                "image": image,
+                "command": ["torchrun"],
+                "args": args,
+                "env": _env(run),
+                "numNodes": spec.nnodes,
+                "numProcPerNode": spec.nproc,
+                "resourcesPerNode": {"limits": {"nvidia.com/gpu": spec.nproc}},
+            },
+            "runtimePatches": [patch],
+        },
+    }
 
 
 def pytorchjob(run: Run, spec: LaunchSpec, image: str, claim: str) -> dict:
     replicas = {"Master": _replica(1, image, claim, run, spec)}
     if spec.nnodes > 1:
         replicas["Worker"] = _replica(spec.nnodes - 1, image, claim, run, spec)
-    return {"apiVersion": PYTORCHJOB_API, "kind": "PyTorchJob", "metadata": {"name": job_name(run.id), "labels": labels(run)},
-            "spec": {"nprocPerNode": str(spec.nproc),
-                     "runPolicy": {"cleanPodPolicy": "None", "backoffLimit": spec.max_restarts},
-                     "pytorchReplicaSpecs": replicas}}
+    return {
+        "apiVersion": PYTORCHJOB_API,
+        "kind": "PyTorchJob",
+        "metadata": {"name": job_name(run.id), "labels": labels(run)},
+        "spec": {
+            "nprocPerNode": str(spec.nproc),
+            "runPolicy": {"cleanPodPolicy": "None", "backoffLimit": spec.max_restarts},
+            "pytorchReplicaSpecs": replicas,
+        },
+    }
 
 
 def _replica(count: int, image: str, claim: str, run: Run, spec: LaunchSpec) -> dict:
@@ -80,40 +108,68 @@ def _replica(count: int, image: str, claim: str, run: Run, spec: LaunchSpec) -> 
     if spec.nnodes == 1:
         cmd = torchrun.command(script, spec.nproc, max_restarts=spec.max_restarts, launcher=["torchrun"])
     else:  # static rendezvous at the Master's service, node ranks as the operator numbers the pods
-        cmd = torchrun.command(script, spec.nproc, nnodes=spec.nnodes, rdzv_endpoint="$(MASTER_ADDR):$(MASTER_PORT)",
-                               node_rank=0, max_restarts=spec.max_restarts, launcher=["torchrun"])
+        cmd = torchrun.command(
+            script,
+            spec.nproc,
+            nnodes=spec.nnodes,
+            rdzv_endpoint="$(MASTER_ADDR):$(MASTER_PORT)",
+            node_rank=0,
+            max_restarts=spec.max_restarts,
+            launcher=["torchrun"],
+        )
         cmd[cmd.index("--node-rank") + 1] = "$(PET_NODE_RANK)"
     container = {
         "name": "pytorch",  # the operator finds the training container by this name
-        "image": image, "command": cmd[:1], "args": cmd[1:], "workingDir": POD_WORKDIR, "env": _env(run),
-        "resources": {"limits": {"nvidia.com/gpu": spec.nproc}}, "volumeMounts": _mounts(),
+        "image": image,
+        "command": cmd[:1],
+        "args": cmd[1:],
+        "workingDir": POD_WORKDIR,
+        "env": _env(run),
+        "resources": {"limits": {"nvidia.com/gpu": spec.nproc}},
+        "volumeMounts": _mounts(),
     }
-    return {"replicas": count, "restartPolicy": "OnFailure",
-            "template": {"metadata": {"labels": {"jiyu/run-id": run.id}},
-                         "spec": {"containers": [container], "volumes": _volumes(run, claim)}}}
+    return {
+        "replicas": count,
+        "restartPolicy": "OnFailure",
+        "template": {
+            "metadata": {"labels": {"jiyu/run-id": run.id}},
+            "spec": {"containers": [container], "volumes": _volumes(run, claim)},
+        },
+    }
 
 
 def _env(run: Run) -> list[dict]:
-    values = {RUN_ID_ENV: run.id, HOME_ENV: POD_HOME, "PYTHONUNBUFFERED": "1",
-              "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": torchrun.LINE_PREFIX_TEMPLATE, **torchrun.STORE_SETTINGS}
+    values = {
+        RUN_ID_ENV: run.id,
+        HOME_ENV: POD_HOME,
+        "PYTHONUNBUFFERED": "1",
+        "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": torchrun.LINE_PREFIX_TEMPLATE,
+        **torchrun.STORE_SETTINGS,
+    }
     return [{"name": name, "value": value} for name, value in values.items()]
 
 
 def _mounts() -> list[dict]:
-    return [{"name": "script", "mountPath": POD_SCRIPT_DIR, "readOnly": True},
-            {"name": "runs", "mountPath": POD_HOME}, {"name": "dshm", "mountPath": "/dev/shm"}]
+    return [
+        {"name": "script", "mountPath": POD_SCRIPT_DIR, "readOnly": True},
+        {"name": "runs", "mountPath": POD_HOME},
+        {"name": "dshm", "mountPath": "/dev/shm"},
+    ]
 
 
 def _volumes(run: Run, claim: str) -> list[dict]:
-    return [{"name": "script", "configMap": {"name": f"{job_name(run.id)}-script"}},
-            {"name": "runs", "persistentVolumeClaim": {"claimName": claim}},
-            {"name": "dshm", "emptyDir": {"medium": "Memory"}}]
+    return [
+        {"name": "script", "configMap": {"name": f"{job_name(run.id)}-script"}},
+        {"name": "runs", "persistentVolumeClaim": {"claimName": claim}},
+        {"name": "dshm", "emptyDir": {"medium": "Memory"}},
+    ]
 
 
 def render(run: Run, spec: LaunchSpec, files: RunFiles) -> str:
     import yaml
 
     documents = manifests(run, spec, files)
-    header = (f"# Kubeflow {documents[1]['kind']} for jiyu run {run.id} ({run.name!r}), exported from "
-              f"{run.notebook!r}.\n")
+    header = (
+        f"# Kubeflow {documents[1]['kind']} for jiyu run {run.id} ({run.name!r}), exported from {run.notebook!r}.\n"
+    )
     return header + yaml.safe_dump_all(documents, sort_keys=False, width=120)

@@ -11,17 +11,17 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 import yaml
 
 from ....core.runs.files import RunFiles
 from ....core.store.run_store import Run, RunStore
+from ...gpu_queue import Grant
 from ...launch_spec import LaunchSpec
 from ...process import rank_records
 from ...process.process_tree import StopResult
-from ...gpu_queue import Grant
 from ...rank_placement import Phase, SchedulerGrantsAtOnce, SchedulerState
 from ..handover import Handover
 from . import kubectl, states
@@ -36,8 +36,16 @@ class KubernetesPlacement(SchedulerGrantsAtOnce):
     backend: str = "kubernetes"
     scheduled: bool = True
 
-    def start(self, run_id: str, script: os.PathLike, spec: LaunchSpec, *, cwd: str | None,
-              env: Mapping[str, str] | None, grant: Grant | None = None) -> "KubernetesJob":
+    def start(
+        self,
+        run_id: str,
+        script: os.PathLike,
+        spec: LaunchSpec,
+        *,
+        cwd: str | None,
+        env: Mapping[str, str] | None,
+        grant: Grant | None = None,
+    ) -> KubernetesJob:
         files = RunFiles.of(run_id)
         path = files.root / MANIFEST_NAME
         path.write_text(render(RunStore().get(run_id), spec, files))
@@ -50,7 +58,7 @@ class KubernetesPlacement(SchedulerGrantsAtOnce):
         Handover(self.backend, str(path), True, f"applied as {kind} {job_name(run_id)} ({answer})").save(files)
         return KubernetesJob(run_id, kind, submitted=True)
 
-    def attach(self, run: Run) -> "KubernetesJob":
+    def attach(self, run: Run) -> KubernetesJob:
         path = RunFiles.of(run.id).root / MANIFEST_NAME
         return KubernetesJob(run.id, _kind_in(path), submitted=run.scheduler_id is not None)
 
@@ -91,8 +99,10 @@ class KubernetesJob:
             job = kubectl.get(self.kind, job_name(self.run_id))
         except kubectl.KubectlUnavailable:
             if self.scheduler_id is None:  # never applied, and no cluster here to find it on
-                return SchedulerState(Phase.QUEUED, reason=f"not applied: run `kubectl apply -f "
-                                                           f"{self.files.root / MANIFEST_NAME}` on the cluster")
+                return SchedulerState(
+                    Phase.QUEUED,
+                    reason=f"not applied: run `kubectl apply -f {self.files.root / MANIFEST_NAME}` on the cluster",
+                )
             raise
         if job is None and self.scheduler_id is None:
             return SchedulerState(Phase.QUEUED, reason="not applied yet")

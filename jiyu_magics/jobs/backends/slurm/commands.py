@@ -13,16 +13,18 @@ import re
 import shutil
 import subprocess
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
 
 from ...job_error import JobError
 from ...rank_placement import SchedulerUnreachable
 
 TIMEOUT_S = 30.0
-ACTIVE_QUEUE_STATES = "PENDING,RUNNING,SUSPENDED,COMPLETING,CONFIGURING,REQUEUED,REQUEUE_HOLD,REQUEUE_FED,SIGNALING," \
-                      "STAGE_OUT,RESIZING,STOPPED"
+ACTIVE_QUEUE_STATES = (
+    "PENDING,RUNNING,SUSPENDED,COMPLETING,CONFIGURING,REQUEUED,REQUEUE_HOLD,REQUEUE_FED,SIGNALING,"
+    "STAGE_OUT,RESIZING,STOPPED"
+)
 _FIELD = re.compile(r" (?=[A-Za-z][\w:/]*=)")  # scontrol -o: "Key=value Key=value ..."
 
 
@@ -34,12 +36,12 @@ class SlurmUnavailable(SchedulerUnreachable):
 @dataclass
 class SlurmJobInfo:
     job_id: str
-    state: str                     # JobState: PENDING, RUNNING, COMPLETED, CANCELLED, TIMEOUT...
-    reason: str | None = None      # why it pends (Resources, Priority, BeginTime...), or None
-    exit_code: int | None = None   # the batch script's exit code, 128 + N when signal N ended it
-    restarts: int = 0              # how many times it was requeued
-    started: float | None = None   # when its current attempt started (epoch seconds), if it ran
-    source: str = "scontrol"       # who said so: scontrol, sacct or jobcomp
+    state: str  # JobState: PENDING, RUNNING, COMPLETED, CANCELLED, TIMEOUT...
+    reason: str | None = None  # why it pends (Resources, Priority, BeginTime...), or None
+    exit_code: int | None = None  # the batch script's exit code, 128 + N when signal N ended it
+    restarts: int = 0  # how many times it was requeued
+    started: float | None = None  # when its current attempt started (epoch seconds), if it ran
+    source: str = "scontrol"  # who said so: scontrol, sacct or jobcomp
 
 
 def sbatch(script: Path, env: Mapping[str, str] | None = None) -> str:
@@ -84,8 +86,11 @@ def accounting(job_id: str) -> SlurmJobInfo | None:
     if done.returncode or not rows or len(rows[-1]) < 6:
         return None
     job, state, exit_code, reason, start, nodes = rows[-1][:6]
-    return _info(job_id, {"JobState": state.split()[0], "ExitCode": exit_code, "Reason": reason,
-                          "StartTime": start, "NodeList": nodes}, "sacct")
+    return _info(
+        job_id,
+        {"JobState": state.split()[0], "ExitCode": exit_code, "Reason": reason, "StartTime": start, "NodeList": nodes},
+        "sacct",
+    )
 
 
 def completion_log(job_id: str) -> SlurmJobInfo | None:
@@ -125,9 +130,15 @@ def parse_fields(line: str) -> dict[str, str]:
 def _info(job_id: str, fields: dict[str, str], source: str) -> SlurmJobInfo:
     reason = fields.get("Reason")
     ran = fields.get("NodeList") not in (None, "", "(null)", "None assigned")  # a pending job's StartTime is a guess
-    return SlurmJobInfo(str(job_id), fields.get("JobState", "UNKNOWN").split()[0],
-                        None if reason in (None, "", "None") else reason, _exit_code(fields.get("ExitCode")),
-                        int(fields.get("Restarts") or 0), _epoch(fields.get("StartTime")) if ran else None, source)
+    return SlurmJobInfo(
+        str(job_id),
+        fields.get("JobState", "UNKNOWN").split()[0],
+        None if reason in (None, "", "None") else reason,
+        _exit_code(fields.get("ExitCode")),
+        int(fields.get("Restarts") or 0),
+        _epoch(fields.get("StartTime")) if ran else None,
+        source,
+    )
 
 
 def _exit_code(text: str | None) -> int | None:
@@ -187,9 +198,17 @@ def _errors(done: subprocess.CompletedProcess, last: bool = False) -> str:
 
 def _run(*cmd: str, env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess:
     try:
-        return subprocess.run(list(cmd), capture_output=True, text=True, timeout=TIMEOUT_S, stdin=subprocess.DEVNULL,
-                              env={**os.environ, **env} if env else None)
+        return subprocess.run(
+            list(cmd),
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT_S,
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, **env} if env else None,
+        )
     except FileNotFoundError:
         return subprocess.CompletedProcess(list(cmd), 127, "", f"{cmd[0]}: not installed here")
     except subprocess.TimeoutExpired:
-        return subprocess.CompletedProcess(list(cmd), 124, "", f"{cmd[0]}: no answer from Slurm within {TIMEOUT_S:.0f} s")
+        return subprocess.CompletedProcess(
+            list(cmd), 124, "", f"{cmd[0]}: no answer from Slurm within {TIMEOUT_S:.0f} s"
+        )

@@ -10,19 +10,21 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
 
 from ....core.runs.files import RunFiles
 from ....core.store.run_store import Run, RunStore
-from ...launch_spec import LaunchSpec
-from ...process import process_tree as processes, rank_records
-from ...process.process_tree import StopResult
 from ...gpu_queue import Grant
+from ...launch_spec import LaunchSpec
+from ...process import process_tree as processes
+from ...process import rank_records
+from ...process.process_tree import StopResult
 from ...rank_placement import Phase, SchedulerGrantsAtOnce, SchedulerState
 from ..handover import Handover
-from . import commands as slurm, states
+from . import commands as slurm
+from . import states
 from .options import SlurmOptions
 from .script import JOB_ID_FILE, SCRIPT_NAME, render
 
@@ -36,8 +38,16 @@ class SlurmPlacement(SchedulerGrantsAtOnce):
     backend: str = "slurm"
     scheduled: bool = True
 
-    def start(self, run_id: str, script: os.PathLike, spec: LaunchSpec, *, cwd: str | None,
-              env: Mapping[str, str] | None, grant: Grant | None = None) -> "SlurmJob":
+    def start(
+        self,
+        run_id: str,
+        script: os.PathLike,
+        spec: LaunchSpec,
+        *,
+        cwd: str | None,
+        env: Mapping[str, str] | None,
+        grant: Grant | None = None,
+    ) -> SlurmJob:
         """Writes the batch script into the run folder and submits it. Where Slurm is missing
         or unconfigured the run waits for the script to be submitted on the cluster (it says
         how); a refusal by ``sbatch`` raises ``JobError`` in Slurm's words."""
@@ -53,17 +63,19 @@ class SlurmPlacement(SchedulerGrantsAtOnce):
         Handover(self.backend, str(path), True, f"submitted as Slurm job {job_id} (batch script {path})").save(files)
         return SlurmJob(run_id, job_id)
 
-    def attach(self, run: Run) -> "SlurmJob":
+    def attach(self, run: Run) -> SlurmJob:
         return SlurmJob(run.id, run.scheduler_id)
 
 
 def manual_instructions(path: Path, why: str) -> str:
-    return (f"{why}; submit it on the cluster's login node with `sbatch {path}` (the run folder must be on a path "
-            "the cluster shares): jiyu follows the job from its first line")
+    return (
+        f"{why}; submit it on the cluster's login node with `sbatch {path}` (the run folder must be on a path "
+        "the cluster shares): jiyu follows the job from its first line"
+    )
 
 
 class SlurmJob:
-    pid = None    # no process of ours stands for the ranks: Slurm does
+    pid = None  # no process of ours stands for the ranks: Slurm does
     pgid = None
 
     def __init__(self, run_id: str, job_id: str | None):
@@ -80,8 +92,9 @@ class SlurmJob:
         if self.scheduler_id is None and self._withdrawn:
             state = SchedulerState(Phase.ENDED, cancelled=True)
         elif self.scheduler_id is None:
-            state = SchedulerState(Phase.QUEUED, reason=f"not submitted: run `sbatch {self.files.root / SCRIPT_NAME}` "
-                                                        "on the cluster")
+            state = SchedulerState(
+                Phase.QUEUED, reason=f"not submitted: run `sbatch {self.files.root / SCRIPT_NAME}` on the cluster"
+            )
         else:
             info = slurm.job_info(self.scheduler_id)
             state = states.state_of(info) if info else states.lost(self.scheduler_id)

@@ -26,8 +26,8 @@ from ...process import torchrun_command as torchrun
 from .options import SlurmOptions
 
 SCRIPT_NAME = "job.sbatch"
-JOB_ID_FILE = "slurm-job-id"        # the job writes its id here: a script submitted by hand is found too
-OUT_OF_REQUEUES_EXIT = 75           # sysexits' EX_TEMPFAIL: time ran out, no requeue left; retry later
+JOB_ID_FILE = "slurm-job-id"  # the job writes its id here: a script submitted by hand is found too
+OUT_OF_REQUEUES_EXIT = 75  # sysexits' EX_TEMPFAIL: time ran out, no requeue left; retry later
 FORWARDED_SIGNALS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1"  # torchrun's defaults plus the time-limit signal
 FREE_PORT = "import socket; s = socket.socket(); s.bind(('', 0)); print(s.getsockname()[1])"
 
@@ -36,83 +36,116 @@ def render(run: Run, spec: LaunchSpec, files: RunFiles, options: SlurmOptions, p
     """The batch script; ``python`` is the interpreter the ranks run (default: this one, which
     on a cluster lives on the shared path like the run folder)."""
     python = python or sys.executable
-    lines = ["#!/bin/bash",
-             f"# Slurm job for jiyu run {run.id} ({run.name!r}), exported from {run.notebook!r}.",
-             "# jiyu submits it with `sbatch --parsable` and follows it by its job id.",
-             *(f"#SBATCH {directive}" for directive in directives(run, spec, files, options)),
-             *_environment(run, files, python),
-             *_attempt(options),
-             *_launch(spec, files, python),
-             *_ending(options)]
+    lines = [
+        "#!/bin/bash",
+        f"# Slurm job for jiyu run {run.id} ({run.name!r}), exported from {run.notebook!r}.",
+        "# jiyu submits it with `sbatch --parsable` and follows it by its job id.",
+        *(f"#SBATCH {directive}" for directive in directives(run, spec, files, options)),
+        *_environment(run, files, python),
+        *_attempt(options),
+        *_launch(spec, files, python),
+        *_ending(options),
+    ]
     return "\n".join(lines) + "\n"
 
 
 def directives(run: Run, spec: LaunchSpec, files: RunFiles, options: SlurmOptions) -> list[str]:
     gpus = options.gpus(spec.nproc)
-    found = [f"--job-name=jiyu-{scheduler_slug(run.name)}", f"--nodes={spec.nnodes}", "--ntasks-per-node=1",
-             f"--gres=gpu:{gpus}" if gpus else f"--cpus-per-task={spec.nproc}",
-             f"--output={files.log}", "--open-mode=append", f"--chdir={run.cwd}",
-             f"--signal=B:USR1@{options.checkpoint_grace}",
-             "--requeue" if options.max_requeues else "--no-requeue"]
-    for flag, value in (("time", options.time), ("partition", options.partition), ("account", options.account),
-                        ("qos", options.qos), ("constraint", options.constraint), ("mem", options.mem)):
+    found = [
+        f"--job-name=jiyu-{scheduler_slug(run.name)}",
+        f"--nodes={spec.nnodes}",
+        "--ntasks-per-node=1",
+        f"--gres=gpu:{gpus}" if gpus else f"--cpus-per-task={spec.nproc}",
+        f"--output={files.log}",
+        "--open-mode=append",
+        f"--chdir={run.cwd}",
+        f"--signal=B:USR1@{options.checkpoint_grace}",
+        "--requeue" if options.max_requeues else "--no-requeue",
+    ]
+    for flag, value in (
+        ("time", options.time),
+        ("partition", options.partition),
+        ("account", options.account),
+        ("qos", options.qos),
+        ("constraint", options.constraint),
+        ("mem", options.mem),
+    ):
         if value is not None:
             found.append(f"--{flag}={value}")
     return found + list(options.sbatch_args)
 
 
 def _environment(run: Run, files: RunFiles, python: str) -> list[str]:
-    exports = {RUN_ID_ENV: run.id, HOME_ENV: str(jiyu_home()), "PYTHONUNBUFFERED": "1",
-               "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": torchrun.LINE_PREFIX_TEMPLATE,
-               "TORCHELASTIC_SIGNALS_TO_HANDLE": FORWARDED_SIGNALS, **torchrun.STORE_SETTINGS}
-    return ["set -uo pipefail",
-            *(f"export {name}={shlex.quote(value)}" for name, value in exports.items()),
-            f"python={shlex.quote(python)}",
-            f"printf '%s\\n' \"$SLURM_JOB_ID\" > {shlex.quote(str(files.root / JOB_ID_FILE))}"]
+    exports = {
+        RUN_ID_ENV: run.id,
+        HOME_ENV: str(jiyu_home()),
+        "PYTHONUNBUFFERED": "1",
+        "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": torchrun.LINE_PREFIX_TEMPLATE,
+        "TORCHELASTIC_SIGNALS_TO_HANDLE": FORWARDED_SIGNALS,
+        **torchrun.STORE_SETTINGS,
+    }
+    return [
+        "set -uo pipefail",
+        *(f"export {name}={shlex.quote(value)}" for name, value in exports.items()),
+        f"python={shlex.quote(python)}",
+        f"printf '%s\\n' \"$SLURM_JOB_ID\" > {shlex.quote(str(files.root / JOB_ID_FILE))}",
+    ]
 
 
 def _attempt(options: SlurmOptions) -> list[str]:
-    return ["attempt=${SLURM_RESTART_COUNT:-0}",
-            "# a requeued attempt resumes from the newest checkpoint of this run",
-            'if [ "$attempt" -gt 0 ]; then export JIYU_RESUME=last; fi',
-            "# the first node of the allocation hosts the rendezvous, on a port free there",
-            'head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
-            f'port=$("$python" -c {shlex.quote(FREE_PORT)})',
-            'echo "[jiyu] $(date +%H:%M:%S) Slurm job $SLURM_JOB_ID, attempt $((attempt + 1)), '
-            'on $SLURM_JOB_NODELIST"',
-            "near_limit=0 step=",
-            f"trap 'near_limit=1; echo \"[jiyu] $(date +%H:%M:%S) {options.checkpoint_grace} s to the time limit: "
-            "checkpointing\"; if [ -n \"$step\" ]; then kill -USR1 \"$step\"; fi' USR1"]
+    return [
+        "attempt=${SLURM_RESTART_COUNT:-0}",
+        "# a requeued attempt resumes from the newest checkpoint of this run",
+        'if [ "$attempt" -gt 0 ]; then export JIYU_RESUME=last; fi',
+        "# the first node of the allocation hosts the rendezvous, on a port free there",
+        'head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
+        f'port=$("$python" -c {shlex.quote(FREE_PORT)})',
+        'echo "[jiyu] $(date +%H:%M:%S) Slurm job $SLURM_JOB_ID, attempt $((attempt + 1)), on $SLURM_JOB_NODELIST"',
+        "near_limit=0 step=",
+        f"trap 'near_limit=1; echo \"[jiyu] $(date +%H:%M:%S) {options.checkpoint_grace} s to the time limit: "
+        'checkpointing"; if [ -n "$step" ]; then kill -USR1 "$step"; fi\' USR1',
+    ]
 
 
 def _launch(spec: LaunchSpec, files: RunFiles, python: str) -> list[str]:
-    cmd = torchrun.command(files.script, spec.nproc, nnodes=spec.nnodes, rdzv_endpoint="$head_node:$port",
-                           rdzv_id="$SLURM_JOB_ID", max_restarts=spec.max_restarts, log_dir=files.root / "torchrun",
-                           launcher=["$python", "-m", "torch.distributed.run"])
+    cmd = torchrun.command(
+        files.script,
+        spec.nproc,
+        nnodes=spec.nnodes,
+        rdzv_endpoint="$head_node:$port",
+        rdzv_id="$SLURM_JOB_ID",
+        max_restarts=spec.max_restarts,
+        log_dir=files.root / "torchrun",
+        launcher=["$python", "-m", "torch.distributed.run"],
+    )
     cmd[cmd.index("--nnodes") + 1] = "$SLURM_NNODES"
-    return ['if [ "$near_limit" = 0 ]; then',
-            "  srun --kill-on-bad-exit=1 " + " ".join(map(_quote, cmd)) + " &",
-            "  step=$!",
-            "fi",
-            "code=0",
-            'if [ -n "$step" ]; then',
-            '  wait "$step"; code=$?',
-            "  # a trapped signal ends `wait` early: wait again until the step has ended",
-            '  while kill -0 "$step" 2>/dev/null; do wait "$step"; code=$?; done',
-            "fi"]
+    return [
+        'if [ "$near_limit" = 0 ]; then',
+        "  srun --kill-on-bad-exit=1 " + " ".join(map(_quote, cmd)) + " &",
+        "  step=$!",
+        "fi",
+        "code=0",
+        'if [ -n "$step" ]; then',
+        '  wait "$step"; code=$?',
+        "  # a trapped signal ends `wait` early: wait again until the step has ended",
+        '  while kill -0 "$step" 2>/dev/null; do wait "$step"; code=$?; done',
+        "fi",
+    ]
 
 
 def _ending(options: SlurmOptions) -> list[str]:
-    return ['if [ "$near_limit" = 1 ]; then',
-            f'  if [ "$attempt" -lt {options.max_requeues} ]; then',
-            f'    echo "[jiyu] $(date +%H:%M:%S) requeued ($((attempt + 1)) of {options.max_requeues})"',
-            '    scontrol requeue "$SLURM_JOB_ID" && exit 0',
-            "  fi",
-            f'  echo "[jiyu] $(date +%H:%M:%S) time limit reached, no requeue left (--max-requeues '
-            f'{options.max_requeues})"',
-            f"  exit {OUT_OF_REQUEUES_EXIT}",
-            "fi",
-            'exit "$code"']
+    return [
+        'if [ "$near_limit" = 1 ]; then',
+        f'  if [ "$attempt" -lt {options.max_requeues} ]; then',
+        f'    echo "[jiyu] $(date +%H:%M:%S) requeued ($((attempt + 1)) of {options.max_requeues})"',
+        '    scontrol requeue "$SLURM_JOB_ID" && exit 0',
+        "  fi",
+        f'  echo "[jiyu] $(date +%H:%M:%S) time limit reached, no requeue left (--max-requeues '
+        f'{options.max_requeues})"',
+        f"  exit {OUT_OF_REQUEUES_EXIT}",
+        "fi",
+        'exit "$code"',
+    ]
 
 
 def _quote(word: str) -> str:

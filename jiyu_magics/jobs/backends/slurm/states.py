@@ -34,14 +34,22 @@ def state_of(info: SlurmJobInfo) -> SchedulerState:
         return SchedulerState(Phase.QUEUED, _reason(info), started=None)
     if info.state in RUNNING:
         return SchedulerState(Phase.RUNNING, started=info.started)
-    return SchedulerState(Phase.ENDED, exit_code=_exit_code(info), cancelled=info.state == CANCELLED,
-                          started=info.started, error=_error(info))
+    return SchedulerState(
+        Phase.ENDED,
+        exit_code=_exit_code(info),
+        cancelled=info.state == CANCELLED,
+        started=info.started,
+        error=_error(info),
+    )
 
 
 def lost(job_id: str) -> SchedulerState:
-    return SchedulerState(Phase.ENDED, lost=True,
-                          error=f"Slurm no longer knows job {job_id} and keeps no accounting of it: "
-                                "its end was never seen (check the run's log)")
+    return SchedulerState(
+        Phase.ENDED,
+        lost=True,
+        error=f"Slurm no longer knows job {job_id} and keeps no accounting of it: "
+        "its end was never seen (check the run's log)",
+    )
 
 
 def _reason(info: SlurmJobInfo) -> str:
@@ -62,6 +70,8 @@ def _error(info: SlurmJobInfo) -> str | None:
     if line:
         return f"Slurm job {info.job_id}: {line} ({info.state})"
     if info.exit_code == OUT_OF_REQUEUES_EXIT:
-        return (f"Slurm job {info.job_id}: its time limit came {info.restarts + 1} time(s) and no requeue is "
-                "left (--max-requeues); it checkpointed, resume it from its last checkpoint")
+        return (
+            f"Slurm job {info.job_id}: its time limit came {info.restarts + 1} time(s) and no requeue is "
+            "left (--max-requeues); it checkpointed, resume it from its last checkpoint"
+        )
     return None
