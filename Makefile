@@ -10,7 +10,7 @@ export MKL_NUM_THREADS ?= 1
 export OMP_WAIT_POLICY ?= PASSIVE
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: setup demo test lint-ts test-slurm test-system-deps browser bench gpu-checks gpu-wheels screenshots readme api-schema clean
+.PHONY: setup demo test lint-ts test-slurm test-system-deps browser bench gpu-checks gpu-wheels screenshots readme api-schema api-types clean
 
 setup: $(STAMP)
 
@@ -105,11 +105,15 @@ gpu-wheels: setup
 	  --platform any -d .whl ipython ipykernel ipywidgets nbformat nbclient jupyter_server prometheus_client \
 	  pyyaml pytest-timeout 'pytest-jupyter[server]'
 
-# The REST API's JSON Schema (run record with its summary, event kinds and fields), generated
-# from the Python types; tests/test_panel_types.py checks labextension/src/types.ts against it.
+# The REST API's JSON Schema (the client's run record, its summary, event kinds and fields),
+# generated from the Python types, and the panel's TypeScript types generated from it
+# (json-schema-to-typescript); tests/test_panel_types.py fails when api.generated.ts is stale.
 api-schema: setup
 	mkdir -p build
 	$(BIN)/python -m jiyu_magics.server.rest_schema build/rest-api.schema.json
+
+api-types: api-schema lint-ts
+	cd labextension && node scripts/api-types.mjs ../build/rest-api.schema.json src/api.generated.ts
 
 # The README's screenshots, as the browser tests last produced them.
 screenshots:

@@ -37,9 +37,10 @@ def populate(runs: int, steps: int, *, running: int, leasing: bool = True, **ste
     ``step_fields`` in every step), all finished but the last ``running``, which stay running
     and, with ``leasing``, lease one GPU each, GPU 0 upwards. Returns those running runs."""
     from jiyu_magics.core.events.log import EventLog
+    from jiyu_magics.core.processes.info import process_start_time
     from jiyu_magics.core.runs.files import RunFiles
     from jiyu_magics.core.store.leases import GpuSlot
-    from jiyu_magics.core.store.run_store import RunStore, process_start_time
+    from jiyu_magics.core.store.run_store import RunStore
 
     store, pid, live = RunStore(), os.getpid(), []
     for i in range(runs):

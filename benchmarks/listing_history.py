@@ -33,7 +33,8 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.timing import timed  # noqa: E402
 from jiyu_magics.core.events.log import EventLog, summarize  # noqa: E402
 from jiyu_magics.core.runs.files import RunFiles  # noqa: E402
-from jiyu_magics.core.store.run_store import Run, RunStore, new_run_id  # noqa: E402
+from jiyu_magics.core.store.run_row import Run, new_run_id  # noqa: E402
+from jiyu_magics.core.store.run_store import RunStore  # noqa: E402
 
 EVENTS_PER_RUN = 200
 

@@ -1,11 +1,11 @@
-"""What following Slurm runs costs a panel poll, on a real one-node Slurm (tests/slurm_cluster.py).
+"""What following Slurm runs costs, on a real one-node Slurm (tests/slurm_cluster.py).
 
-``GET /jiyu/api/runs`` first brings the active Slurm runs up to date: for each run whose turn
-has come (once per 3 s across every process sharing the store) its owner asks ``scontrol show
-job`` once. This holds ``--runs`` Slurm jobs pending behind a job that takes the whole node, and
-times, in interleaved repetitions, a poll where every run is due (one ``scontrol`` each) against
-a poll where none is (the row says so: no write, no ``scontrol``), plus one bare ``scontrol show
-job``. Prints medians and ratios. Needs Slurm installed and root (as the tests do).
+The host's scheduler follower (``jobs.scheduler_follower``) asks Slurm about each active run every
+3 s and records what it says; a panel poll (``GET /jiyu/api/runs``) only reads the store. This
+holds ``--runs`` Slurm jobs pending behind a job that takes the whole node and times, in
+interleaved repetitions, one follower round over all of them (one ``scontrol`` each), a panel poll
+and one bare ``scontrol show job``. Prints medians and ratios. Needs Slurm installed and root (as
+the tests do).
 
     python benchmarks/scheduler_poll.py [--runs 10] [--repeat 15]
 """
@@ -50,6 +50,7 @@ def main() -> int:
 
 def measure(cluster, runs: int, repeat: int) -> None:
     from jiyu_magics import jobs
+    from jiyu_magics.jobs import scheduler_follower
     from jiyu_magics.core.store.run_store import RunStore
     from jiyu_magics.server.run_views import RunViews
 
@@ -62,19 +63,17 @@ def measure(cluster, runs: int, repeat: int) -> None:
     ids = [jobs.submit(notebook, backend="slurm", slurm={"gpus_per_node": 0}).id for _ in range(runs)]
     store, views = RunStore(), RunViews()
     job = store.get(ids[0]).scheduler_id
-    due, idle, bare = [], [], []
+    follower, poll, bare = [], [], []
     for _ in range(repeat):
-        for run_id in ids:
-            store.update(run_id, polled=None)  # every run's turn has come
-        due.append(timed(views.list))
-        idle.append(timed(views.list))  # just polled: nobody asks Slurm
+        follower.append(timed(lambda: scheduler_follower.follow_all(store)))
+        poll.append(timed(views.list))
         bare.append(timed(lambda: subprocess.run(["scontrol", "show", "job", "-o", job], capture_output=True)))
     assert all(r.status == "queued" and r.queue_reason for r in map(store.get, ids))
-    d, i, b = (statistics.median(x) * 1000 for x in (due, idle, bare))
+    f, p, b = (statistics.median(x) * 1000 for x in (follower, poll, bare))
     print(
-        f"panel poll with {runs} pending Slurm runs: all due {d:.1f} ms, none due {i:.1f} ms "
-        f"(ratio {d / i:.1f}x); one scontrol show job {b:.1f} ms; per due run {(d - i) / runs:.1f} ms "
-        f"(median of {repeat})"
+        f"{runs} pending Slurm runs: one follower round {f:.1f} ms ({f / runs:.1f} ms a run, "
+        f"{f / runs / b:.1f}x a bare scontrol show job of {b:.1f} ms); a panel poll {p:.1f} ms, "
+        f"asking Slurm nothing (median of {repeat})"
     )
 
 

@@ -10,8 +10,10 @@ from tornado.httpclient import HTTPResponse
 from traitlets.config import Config
 
 from jiyu_magics.core.events.log import EventLog
+from jiyu_magics.core.processes.info import process_start_time
 from jiyu_magics.core.runs.files import RunFiles
-from jiyu_magics.core.store.run_store import Run, RunStore, process_start_time
+from jiyu_magics.core.store.run_row import Run
+from jiyu_magics.core.store.run_store import RunStore
 
 
 def server_config(**jiyu) -> Config:
@@ -33,6 +35,14 @@ def live_run(name: str = "digits", kind: str = "job", **fields) -> Run:
     return RunStore().create(
         kind, name, status="running", pid=pid, pid_started=process_start_time(pid), nproc=2, **fields
     )
+
+
+def ended_run(kind: str = "job", name: str = "ended", status: str = "succeeded", **fields) -> Run:
+    """A run that has ended (born running, then its owner recorded the end, as the state
+    machine has it)."""
+    store = RunStore()
+    run = store.create(kind, name, status="running", **fields)
+    return store.finish(run.id, status, exit_code=0 if status == "succeeded" else 1)
 
 
 def training_events(run: Run, steps: int = 5, total: int = 20) -> RunFiles:

@@ -5,6 +5,7 @@ so the cases do not depend on today's module names."""
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import re
@@ -163,3 +164,37 @@ def test_a_package_importing_its_child_back_is_a_cycle(tmp_path):
     init.write_text(init.read_text() + "\nfrom . import _probe\n")
     (views / "format.py").write_text((views / "format.py").read_text() + "\n\ndef g():\n    from .. import views\n")
     assert ["jiyu_magics.views", "jiyu_magics.views._probe", "jiyu_magics.views.format"] in module_cycles(tmp_path)
+
+
+def environment_reads(folder: Path) -> list[str]:
+    """``os.environ`` and ``os.getenv`` in the modules under ``folder``, as path:line."""
+    found = []
+    for path in sorted(folder.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Attribute) and node.attr in ("environ", "getenv", "environb"):
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    return found
+
+
+def test_training_reads_no_environment_of_its_own():
+    """What a launcher says reaches training as a ``LaunchContext`` value, read once where a
+    call starts (``fit``, in core): nothing under ``train/`` reads the environment."""
+    assert environment_reads(ROOT / "jiyu_magics" / "train") == []
+
+
+def test_the_check_sees_an_environment_read():
+    probe = ROOT / "jiyu_magics" / "train" / "_env_probe.py"
+    probe.write_text("import os\nrank = os.environ.get('RANK')\n")
+    try:
+        assert environment_reads(ROOT / "jiyu_magics" / "train") == ["jiyu_magics/train/_env_probe.py:2"]
+    finally:
+        probe.unlink()
+
+
+def test_every_jiyu_variable_the_package_names_is_documented():
+    from jiyu_magics.core.environment import VARIABLES
+
+    named = set()
+    for path in (ROOT / "jiyu_magics").rglob("*.py"):
+        named |= set(re.findall(r"\bJIYU_[A-Z0-9_]+\b", path.read_text()))
+    assert named - {v.name for v in VARIABLES} == set()

@@ -13,8 +13,11 @@ import pytest
 from jiyu_magics.core.gpu.owners import Attribution
 from jiyu_magics.core.gpu.snapshot import GpuDevice, GpuProcess, GpuSnapshot
 from jiyu_magics.core.gpu.usage import accrue, report
+from jiyu_magics.core.processes.info import process_start_time
 from jiyu_magics.core.store.leases import GpuSlot
-from jiyu_magics.core.store.run_store import RunStore, process_start_time
+from jiyu_magics.core.store.run_store import RunStore
+
+from .server_fixtures import ended_run
 
 SLOTS = [GpuSlot(f"GPU-{i}", i) for i in range(4)]
 
@@ -39,7 +42,7 @@ def test_first_in_line_first_served_and_priority_goes_ahead(store):
     assert [lease.index for lease in store.leases.acquire(urgent.id, SLOTS)] == [0]
     assert store.leases.acquire(first.id, SLOTS) is None  # 3 free of the 4 it wants
     assert store.leases.acquire(second.id, SLOTS) is None  # behind a bigger request: never overtakes it
-    assert store.get(urgent.id).status == "running" and store.get(first.id).queue_position == 1
+    assert store.get(urgent.id).status == "starting" and store.get(first.id).queue_position == 1
     store.finish(urgent.id, "succeeded", 0)
     assert len(store.leases.acquire(first.id, SLOTS)) == 4
 
@@ -49,7 +52,7 @@ def test_to_top_moves_a_run_ahead_of_higher_priorities(store):
     store.leases.to_top(b.id)
     assert [w.run_id for w in store.leases.queue()] == [b.id, a.id]
     with pytest.raises(ValueError, match="is not queued"):
-        store.leases.to_top(store.create("job", status="succeeded").id)
+        store.leases.to_top(ended_run().id)
 
 
 def test_sharing_runs_share_only_with_each_other(store):
@@ -80,7 +83,7 @@ def test_a_lease_ends_with_its_run_whatever_the_end(store):
     store.finish(done.id, "failed", 1, "rank 0: boom")
     sleeper.kill()
     sleeper.wait()
-    assert store.reconcile() == [lost.id]
+    assert store.record_lost(every=0) == [lost.id]
     assert [lease.run_id for lease in store.leases.live()] == []
     assert all(g["ended"] for run in (lost, done) for g in store.get(run.id).gpus)
 

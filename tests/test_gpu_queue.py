@@ -201,7 +201,8 @@ def test_the_busy_threshold_comes_from_the_environment(box, tmp_path, monkeypatc
 
 KERNEL_LEASE = """
 import os, torch
-from jiyu_magics.core.store.run_store import RunStore, process_start_time
+from jiyu_magics.core.store.run_store import RunStore
+from jiyu_magics.core.processes.info import process_start_time
 from jiyu_magics.train.device_lease import record_device_lease
 run = RunStore().create("kernel", "notebook-training", status="running", pid=os.getpid(),
                         pid_started=process_start_time(os.getpid()), notebook="/lab/holder.ipynb")

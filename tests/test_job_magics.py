@@ -89,7 +89,7 @@ def test_submit_without_any_notebook_path_says_to_pass_one(ip, tmp_path, monkeyp
 @pytest.mark.parametrize(
     "line, message",
     [
-        ("{nb} --nproc 0", "--nproc 0: expected a whole number >= 1"),
+        ("{nb} --nproc 0", "--nproc 0: expected a whole number from 1 to 1024"),
         ("{nb} -p lr", "expected 2 argument"),
         ("{nb} -p lr [1,", "not a valid Python literal"),
         ("{dir}/nope.ipynb", "no such notebook"),

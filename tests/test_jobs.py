@@ -24,6 +24,7 @@ from jiyu_magics.jobs.process import rank_records as ranks
 from .cli_runner import jiyu
 from .jobs_workload import assert_no_processes, finished, processes_of, steps_logged, wait_for, write_notebook
 from .ports import free_port
+from .server_fixtures import ended_run
 
 pytestmark = pytest.mark.usefixtures("torchrun_tmp")
 
@@ -101,7 +102,7 @@ def test_a_stop_as_torchrun_exits_waits_for_the_kernel_that_owns_the_run_and_nev
     exited after the last step and its kernel (the owner; here a process standing in for it)
     has not yet recorded the end: the stop waits for the kernel's word, succeeded, rather than
     recording a stop of its own that would stand as the first final status."""
-    from jiyu_magics.core.store.run_store import process_start_time
+    from jiyu_magics.core.processes.info import process_start_time
     from jiyu_magics.jobs.final_status import Outcome, RunStatus
     from jiyu_magics.jobs.lifecycle import record_end
 
@@ -131,7 +132,7 @@ def test_a_stop_as_torchrun_exits_waits_for_the_kernel_that_owns_the_run_and_nev
 def test_a_stop_reaches_rank_0_of_the_users_own_torchrun_that_registered_the_run(tmp_path):
     """``fit`` under a torchrun the user started registers the run from rank 0: the recorded
     process and the owner are rank 0 itself, which trains and must be stopped (unlike a kernel)."""
-    from jiyu_magics.core.store.run_store import process_start_time
+    from jiyu_magics.core.processes.info import process_start_time
 
     rank0 = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
@@ -238,7 +239,9 @@ def test_twenty_concurrent_submissions_from_separate_processes(tmp_path):
 @pytest.mark.parametrize(
     "kwargs, message",
     [
-        (dict(nproc=0), "--nproc 0: expected a whole number >= 1"),
+        (dict(nproc=0), "--nproc 0: expected a whole number from 1 to 1024"),
+        (dict(nproc=10**9), "--nproc 1000000000: expected a whole number from 1 to 1024"),
+        (dict(priority=10**30), "--priority 1000000000000000000000000000000: expected a whole number"),
         (dict(nproc=True), "--nproc True"),
         (dict(max_restarts=-1), "--max-restarts -1"),
         (dict(nnodes=2), "--nnodes 2 needs --rdzv-endpoint"),
@@ -293,10 +296,9 @@ def test_bad_paths_and_unknown_ids_are_one_line_errors(tmp_path):
 )
 def test_cli_bad_input_exits_2_with_one_line(args, message, tmp_path):
     nb = write_notebook(tmp_path / "nb.ipynb")
-    store = RunStore()
-    run = store.create("job", "with-log", status="succeeded")
+    run = ended_run("job", "with-log")
     RunFiles.of(run.id).create().log.write_text("one\ntwo\n")
-    gone = store.create("job", "folder-deleted", status="succeeded")
+    gone = ended_run("job", "folder-deleted")
     shutil.rmtree(RunFiles.of(gone.id).root)
     done = jiyu(*[a.format(nb=nb, dir=tmp_path, run=run.id, gone=gone.id) for a in args])
     assert done.returncode == 2 and "Traceback" not in done.stderr
@@ -317,7 +319,8 @@ def test_cli_submit_logs_and_jobs(tmp_path):
     assert jiyu("logs", run_id, "--tail", "1").stdout.count("\n") == 1
     listing = json.loads(jiyu("jobs", "--all", "--json").stdout)
     assert [(r["id"], r["status"], r["display"]["progress"]) for r in listing] == [(run_id, "succeeded", "6/6")]
-    assert listing[0]["exit_code"] == 0 and listing[0]["pid"]
+    assert listing[0]["exit_code"] == 0 and listing[0]["kind"] == "job" and listing[0]["derived"] is False
+    assert not {"pid", "owner_pid", "queue_rank", "polled"} & set(listing[0]), "the store's bookkeeping stays private"
     assert "No active runs" in jiyu("jobs").stdout
 
 

@@ -21,9 +21,9 @@ import yaml
 
 from jiyu_magics import jobs
 from jiyu_magics.core.runs.files import RunFiles
+from jiyu_magics.core.runs.model import RunStatus
 from jiyu_magics.core.store.run_store import RunStore
 from jiyu_magics.jobs.backends.kubernetes.states import state_of
-from jiyu_magics.jobs.rank_placement import Phase
 
 from .cli_runner import jiyu
 from .conftest import REQUIRE_SERVICES_ENV
@@ -208,17 +208,17 @@ def test_kubernetes_job_states_map_to_run_statuses():
         return {"name": "node", "ready": ready, "active": active, "failed": 0, "succeeded": 0, "suspended": 0}
 
     assert trainjob(jobsStatus=[child(0, 1)]).reason == "pods starting"
-    assert trainjob(jobsStatus=[child(1, 1)]).phase is Phase.RUNNING
+    assert trainjob(jobsStatus=[child(1, 1)]).status is RunStatus.RUNNING
     assert (
         trainjob(conditions=[condition("Suspended", "Suspended", "held by Kueue")]).reason == "Suspended: held by Kueue"
     )
     done = trainjob(conditions=[condition("Complete", "JobsCompleted", "jobs completed")])
-    assert (done.phase, done.exit_code) == (Phase.ENDED, 0)
+    assert (done.status, done.exit_code) == (RunStatus.SUCCEEDED, 0)
     failed = trainjob(conditions=[condition("Failed", "BackoffLimitExceeded", "node-0 failed")])
     assert (failed.exit_code, failed.error) == (1, "Kubernetes: BackoffLimitExceeded: node-0 failed")
     pytorch = lambda *conditions: state_of("PyTorchJob", job("PyTorchJob", {"conditions": list(conditions)}))  # noqa: E731
     assert pytorch(condition("Created")).reason == "Created"
-    assert pytorch(condition("Created"), condition("Running")).phase is Phase.RUNNING
+    assert pytorch(condition("Created"), condition("Running")).status is RunStatus.RUNNING
     assert pytorch(condition("Created"), condition("Running"), condition("Succeeded")).exit_code == 0
     deleted = state_of("TrainJob", None)
-    assert deleted.phase is Phase.ENDED and deleted.cancelled
+    assert deleted.status is RunStatus.STOPPED and deleted.cancelled and deleted.over

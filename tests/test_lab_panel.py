@@ -19,7 +19,8 @@ from playwright.sync_api import expect, sync_playwright
 from jiyu_magics import jobs as jobs_api
 from jiyu_magics.core.events.log import read_events
 from jiyu_magics.core.runs.files import store_path
-from jiyu_magics.core.store.run_store import RunStore, UnknownRun
+from jiyu_magics.core.store.run_row import UnknownRun
+from jiyu_magics.core.store.run_store import RunStore
 
 from .jobs_workload import assert_no_processes
 from .lab_runner import jupyter_lab, launch_chromium, submit_training_job, training_notebook

@@ -16,12 +16,12 @@ from jiyu_magics.core.runs.model import RunKind, RunStatus
 from jiyu_magics.core.store.run_store import RunStore
 from jiyu_magics.jobs.final_status import Outcome, closing_events, decide, final_status, fit_end_status
 from jiyu_magics.jobs.launch_spec import LaunchSpec
-from jiyu_magics.jobs.lifecycle import LifecycleState as S
 from jiyu_magics.jobs.lifecycle import RunLifecycle, record_end, record_end_without_owner
 
 from .jobs_workload import processes_of, steps_logged, wait_for, write_script
 
-STARTED = [S.REGISTERED, S.QUEUED, S.STARTING, S.RUNNING]
+S = RunStatus
+STARTED = [S.QUEUED, S.STARTING, S.RUNNING]
 
 # Rank 0's engine honoured a stop and both ranks exited cleanly: torchrun exits 0.
 ENDS_STOPPED = """
@@ -61,6 +61,11 @@ def lifecycle_of(tmp_path, script: str | None = None, **workload) -> RunLifecycl
     return lifecycle
 
 
+def statuses(lifecycle: RunLifecycle) -> list[str]:
+    """The states the run went through, as the store noted each move."""
+    return [to for _, to, _ in RunStore().history(lifecycle.run_id)]
+
+
 def events_of(lifecycle: RunLifecycle) -> list[dict]:
     return read_events(lifecycle.files.events)[0]
 
@@ -75,7 +80,7 @@ def test_a_run_that_succeeds_goes_through_every_state_and_ends_as_rank0_said(tmp
     assert (listed.status, listed.pid, listed.owner_pid) == ("running", lifecycle.handle.pid, os.getpid())
     outcome = lifecycle.end()
     assert (outcome.status, outcome.exit_code, outcome.error) == (RunStatus.SUCCEEDED, 0, None)
-    assert lifecycle.states == [*STARTED, S.ENDED]
+    assert statuses(lifecycle) == [*STARTED, S.SUCCEEDED]
     run = RunStore().get(lifecycle.run_id)
     assert (run.status, run.exit_code, run.error, run.pid) == ("succeeded", 0, None, lifecycle.handle.pid)
     ends = [e for e in events_of(lifecycle) if e["kind"] == "end"]
@@ -119,7 +124,7 @@ def test_a_stop_request_in_the_store_stops_every_process_and_the_run_is_stopped(
     line = f"stopped at step {step} by request; checkpoint {checkpoint}; resume with %train --resume {checkpoint}"
     # the stop reached the ranks, not torchrun: each ended its script cleanly, and so did torchrun
     assert (outcome.status, outcome.exit_code, outcome.error) == (RunStatus.STOPPED, 0, line)
-    assert lifecycle.states == [*STARTED, S.STOPPING, S.ENDED] and lifecycle.stop_grace == 10.0
+    assert statuses(lifecycle) == [*STARTED, S.STOPPING, S.STOPPED] and lifecycle.stop_grace == 10.0
     assert {(r.state, r.exit_code, r.stopped) for r in lifecycle.ranks()} == {("exited", 0, True)}
     assert RunStore().get(lifecycle.run_id).status == "stopped"
     assert events_of(lifecycle)[-1] | {"t": 0} == {
@@ -160,7 +165,8 @@ def test_a_stop_that_crosses_the_last_step_still_succeeded(tmp_path):
     lifecycle.request_stop()
     outcome = lifecycle.end()
     assert (outcome.status, outcome.exit_code) == (RunStatus.SUCCEEDED, 0)
-    assert lifecycle.states == [*STARTED, S.ENDED], "nothing was left to stop"
+    assert lifecycle.stop_result is None, "nothing was left to stop"
+    assert statuses(lifecycle) == [*STARTED, S.STOPPING, S.SUCCEEDED]
     run = RunStore().get(lifecycle.run_id)
     assert run.stop_requested and run.status == "succeeded"
     assert processes_of(lifecycle.run_id) == []
@@ -195,7 +201,7 @@ def test_an_error_in_the_owner_kills_the_ranks_and_fails_the_run_with_that_error
             raise RuntimeError("the dashboard broke")
     assert lifecycle.outcome.status is RunStatus.FAILED
     assert lifecycle.outcome.error == "test error: RuntimeError: the dashboard broke"
-    assert lifecycle.states == [*STARTED, S.STOPPING, S.ENDED]
+    assert statuses(lifecycle) == [*STARTED, S.FAILED]
     assert RunStore().get(lifecycle.run_id).error == lifecycle.outcome.error
     assert processes_of(lifecycle.run_id) == []
 
@@ -206,7 +212,7 @@ def test_a_stop_before_the_start_starts_nothing(tmp_path):
     assert lifecycle.start() is False and lifecycle.handle is None
     outcome = lifecycle.end()
     assert (outcome.status, outcome.exit_code, outcome.error) == (RunStatus.STOPPED, None, "stopped before it started")
-    assert lifecycle.states == [S.REGISTERED, S.QUEUED, S.ENDED]
+    assert statuses(lifecycle) == [S.QUEUED, S.STOPPED]
     assert [e["status"] for e in events_of(lifecycle) if e["kind"] == "end"] == ["stopped"]
 
 

@@ -190,7 +190,7 @@ def test_bad_paging_values_in_the_jobs_magic_are_one_usage_error(ip, line, words
 def test_a_long_history_is_listed_a_page_at_a_time_and_says_what_it_left_out(ip, capsys):
     """`--all` shows the 100 newest finished runs (as quick at 5000 runs as at 50) and says how
     many it left out; --limit asks for more."""
-    from jiyu_magics.core.store.run_store import Run, new_run_id
+    from jiyu_magics.core.store.run_row import Run, new_run_id
 
     store, now = RunStore(), time.time()
     store.restore(

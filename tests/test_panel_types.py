@@ -1,26 +1,30 @@
-"""The panel's TypeScript types cannot drift from the Python side: ``labextension/src/types.ts``
-is parsed and compared with the JSON Schema generated from ``Run``, ``RunSummary`` and the
-enums (``jiyu_magics.server.rest_schema``), and that schema is checked against what the real
-server sends."""
+"""The panel's TypeScript types cannot drift from the Python side: ``labextension/src/
+api.generated.ts`` is generated from the REST API's JSON Schema (itself generated from
+``RunRecord``, ``RunSummary``, ``RunGpu``, the enums and the event fields) by
+json-schema-to-typescript, and the test generates it again and compares; the TypeScript
+compiler then checks every use of it (``make setup``'s build). The schema is checked against
+what the real server sends."""
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import jsonschema
 import pytest
 
-from jiyu_magics.core.runs.model import ACTIVE, EventKind, RunKind, RunStatus
+from jiyu_magics.core.runs.model import ACTIVE, RunStatus
 from jiyu_magics.server.rest_schema import api_schema
 
 from .conftest import ROOT
 from .server_fixtures import body, live_run, server_config, training_events
-from .ts_types import SchemaTypes, TsTypes, disagreements
 
-TYPES_TS = ROOT / "labextension" / "src" / "types.ts"
-MIRRORED = ("Run", "RunSummary", "RunGpu")  # $defs/X is the panel's interface IX
+LABEXT = ROOT / "labextension"
+GENERATED = LABEXT / "src" / "api.generated.ts"
+NODE_MODULES = LABEXT / "node_modules"
 
 
 @pytest.fixture
@@ -28,52 +32,50 @@ def jp_server_config():
     return server_config()
 
 
-def all_disagreements(schema: dict, ts_text: str) -> list[str]:
-    return [line for name in MIRRORED for line in disagreements(SchemaTypes(schema), TsTypes.parse(ts_text), name)]
+def generate(schema: dict, tmp_path: Path) -> str:
+    """The TypeScript json-schema-to-typescript writes for ``schema``, as ``make api-types`` does."""
+    if not (NODE_MODULES / "json-schema-to-typescript").is_dir():
+        jlpm = Path(sys.executable).with_name("jlpm")
+        env = {**os.environ, "PATH": os.pathsep.join([str(jlpm.parent), os.environ.get("PATH", "")])}
+        installed = subprocess.run(
+            [str(jlpm), "install", "--immutable"], cwd=LABEXT, env=env, capture_output=True, text=True, timeout=600
+        )
+        assert installed.returncode == 0, installed.stdout + installed.stderr
+    source, out = tmp_path / "schema.json", tmp_path / "api.ts"
+    source.write_text(json.dumps(schema))
+    done = subprocess.run(
+        ["node", "scripts/api-types.mjs", str(source), str(out)],
+        cwd=LABEXT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return out.read_text()
 
 
-def test_the_run_interfaces_match_the_python_schema():
-    assert all_disagreements(api_schema(), TYPES_TS.read_text()) == []
+def test_the_committed_types_are_what_the_schema_generates(tmp_path):
+    assert GENERATED.read_text() == generate(api_schema(), tmp_path), "stale: run `make api-types`"
 
 
-def test_the_status_kind_and_event_unions_match_the_enums():
-    ts = TsTypes.parse(TYPES_TS.read_text())
-    for enum in (RunStatus, RunKind, EventKind):
-        assert ts.literals(enum.__name__) == set(enum.values()), enum.__name__
-    assert ts.array_literals("ACTIVE_STATUSES") == [status.value for status in ACTIVE]
-
-
-def test_a_change_on_either_side_is_caught():
-    """The check is real: a rename, an optional marker or a narrowed union in types.ts, and a
-    renamed or retyped field in the Python schema, each show up as a disagreement."""
-    text = TYPES_TS.read_text()
-    edits = {
-        "  exit_code: number | null;": "  exitCode: number | null;",
-        "  val_acc: number | null;": "  val_acc?: number | null;",
-        "| 'stopped' | 'lost';": "| 'stopped';",
-    }  # the union as prettier writes it (one line)
-    for old in edits:
-        assert text.count(old) == 1, old
-    assert all_disagreements(api_schema(), text.replace(*list(edits.items())[0])) == [
-        "IRun.exitCode: only in types.ts",
-        "IRun.exit_code: only in Python",
-    ]
-    assert all_disagreements(api_schema(), text.replace(*list(edits.items())[1])) == [
-        "IRunSummary.val_acc: optional in types.ts only"
-    ]
-    narrowed = all_disagreements(api_schema(), text.replace(*list(edits.items())[2]))
-    assert narrowed and all(line.startswith(("IRun.status:", "IRunSummary.end_status:")) for line in narrowed)
-
+def test_a_change_on_the_python_side_changes_the_generated_types(tmp_path):
+    """The check is real: a renamed field and a new status each show in the generated file."""
     schema = api_schema()
     run = schema["$defs"]["Run"]
     run["properties"]["exit_status"] = run["properties"].pop("exit_code")
     run["required"] = [("exit_status" if key == "exit_code" else key) for key in run["required"]]
-    schema["$defs"]["RunSummary"]["properties"]["step"] = {"type": "string"}
-    assert all_disagreements(schema, text) == [
-        "IRun.exit_code: only in types.ts",
-        "IRun.exit_status: only in Python",
-        "IRunSummary.step: Python string, types.ts null | number",
-    ]
+    schema["$defs"]["RunStatus"]["enum"].append("paused")
+    text = generate(schema, tmp_path)
+    assert "exit_status: number | null;" in text and "exit_code:" not in text.split("export interface Run {")[1]
+    assert "'paused'" in text and text != GENERATED.read_text()
+
+
+def test_the_status_words_and_the_active_ones_are_the_enums():
+    text = GENERATED.read_text()
+    for status in RunStatus:
+        assert f"'{status.value}'" in text.split("export type RunStatus =")[1].split(";")[0]
+    active = text.split("export type ActiveStatus =")[1].split(";")[0]
+    assert [word.strip(" '\n|") for word in active.split("|") if word.strip(" '\n|")] == [s.value for s in ACTIVE]
 
 
 def test_the_schema_module_writes_the_schema(tmp_path):

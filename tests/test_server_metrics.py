@@ -72,7 +72,8 @@ async def test_a_scrape_does_not_call_lost_a_run_whose_owner_lives(jp_fetch):
     assert value(found, "jiyu_runs", status="running") == 1
     assert all(s.value == 0 for s in found["jiyu_runs"] if s.labels["status"] == "lost")
     listed = json.loads((await jp_fetch("jiyu", "api", "runs")).body)
-    assert [(r["id"], r["status"], r["owner_pid"]) for r in listed["runs"]] == [(run.id, "running", run.pid)]
+    assert [(r["id"], r["status"]) for r in listed["runs"]] == [(run.id, "running")]
+    assert "owner_pid" not in listed["runs"][0], "the owner stays the store's business"
 
 
 @pytest.mark.driverless

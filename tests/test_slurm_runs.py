@@ -15,7 +15,8 @@ import pytest
 from jiyu_magics import jobs
 from jiyu_magics.core.events.log import read_events, summarize
 from jiyu_magics.core.runs.files import RunFiles
-from jiyu_magics.core.store.run_store import Run, RunStore
+from jiyu_magics.core.store.run_row import Run
+from jiyu_magics.core.store.run_store import RunStore
 from jiyu_magics.jobs.backends.slurm import commands as slurm_commands
 
 from .cli_runner import jiyu

@@ -6,8 +6,12 @@ import time
 
 import pytest
 
+from jiyu_magics.core.processes.info import process_start_time
+from jiyu_magics.core.runs.model import RunStatus
+from jiyu_magics.core.runs.states import TransitionRefused, ended_as
 from jiyu_magics.core.store.database import SCHEMA_VERSION
-from jiyu_magics.core.store.run_store import RunStore, UnknownRun, process_start_time
+from jiyu_magics.core.store.run_row import UnknownRun
+from jiyu_magics.core.store.run_store import RunStore
 
 
 @pytest.fixture
@@ -29,13 +33,18 @@ def test_create_get_update_finish(store):
 def test_first_final_status_wins(store):
     run = store.create("job", status="running", pid=subprocess.os.getpid(), pid_started=None)
     store.finish(run.id, "failed", exit_code=1, error="boom")
-    assert store.finish(run.id, "succeeded").status == "failed"
+    with pytest.raises(TransitionRefused, match="is failed: it cannot become succeeded"):
+        store.finish(run.id, "succeeded")
+    assert (store.get(run.id).status, store.get(run.id).error) == ("failed", "boom")
 
 
-def test_stop_requested_turns_a_signal_exit_into_stopped(store):
+def test_a_stop_request_turns_a_running_run_stopping_and_a_failure_after_it_is_stopped(store):
     run = store.create("job", status="running", pid=subprocess.os.getpid())
-    store.request_stop(run.id)
-    assert store.finish(run.id, "failed", exit_code=-15).status == "stopped"
+    assert store.request_stop(run.id).status == "stopping"
+    said = ended_as(RunStatus.FAILED, store.get(run.id).stop_requested)  # the one stop rule
+    assert store.finish(run.id, said, exit_code=-15).status == "stopped"
+    queued = store.create("job", pid=subprocess.os.getpid())
+    assert store.request_stop(queued.id).status == "queued"  # its owner ends it: nothing started
 
 
 def test_resolve_by_unique_prefix(store):
@@ -54,9 +63,15 @@ def test_a_dead_process_makes_its_run_lost(store):
     assert store.list(include_finished=False)[0].status == "running"
     child.kill()
     child.wait()
-    assert store.get(run.id).status == "running"  # nothing reconciled yet
+    assert store.stored(run.id).status == "running"  # nothing recorded: reading writes nothing
     listed = {r.id: r for r in store.list()}
     assert listed[run.id].status == "lost" and "ended without reporting" in listed[run.id].error
+    assert listed[run.id].derived and store.get(run.id).status == "lost"
+    assert store.stored(run.id).status == "running"
+    assert store.record_lost(every=0) == [run.id]  # a run owner's upkeep records it
+    stored = store.stored(run.id)
+    assert (stored.status, stored.derived) == ("lost", False)
+    assert store.history(run.id)[-1] == ("running", "lost", "its processes are gone")
 
 
 def ended_process() -> tuple[int, float]:
@@ -85,7 +100,7 @@ def test_a_run_stays_running_while_its_owner_lives_after_its_recorded_process_en
             owner_pid=kernel.pid,
             owner_started=process_start_time(kernel.pid),
         )
-        assert store.reconcile() == []
+        assert store.record_lost(every=0) == []
         assert store.list()[0].status == "running" and store.resolve(run.id).status == "running"
         assert store.count_by_status() == {"running": 1}
         assert RunStore(store.path).get(run.id).owner_pid == kernel.pid  # the column, read back
@@ -119,7 +134,7 @@ def test_recycled_pid_is_not_mistaken_for_the_run(store):
 
 
 def test_list_orders_newest_first_and_filters_active(store):
-    old = store.create("kernel")
+    old = store.create("kernel", status="running")
     store.finish(old.id, "succeeded")
     new = store.create("kernel", status="running", pid=subprocess.os.getpid())
     store.update(new.id, pid_started=None)
@@ -130,11 +145,15 @@ def test_list_orders_newest_first_and_filters_active(store):
 def test_bad_fields_are_rejected(store):
     with pytest.raises(ValueError, match="unknown run kind"):
         store.create("cronjob")
+    with pytest.raises(ValueError, match="a run cannot be born 'succeeded'"):
+        store.create("job", status="succeeded")
     run = store.create("job")
-    with pytest.raises(ValueError, match="unknown status"):
-        store.update(run.id, status="exploded")
+    with pytest.raises(ValueError, match="only through RunStore.transition"):
+        store.update(run.id, status="failed")
     with pytest.raises(UnknownRun):
-        store.update("deadbeef", status="failed")
+        store.update("deadbeef", name="x")
+    with pytest.raises(UnknownRun):
+        store.transition("deadbeef", {RunStatus.QUEUED}, RunStatus.STARTING, "test")
 
 
 def test_a_stop_request_carries_its_grace(store):
@@ -169,15 +188,5 @@ def test_a_version_1_store_is_migrated_in_place(tmp_path):
     assert old.gpus == []  # the lease table exists, empty
     assert old.stalled_since is None and not old.stalled
     assert (old.owner_pid, old.owner_started) == (None, None)
-    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 7
-
-
-def test_one_caller_per_interval_polls_a_scheduler(store):
-    """Kernels, the CLI and the server all ask about a Slurm run; the store lets one of them
-    ask Slurm per interval."""
-    run = store.create("job", backend="slurm")
-    other = RunStore(store.path)  # another process's connection to the same file
-    assert store.claim_poll(run.id, every=60) is True
-    assert other.claim_poll(run.id, every=60) is False and store.claim_poll(run.id, every=60) is False
-    assert other.claim_poll(run.id, every=0) is True
-    assert store.get(run.id).polled is not None
+    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 8
+    assert migrated.history("abcd1234") == []  # the transitions table exists; the run predates it

@@ -15,8 +15,10 @@ from nbformat.v4 import new_code_cell, new_notebook
 from tornado.httpclient import HTTPClientError
 
 from jiyu_magics.core.events.log import EventLog
+from jiyu_magics.core.processes.info import process_start_time
 from jiyu_magics.core.runs.files import RunFiles, store_path
-from jiyu_magics.core.store.run_store import RECORD_FILE, RunStore, process_start_time
+from jiyu_magics.core.store.run_row import RECORD_FILE
+from jiyu_magics.core.store.run_store import RunStore
 
 from .cli_runner import jiyu
 from .server_fixtures import server_config

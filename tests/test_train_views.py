@@ -314,7 +314,7 @@ def test_one_status_palette_in_the_panel_the_tables_and_the_summary():
     import re
 
     from jiyu_magics.core.runs.model import RunStatus
-    from jiyu_magics.core.store.run_store import Run
+    from jiyu_magics.core.store.run_row import Run
     from jiyu_magics.views.run_table import render_html
     from jiyu_magics.views.status_palette import status_colour
 

@@ -9,7 +9,7 @@ from .usage_commands import since_time
 
 
 def add_commands(commands) -> None:
-    from ..jobs.submit_options import PARAM_OPTIONS, SUBMIT_OPTIONS
+    from ..jobs.submit_options import PARAM_OPTIONS, argument_specs
 
     p = commands.add_parser(
         "submit",
@@ -19,7 +19,7 @@ def add_commands(commands) -> None:
         "prints the run id at once.",
     )
     p.add_argument("notebook", help="the .ipynb to run")
-    for flags, options in SUBMIT_OPTIONS:
+    for flags, options in argument_specs():
         p.add_argument(*flags, **options)
     p.set_defaults(handler=run_submit)
 
@@ -110,10 +110,10 @@ def _job_errors(func):
 @_job_errors
 def run_submit(args: argparse.Namespace) -> int:
     from .. import jobs
-    from ..jobs.submit_options import submit_kwargs
+    from ..jobs.submit_options import SubmitOptions
     from ..views.run_table import submitted_message
 
-    run = jobs.submit(args.notebook, **submit_kwargs(args))
+    run = jobs.submit(args.notebook, SubmitOptions.from_args(args))
     print(submitted_message(run, control="jiyu {action} {id}", notes=jobs.submit_notes(run)))
     return 0
 
@@ -122,11 +122,12 @@ def run_submit(args: argparse.Namespace) -> int:
 def run_jobs(args: argparse.Namespace) -> int:
     from .. import jobs
     from ..views import run_table as view
+    from ..views.run_record import cli_record
     from . import print_json
 
     page = jobs.list_page(include_finished=args.all, limit=args.limit, since=args.since)
     if args.json:
-        print_json([{**r.to_dict(), "display": view.row(r)} for r in page.runs])
+        print_json([{**cli_record(r), "display": view.row(r)} for r in page.runs])
     else:
         print(view.render_text(page.runs, args.all))
         note = view.page_note(len(page.runs), page.total)
@@ -141,7 +142,7 @@ def run_logs(args: argparse.Namespace) -> int:
     from ..jobs import run_logs as logs
 
     run = jobs.resolve(args.id)
-    text, offset = logs.tail(run.id, args.tail)
+    text, offset = logs.tail(run.id, args.tail, logs.derived_end(run))
     sys.stdout.write(text)
     sys.stdout.flush()
     if args.follow:

@@ -31,7 +31,8 @@ def add_commands(commands) -> None:
 def run_plot(args: argparse.Namespace) -> int:
     from ..core.events.log import read_events
     from ..core.runs.files import RunFiles
-    from ..core.store.run_store import RunStore, UnknownRun
+    from ..core.store.run_row import UnknownRun
+    from ..core.store.run_store import RunStore
     from ..views.loss_plot import events_loss_png
     from . import CliError
 

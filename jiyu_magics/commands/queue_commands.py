@@ -22,6 +22,7 @@ def add_commands(commands) -> None:
 def run_queue(args: argparse.Namespace) -> int:
     from .. import jobs
     from ..views import queue_table as view
+    from ..views.run_record import cli_record
     from . import CliError, print_json
 
     try:
@@ -33,7 +34,7 @@ def run_queue(args: argparse.Namespace) -> int:
     except jobs.JobError as error:
         raise CliError(str(error)) from None
     if args.json:
-        print_json([run.to_dict() for run in queued])
+        print_json([cli_record(run) for run in queued])
     else:
         print(view.render_text(queued))
     return 0

@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 
 from .events.log import read_events
 from .runs.files import RunFiles
-from .store.run_store import Run, RunStore
+from .store.run_row import Run
+from .store.run_store import RunStore
 
 OPTIONS = ("epochs", "total_steps", "batch_size", "accum", "amp", "device", "strategy", "nproc")
 

@@ -7,8 +7,9 @@ the server, the CLI and the magics all call these functions.
     jobs.stop(run.id)
 
 Launchers hand a run to ``RunLifecycle`` (its one owner: start, follow, stop, final status,
-record); runs a scheduler holds (Slurm, Kubernetes) are brought up to date by whoever asks
-(``follow_scheduled``, called by ``list_runs``/``resolve`` and the server). Built on
+record); runs a scheduler holds (Slurm, Kubernetes) are followed by the host's scheduler
+follower. Listings and ``resolve`` only read; ``upkeep`` is the explicit step in which run
+owners record what the readers derive (lost runs) and keep the follower running. Built on
 ``export_notebook`` / ``export_history`` (the exporter) and ``Launch`` (torchrun as a child
 process group with per-rank status and a verified stop).
 """
@@ -39,12 +40,12 @@ _HOMES = {
     "Launch": ".process.torchrun_launch",
     "parse_lines": ".export.params",
     "parse_pairs": ".export.params",
-    "follow_scheduled": ".scheduled_runs",
+    "upkeep": ".upkeep",
     "SubmitNotes": ".submit",
     "submit": ".submit",
     "submit_notes": ".submit",
 }
-_ORIGINAL_NAMES = {"follow_scheduled": "follow"}
+_ORIGINAL_NAMES: dict[str, str] = {}
 
 if TYPE_CHECKING:
     from .export.notebook_export import ExecutedCell, Export, export_history, export_notebook
@@ -53,8 +54,8 @@ if TYPE_CHECKING:
     from .lifecycle import RunLifecycle
     from .process.torchrun_launch import Launch
     from .run_control import StopReport, list_page, list_runs, move_to_top, queued_runs, resolve, stop, stop_report
-    from .scheduled_runs import follow as follow_scheduled
     from .submit import SubmitNotes, submit, submit_notes
+    from .upkeep import upkeep
 
 
 def __getattr__(name: str):
@@ -86,5 +87,5 @@ __all__ = [
     "parse_pairs",
     "SubmitNotes",
     "submit_notes",
-    "follow_scheduled",
+    "upkeep",
 ]

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from ..core.events.fold import RunState
 from ..core.runs.model import EventKind, RunStatus
+from ..core.runs.states import ended_as
 
 OWNER_SOURCE = "lifecycle"  # marks the events the run's owner wrote, not rank 0
 OWNER_SOURCES = (OWNER_SOURCE, "supervisor")  # "supervisor": logs written before the lifecycle existed
@@ -50,7 +51,7 @@ def final_status(
             return RunStatus.STOPPED
         said = fit_end_status(events)
         return RunStatus(said) if said in (RunStatus.SUCCEEDED, RunStatus.STOPPED) else RunStatus.SUCCEEDED
-    return RunStatus.STOPPED if stop_requested else RunStatus.FAILED
+    return ended_as(RunStatus.FAILED, stop_requested)
 
 
 def decide(
@@ -65,7 +66,9 @@ def decide(
     owner's own failure) for a failure, where it stopped for a stop, nothing for a success."""
     status = final_status(exit_code, stop_requested, events, ranks_stopped)
     if status is RunStatus.FAILED:
-        error = error_line or (f"torchrun exited with code {exit_code}" if exit_code is not None else "failed")
+        error = error_line or (
+            f"torchrun exited with code {exit_code}" if exit_code is not None else RunStatus.FAILED.value
+        )
     elif status is RunStatus.STOPPED:
         error = stop_line(events) if started else STOPPED_BEFORE_START
     else:

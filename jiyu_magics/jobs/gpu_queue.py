@@ -2,8 +2,9 @@
 start, and what the ranks then see.
 
 The owner (a job's supervisor, a kernel's ``%%train --nproc``) calls ``try_place`` until it
-returns a ``Grant``. Each call first lets the store mark runs whose owner died ``lost`` (their
-leases end with them, so the queue moves on), then, only when the run is first in line, reads
+returns a ``Grant``. Each call first lets the store record ``lost`` the runs whose owner died
+(``RunStore.record_lost``, every few seconds: their leases end with them, so the queue moves
+on), then, only when the run is first in line, reads
 the GPUs through NVML and asks the store for leases on the usable ones (see
 ``core.gpu_leases`` for the rules). The ranks get ``CUDA_VISIBLE_DEVICES`` set to exactly the
 leased GPUs (by UUID, so CUDA's own enumeration order cannot map ``cuda:N`` elsewhere); a run
@@ -18,8 +19,10 @@ from dataclasses import dataclass, field
 
 from ..core.gpu import snapshot as gpu
 from ..core.gpu.owners import Attribution
+from ..core.runs.model import RunStatus
 from ..core.store.leases import Lease
-from ..core.store.run_store import Run, RunStore
+from ..core.store.run_row import Run
+from ..core.store.run_store import RunStore
 from .job_error import JobError
 
 CPU_LIMIT_ENV = "JIYU_MAX_CPU_JOBS"
@@ -62,9 +65,10 @@ class GpuQueue:
 
     def try_place(self, run_id: str) -> Grant | None:
         """The run's grant if it may start now, else None (not its turn, or too few GPUs)."""
-        active = self.store.list(include_finished=False)  # reconciles: dead owners free their GPUs
+        self.store.record_lost()  # a queued run's owner writes: dead runs end, their GPUs with them
+        active = [r for r in self.store.list(include_finished=False) if r.active]
         run = next((r for r in active if r.id == run_id), None)
-        if run is None or run.status != "queued":
+        if run is None or run.status != RunStatus.QUEUED:
             return None
         if run.gpus_requested is None:
             return Grant()

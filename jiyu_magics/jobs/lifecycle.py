@@ -10,16 +10,18 @@ process; both go through the same steps, so a run ends the same way whoever star
         lifecycle.wait()             # or poll lifecycle.running() while showing a dashboard
         outcome = lifecycle.end()
 
-States: registered → queued → starting → running → (stopping) → ended. A run waits in
-``queued`` until its placement grants it a place (locally: GPU leases from the run store's
-queue, ``gpu_queue``); a stop request while it waits ends it ``stopped`` and nothing starts.
-Where the ranks run is the placement's business (``rank_placement``); stopping is the one
-procedure of ``process_tree.stop_run``; the final status is the one rule of ``final_status``.
-The owner records the end (event log, then run row); its leases end in the same transaction
-as the run row, and nothing else records while the owner lives. The row names the owner
-(``owner_pid``: the kernel, the supervisor) apart from the process it records (``pid``: the
-supervisor, or torchrun once a kernel's ranks start, which ``jiyu stop`` spares and waits
-for): a kernel is never signalled, and a listing marks the run lost only once both are gone.
+The run goes through the states of the one state machine (``core.runs.states``), each move
+written through the store's guarded writer: queued → starting → running → (stopping) → an end.
+A run waits in ``queued`` until its placement grants it a place (locally: GPU leases from the
+run store's queue, ``gpu_queue``, which turn it ``starting`` in the lease's transaction); a
+stop request while it waits ends it ``stopped`` and nothing starts. Where the ranks run is the
+placement's business (``rank_placement``); stopping is the one procedure of
+``process_tree.stop_run``; the final status is the one rule of ``final_status``. The owner
+records the end (event log, then run row, in one transaction; its leases end there too). The
+row names the owner (``owner_pid``: the kernel, the supervisor) apart from the process it
+records (``pid``: the supervisor, or torchrun once a kernel's ranks start, which ``jiyu stop``
+spares and waits for): a kernel is never signalled, and a run shows lost only once both are
+gone.
 
 A scheduler's placement (Slurm, Kubernetes) grants at once and submits in ``start``; the
 scheduler then holds the run, so no owner process waits on it: whoever asks about the run
@@ -41,12 +43,14 @@ import os
 import threading
 import time
 from collections.abc import Callable, Mapping
-from enum import Enum
 
 from ..core.events.log import EventLog, read_events
+from ..core.processes.info import process_start_time
 from ..core.runs.files import RunFiles
 from ..core.runs.model import RunStatus
-from ..core.store.run_store import Run, RunStore, process_start_time
+from ..core.runs.states import TransitionRefused
+from ..core.store.run_row import Run
+from ..core.store.run_store import RunStore
 from .final_status import Outcome, closing_events, decide
 from .gpu_queue import Grant
 from .launch_spec import LaunchSpec
@@ -54,24 +58,12 @@ from .process import process_tree as processes
 from .process import rank_records
 from .process.error_line import one_line
 from .process.process_tree import StopResult
-from .rank_placement import LocalProcessGroup, Phase, RankHandle, RankPlacement
+from .rank_placement import LocalProcessGroup, RankHandle, RankPlacement
 from .stall_watch import StallWatch
 
 STORE_CHECK_S = 2.0  # how often the run row is read for a stop request that came without a signal
 POLL_S = 0.5
 DEFAULT_STOP_GRACE_S = 10.0
-
-
-class LifecycleState(str, Enum):
-    REGISTERED = "registered"  # the run row exists
-    QUEUED = "queued"  # waiting for its place: GPU leases, or a CPU job slot
-    STARTING = "starting"  # the placement is starting the ranks
-    RUNNING = "running"
-    STOPPING = "stopping"  # the stop procedure is under way: ranks checkpoint and exit
-    ENDED = "ended"  # the final status is recorded
-
-    def __str__(self) -> str:
-        return self.value
 
 
 class RunLifecycle:
@@ -97,7 +89,6 @@ class RunLifecycle:
         self.files = RunFiles.of(run_id).create()
         self.placement = placement or LocalProcessGroup()
         self.owner, self.recorded_pid, self.announce = owner, recorded_pid, announce
-        self.states = [LifecycleState.REGISTERED]
         self.handle: RankHandle | None = None
         self.grant: Grant | None = None
         self.stop_requested = False
@@ -149,12 +140,9 @@ class RunLifecycle:
         return cls(run_id, LaunchSpec.load(RunFiles.of(run_id)), **options)
 
     @property
-    def state(self) -> LifecycleState:
-        return self.states[-1]
-
-    def _enter(self, state: LifecycleState) -> None:
-        if state is not self.state:
-            self.states.append(state)
+    def status(self) -> RunStatus:
+        """The run's status as stored (the one state machine's; this owner keeps no copy)."""
+        return self.store.stored(self.run_id).status
 
     # -- start and follow ----------------------------------------------------------------------
     def start(
@@ -166,11 +154,11 @@ class RunLifecycle:
         """Waits in ``queued`` for a place (``on_wait`` hears each new line saying why), then
         starts the ranks on ``files.script`` with ``env`` added to this process's environment.
         False when a stop request (or ``stop_wanted()``) came first: then nothing starts."""
-        self._enter(LifecycleState.QUEUED)
         if not self._wait_for_place(stop_wanted, on_wait):
             return False
-        self._enter(LifecycleState.STARTING)
-        run = self.store.get(self.run_id)
+        run = self.store.stored(self.run_id)
+        if run.status is RunStatus.QUEUED:  # no lease to take (a scheduler's place, no GPU wanted)
+            run = self.store.transition(self.run_id, {RunStatus.QUEUED}, RunStatus.STARTING, "its place was granted")
         self.handle = self.placement.start(
             self.run_id, self.files.script, self.spec, cwd=run.cwd, env=env, grant=self.grant
         )
@@ -179,43 +167,46 @@ class RunLifecycle:
             return True
         self.store.mark_running(self.run_id, pid=self.recorded_pid or self.handle.pid, pgid=self.handle.pgid)
         self.stall_watch = StallWatch(self.run_id, self.store, self.spec.stall_timeout)
-        self._enter(LifecycleState.RUNNING)
         return True
 
     def follow(self) -> Run:
         """One look at a run a scheduler holds: its state there recorded in the row (queued
         with the scheduler's reason, running) and, once the job ended, its end by the one rule.
         Called by whoever shows the run (``jobs.scheduled_runs``), at most every few seconds."""
-        run = self.store.get(self.run_id)
+        run = self.store.stored(self.run_id)
         if not run.active:
             return run
         self.handle = self.handle or self.placement.attach(run)
         state = self.handle.state()
         run = self._record(run, state)
-        if state.phase is Phase.ENDED:
+        if state.over:
             self.stop_requested |= state.cancelled  # a scancel / kubectl delete by anyone is a stop
             self.end(lost=state.lost)
-            run = self.store.get(self.run_id)
+            run = self.store.stored(self.run_id)
         return run
 
     def _record(self, run: Run, state) -> Run:
         """The scheduler's word in the row (written only when it changed): its id for the job,
         when the job started, and queued with its reason, or running."""
         changes = {"scheduler_id": self.handle.scheduler_id, "started": run.started or state.started}
-        if state.phase is Phase.RUNNING:
-            changes.update(status=RunStatus.RUNNING.value, queue_reason=None, started=changes["started"] or time.time())
-            self._enter(LifecycleState.RUNNING)
-        elif state.phase is Phase.QUEUED:
-            changes.update(status=RunStatus.QUEUED.value, queue_reason=state.reason)
-            self._enter(LifecycleState.QUEUED)
-        if any(getattr(run, name) != value for name, value in changes.items()):
-            run = self.store.update(self.run_id, **changes)
-        return run
+        target = None
+        if state.status is RunStatus.RUNNING:
+            changes.update(queue_reason=None, started=changes["started"] or time.time())
+            target = RunStatus.RUNNING
+        elif state.status is RunStatus.QUEUED:
+            changes.update(queue_reason=state.reason)
+            target = RunStatus.QUEUED
+        changes = {name: value for name, value in changes.items() if getattr(run, name) != value}
+        following = {RunStatus.QUEUED, RunStatus.STARTING, RunStatus.RUNNING}  # a stop under way stays stopping
+        if target is not None and target != run.status and run.status in following:
+            reason = f"its {run.backend} job is {target} there"
+            return self.store.transition(self.run_id, following, target, reason, **changes)
+        return self.store.update(self.run_id, **changes) if changes else run
 
     def _wait_for_place(self, stop_wanted: Callable[[], bool], on_wait: Callable[[str], None] | None) -> bool:
         said = None
         while True:
-            run = self.store.get(self.run_id)
+            run = self.store.stored(self.run_id)
             self.stop_requested |= run.stop_requested or stop_wanted()
             if self.stop_requested or run.status != RunStatus.QUEUED:
                 return False
@@ -263,7 +254,7 @@ class RunLifecycle:
         """The owner's stop (Stop button, interrupt, a signal to the supervisor): recorded in
         the run row, then SIGTERM, SIGKILL after the grace, on a thread, so the caller keeps
         showing the ranks checkpoint and exit. A second request changes nothing: see ``kill``."""
-        if not self.store.get(self.run_id).stop_requested:
+        if not self.store.stored(self.run_id).stop_requested:
             self.store.request_stop(self.run_id, grace if grace is not None else self.stop_grace)
         self._send_stop(grace)
 
@@ -271,15 +262,13 @@ class RunLifecycle:
         """No more waiting (a second interrupt, or the owner failing): SIGKILL what is left."""
         if self.handle is None:
             return
-        if self.state is LifecycleState.RUNNING:
-            self._enter(LifecycleState.STOPPING)
         self.handle.stop(grace=0)
 
     def _honour_stored_stop(self) -> None:
         if self._stopper is not None or time.monotonic() - self._store_checked < STORE_CHECK_S:
             return
         self._store_checked = time.monotonic()
-        run = self.store.get(self.run_id)
+        run = self.store.stored(self.run_id)
         if run.stop_requested:
             self._send_stop(run.stop_grace)
 
@@ -288,10 +277,9 @@ class RunLifecycle:
         if grace is not None:
             self.stop_grace = grace
         if self.handle is None and self.placement.scheduled:
-            self.handle = self.placement.attach(self.store.get(self.run_id))
+            self.handle = self.placement.attach(self.store.stored(self.run_id))
         if self._stopper is not None or self.handle is None or self.handle.poll() is not None:
             return
-        self._enter(LifecycleState.STOPPING)
         self._stopper = threading.Thread(
             target=self._stop_handle, args=(self.stop_grace,), name=f"jiyu-stop-{self.run_id}", daemon=True
         )
@@ -318,7 +306,7 @@ class RunLifecycle:
             return self.outcome
         self._leave_nothing_running()
         code = self.handle.wait() if self.handle is not None else None
-        run = self.store.get(self.run_id)
+        run = self.store.stored(self.run_id)
         self.stop_requested |= run.stop_requested
         events, _ = read_events(self.files.events)
         line = error or (self.handle.error_line() if self.handle is not None else None)
@@ -331,8 +319,7 @@ class RunLifecycle:
         )
         if self.announce is not None:
             self.announce(self.outcome)
-        record_end(self.store, self.run_id, self.outcome, events)
-        self._enter(LifecycleState.ENDED)
+        record_end(self.store, self.run_id, self.outcome)
         return self.outcome
 
     def _leave_nothing_running(self) -> None:
@@ -351,7 +338,7 @@ class RunLifecycle:
     def __exit__(self, kind, error, traceback) -> bool:
         """An error in the owner (or an interrupt outside its follow loop) must not leave
         ranks running nor the run ``running``: kill, then end with the owner's error."""
-        if error is None or self.state is LifecycleState.ENDED:
+        if error is None or self.outcome is not None:
             return False
         if isinstance(error, KeyboardInterrupt):
             self.stop_requested = True
@@ -361,28 +348,30 @@ class RunLifecycle:
         return False
 
 
-def record_end(store: RunStore, run_id: str, outcome: Outcome, events: list[dict] | None = None) -> Run:
-    """The end of a run, recorded in one place: the closing events first, then the run row,
-    so whoever sees the final status also finds the whole log."""
-    run = store.get(run_id)
-    if not (run.active or run.status == RunStatus.LOST):
-        return run  # the first final status stands, in the log as in the row
+def record_end(store: RunStore, run_id: str, outcome: Outcome) -> Run:
+    """The end of a run, recorded in one place, in one store transaction: the closing events
+    are appended to the log, then the run row says the end, so whoever sees the final status
+    also finds the whole log. When another writer recorded an end first, its status stands
+    and nothing is written (the log and the row keep agreeing)."""
     files = RunFiles.of(run_id)
-    events = read_events(files.events)[0] if events is None else events
-    added = closing_events(events, outcome)
-    if added:
-        with EventLog(files.events) as log:
-            for kind, fields in added:
-                log.append(kind, **fields)
-    return store.finish(run_id, outcome.status.value, outcome.exit_code, outcome.error)
+
+    def close_log() -> None:
+        added = closing_events(read_events(files.events)[0], outcome)
+        if added:
+            with EventLog(files.events) as log:
+                for kind, fields in added:
+                    log.append(kind, **fields)
+
+    try:
+        return store.finish(run_id, outcome.status, outcome.exit_code, outcome.error, then=close_log)
+    except TransitionRefused:
+        return store.stored(run_id)
 
 
 def record_end_without_owner(store: RunStore, run_id: str, error: str | None = None) -> Run:
     """The end of a run whose owner never came to be or is gone (submit could not hand it
     over, ``jiyu stop`` found no owner to report), by the same rule with no exit code seen:
     stopped when a stop was requested, else failed with ``error``."""
-    run = store.get(run_id)
+    run = store.stored(run_id)
     events = read_events(RunFiles.of(run_id).events)[0]
-    return record_end(
-        store, run_id, decide(None, run.stop_requested, events, error, started=run.started is not None), events
-    )
+    return record_end(store, run_id, decide(None, run.stop_requested, events, error, started=run.started is not None))

@@ -16,10 +16,10 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from enum import Enum
 from typing import Protocol
 
-from ..core.store.run_store import Run
+from ..core.runs.model import RunStatus
+from ..core.store.run_row import Run
 from .gpu_queue import GpuQueue, Grant
 from .launch_spec import LaunchSpec
 from .process.process_tree import StopResult
@@ -51,23 +51,38 @@ class SchedulerUnreachable(Exception):
     down): the run stays as recorded, to be asked again later."""
 
 
-class Phase(str, Enum):
-    QUEUED = "queued"  # the scheduler holds it: pending, held, requeued, nodes booting
-    RUNNING = "running"
-    ENDED = "ended"
-
-
 @dataclass(frozen=True)
 class SchedulerState:
-    """A scheduled job as its scheduler sees it now, in the lifecycle's words."""
+    """A scheduled job as its scheduler sees it now, in the run's own words (``RunStatus``):
+    ``queued`` while it holds the job pending (held, requeued, nodes booting), ``running``, and
+    once it ended ``succeeded`` (it completed), ``failed``, ``stopped`` (someone cancelled it
+    there: a stop request) or ``lost`` (it no longer knows the job and never told its end). The
+    run's final status is still the one rule's (``final_status``), which reads ``exit_code``."""
 
-    phase: Phase
+    status: RunStatus
     reason: str | None = None  # why it is queued, in the scheduler's words (Resources, Priority)
     exit_code: int | None = None  # once ended: the code the final-status rule reads (0: it completed)
-    cancelled: bool = False  # ended because someone cancelled it there: a stop request
     started: float | None = None  # when it started running, if it did
     error: str | None = None  # the scheduler's own line for a failure (a node failed, out of memory)
-    lost: bool = False  # the scheduler no longer knows the job, and never told its end
+
+    @classmethod
+    def ended(
+        cls, exit_code: int | None, *, cancelled: bool = False, started: float | None = None, error: str | None = None
+    ) -> SchedulerState:
+        status = RunStatus.STOPPED if cancelled else RunStatus.SUCCEEDED if exit_code == 0 else RunStatus.FAILED
+        return cls(status, exit_code=exit_code, started=started, error=error)
+
+    @property
+    def over(self) -> bool:
+        return self.status.final
+
+    @property
+    def cancelled(self) -> bool:
+        return self.status is RunStatus.STOPPED
+
+    @property
+    def lost(self) -> bool:
+        return self.status is RunStatus.LOST
 
 
 class ScheduledHandle(RankHandle, Protocol):

@@ -6,7 +6,10 @@ import math
 import time
 from dataclasses import dataclass, field
 
-from ..core.store.run_store import Run, RunStore, UnknownRun, process_alive
+from ..core.processes.info import process_alive
+from ..core.runs.model import RunKind, RunStatus
+from ..core.store.run_row import Run, UnknownRun
+from ..core.store.run_store import RunStore
 from . import scheduled_runs
 from .job_error import JobError
 from .process import process_tree as processes
@@ -15,14 +18,12 @@ SUPERVISOR_REPORT_S = 5.0
 
 
 def resolve(run_id: str, store: RunStore | None = None) -> Run:
-    """A run by id or unique id prefix, as a ``JobError`` when there is none; a run a
-    scheduler holds is brought up to date with it first (at most every few seconds)."""
+    """A run by id or unique id prefix, as readers show it, as a ``JobError`` when there is none."""
     store = store or RunStore()
     try:
-        run = store.resolve(str(run_id))
+        return store.resolve(str(run_id))
     except UnknownRun as error:
         raise JobError(str(error)) from None
-    return scheduled_runs.follow_run(run, store)
 
 
 DEFAULT_PAGE = 100  # finished runs a listing shows unless asked for more: it stays as quick at 5000 runs as at 50
@@ -48,16 +49,14 @@ def list_page(include_finished: bool = False, limit: int | None = None, since: f
 
 def list_runs(include_finished: bool = False, limit: int | None = None, since: float | None = None) -> list[Run]:
     """Runs newest first (active ones only unless ``include_finished``; the ``limit`` newest,
-    created at or after ``since``); runs whose process vanished are reconciled to ``lost``
-    first, and runs a scheduler holds are brought up to date with it."""
-    store = RunStore()
-    scheduled_runs.follow(store)
-    return store.list(include_finished=include_finished, limit=limit, since=since)
+    created at or after ``since``), as readers show them: a run whose processes vanished is
+    ``lost``. Writes nothing."""
+    return RunStore().list(include_finished=include_finished, limit=limit, since=since)
 
 
 def queued_runs() -> list[Run]:
-    """The runs waiting on this host, in the order they will start (dead owners reconciled
-    first, so a vanished supervisor no longer holds a place)."""
+    """The runs waiting on this host, in the order they will start (a run whose owner vanished
+    shows lost and holds no place)."""
     store = RunStore()
     waiting = [r for r in store.list(include_finished=False) if r.queue_position is not None]
     order = {w.run_id: i for i, w in enumerate(store.leases.queue())}
@@ -68,7 +67,7 @@ def move_to_top(run_id: str) -> Run:
     """Moves a queued run ahead of every waiting run (``jiyu queue --top``)."""
     store = RunStore()
     run = resolve(run_id, store)
-    if run.status != "queued":
+    if run.status != RunStatus.QUEUED:
         raise JobError(f"run {run.id} is {run.status}, not queued")
     try:
         store.leases.to_top(run.id)
@@ -111,6 +110,7 @@ def stop_report(run_id: str, grace: float = 10.0) -> StopReport:
     if not 0 <= grace < math.inf:  # inf: a stuck rank would be waited for forever, never killed
         raise JobError(f"--grace {grace!r}: expected a number of seconds >= 0")
     store = RunStore()
+    store.record_lost(every=0)  # a stop writes: a run whose processes are gone is recorded lost first
     run = resolve(run_id, store)
     if not run.active:
         return StopReport(run, processes.stop_run(run.id, None, grace).pids)
@@ -118,7 +118,7 @@ def stop_report(run_id: str, grace: float = 10.0) -> StopReport:
 
 
 def _stop_active(store: RunStore, run: Run, grace: float) -> Run:
-    if run.kind == "kernel":
+    if run.kind == RunKind.KERNEL:
         raise JobError(
             f"run {run.id} trains inside a notebook kernel: interrupt that kernel (or press the "
             "dashboard's Stop button) to stop it"
@@ -130,8 +130,8 @@ def _stop_active(store: RunStore, run: Run, grace: float) -> Run:
     store.request_stop(run.id, grace)
     supervisor = run.pid if process_alive(run.pid, run.pid_started) else None
     kernel = _owning_kernel(run)
-    if run.status == "queued":  # nothing started: its owner leaves the queue and records the stop
-        return _await_final(store, run.id, supervisor, kernel, stop_owner=run.kind == "job")
+    if run.status == RunStatus.QUEUED:  # nothing started: its owner leaves the queue and records the stop
+        return _await_final(store, run.id, supervisor, kernel, stop_owner=run.kind == RunKind.JOB)
     result = processes.stop_run(run.id, supervisor, grace, spare=[pid for pid in (supervisor, kernel) if pid])
     final = _await_final(store, run.id, supervisor, kernel)
     if result.remaining:
@@ -145,7 +145,7 @@ def _owning_kernel(run: Run) -> int | None:
     never signals it. An owner that is also the recorded process is none of that: a job's
     supervisor, rank 0 of the user's own torchrun (it trains; a stop must reach it), or a queued
     ``%%train --nproc`` (its kernel, never stopped as the owner of a queued run: ``stop_owner``)."""
-    if run.kind == "job" or run.owner_pid == run.pid or not process_alive(run.owner_pid, run.owner_started):
+    if run.kind == RunKind.JOB or run.owner_pid == run.pid or not process_alive(run.owner_pid, run.owner_started):
         return None
     return run.owner_pid
 

@@ -7,15 +7,23 @@ import time
 from collections.abc import Callable, Iterator
 
 from ..core.runs.files import RunFiles
+from ..core.runs.model import RunStatus
+from ..core.store import lost_runs
+from ..core.store.run_row import Run
 from ..core.store.run_store import RunStore
-from . import scheduled_runs
 from .job_error import JobError
 
 FOLLOW_POLL_S = 0.5
 CHUNK = 64 * 1024
 
 
-def tail(run_id: str, lines: int | None = None) -> tuple[str, int]:
+def derived_end(run: Run) -> str:
+    """The line a run shown lost but not yet recorded so will end with (``lost_runs.log_line``),
+    shown after its log without writing it; empty for any other run."""
+    return lost_runs.log_line(run.id) if run.derived and run.status == RunStatus.LOST else ""
+
+
+def tail(run_id: str, lines: int | None = None, end: str = "") -> tuple[str, int]:
     """The last ``lines`` lines (all when None) and the byte offset to follow from. A run whose
     folder is gone has no log to show: a ``JobError``, not an empty answer that looks fine."""
     if lines is not None and lines < 0:
@@ -28,8 +36,11 @@ def tail(run_id: str, lines: int | None = None) -> tuple[str, int]:
             size = f.seek(0, os.SEEK_END)
             data = _all(f) if lines is None else _last_lines(f, size, lines)
     except FileNotFoundError:
-        return "", 0
-    return data.decode("utf-8", "replace"), size
+        data, size = b"", 0
+    text = data.decode("utf-8", "replace") + end
+    if lines is not None and end:
+        text = "".join(text.splitlines(keepends=True)[-lines:]) if lines else ""
+    return text, size
 
 
 def _all(f) -> bytes:
@@ -70,14 +81,14 @@ def follow(
     """Chunks of new log text until the run ends (and its last lines are read)."""
     store = store or RunStore()
     while True:
-        store.reconcile()  # a supervisor that vanished must not keep us following forever
-        active = scheduled_runs.follow_run(store.get(run_id), store).active  # a scheduler's job: asked
+        run = store.get(run_id)  # a run whose supervisor vanished reads lost: not followed forever
+        active = run.active
         text, offset = read_from(run_id, offset)
         while text:
             yield text
             text, offset = read_from(run_id, offset)
         if not active:
-            rest = _unterminated_rest(run_id, offset)
+            rest = _unterminated_rest(run_id, offset) + derived_end(run)
             if rest:
                 yield rest
             return

@@ -1,21 +1,17 @@
-"""Runs a scheduler holds (Slurm, Kubernetes), kept up to date by whoever asks about them.
-
-No process of ours waits on a scheduled job. Instead every front-end that shows or follows
-runs (``jiyu jobs``/``logs``/``stop``, ``%jobs``/``%job``, the server's REST and ``/metrics``)
-calls ``follow`` first: for each active scheduled run, one caller per ``POLL_EVERY_S`` across
-all processes sharing the store (``RunStore.claim_poll``) makes the run's lifecycle owner again
-from its row and lets it look at the scheduler once. So the scheduler is asked at most that
-often, however many panels, kernels and shells are watching.
+"""Runs a scheduler holds (Slurm, Kubernetes): their lifecycle owner made again from the row
+(``owner_of``), which the host's follower (``scheduler_follower``) lets look at the scheduler
+every few seconds, and which ``jiyu stop`` uses to cancel one and record its end.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ..core.runs.files import RunFiles
-from ..core.store.run_store import Run, RunStore
+from ..core.store.run_row import Run
+from ..core.store.run_store import RunStore
 from .backends import SCHEDULED_BACKENDS, placement_for
 from .job_error import JobError
 
@@ -24,7 +20,6 @@ if TYPE_CHECKING:  # imported where a scheduled run is followed: a listing of lo
     from .final_status import Outcome
     from .lifecycle import RunLifecycle
 
-POLL_EVERY_S = 3.0
 END_WAIT_S = 60.0  # after a stop, how long the scheduler may take to report the job's end
 END_CHECK_S = 1.0
 
@@ -51,33 +46,6 @@ def owner_of(run: Run, store: RunStore) -> RunLifecycle:
         owner=f"{run.backend} follower",
         announce=log_end(run),
     )
-
-
-def follow(store: RunStore | None = None, runs: Iterable[Run] | None = None, every: float = POLL_EVERY_S) -> None:
-    """Brings the active scheduled runs (all of them, or ``runs``) up to date with their schedulers."""
-    store = store or RunStore()
-    for run in store.list(include_finished=False) if runs is None else runs:
-        if _due(run, every) and store.claim_poll(run.id, every):
-            from .rank_placement import SchedulerUnreachable
-
-            try:
-                owner_of(run, store).follow()
-            except SchedulerUnreachable:
-                continue
-
-
-def _due(run: Run, every: float) -> bool:
-    """Worth claiming (a write) at all: the row read already says whether the time has come."""
-    return scheduled(run) and run.active and (run.polled is None or time.time() - run.polled >= every)
-
-
-def follow_run(run: Run, store: RunStore | None = None, every: float = POLL_EVERY_S) -> Run:
-    """One run brought up to date when its turn to be polled has come; the row as it is now."""
-    store = store or RunStore()
-    if scheduled(run) and run.active:
-        follow(store, [run], every)
-        return store.get(run.id)
-    return run
 
 
 def stop(run: Run, store: RunStore, grace: float) -> Run:

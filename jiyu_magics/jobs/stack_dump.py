@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 from ..core.runs.files import STACK_SIGNAL_NAME, RunFiles
+from ..core.runs.model import RankState
 from .process import rank_records
 
 WAIT_S = 3.0  # for every rank's dump to arrive
@@ -29,7 +30,9 @@ PY_SPY_TIMEOUT_S = 20.0
 def dump_stacks(run_id: str, now: float | None = None) -> Path | None:
     """The folder of this dump, or None when no live rank can be asked (none registered yet)."""
     files = RunFiles.of(run_id)
-    ranks = [r for r in rank_records.read_all(run_id) if r.state == "running" and files.stack_live(r.rank).exists()]
+    ranks = [
+        r for r in rank_records.read_all(run_id) if r.state is RankState.RUNNING and files.stack_live(r.rank).exists()
+    ]
     if not ranks:
         return None
     offsets = {r.rank: files.stack_live(r.rank).stat().st_size for r in ranks}

@@ -8,18 +8,22 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+from ..core.processes.info import process_start_time
 from ..core.runs.files import RunFiles
-from ..core.runs.names import BadRunName, check_run_name
-from ..core.store.run_store import Run, RunStore, process_start_time
+from ..core.store.run_row import Run
+from ..core.store.run_store import RunStore
+from . import scheduler_follower
 from .backends import placement_for
-from .backends.slurm.options import SlurmOptions
 from .export import job_hazards
 from .export.notebook_export import export_notebook
 from .job_error import JobError
 from .launch_spec import LaunchSpec, visible_gpus
 from .lifecycle import RunLifecycle, record_end_without_owner
 from .process import torchrun_command as torchrun
+from .submit_options import SubmitOptions
+from .upkeep import upkeep
 
 EXPORT_NOTES = "export.json"
 # Supervisors this process started: polled now and then so none stays a zombie in a kernel.
@@ -27,65 +31,30 @@ _started: list[subprocess.Popen] = []
 
 
 def submit(
-    notebook: str | os.PathLike,
-    *,
-    nproc: int = 1,
-    nnodes: int = 1,
-    params: dict | None = None,
-    name: str | None = None,
-    max_restarts: int = 0,
-    backend: str = "local",
-    notify: str | None = None,
-    rdzv_endpoint: str | None = None,
-    node_rank: int | None = None,
-    cwd: str | None = None,
-    slurm: dict | None = None,
-    k8s_kind: str | None = None,
-    gpus: int | None = None,
-    priority: int = 0,
-    share: bool = False,
-    stall_timeout: float | None = None,
+    notebook: str | os.PathLike, options: SubmitOptions | None = None, *, cwd: str | None = None, **fields: Any
 ) -> Run:
-    """Exports ``notebook`` (with ``params`` injected after its ``parameters`` cell) and runs it
-    as a torchrun job: ``local`` under a detached supervisor on this machine, ``slurm`` as a
-    batch job (``slurm``: the ``SlurmOptions`` fields, e.g. ``{"time": "2:00:00", "partition":
-    "gpu"}``), ``kubernetes`` as a Kubeflow ``TrainJob`` (``k8s_kind="pytorchjob"``: a
+    """Exports ``notebook`` (with ``options.params`` injected after its ``parameters`` cell) and
+    runs it as a torchrun job: ``local`` under a detached supervisor on this machine, ``slurm``
+    as a batch job, ``kubernetes`` as a Kubeflow ``TrainJob`` (``k8s_kind="pytorchjob"``: a
     ``PyTorchJob``). A scheduler's job is submitted when ``sbatch``/``kubectl`` can reach one,
     else its spec is written with how to submit it. A local run leases ``gpus`` GPUs (default:
     one per process where GPUs are visible, else 0: a CPU job) and waits ``queued`` until they
-    are free, first by ``priority``, then in submission order; ``share`` lets it lease GPUs other
-    sharing runs hold. ``stall_timeout``: the default of the job's ``fit`` calls for flagging
-    it stalled (``core.stall_clock``). Returns the run at once. Raises ``JobError`` (one line) for bad input;
-    nothing is created then."""
-    spec = LaunchSpec(
-        nproc,
-        nnodes,
-        max_restarts,
-        backend,
-        rdzv_endpoint,
-        node_rank,
-        notify,
-        slurm=slurm or None,
-        k8s_kind=k8s_kind,
-        gpus=gpus,
-        priority=priority,
-        share=share,
-        stall_timeout=stall_timeout,
-    ).validated()
-    if backend == "slurm":
-        spec.slurm = SlurmOptions.from_dict(slurm).validated().to_dict()
-    try:
-        name = check_run_name(name)
-    except BadRunName as error:
-        raise JobError(f"--name: {error}") from None
+    are free, first by ``priority``, then in submission order. ``options`` (``SubmitOptions``,
+    as the magic, the CLI and the server parse them) or the same as keyword ``fields``
+    (``submit("train.ipynb", nproc=2, params={"lr": 3e-4})``). Returns the run at once. Raises
+    ``JobError`` (one line) for bad input; nothing is created then."""
+    options = options if options is not None else SubmitOptions.from_fields(**fields)
+    spec = options.launch_spec()
+    name, params, nproc, nnodes, backend = options.name, options.params, spec.nproc, spec.nnodes, spec.backend
     path = _notebook_path(notebook, cwd)
-    export = export_notebook(path, params)
+    export = export_notebook(path, params or None)
     if backend == "local":
         spec = spec.with_gpus(visible_gpus())
     workdir = Path(cwd).expanduser().resolve() if cwd else path.parent
     if not workdir.is_dir():
         raise JobError(f"cwd {workdir}: no such folder")
     store = RunStore()
+    upkeep(store)  # the next submit is a writer: runs whose processes are gone are recorded lost
     queue = spec.queue_fields() if backend == "local" else {}
     run = store.create(
         "job",
@@ -136,6 +105,7 @@ def _hand_over(store: RunStore, run: Run, spec: LaunchSpec, files: RunFiles) -> 
         store.update(run.id, pid=proc.pid, pid_started=started, owner_pid=proc.pid, owner_started=started)
         return
     RunLifecycle(run.id, spec, placement=placement_for(spec.backend), store=store, owner="submit").start()
+    scheduler_follower.ensure_running()  # from here on the follower records what the scheduler says
 
 
 def start_supervisor(run_id: str, cwd: str | None, files: RunFiles) -> subprocess.Popen:

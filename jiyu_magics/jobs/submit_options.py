@@ -1,13 +1,330 @@
-"""The options of ``%submit`` and ``jiyu submit``, defined once so the two never drift apart.
-Flag names follow torchrun's (``--nproc-per-node`` is an alias of ``--nproc``)."""
+"""Every option of a submission (``%submit``, ``jiyu submit``, ``POST /jiyu/api/runs``),
+declared once with its help and its checks, in the style of ``train.fit_options``.
+
+``SubmitOptions`` is the one value the three doors parse into: the magic and the CLI build their
+argparse options from its fields (``argument_specs``: flag names follow torchrun's,
+``--nproc-per-node`` is an alias of ``--nproc``) and read them back with ``from_args``; the
+server reads a JSON body with ``from_request``. ``validated`` checks them all in one place and
+says what is wrong in one line, naming the option as the user wrote it: ``--nproc`` on the
+command line, ``'nproc'`` in a request. The run name rule (``core.runs.names``) and the stall
+timeout rule (``core.events.stall_clock``) are the core's, used here as by ``fit``.
+"""
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
+import shlex
+import shutil
+import typing
+from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
-from .backends.slurm.options import DEFAULT_CHECKPOINT_GRACE_S, DEFAULT_MAX_REQUEUES
+from ..core.events.stall_clock import BadStallTimeout, check_stall_timeout
+from ..core.runs.names import BadRunName, check_run_name
+from .backends.slurm.options import DEFAULT_CHECKPOINT_GRACE_S, DEFAULT_MAX_REQUEUES, SlurmOptions
 from .export.params import parse_pairs, parse_yaml, read_params_file
-from .launch_spec import BACKENDS, K8S_KINDS
+from .job_error import JobError
+from .launch_spec import BACKENDS, K8S_KINDS, LaunchSpec
+
+MAX_PROCESSES = 1024  # per node: far past any machine, small enough that nothing overflows
+MAX_NODES = 4096
+MAX_GPUS = 1024
+MAX_PRIORITY = 10**6
+MAX_RESTARTS = 1000
+SLURM, KUBERNETES = "slurm", "kubernetes"
+
+
+def option(
+    default: Any,
+    help: str,
+    *,
+    flags: tuple[str, ...] | None = None,
+    metavar: str | None = None,
+    choices: tuple[str, ...] | None = None,
+    bounds: tuple[int, int] | None = None,
+    backend: str | None = None,
+    request: bool = False,
+) -> Any:
+    """A ``SubmitOptions`` field and what the doors need of it: its flags (default
+    ``--field-name``), help, bounds for a whole number, the backend it is for, and whether a
+    request (``POST /jiyu/api/runs``) may set it."""
+    meta = dict(
+        help=help, flags=flags, metavar=metavar, choices=choices, bounds=bounds, backend=backend, request=request
+    )
+    if isinstance(default, list):
+        return field(default_factory=list, metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+@dataclass
+class SubmitOptions:
+    nproc: int = option(
+        1,
+        "processes (ranks) per node; one per GPU (default 1)",
+        flags=("--nproc", "--nproc-per-node"),
+        metavar="N",
+        bounds=(1, MAX_PROCESSES),
+        request=True,
+    )
+    nnodes: int = option(1, "nodes (default 1); more needs --rdzv-endpoint", metavar="N", bounds=(1, MAX_NODES))
+    gpus: int | None = option(
+        None,
+        "GPUs per node to lease (default: one per process where GPUs are visible, else 0; 0 runs on the CPU); "
+        "the run waits queued until N GPUs are free, and its ranks see exactly those (CUDA_VISIBLE_DEVICES)",
+        metavar="N",
+        bounds=(0, MAX_GPUS),
+        request=True,
+    )
+    priority: int = option(
+        0,
+        "higher starts first among queued runs; equal priorities start in submission order (default 0)",
+        metavar="P",
+        bounds=(-MAX_PRIORITY, MAX_PRIORITY),
+        request=True,
+    )
+    share: bool = option(
+        False, "may lease GPUs that other --share runs lease too (never one a run holds alone)", request=True
+    )
+    name: str | None = option(None, "a name for the run (default: the notebook's file name)", request=True)
+    max_restarts: int = option(
+        0,
+        "let torchrun restart failed workers K times; each training call resumes from its own last "
+        "checkpoint, and calls that had finished restore their final weights",
+        metavar="K",
+        bounds=(0, MAX_RESTARTS),
+    )
+    backend: str = option(
+        "local",
+        "local: a detached torchrun here; slurm: a batch job (sbatch); kubernetes: a Kubeflow TrainJob "
+        "(kubectl apply). A scheduler's job is submitted when its tool reaches a cluster, else its spec is "
+        "printed with the command to submit it; either way the run is followed in %%jobs / jiyu jobs and "
+        "stopped with jiyu stop",
+        choices=BACKENDS,
+    )
+    stall_timeout: float | None = option(
+        None,
+        "flag the run 'stalled' and dump every rank's stack (jiyu stacks ID) when no optimizer step was "
+        "logged for S seconds while its ranks live; the default of the job's %%%%train/fit calls, which may "
+        "set their own (default: the larger of 10x the median step time and 300; 0: off)",
+        metavar="S",
+        request=True,
+    )
+    notify: str | None = option(None, "run CMD RUN_ID STATUS when the job ends", metavar="CMD")
+    rdzv_endpoint: str | None = option(None, "multi-node rendezvous address (torchrun's)", metavar="HOST:PORT")
+    node_rank: int | None = option(None, "this node's rank (static rendezvous)", metavar="R", bounds=(0, MAX_NODES))
+    # -- each becomes a #SBATCH line of the batch script (backends/slurm/options checks them)
+    time: str | None = option(
+        None,
+        "Slurm: the job's time limit (minutes, HH:MM:SS or D-HH:MM); before it, the ranks checkpoint and "
+        "the job is requeued",
+        metavar="LIMIT",
+        backend=SLURM,
+    )
+    partition: str | None = option(None, "Slurm: the partition to run in", metavar="NAME", backend=SLURM)
+    account: str | None = option(None, "Slurm: the account to charge", metavar="NAME", backend=SLURM)
+    qos: str | None = option(None, "Slurm: the quality of service", metavar="NAME", backend=SLURM)
+    constraint: str | None = option(
+        None, "Slurm: node features the job needs (a100, a&b, [a|b])", metavar="FEATURES", backend=SLURM
+    )
+    mem: str | None = option(None, "Slurm: memory per node (64G, 500M)", metavar="SIZE", backend=SLURM)
+    gpus_per_node: int | None = option(
+        None,
+        "Slurm: GPUs per node, asked as --gres=gpu:N (default: one per process; 0: a CPU job on gloo)",
+        metavar="N",
+        bounds=(0, MAX_GPUS),
+        backend=SLURM,
+    )
+    sbatch_args: list[str] = option(
+        [],
+        "Slurm: any other sbatch option, passed through as written (--sbatch-arg=--exclusive; repeatable)",
+        flags=("--sbatch-arg",),
+        metavar="OPTION",
+        backend=SLURM,
+    )
+    max_requeues: int | None = option(
+        None,
+        f"Slurm: times the job is requeued when its time limit comes, resuming from its checkpoint "
+        f"(default {DEFAULT_MAX_REQUEUES}; 0: never)",
+        metavar="K",
+        backend=SLURM,
+    )
+    checkpoint_grace: int | None = option(
+        None,
+        f"Slurm: seconds before the time limit at which the ranks are told to checkpoint (SIGUSR1; "
+        f"default {DEFAULT_CHECKPOINT_GRACE_S})",
+        metavar="S",
+        backend=SLURM,
+    )
+    k8s_kind: str | None = option(
+        None,
+        "Kubernetes: trainjob (Kubeflow Trainer v2, the default) or pytorchjob (the older training operator)",
+        choices=K8S_KINDS,
+        backend=KUBERNETES,
+    )
+    # the notebook's parameters: -p/-y/-f on the command line (``params_of``), values in a request
+    params: dict[str, Any] = field(default_factory=dict)
+
+    # -- the three doors --------------------------------------------------------------------------
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> SubmitOptions:
+        """From the options ``argument_specs`` declared (the magic's and the CLI's), checked."""
+        values = {spec.name: getattr(args, spec.name) for spec in option_specs()}
+        values["sbatch_args"] = values["sbatch_args"] or []
+        return cls(**values, params=params_of(args)).validated()
+
+    @classmethod
+    def from_fields(cls, **values: Any) -> SubmitOptions:
+        """From keyword arguments (``jobs.submit(notebook, nproc=2, ...)``), checked; the Slurm
+        options may come as one ``slurm={...}`` mapping."""
+        slurm = values.pop("slurm", None) or {}
+        unknown = sorted(set(values) - set(_FIELDS)) + sorted(set(slurm) - set(_slurm_fields()))
+        if unknown:
+            raise JobError(f"unknown submit option(s): {', '.join(unknown)}")
+        if values.get("params") is None:
+            values.pop("params", None)
+        return cls(**values, **slurm).validated()
+
+    @classmethod
+    def from_request(cls, body: dict[str, Any], params: dict[str, Any]) -> SubmitOptions:
+        """From a request's JSON body (the fields a request may set; ``params`` already read),
+        checked with the request's names (``'nproc'``)."""
+        values = {name: body[name] for name in _REQUEST_FIELDS if name in body and body[name] is not None}
+        return cls(**values, params=params).validated(request=True)
+
+    # -- the one check ----------------------------------------------------------------------------
+    def validated(self, request: bool = False) -> SubmitOptions:
+        """Every option checked (``request``: errors name the JSON field, not the flag)."""
+        label = (lambda name: f"'{name}'") if request else _flag
+        for spec in option_specs():
+            value = getattr(self, spec.name)
+            if spec.bounds is not None and value is not None:
+                _whole(label(spec.name), value, *spec.bounds)
+            if spec.choices is not None and value is not None and value not in spec.choices:
+                raise JobError(f"{label(spec.name)} {value!r}: expected one of {', '.join(spec.choices)}")
+            if spec.type is bool and not isinstance(value, bool):
+                raise JobError(f"{label(spec.name)} must be true or false, got {value!r}")
+        try:
+            self.name = check_run_name(self.name)
+        except BadRunName as error:
+            raise JobError(f"{label('name')}: {error}") from None
+        try:
+            self.stall_timeout = check_stall_timeout(self.stall_timeout)
+        except BadStallTimeout as error:
+            raise JobError(f"{label('stall_timeout')} {self.stall_timeout!r:.40}: expected {error}") from None
+        self._check_rendezvous()
+        self._check_backend_options()
+        if self.notify is not None:
+            _check_command(self.notify)
+        return self
+
+    def _check_rendezvous(self) -> None:
+        if self.rdzv_endpoint is not None:
+            host, _, port = str(self.rdzv_endpoint).rpartition(":")
+            if not host or not port.isdigit() or not 0 < int(port) < 65536:
+                raise JobError(f"--rdzv-endpoint {self.rdzv_endpoint!r}: expected HOST:PORT")
+        if self.node_rank is not None and self.node_rank >= self.nnodes:
+            raise JobError(f"--node-rank {self.node_rank} must be below --nnodes {self.nnodes}")
+        if self.backend == "local" and self.nnodes > 1 and not self.rdzv_endpoint:
+            raise JobError(f"--nnodes {self.nnodes} needs --rdzv-endpoint HOST:PORT (the first node's address)")
+
+    def _check_backend_options(self) -> None:
+        for backend in (SLURM, KUBERNETES):
+            given = [_flag(s.name) for s in option_specs() if s.backend == backend and self._given(s)]
+            if given and self.backend != backend:
+                raise JobError(f"{', '.join(given)}: {backend.capitalize()} options, for --backend {backend} only")
+        if self.backend == SLURM:
+            SlurmOptions.from_dict(self.slurm()).validated()
+
+    def _given(self, spec: OptionSpec) -> bool:
+        value = getattr(self, spec.name)
+        return value not in (None, [], spec.default)
+
+    # -- what the rest of the jobs layer takes ----------------------------------------------------
+    def slurm(self) -> dict[str, Any]:
+        """The Slurm options given (``SlurmOptions`` fields), or {}."""
+        return {name: getattr(self, name) for name in _slurm_fields() if getattr(self, name) not in (None, [])}
+
+    def launch_spec(self) -> LaunchSpec:
+        """How the run is to be launched, as its supervisor and scheduler placements read it."""
+        slurm = SlurmOptions.from_dict(self.slurm()).validated().to_dict() if self.backend == SLURM else None
+        return LaunchSpec(
+            nproc=self.nproc,
+            nnodes=self.nnodes,
+            max_restarts=self.max_restarts,
+            backend=self.backend,
+            rdzv_endpoint=self.rdzv_endpoint,
+            node_rank=self.node_rank,
+            notify=self.notify,
+            slurm=slurm,
+            k8s_kind=self.k8s_kind,
+            gpus=self.gpus,
+            priority=self.priority,
+            share=self.share,
+            stall_timeout=self.stall_timeout,
+        )
+
+
+@dataclass(frozen=True)
+class OptionSpec:
+    """One ``SubmitOptions`` field as the doors declare it."""
+
+    name: str
+    type: type
+    default: Any
+    help: str
+    flags: tuple[str, ...]
+    metavar: str | None
+    choices: tuple[str, ...] | None
+    bounds: tuple[int, int] | None
+    backend: str | None
+    request: bool
+
+    def argparse_kwargs(self) -> dict[str, Any]:
+        if self.type is bool:
+            return dict(dest=self.name, action="store_true", help=self.help)
+        if self.type is list:
+            return dict(dest=self.name, action="append", metavar=self.metavar, help=self.help)
+        kwargs = dict(dest=self.name, default=self.default, metavar=self.metavar, help=self.help)
+        if self.type in (int, float):
+            kwargs["type"] = self.type
+        if self.choices:
+            kwargs["choices"] = self.choices
+        return kwargs
+
+
+def option_specs() -> list[OptionSpec]:
+    """The options in declaration order (``params`` is the -p/-y/-f options' business)."""
+    hints = typing.get_type_hints(SubmitOptions)
+    specs = []
+    for f in fields(SubmitOptions):
+        if not f.metadata:
+            continue
+        meta = f.metadata
+        specs.append(
+            OptionSpec(
+                name=f.name,
+                type=_value_type(hints[f.name]),
+                default=None if f.default is MISSING else f.default,
+                help=meta["help"],
+                flags=meta["flags"] or ("--" + f.name.replace("_", "-"),),
+                metavar=meta["metavar"],
+                choices=meta["choices"],
+                bounds=meta["bounds"],
+                backend=meta["backend"],
+                request=meta["request"],
+            )
+        )
+    return specs
+
+
+def argument_specs() -> list[tuple[tuple[str, ...], dict[str, Any]]]:
+    """(flags, argparse keyword arguments) of every option, -p/-y/-f after --share, as the
+    magic's ``@argument``s and the CLI's parser declare them."""
+    specs = [(spec.flags, spec.argparse_kwargs()) for spec in option_specs()]
+    after = next(i for i, (flags, _) in enumerate(specs) if flags == ("--share",)) + 1
+    return [*specs[:after], *PARAM_OPTIONS, *specs[after:]]
+
 
 PARAM_OPTIONS: list[tuple[tuple[str, ...], dict[str, Any]]] = [
     (
@@ -45,157 +362,8 @@ PARAM_OPTIONS: list[tuple[tuple[str, ...], dict[str, Any]]] = [
     ),
 ]
 
-SUBMIT_OPTIONS: list[tuple[tuple[str, ...], dict[str, Any]]] = [
-    (
-        ("--nproc", "--nproc-per-node"),
-        dict(type=int, default=1, metavar="N", help="processes (ranks) per node; one per GPU (default 1)"),
-    ),
-    (("--nnodes",), dict(type=int, default=1, metavar="N", help="nodes (default 1); more needs --rdzv-endpoint")),
-    (
-        ("--gpus",),
-        dict(
-            type=int,
-            default=None,
-            metavar="N",
-            help="GPUs per node to lease (default: one per process where GPUs are visible, else 0; "
-            "0 runs on the CPU); the run waits queued until N GPUs are free, and its ranks see "
-            "exactly those (CUDA_VISIBLE_DEVICES)",
-        ),
-    ),
-    (
-        ("--priority",),
-        dict(
-            type=int,
-            default=0,
-            metavar="P",
-            help="higher starts first among queued runs; equal priorities start in submission order (default 0)",
-        ),
-    ),
-    (
-        ("--share",),
-        dict(
-            action="store_true", help="may lease GPUs that other --share runs lease too (never one a run holds alone)"
-        ),
-    ),
-    *PARAM_OPTIONS,
-    (("--name",), dict(help="a name for the run (default: the notebook's file name)")),
-    (
-        ("--max-restarts",),
-        dict(
-            type=int,
-            default=0,
-            metavar="K",
-            help="let torchrun restart failed workers K times; each training call resumes "
-            "from its own last checkpoint, and calls that had finished restore their "
-            "final weights",
-        ),
-    ),
-    (
-        ("--backend",),
-        dict(
-            default="local",
-            choices=BACKENDS,
-            help="local: a detached torchrun here; slurm: a batch job (sbatch); kubernetes: a "
-            "Kubeflow TrainJob (kubectl apply). A scheduler's job is submitted when its tool "
-            "reaches a cluster, else its spec is printed with the command to submit it; "
-            "either way the run is followed in %%jobs / jiyu jobs and stopped with jiyu stop",
-        ),
-    ),
-    (
-        ("--stall-timeout",),
-        dict(
-            type=float,
-            default=None,
-            metavar="S",
-            help="flag the run 'stalled' and dump every rank's stack (jiyu stacks ID) when "
-            "no optimizer step was logged for S seconds while its ranks live; the "
-            "default of the job's %%%%train/fit calls, which may set their own (default: "
-            "the larger of 10x the median step time and 300; 0: off)",
-        ),
-    ),
-    (("--notify",), dict(metavar="CMD", help="run CMD RUN_ID STATUS when the job ends")),
-    (("--rdzv-endpoint",), dict(metavar="HOST:PORT", help="multi-node rendezvous address (torchrun's)")),
-    (("--node-rank",), dict(type=int, metavar="R", help="this node's rank (static rendezvous)")),
-]
 
-# --backend slurm only: each becomes a #SBATCH line of the batch script, checked before sbatch runs.
-SLURM_OPTIONS: list[tuple[tuple[str, ...], dict[str, Any]]] = [
-    (
-        ("--time",),
-        dict(
-            metavar="LIMIT",
-            help="Slurm: the job's time limit (minutes, HH:MM:SS or D-HH:MM); "
-            "before it, the ranks checkpoint and the job is requeued",
-        ),
-    ),
-    (("--partition",), dict(metavar="NAME", help="Slurm: the partition to run in")),
-    (("--account",), dict(metavar="NAME", help="Slurm: the account to charge")),
-    (("--qos",), dict(metavar="NAME", help="Slurm: the quality of service")),
-    (("--constraint",), dict(metavar="FEATURES", help="Slurm: node features the job needs (a100, a&b, [a|b])")),
-    (("--mem",), dict(metavar="SIZE", help="Slurm: memory per node (64G, 500M)")),
-    (
-        ("--gpus-per-node",),
-        dict(
-            type=int,
-            metavar="N",
-            help="Slurm: GPUs per node, asked as --gres=gpu:N (default: one per process; 0: a CPU job on gloo)",
-        ),
-    ),
-    (
-        ("--sbatch-arg",),
-        dict(
-            action="append",
-            dest="sbatch_args",
-            metavar="OPTION",
-            help="Slurm: any other sbatch option, passed through as written (--sbatch-arg=--exclusive; repeatable)",
-        ),
-    ),
-    (
-        ("--max-requeues",),
-        dict(
-            type=int,
-            metavar="K",
-            help=f"Slurm: times the job is requeued when its time "
-            f"limit comes, resuming from its checkpoint (default "
-            f"{DEFAULT_MAX_REQUEUES}; 0: never)",
-        ),
-    ),
-    (
-        ("--checkpoint-grace",),
-        dict(
-            type=int,
-            metavar="S",
-            help=f"Slurm: seconds before the time limit at which "
-            f"the ranks are told to checkpoint (SIGUSR1; default "
-            f"{DEFAULT_CHECKPOINT_GRACE_S})",
-        ),
-    ),
-]
-K8S_OPTIONS: list[tuple[tuple[str, ...], dict[str, Any]]] = [
-    (
-        ("--k8s-kind",),
-        dict(
-            choices=K8S_KINDS,
-            help="Kubernetes: trainjob (Kubeflow Trainer v2, the default) or pytorchjob (the older training operator)",
-        ),
-    ),
-]
-SUBMIT_OPTIONS += SLURM_OPTIONS + K8S_OPTIONS
-SLURM_FIELDS = (
-    "time",
-    "partition",
-    "account",
-    "qos",
-    "constraint",
-    "mem",
-    "gpus_per_node",
-    "sbatch_args",
-    "max_requeues",
-    "checkpoint_grace",
-)
-
-
-def params_of(args) -> dict[str, Any]:
+def params_of(args: argparse.Namespace) -> dict[str, Any]:
     """The parameters of ``-f``, ``-y`` and ``-p`` options, in papermill's order: files, then
     YAML texts, then pairs; a name given again takes the later value."""
     params: dict[str, Any] = {}
@@ -207,23 +375,33 @@ def params_of(args) -> dict[str, Any]:
     return params
 
 
-def submit_kwargs(args) -> dict[str, Any]:
-    """``jobs.submit`` keyword arguments from parsed options (without the notebook)."""
-    slurm = {name: getattr(args, name) for name in SLURM_FIELDS if getattr(args, name) is not None}
-    return dict(
-        nproc=args.nproc,
-        nnodes=args.nnodes,
-        params=params_of(args),
-        name=args.name,
-        max_restarts=args.max_restarts,
-        backend=args.backend,
-        notify=args.notify,
-        rdzv_endpoint=args.rdzv_endpoint,
-        node_rank=args.node_rank,
-        slurm=slurm or None,
-        k8s_kind=args.k8s_kind,
-        gpus=args.gpus,
-        priority=args.priority,
-        share=args.share,
-        stall_timeout=args.stall_timeout,
-    )
+def _value_type(hint: Any) -> type:
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    base = args[0] if args else hint
+    return typing.get_origin(base) or base
+
+
+def _slurm_fields() -> list[str]:
+    return [f.name for f in dataclasses.fields(SlurmOptions)]
+
+
+def _flag(name: str) -> str:
+    return next(spec.flags[0] for spec in option_specs() if spec.name == name)
+
+
+def _whole(label: str, value: Any, lowest: int, highest: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not lowest <= value <= highest:
+        raise JobError(f"{label} {value!r:.40}: expected a whole number from {lowest} to {highest}")
+
+
+def _check_command(command: str) -> None:
+    try:
+        words = shlex.split(command)
+    except ValueError as error:
+        raise JobError(f"--notify {command!r}: {error}") from None
+    if not words or shutil.which(words[0]) is None:
+        raise JobError(f"--notify {command!r}: {words[0] if words else 'the command'} is not an executable on PATH")
+
+
+_FIELDS = [f.name for f in fields(SubmitOptions)]
+_REQUEST_FIELDS = [f.name for f in fields(SubmitOptions) if f.metadata.get("request")]

@@ -5,7 +5,8 @@ server. It waits in the queue while its GPUs are taken (the run store is the arb
 ``gpu_queue``), then owns the run's lifecycle (``jobs.lifecycle``: torchrun as its child process group,
 the stop procedure, the final status rule and its record), stops the run on SIGTERM/SIGINT,
 writes the job's log lines and runs the ``--notify`` command. If it is killed, the kernel tells
-torchrun to stop (parent-death signal) and the next listing marks the run ``lost``.
+torchrun to stop (parent-death signal); listings show the run ``lost`` at once and the next run
+owner's upkeep (``jobs.upkeep``) records it.
 """
 
 from __future__ import annotations
@@ -21,10 +22,12 @@ from ..core.gpu.status import owned_snapshot
 from ..core.gpu.usage import accrue
 from ..core.runs.model import RunStatus
 from ..core.store.database import StoreUnusable
-from ..core.store.run_store import RunStore, UnknownRun
+from ..core.store.run_row import UnknownRun
+from ..core.store.run_store import RunStore
 from .final_status import Outcome
 from .lifecycle import RunLifecycle, record_end_without_owner
 from .rank_placement import LocalProcessGroup
+from .upkeep import upkeep
 
 NOTIFY_TIMEOUT_S = 60.0
 USAGE_SAMPLE_S = 5.0  # how often the supervisor samples its GPUs' utilisation for idle GPU time
@@ -51,6 +54,7 @@ class Supervisor:
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        upkeep(self.lifecycle.store)
         with self.lifecycle as lifecycle:
             if lifecycle.start(stop_wanted=lambda: self.stop_wanted, on_wait=self.say):
                 self.say(
@@ -123,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         return Supervisor(argv[0]).run()
-    except BaseException as error:  # noqa: BLE001 - the run must not stay "running" on our bug
+    except BaseException as error:  # noqa: BLE001 - the run must not stay active on our bug
         _record_own_failure(argv[0], error)
         raise
 

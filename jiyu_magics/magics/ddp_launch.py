@@ -22,10 +22,12 @@ from IPython.core.error import UsageError
 
 from .. import jobs
 from ..core.events.log import read_events
+from ..core.runs.launch_context import FINAL_WEIGHTS_ENV, INIT_WEIGHTS_ENV, NOTEBOOK_ENV
 from ..core.runs.model import RunKind, RunStatus
 from ..jobs.export.kernel_replay import relaunch_history
 from ..jobs.launch_spec import LaunchSpec, visible_gpus
 from ..jobs.lifecycle import RunLifecycle
+from ..jobs.submit_options import SubmitOptions
 from .cell_history import CellHistory
 from .frontend import in_notebook
 
@@ -41,7 +43,8 @@ def launch_spec(nproc: int, device: str | None) -> LaunchSpec:
     ``--device cpu`` (or on a machine without GPUs)."""
     on_cpu = bool(device and device.startswith("cpu"))
     try:
-        return LaunchSpec(nproc=nproc, gpus=0 if on_cpu else None).validated().with_gpus(visible_gpus())
+        options = SubmitOptions(nproc=nproc, gpus=0 if on_cpu else None).validated()
+        return options.launch_spec().with_gpus(visible_gpus())
     except jobs.JobError as error:
         raise UsageError(str(error)) from None
 
@@ -61,15 +64,16 @@ class DdpLaunch:
         self.offset = 0  # how far the dashboard has read the event log
 
     def run(self) -> None:
-        from ..train.run_binding import NOTEBOOK_ENV, default_name
+        from ..train.run_binding import default_name
 
         spec = launch_spec(self.args.nproc, self.args.device)
+        notebook = os.environ.get(NOTEBOOK_ENV)
         self.lifecycle = RunLifecycle.register(
             RunKind.DDP,
-            self.args.name or default_name(self.model),
+            self.args.name or default_name(self.model, notebook),
             spec,
             owner="kernel",
-            notebook=os.environ.get(NOTEBOOK_ENV),
+            notebook=notebook,
             params={"train": self.line},
         )
         with self.lifecycle:
@@ -111,8 +115,6 @@ class DdpLaunch:
     def _environment(self) -> dict:
         """What the ranks need beyond this kernel's environment: the weights to start from and
         to hand back, and the notebook's name (runs are named and resumed by it)."""
-        from ..train.run_binding import NOTEBOOK_ENV
-        from ..train.weight_handoff import FINAL_WEIGHTS_ENV, INIT_WEIGHTS_ENV
 
         extra = {INIT_WEIGHTS_ENV: str(self.init_weights), FINAL_WEIGHTS_ENV: str(self.final_weights)}
         if os.environ.get(NOTEBOOK_ENV):

@@ -16,7 +16,7 @@ from .. import jobs
 from ..core.events.log import read_events
 from ..core.runs.files import RunFiles
 from ..core.runs.model import EventKind
-from ..core.store.run_store import Run
+from ..core.store.run_row import Run
 from ..views.training_view import TrainingView
 
 FOLLOW_REFRESH_S = 1.0

@@ -14,13 +14,13 @@ from IPython.display import HTML, display
 
 from .. import jobs
 from ..core.time_spans import since_time
-from ..jobs.submit_options import SUBMIT_OPTIONS, submit_kwargs
+from ..jobs.submit_options import SubmitOptions, argument_specs
 from .frontend import in_notebook
 from .magic_line import parse_line
 
 
 def with_submit_options(func):
-    for flags, options in reversed(SUBMIT_OPTIONS):
+    for flags, options in reversed(argument_specs()):
         func = argument(*flags, **options)(func)
     func = argument("notebook", nargs="?", help="the notebook to run (default: this notebook, as saved)")(func)
     return magic_arguments()(func)
@@ -117,7 +117,7 @@ class JobMagics(Magics):
                 "%submit cannot tell which notebook this kernel runs; pass its path: %submit path/to/notebook.ipynb"
             )
         try:
-            run = jobs.submit(notebook, **submit_kwargs(args))
+            run = jobs.submit(notebook, SubmitOptions.from_args(args))
         except jobs.JobError as error:
             raise UsageError(str(error)) from None
         print(view.submitted_message(run, control="%job {action} {id}", notes=jobs.submit_notes(run)))
@@ -203,7 +203,7 @@ class JobMagics(Magics):
 
         args = parse_line(self._logs, rest)
         run = jobs.resolve(args.id)
-        text, offset = job_logs.tail(run.id, args.tail)
+        text, offset = job_logs.tail(run.id, args.tail, job_logs.derived_end(run))
         print(text, end="")
         if args.follow:
             try:

@@ -22,7 +22,7 @@ class RunsMagics(Magics):
         DataFrame (a list of dicts without pandas).
         """
         from ..core.run_comparison import compare
-        from ..core.store.run_store import UnknownRun
+        from ..core.store.run_row import UnknownRun
         from ..views.compare_view import compare_html, compare_text
 
         words = line.split()

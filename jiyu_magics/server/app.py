@@ -8,6 +8,7 @@ worker thread.
 
 from __future__ import annotations
 
+import asyncio
 import os
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from traitlets import Float, Int, TraitError, Unicode, default, validate
 
 from ..core.gpu.owners import BUSY_ENV, DEFAULT_BUSY_MIB, check_busy_mib
 from ..core.runs.files import HOME_ENV
+from . import jobs_bridge as bridge
 from .gpu_sampler import GpuSampler, Holders
 from .handlers import ROUTES
 from .kernel_owners import kernel_infos
@@ -121,9 +123,10 @@ class JiyuApp(ExtensionApp):
         10.0,
         config=True,
         help=(
-            "Seconds between the server's own GPU samples for `jiyu usage` (idle GPU time, and GPU "
-            "time of kernels that hold a GPU without a run); panel polls sample too. 0 turns the "
-            "background sampling off."
+            "Seconds between the server's background upkeep: a GPU sample for `jiyu usage` (idle GPU "
+            "time, and GPU time of kernels that hold a GPU without a run), runs whose processes are "
+            "gone recorded lost, and the scheduler follower kept running. Requests never write. 0 "
+            "turns it off."
         ),
     )
 
@@ -173,7 +176,7 @@ class JiyuApp(ExtensionApp):
         self.sampler = GpuSampler(self.refresh_interval, holders=self._holders)
         self.usage_sampling = None
         if self.usage_sample_interval:
-            self.usage_sampling = PeriodicCallback(self.sample_gpus, self.usage_sample_interval * 1000)
+            self.usage_sampling = PeriodicCallback(self.upkeep, self.usage_sample_interval * 1000)
             self.usage_sampling.start()
         self.log.info("jiyu_magics: run store %s", self.runs.store.path)
 
@@ -188,6 +191,12 @@ class JiyuApp(ExtensionApp):
         """The GPU snapshot with the server's kernels as owners (every request and the
         background sampler go through here, so the shared snapshot always names them)."""
         return await self.sampler.snapshot(await kernel_infos(self.serverapp))
+
+    async def upkeep(self) -> None:
+        """The server's background step, the one that writes: GPU time credited from a fresh
+        sample, lost runs recorded and the scheduler follower kept running (``jobs.upkeep``)."""
+        await self.sampler.snapshot(await kernel_infos(self.serverapp), accrue=True)
+        await asyncio.get_running_loop().run_in_executor(None, bridge.upkeep)
 
     def initialize_handlers(self) -> None:
         self.handlers.extend(ROUTES)

@@ -5,10 +5,11 @@ event loop they would stall every kernel's websocket. Reads run on one dedicated
 NVML is never entered twice at once, and a snapshot younger than ``max_age`` is reused: ten
 open panels and a Prometheus scraper cost one NVML read per interval, not one per request.
 
-Each read also says who holds what (``core.gpu_status``: leases, and processes mapped to runs
-and to the server's kernels), lists the kernels holding GPU memory with their idle time, and
-credits GPU and idle GPU time to the holders (``core.gpu_usage``): the server is the one that
-samples NVML already, so nothing else polls for it.
+Each read also says who holds what (``core.gpu.status``: leases, and processes mapped to runs
+and to the server's kernels) and lists the kernels holding GPU memory with their idle time. The
+server's background sample also credits GPU and idle GPU time to the holders
+(``core.gpu.usage``): the server samples NVML already, so nothing else polls for it, and a
+request (a panel poll, a scrape) writes nothing.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ class Holders:
     kernels: Mapping[int, KernelInfo] | None = None
     reported: Callable[[str], int | None] | None = None
     idle_warning_s: float = 1800.0
+    accrue: bool = False  # credit GPU time to the holders: the background sampler's read only
 
 
 def read_gpus(first_finding: Callable[[], dict | None] | None = None, holders: Holders | None = None) -> dict:
@@ -44,7 +46,7 @@ def read_gpus(first_finding: Callable[[], dict | None] | None = None, holders: H
     the doctor's first finding when no GPU is visible (the panel shows why, not just that)."""
     holders = holders or Holders()
     snap = owned_snapshot(holders.store, holders.kernels, holders.reported, snap=gpu.snapshot())
-    if snap.available and snap.owners_note is None:
+    if holders.accrue and snap.available and snap.owners_note is None:
         try:
             accrue((holders.store or RunStore()).db, snap)
         except StoreUnusable:
@@ -122,12 +124,14 @@ class GpuSampler:
         self._latest: dict | None = None
         self._taken = float("-inf")
 
-    async def snapshot(self, kernels: Mapping[int, KernelInfo] | None = None) -> dict:
-        """The latest snapshot; a new one (owners named with ``kernels``) when it is stale."""
+    async def snapshot(self, kernels: Mapping[int, KernelInfo] | None = None, accrue: bool = False) -> dict:
+        """The latest snapshot; a new one (owners named with ``kernels``) when it is stale.
+        ``accrue``: a new one whatever its age, crediting GPU time (``core.gpu.usage``): the
+        server's background sample, so that no request writes."""
         async with self._lock:
-            if self._latest is None or time.monotonic() - self._taken >= self.max_age:
+            if accrue or self._latest is None or time.monotonic() - self._taken >= self.max_age:
                 loop = asyncio.get_running_loop()
-                found = replace(self._holders(), kernels=kernels)
+                found = replace(self._holders(), kernels=kernels, accrue=accrue)
                 self._latest = await loop.run_in_executor(self._executor, self._read, found)
                 self._taken = time.monotonic()
             return self._latest

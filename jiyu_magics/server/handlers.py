@@ -79,7 +79,7 @@ class RunsHandler(JiyuHandler):
         body = validation.json_object(self.request.body)
         submission = validation.submission(body, self.settings["server_root_dir"])
         run = await self.blocking(bridge.submit, submission)
-        record = await self.blocking(self.app.runs.record, run)
+        record = await self.blocking(self.app.runs.record, run, run.params)
         self.set_header("Location", self.request.path.rstrip("/") + f"/{run.id}")
         self.reply(record, status=201)
 

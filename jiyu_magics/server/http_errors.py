@@ -14,7 +14,7 @@ from typing import Any
 from tornado import web
 
 from ..core.store.database import StoreUnusable
-from ..core.store.run_store import UnknownRun
+from ..core.store.run_row import UnknownRun
 
 
 class RequestError(Exception):

@@ -10,7 +10,8 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
-from ..core.store.run_store import Run, RunStore
+from ..core.store.run_row import Run
+from ..core.store.run_store import RunStore
 from .http_errors import Conflict, RequestError, Unavailable
 from .validation import Submission
 
@@ -25,35 +26,29 @@ def jobs_module() -> ModuleType:
 
 
 def submit(submission: Submission) -> Run:
-    """Parameter lines are read here, by the jobs layer's ``-p`` grammar (as ``%submit`` and
-    ``jiyu submit`` read theirs); a line it cannot read is a 400 that names it."""
+    """The options are the jobs layer's ``SubmitOptions``, checked there as for ``%submit``
+    (errors name the JSON field); parameter lines are read by its ``-p`` grammar. A value it
+    refuses, or a line it cannot read, is a 400 that names it."""
     jobs = jobs_module()
+    from ..jobs.submit_options import SubmitOptions
+
     try:
         params = submission.params or jobs.parse_lines(submission.param_lines)
-        return jobs.submit(
-            str(submission.notebook),
-            nproc=submission.nproc,
-            params=params or None,
-            name=submission.name,
-            cwd=str(submission.notebook.parent),
-            gpus=submission.gpus,
-            priority=submission.priority,
-            share=submission.share,
-            stall_timeout=submission.stall_timeout,
-        )
+        options = SubmitOptions.from_request(submission.options, params)
+        return jobs.submit(str(submission.notebook), options, cwd=str(submission.notebook.parent))
     except jobs.JobError as error:
         raise RequestError(str(error)) from None
 
 
-def follow_scheduled(store: RunStore, runs: list[Run] | None = None) -> None:
-    """Runs a scheduler holds (Slurm, Kubernetes), brought up to date with it before they are
-    shown: the jobs layer asks each scheduler at most every few seconds, however many panels
-    poll. Without the jobs layer there is nothing to follow."""
+def upkeep() -> None:
+    """The server's share of run upkeep (``jobs.upkeep``), on its sampler's clock: lost runs
+    recorded, the scheduler follower kept running. Without the jobs layer, only the former."""
     try:
         jobs = jobs_module()
     except Unavailable:
+        RunStore().record_lost()
         return
-    jobs.follow_scheduled(store, runs)
+    jobs.upkeep()
 
 
 def stop(run_id: str, grace: float) -> Run:

@@ -19,9 +19,10 @@ from pathlib import Path
 from ..core.events.log import read_events, summarize
 from ..core.runs import stack_groups
 from ..core.runs.files import RunFiles, store_path
-from ..core.store.run_store import Run, RunStore
+from ..core.store.run_row import Run
+from ..core.store.run_store import RunStore
+from ..views.run_record import RunRecord, run_record
 from ..views.stack_view import as_json
-from . import jobs_bridge as bridge
 
 BRIEF_VALUE_CHARS = 80
 BRIEF_KEYS = 32
@@ -48,13 +49,12 @@ class RunViews:
     def files(self, run_id: str) -> RunFiles:
         return RunFiles.of(run_id, self.home)
 
-    def list(self, limit: int | None = None, since: float | None = None) -> list[dict]:
+    def list(self, limit: int | None = None, since: float | None = None) -> list[RunRecord]:
         """The ``limit`` (default ``self.limit``) most recent runs created at or after ``since``,
-        newest first, with their params in short form; runs whose process died are marked ``lost``, runs
-        a scheduler holds are brought up to date with it."""
-        bridge.follow_scheduled(self.store)
+        newest first, with their params in short form, as readers show them (a run whose
+        processes died is ``lost``). Writes nothing, like every method here."""
         runs = self.store.list(limit=limit or self.limit, since=since)
-        return [{**record, "params": brief_params(record.get("params") or {})} for record in map(self.record, runs)]
+        return [self.record(run, brief_params(run.params)) for run in runs]
 
     def stacks(self, run_id: str) -> dict:
         """The newest stack dump of a run, grouped (``core.stack_groups``); raises for an unknown run."""
@@ -70,22 +70,23 @@ class RunViews:
         return {uuid: (float(held or 0), float(idle or 0)) for uuid, held, idle in rows}
 
     def status_counts(self) -> dict[str, int]:
-        """Runs per status, after the reconciliation ``list`` did (no second pass)."""
+        """Runs per status, as readers show them (``lost`` derived)."""
         return self.store.count_by_status()
 
     def row(self, run_id: str) -> Run:
         """The store's row alone (a log poll needs its status, not a progress summary)."""
-        run = self.store.get(run_id)
-        bridge.follow_scheduled(self.store, [run])
         return self.store.get(run_id)
 
-    def get(self, run_id: str) -> dict:
-        """One run; raises ``UnknownRun`` (a 404) for an id that is not in the store."""
-        self.store.reconcile()
-        return self.record(self.row(run_id))
+    def get(self, run_id: str) -> RunRecord:
+        """One run, with its parameters whole; raises ``UnknownRun`` (a 404) for an id that is
+        not in the store."""
+        run = self.row(run_id)
+        return self.record(run, run.params)
 
-    def record(self, run: Run) -> dict:
-        return {**run.to_dict(), "summary": run.summary if run.summary is not None else self.summary(run.id)}
+    def record(self, run: Run, params: dict | None = None) -> RunRecord:
+        """The client's record of a run (``views.run_record``), with its progress summary."""
+        summary = run.summary if run.summary is not None else self.summary(run.id)
+        return run_record(run, summary, params)
 
     def summary(self, run_id: str) -> dict:
         path = self._events.get(run_id) or self._events.setdefault(run_id, self.files(run_id).events)

@@ -1,7 +1,10 @@
-"""What a request may contain: JSON bodies, byte offsets and job submissions, checked once.
+"""What a request may contain: JSON bodies, byte offsets, listing limits and a submission's
+notebook and parameters, checked once.
 
 Each check raises ``RequestError`` with a message that names the field and what was expected,
-so the panel can show it verbatim and a ``curl`` user knows what to fix.
+so the panel can show it verbatim and a ``curl`` user knows what to fix. A submission's options
+(nproc, gpus, priority, name, ...) are the jobs layer's ``SubmitOptions``, checked there as for
+``%submit`` and ``jiyu submit``; its failure is a 400 too (``jobs_bridge``).
 """
 
 from __future__ import annotations
@@ -16,33 +19,26 @@ from typing import Any
 from .http_errors import RequestError
 from .notebook_paths import resolve_notebook
 
-MAX_NPROC = 1024
 MAX_BODY_BYTES = 1024 * 1024
 MAX_OFFSET = 2**63 - 1  # what a file offset can be
-MAX_NAME = 200
 MAX_PARAM_LINES = 1000
 MAX_PARAM_BYTES = 64 * 1024  # one parameter's value as JSON (or one typed line): a model size, not a data set
 MAX_LIST = 10_000  # runs one GET /jiyu/api/runs may ask for
-SUBMIT_FIELDS = ("notebook", "nproc", "params", "param_lines", "name", "gpus", "priority", "share", "stall_timeout")
-MAX_GPUS = 1024
-MAX_PRIORITY = 10**6
+# a submission: the notebook, its parameters (values or typed lines), and the SubmitOptions a request may set
+SUBMIT_FIELDS = ("notebook", "params", "param_lines", "nproc", "gpus", "priority", "share", "name", "stall_timeout")
 
 
 @dataclass
 class Submission:
-    """A checked ``POST /jiyu/api/runs`` body, ready for ``jobs.submit``. Parameters come as
-    values (``params``) or as the ``NAME = VALUE`` lines a person typed (``param_lines``, read
-    by the jobs layer with the ``-p`` grammar when the run is submitted)."""
+    """A checked ``POST /jiyu/api/runs`` body: the notebook, its parameters as values
+    (``params``) or as the ``NAME = VALUE`` lines a person typed (``param_lines``, read by the
+    jobs layer with the ``-p`` grammar), and the rest of the body, the ``SubmitOptions`` fields
+    the jobs layer checks."""
 
     notebook: Path
-    nproc: int = 1
     params: dict[str, Any] = field(default_factory=dict)
     param_lines: list[str] = field(default_factory=list)
-    name: str | None = None
-    gpus: int | None = None  # None: one per process where GPUs are visible
-    priority: int = 0
-    share: bool = False
-    stall_timeout: float | None = None  # None: the rule (jiyu submit's --stall-timeout)
+    options: dict[str, Any] = field(default_factory=dict)
 
 
 def _no_constants(name: str):
@@ -106,54 +102,10 @@ def submission(body: dict, root: str | Path) -> Submission:
         raise RequestError("give 'params' (values) or 'param_lines' (NAME = VALUE text), not both")
     return Submission(
         notebook=resolve_notebook(root, body.get("notebook")),
-        nproc=nproc(body.get("nproc", 1)),
         params=params(body.get("params")),
         param_lines=param_lines(body.get("param_lines")),
-        name=run_name(body.get("name")),
-        gpus=gpus(body.get("gpus")),
-        priority=priority(body.get("priority", 0)),
-        share=flag("share", body.get("share", False)),
-        stall_timeout=stall_timeout(body.get("stall_timeout")),
+        options={name: body[name] for name in SUBMIT_FIELDS[3:] if name in body},
     )
-
-
-def gpus(value: Any) -> int | None:
-    """GPUs to lease per node: absent or null for the default (one per process)."""
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_GPUS:
-        raise RequestError(f"'gpus' must be an integer from 0 to {MAX_GPUS} (0 runs on the CPU), got {value!r}")
-    return value
-
-
-def stall_timeout(value: Any) -> float | None:
-    """Seconds without a logged step before the job is flagged stalled (``--stall-timeout``):
-    absent or null for the rule, 0 to turn it off."""
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
-        raise RequestError(
-            f"'stall_timeout' must be a number of seconds >= 0 (0 turns stall detection off), got {repr(value)[:40]}"
-        )
-    return float(value)
-
-
-def priority(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or abs(value) > MAX_PRIORITY:
-        raise RequestError(f"'priority' must be an integer from -{MAX_PRIORITY} to {MAX_PRIORITY}, got {value!r}")
-    return value
-
-
-def flag(name: str, value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise RequestError(f"'{name}' must be true or false, got {value!r}")
-    return value
-
-
-def nproc(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_NPROC:
-        raise RequestError(f"'nproc' must be an integer from 1 to {MAX_NPROC} (processes per node), got {value!r}")
-    return value
 
 
 def params(value: Any) -> dict[str, Any]:
@@ -189,11 +141,3 @@ def param_lines(value: Any) -> list[str]:
                 "pass a path to the data instead"
             )
     return value
-
-
-def run_name(value: Any) -> str | None:
-    if value is None or value == "":
-        return None
-    if not isinstance(value, str) or len(value) > MAX_NAME or not value.isprintable():
-        raise RequestError(f"'name' must be printable text of at most {MAX_NAME} characters")
-    return value.strip() or None

@@ -20,10 +20,14 @@ from ..core.store.leases import GpuSlot
 from ..core.store.run_store import RunStore
 
 
-def record_device_lease(run_id: str, device: torch.device, store: RunStore | None = None) -> str | None:
+def record_device_lease(
+    run_id: str, device: torch.device, visible_devices: str | None, store: RunStore | None = None
+) -> str | None:
     """Leases the GPU of ``device`` for ``run_id``; returns a line for the user when other
-    runs hold that GPU, else None. A CPU device, or a GPU NVML cannot name, records nothing."""
-    slot = _slot_of(device)
+    runs hold that GPU, else None. A CPU device, or a GPU NVML cannot name, records nothing.
+    ``visible_devices``: the ``CUDA_VISIBLE_DEVICES`` the process started with (``cuda:N`` is
+    the N-th of them)."""
+    slot = _slot_of(device, visible_devices)
     if slot is None:
         return None
     store = store or RunStore()
@@ -38,14 +42,14 @@ def record_device_lease(run_id: str, device: torch.device, store: RunStore | Non
     return f"GPU {slot.index} is leased by {names}; this training shares it"
 
 
-def _slot_of(device: torch.device) -> GpuSlot | None:
+def _slot_of(device: torch.device, visible_devices: str | None) -> GpuSlot | None:
     if device.type != "cuda" or device.index is None:
         return None
     snap = gpu.snapshot()
     if not snap.available:
         return None
     uuids = [d.uuid or "" for d in snap.devices]
-    order = parse_visible_devices(os.environ.get("CUDA_VISIBLE_DEVICES"), uuids).order
+    order = parse_visible_devices(visible_devices, uuids).order
     if device.index >= len(order):
         return None
     physical = order[device.index]

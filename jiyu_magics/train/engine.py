@@ -17,6 +17,8 @@ from typing import Any
 import torch
 
 from ..core.processes import job_stop
+from ..core.runs.launch_context import LaunchContext
+from ..core.runs.model import RunStatus
 from . import rng_state as rng
 from .batch_source import training_batches, validation_batches
 from .batches import BatchLoss
@@ -50,7 +52,7 @@ from .step_plan import StepPlan
 from .step_runner import StepRunner
 from .stop_signal import StopSignal, leave_for_requeue, signals_request_stop
 from .train_errors import NonFiniteLoss, TrainingFailed
-from .weight_handoff import final_weights_path, load_initial_weights, write_weights
+from .weight_handoff import load_initial_weights, write_weights
 
 END = object()
 ADVICE_AFTER_STEPS = 20  # data wait in the first steps is warm-up (worker start), not a pattern
@@ -68,6 +70,7 @@ def fit(
     monitor=None,
     stop: StopSignal | None = None,
     from_notebook: str | None = None,
+    context: LaunchContext | None = None,
     **options,
 ) -> FitResult:
     """Train ``model`` and return a :class:`FitResult` (history, run id, checkpoints, status).
@@ -79,6 +82,8 @@ def fit(
     max_steps, amp, accum, clip, compile, device, seed, log_every, val_every, ckpt_every,
     ckpt_dir, resume, strategy, ...). ``from_notebook``: a line for the run's header naming the
     objects the caller took from a notebook's namespace rather than its own cell (``%%train``).
+    ``context``: what this process's launcher said (its run, a resume, weights handed over, its
+    place in a torchrun world); read from the environment here, once, when not given.
 
     Stopped runs (Stop button, kernel interrupt, SIGTERM in jobs) return with status
     ``stopped`` and a checkpoint; a stop for a scheduler's time limit (SIGUSR1 in jobs) ends the
@@ -100,6 +105,7 @@ def fit(
         stop=stop,
         options=opts,
         from_notebook=from_notebook,
+        context=context or LaunchContext.from_environ(),
     )
     result = trainer.run()
     leave_for_requeue(trainer.stop)
@@ -125,6 +131,7 @@ class Trainer:
         stop=None,
         options: FitOptions | None = None,
         from_notebook: str | None = None,
+        context: LaunchContext | None = None,
     ):
         check_objects(model, optimizer, train_data, scheduler, loss_fn, train_step)
         self.from_notebook = from_notebook
@@ -134,6 +141,7 @@ class Trainer:
         self.monitor = monitor
         self.stop = stop or StopSignal()
         self.opts = options or FitOptions()
+        self.context = context or LaunchContext()
         self.position = LoopPosition()
         self.steps: StepRunner | None = None  # made when the model is wrapped, dropped before the group
         self.stop_agreed = False
@@ -145,13 +153,16 @@ class Trainer:
     def run(self) -> FitResult:
         job_stop.refuse_training()  # a job asked to stop trains no further call
         self.started = time.perf_counter()
-        self.dist, self.device = join_process_group(self.opts.device)
+        self.dist, self.device = join_process_group(self.opts.device, self.context)
         failed = True
         try:
             self._prepare()
             self._open_run()
             try:
-                with signals_request_stop(self.stop), stacks_on_signal(self.dist.rank):
+                with (
+                    signals_request_stop(self.stop, self.context.launched),
+                    stacks_on_signal(self.dist.rank, self.context.run_id),
+                ):
                     result = self._execute()
                     failed = False
                     return result
@@ -164,7 +175,7 @@ class Trainer:
     def _prepare(self) -> None:
         """Everything that can reject the input, before a run is registered."""
         opts = self.opts
-        self.name = opts.name or default_name(self.raw_model)
+        self.name = opts.name or default_name(self.raw_model, self.context.notebook)
         self.raw_model.to(self.device)
         if opts.seed is not None:
             rng.seed_everything(opts.seed)
@@ -195,11 +206,11 @@ class Trainer:
         if opts.save_ckpts and opts.ckpt_dir and self.dist.is_writer:
             checkpoint_folder_usable(Path(opts.ckpt_dir).expanduser())
         if not self.dist.distributed:
-            check_resume_request(opts.resume, self.name)
+            check_resume_request(opts.resume, self.name, self.context)
 
     def _open_run(self) -> None:
         """The run this call writes into, and what records its progress there."""
-        self.run_binding = RunBinding.open(self.name, self.dist, self._params())
+        self.run_binding = RunBinding.open(self.name, self.dist, self._params(), self.context)
         self.run_binding.hold_device(self.device, self.dist.distributed)
         self.report = Reporter(self.run_binding, self.dist, self.monitor, started=self.started)
         self.keeper = CheckpointKeeper(self._ckpt_folder(), self.opts.keep_ckpts, self.run_binding.checkpoint_label)
@@ -213,19 +224,21 @@ class Trainer:
             self._start()
             self._loop()
         except NonFiniteLoss as error:  # one step count: the result ends where the loss went bad
-            raise TrainingFailed(self._end("failed", self._nonfinite(error), step=error.step)) from None
+            raise TrainingFailed(self._end(RunStatus.FAILED, self._nonfinite(error), step=error.step)) from None
         except torch.OutOfMemoryError as error:
-            raise TrainingFailed(self._end("failed", self._release_memory(error))) from None
+            raise TrainingFailed(self._end(RunStatus.FAILED, self._release_memory(error))) from None
         except KeyboardInterrupt:  # a second interrupt: stop now, mid-step, without a checkpoint
-            return self._end("stopped", self._stopped_message())
+            return self._end(RunStatus.STOPPED, self._stopped_message())
         except BaseException as error:
             self.report.error(error, self.position.step)
             raise
-        return self._end("stopped" if self._stopping() else "succeeded")
+        return self._end(RunStatus.STOPPED if self._stopping() else RunStatus.SUCCEEDED)
 
     def _start(self) -> None:
         params_count = sum(p.numel() for p in self.raw_model.parameters())
-        load_initial_weights(self.raw_model)  # %%train --nproc: the kernel's weights, before wrapping
+        load_initial_weights(
+            self.raw_model, self.context.init_weights
+        )  # %%train --nproc: the kernel's weights, before wrapping
         self.steps = self._step_runner()
         self._resume()
         self.finite = FiniteGuard(self.raw_model)  # what must stay finite: the weights as they start
@@ -490,13 +503,15 @@ class Trainer:
         self.position.restore(state, self.dist.world_size)
         self.data.seed = self.data_seed = state["data_seed"]
         self.resumed_from = path
-        self.restored_final = self.plan.finished(self.position) and is_own_after_restart(state, self.run_binding.call)
+        self.restored_final = self.plan.finished(self.position) and is_own_after_restart(
+            state, self.run_binding.call, self.context.relaunched
+        )
 
     def _resume_path(self) -> Path | None:
         """Relaunched (a torchrun restart, a requeue): this call's own newest checkpoint,
         whatever it asked for (it is newer than anything it started from); else what it asked for."""
-        own = own_checkpoint(self._ckpt_folder(), self.run_binding.call)
-        if own is not None or starts_afresh(self.opts.resume, self.run_binding.owned):
+        own = own_checkpoint(self._ckpt_folder(), self.run_binding.call, self.context.relaunched)
+        if own is not None or starts_afresh(self.opts.resume, self.run_binding.owned, self.context.relaunched):
             return own
         return resume_path(self.opts.resume, self.run_binding, self.name)
 
@@ -504,8 +519,8 @@ class Trainer:
     def _last_checkpoint(self) -> str | None:
         return str(self.keeper.last) if self.keeper.last else None
 
-    def _end(self, status: str, message: str | None = None, step: int | None = None) -> FitResult:
-        if status != "failed":
+    def _end(self, status: RunStatus, message: str | None = None, step: int | None = None) -> FitResult:
+        if status is not RunStatus.FAILED:
             self._hand_back_weights()
         message = message or self._message(status, self.report.elapsed)
         position = self.position
@@ -527,15 +542,15 @@ class Trainer:
         """``%%train --nproc``: rank 0 writes the final full weights for the kernel to load
         (every rank takes part in gathering them under FSDP). Not when stopped before the
         model was wrapped: there is nothing trained to hand back."""
-        path = final_weights_path()
+        path = Path(self.context.final_weights) if self.context.final_weights else None
         if path is None or self.steps is None:
             return
         model, _ = model_optimizer_state(self.raw_model, self.optimizer, self.sharded)
         if self.dist.is_writer:
             write_weights(model, path, self.position.step)
 
-    def _message(self, status: str, elapsed: float) -> str:
-        if status == "stopped":
+    def _message(self, status: RunStatus, elapsed: float) -> str:
+        if status is RunStatus.STOPPED:
             return self._stopped_message()
         if self.restored_final:
             return restored_message(self.position.step, self.resumed_from)

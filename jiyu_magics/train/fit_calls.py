@@ -14,16 +14,14 @@ call without a checkpoint of its own starts afresh, unless it asks for one itsel
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
+from ..core.runs.launch_context import LaunchContext
 from .checkpoint import SUFFIX
 
-RESTART_ENV = "TORCHELASTIC_RESTART_COUNT"
-RESUME_ENV = "JIYU_RESUME"
 _started: dict[tuple, int] = {}  # (run id, attempt) -> calls started in this process
 
 
@@ -33,9 +31,9 @@ class FitCall:
     name: str
 
     @classmethod
-    def next_in(cls, run_id: str, name: str) -> FitCall:
+    def next_in(cls, run_id: str, name: str, context: LaunchContext) -> FitCall:
         """The next call of ``run_id`` in this process: the script's order in this attempt."""
-        key = (run_id, os.environ.get(RESTART_ENV, "0"), os.environ.get(RESUME_ENV))
+        key = (run_id, context.restart, context.resume)
         index = _started.get(key, 0)
         _started[key] = index + 1
         return cls(index, name)
@@ -55,29 +53,24 @@ class FitCall:
         return call is None or call == self.as_state()
 
 
-def relaunched() -> bool:
-    """The script runs again: torchrun restarted the workers, or the launcher asks every call
-    to go on from where it was (``JIYU_RESUME=last``: a Slurm requeue)."""
-    return int(os.environ.get(RESTART_ENV, "0") or 0) > 0 or os.environ.get(RESUME_ENV) == "last"
-
-
-def starts_afresh(requested: str | None, owned: bool) -> bool:
+def starts_afresh(requested: str | None, owned: bool, relaunched: bool) -> bool:
     """A relaunched call of a launched run without a checkpoint of its own, which asked for
     none: it starts from the beginning, never from another call's checkpoint."""
-    return requested is None and not owned and relaunched()
+    return requested is None and not owned and relaunched
 
 
-def own_checkpoint(folder: Path, call: FitCall) -> Path | None:
-    """When relaunched, this call's newest checkpoint in ``folder``; None otherwise."""
-    if not relaunched() or not folder.is_dir():
+def own_checkpoint(folder: Path, call: FitCall, relaunched: bool) -> Path | None:
+    """When relaunched (``LaunchContext.relaunched``), this call's newest checkpoint in
+    ``folder``; None otherwise."""
+    if not relaunched or not folder.is_dir():
         return None
     mine = [p for p in folder.glob(f"{call.label}step-*{SUFFIX}") if call.owns(_peek(p))]
     return max(mine, key=lambda p: (p.stat().st_mtime_ns, p.name), default=None)
 
 
-def is_own_after_restart(state: dict, call: FitCall) -> bool:
+def is_own_after_restart(state: dict, call: FitCall, relaunched: bool) -> bool:
     """A checkpoint this very call wrote before the script was relaunched."""
-    return relaunched() and state.get("call") == call.as_state()
+    return relaunched and state.get("call") == call.as_state()
 
 
 def restored_message(step: int, checkpoint: str) -> str:

@@ -8,11 +8,11 @@ neither torch nor IPython: the magic reads it at ``%load_ext`` time.
 
 from __future__ import annotations
 
-import math
 import typing
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
+from ..core.events.stall_clock import BadStallTimeout, check_stall_timeout
 from ..core.runs.names import BadRunName, check_run_name
 from .train_errors import TrainConfigError
 
@@ -142,10 +142,10 @@ class FitOptions:
         )
         if self.clip is not None and not self.clip > 0:
             raise TrainConfigError(f"clip must be a positive gradient norm, got {self.clip:g}")
-        if self.stall_timeout is not None and not (
-            isinstance(self.stall_timeout, (int, float)) and 0 <= self.stall_timeout < math.inf
-        ):
-            raise TrainConfigError(f"stall_timeout must be seconds >= 0 (0: off), got {self.stall_timeout!r}")
+        try:  # the one rule for stall timeouts, as for jobs
+            self.stall_timeout = check_stall_timeout(self.stall_timeout)
+        except BadStallTimeout as error:
+            raise TrainConfigError(f"stall_timeout must be {error}, got {self.stall_timeout!r}") from None
         if not self.log_interval_s > 0:
             raise TrainConfigError(f"log_interval_s must be positive, got {self.log_interval_s:g}")
         try:  # the one rule for run names: they end up in tables, terminals and batch scripts

@@ -1,15 +1,14 @@
 """The process group the engine runs in: one process, or one rank of a torchrun job.
 
-Under torchrun (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK`` set) ``fit`` joins the process group
-(NCCL on CUDA, gloo on CPU) unless the user already did, pins the rank to its local device, and
-leaves the group at the end only if it created it. Everything the loop needs from the group
-goes through :class:`DistContext`, which is free of collectives when there is one process.
-"""
+Under torchrun (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK`` set: ``LaunchContext.torchrun_world``)
+``fit`` joins the process group (NCCL on CUDA, gloo on CPU) unless the user already did, pins
+the rank to its local device, and leaves the group at the end only if it created it. Everything
+the loop needs from the group goes through :class:`DistContext`, which is free of collectives
+when there is one process."""
 
 from __future__ import annotations
 
 import gc
-import os
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -17,16 +16,10 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from ..core.runs.launch_context import LaunchContext
 from .train_errors import TrainConfigError
 
 GLOO_DRAIN_S = 0.05
-
-
-def torchrun_world() -> tuple[int, int, int] | None:
-    """(rank, world size, local rank) when started by torchrun, else None."""
-    if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
-        return None
-    return int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), int(os.environ.get("LOCAL_RANK", 0))
 
 
 def resolve_device(requested: str | None, local_rank: int = 0) -> torch.device:
@@ -139,9 +132,9 @@ class DistContext:
         return device if self.backend == "nccl" else torch.device("cpu")
 
 
-def join_process_group(device_request: str | None) -> tuple[DistContext, torch.device]:
+def join_process_group(device_request: str | None, context: LaunchContext) -> tuple[DistContext, torch.device]:
     """The rank's context and device; a single-process context outside torchrun."""
-    world = torchrun_world()
+    world = context.torchrun_world
     if world is None:
         return DistContext(), resolve_device(device_request)
     rank, size, local_rank = world
@@ -156,11 +149,11 @@ def join_process_group(device_request: str | None) -> tuple[DistContext, torch.d
     return DistContext(rank, size, local_rank, dist.get_backend(), created), device
 
 
-def record_rank_error(error: BaseException) -> None:
-    """Writes the error to torchrun's per-rank error file (``TORCHELASTIC_ERROR_FILE``), as
+def record_rank_error(error: BaseException, error_file: str | None) -> None:
+    """Writes the error to torchrun's per-rank error file (``LaunchContext.error_file``), as
     torch elastic's ``@record`` does, so torchrun and the launcher report the first failing
     rank's message instead of "a child process failed". Call it inside the ``except`` block."""
-    if not os.environ.get("TORCHELASTIC_ERROR_FILE") or not isinstance(error, Exception):
+    if not error_file or not isinstance(error, Exception):
         return
     from torch.distributed.elastic.multiprocessing.errors import get_error_handler
 

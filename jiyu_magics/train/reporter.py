@@ -12,6 +12,7 @@ from typing import Any
 
 from ..core.events.fold import RunState, add_to_history
 from ..core.events.log import EventLog, read_events
+from ..core.runs.model import RunStatus
 from .monitor import NullMonitor
 from .process_group import DistContext, record_rank_error
 from .run_binding import RunBinding
@@ -74,26 +75,26 @@ class Reporter:
             return None
         return round((total - step) * (now - since) / (step - origin), 1)
 
-    def end(self, status: str, step: int, message: str) -> None:
+    def end(self, status: RunStatus, step: int, message: str) -> None:
         """The ``end`` event, the final refresh and the run's final status. No plot: whoever
         shows the summary draws it from the events, after ``fit`` has returned."""
         self.emit("end", status=status, step=step, message=message, elapsed=round(self.elapsed, 3))
         if self.dist.is_writer:
             self.poll()
-        self.run.finish(status, error=message if status == "failed" else None)
+        self.run.finish(status, error=message if status is RunStatus.FAILED else None)
 
     def error(self, error: BaseException, step: int) -> None:
         """Records an error the engine cannot explain better, before it propagates: in the
         event log (by whichever rank failed: the one exception to "rank 0 writes"), in
         torchrun's error file for this rank, and as the run's final status."""
         message = f"{type(error).__name__}: {error}".strip()
-        record_rank_error(error)
+        record_rank_error(error, self.run.context.error_file)
         try:
             if self.run.events is not None:
                 self.emit("error", message=message, step=step, rank=self.dist.rank)
                 first = self._first_error() or message
-                self.emit("end", status="failed", step=step, message=first, elapsed=round(self.elapsed, 3))
-                self.run.finish("failed", error=first)
+                self.emit("end", status=RunStatus.FAILED, step=step, message=first, elapsed=round(self.elapsed, 3))
+                self.run.finish(RunStatus.FAILED, error=first)
             elif self.run.files.root.is_dir():
                 with EventLog(self.run.files.events) as log:
                     log.append("error", message=message, step=step, rank=self.dist.rank)

@@ -1,12 +1,11 @@
 """The run a ``fit`` call writes into, and which checkpoint it resumes from.
 
-Without ``JIYU_RUN_ID`` the call registers its own run (``kind=kernel``, or ``ddp`` for a bare
-torchrun) and owns its final status. With it, a launcher (``%submit``, ``%%train --nproc``)
-made the run and owns the status; the call only writes events and checkpoints into it, as the
-run's first, second... call (``fit_calls``: after a torchrun restart each call resumes from its
-own checkpoints, which the engine looks for first), and resumes from the run's newest
-checkpoint when the launcher set ``JIYU_RESUME``.
-"""
+Without a launcher's run (``LaunchContext.run_id``: ``JIYU_RUN_ID``) the call registers its own
+run (``kind=kernel``, or ``ddp`` for a bare torchrun) and owns its final status. With it, a
+launcher (``%submit``, ``%%train --nproc``) made the run and owns the status; the call only
+writes events and checkpoints into it, as the run's first, second... call (``fit_calls``: after
+a torchrun restart each call resumes from its own checkpoints, which the engine looks for
+first), and resumes from the run's newest checkpoint when the launcher set ``JIYU_RESUME``."""
 
 from __future__ import annotations
 
@@ -16,17 +15,19 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..core.events.log import EventLog, read_events
-from ..core.runs.files import RUN_ID_ENV, RunFiles, jiyu_home
-from ..core.runs.model import EventKind
+from ..core.processes.info import process_start_time
+from ..core.runs.files import RunFiles, jiyu_home
+from ..core.runs.launch_context import LaunchContext
+from ..core.runs.model import EventKind, RunStatus
+from ..core.runs.states import TransitionRefused, ended_as
 from ..core.store.database import StoreUnusable
-from ..core.store.run_store import RunStore, new_run_id, process_start_time
+from ..core.store.run_row import new_run_id
+from ..core.store.run_store import RunStore
 from .checkpoint import newest_checkpoint
 from .fit_calls import FitCall
 from .process_group import DistContext
 from .train_errors import TrainConfigError
 
-RESUME_ENV = "JIYU_RESUME"
-NOTEBOOK_ENV = "JPY_SESSION_NAME"  # jupyter_server tells the kernel its notebook's path
 UNRECORDED_PREFIX = "unrecorded-"  # the id of a run trained while the store was unusable
 
 
@@ -38,15 +39,16 @@ class RunBinding:
     events: EventLog | None = None  # rank 0 only
     call: FitCall = FitCall(0, "")  # which call of the run this is (its first, unless launched)
     unrecorded: bool = False  # the run store was unusable: trained, but not in %jobs
+    context: LaunchContext = LaunchContext()  # what the process's launcher said
 
     @classmethod
-    def open(cls, name: str, dist: DistContext, params: dict) -> RunBinding:
-        attached = os.environ.get(RUN_ID_ENV)
-        run_id = attached or dist.broadcast(_register(name, dist, params) if dist.is_writer else None)
+    def open(cls, name: str, dist: DistContext, params: dict, context: LaunchContext) -> RunBinding:
+        attached = context.run_id
+        run_id = attached or dist.broadcast(_register(name, dist, params, context.notebook) if dist.is_writer else None)
         unrecorded = run_id.startswith(UNRECORDED_PREFIX)
         files = RunFiles.of(run_id)
-        call = FitCall.next_in(run_id, name) if attached else FitCall(0, name)
-        binding = cls(run_id, files, owned=not attached, call=call, unrecorded=unrecorded)
+        call = FitCall.next_in(run_id, name, context) if attached else FitCall(0, name)
+        binding = cls(run_id, files, owned=not attached, call=call, unrecorded=unrecorded, context=context)
         if dist.is_writer:
             files.create()
             binding.events = EventLog(files.events)
@@ -59,7 +61,7 @@ class RunBinding:
             return
         from .device_lease import record_device_lease
 
-        line = record_device_lease(self.run_id, device)
+        line = record_device_lease(self.run_id, device, self.context.visible_devices)
         if line:
             print(f"jiyu: {line}", file=sys.stderr)
 
@@ -71,10 +73,16 @@ class RunBinding:
     def checkpoint_label(self) -> str:
         return self.call.label
 
-    def finish(self, status: str, error: str | None = None) -> None:
+    def finish(self, status: RunStatus, error: str | None = None) -> None:
+        """The end of a run this call owns, by the stop rule every owner follows: a run someone
+        asked to stop (``jiyu stop`` of a bare torchrun's run) that did not succeed stopped."""
         if self.owned and self.events is not None and not self.unrecorded:
             try:
-                RunStore().finish(self.run_id, status, exit_code=0 if status == "succeeded" else None, error=error)
+                store = RunStore()
+                status = ended_as(RunStatus(status), store.stored(self.run_id).stop_requested)
+                store.finish(self.run_id, status, exit_code=0 if status is RunStatus.SUCCEEDED else None, error=error)
+            except TransitionRefused:
+                pass  # an end was recorded first (its status stands)
             except StoreUnusable as problem:
                 _warn_unrecorded(problem)
 
@@ -83,24 +91,27 @@ class RunBinding:
             self.events.close()
 
 
-def _register(name: str, dist: DistContext, params: dict) -> str:
+def _register(name: str, dist: DistContext, params: dict, notebook: str | None) -> str:
     """The new run's id. An unusable store (corrupt, deleted, full disk) must not stop training:
     the run gets a folder of its own, is said to be unrecorded, and trains. A home folder that
     cannot be made has room for no folder either: that ends the call, in one line."""
     pid, started = os.getpid(), process_start_time(os.getpid())
     jiyu_home()
     try:  # this process both trains and records the end: the recorded process and the owner
-        run = RunStore().create(
+        store = RunStore()
+        store.record_lost()  # a run owner's upkeep: runs whose processes are gone are recorded lost
+        run = store.create(
             "ddp" if dist.distributed else "kernel",
             name,
-            status="running",
+            status=RunStatus.RUNNING,
+            born_because="a fit call registered it",
             pid=pid,
             pid_started=started,
             owner_pid=pid,
             owner_started=started,
             pgid=os.getpgid(0),
             nproc=dist.world_size,
-            notebook=os.environ.get(NOTEBOOK_ENV),
+            notebook=notebook,
             params=params,
         )
     except StoreUnusable as problem:
@@ -113,19 +124,18 @@ def _warn_unrecorded(problem: StoreUnusable) -> None:
     print(f"jiyu: this run is not recorded in the run store, training goes on ({problem})", file=sys.stderr)
 
 
-def default_name(model: object) -> str:
-    notebook = os.environ.get(NOTEBOOK_ENV)
+def default_name(model: object, notebook: str | None) -> str:
     stem = Path(notebook).stem if notebook else None
     return f"{stem}:{type(model).__name__}" if stem else type(model).__name__
 
 
 def resume_path(requested: str | None, run: RunBinding, name: str) -> Path | None:
     """The checkpoint to start from. ``requested`` is a path or ``last``; without it a
-    launcher's ``JIYU_RESUME`` means ``last``. (A torchrun restart resumes each call from its
-    own checkpoints: ``fit_calls.own_checkpoint``, asked first.)"""
+    launcher's ``JIYU_RESUME`` (``LaunchContext.resume``) means ``last``. (A torchrun restart
+    resumes each call from its own checkpoints: ``fit_calls.own_checkpoint``, asked first.)"""
     implicit = requested is None
     if implicit:
-        requested = os.environ.get(RESUME_ENV) or None
+        requested = run.context.resume
     if requested is None:
         return None
     if requested != "last":
@@ -137,7 +147,7 @@ def resume_path(requested: str | None, run: RunBinding, name: str) -> Path | Non
     # itself; an explicit ``last`` then falls back to the last run of the same name, as in a kernel
     found = newest_checkpoint(run.files.ckpt) if not run.owned else None
     if found is None and not (implicit and not run.owned):
-        found = _last_of_name(name, run.run_id)
+        found = _last_of_name(name, run.run_id, run.context.notebook)
     if found is None and not implicit:
         raise TrainConfigError(
             f"--resume last: no checkpoint of an earlier run named {name!r}; give a checkpoint path instead"
@@ -145,23 +155,22 @@ def resume_path(requested: str | None, run: RunBinding, name: str) -> Path | Non
     return found
 
 
-def check_resume_request(requested: str | None, name: str) -> None:
+def check_resume_request(requested: str | None, name: str, context: LaunchContext) -> None:
     """A call that owns its run (a kernel's, a script's: nothing of its own to fall back on)
     refuses a resume it cannot do before its run is registered, so a typo leaves no failed run
     behind and says so once."""
-    if requested is None or os.environ.get(RUN_ID_ENV):
+    if requested is None or context.run_id:
         return
     if requested != "last":
         if not Path(requested).expanduser().is_file():
             raise TrainConfigError(f"resume checkpoint {requested} does not exist")
-    elif _last_of_name(name, "") is None:
+    elif _last_of_name(name, "", context.notebook) is None:
         raise TrainConfigError(
             f"--resume last: no checkpoint of an earlier run named {name!r}; give a checkpoint path instead"
         )
 
 
-def _last_of_name(name: str, current: str) -> Path | None:
-    notebook = os.environ.get(NOTEBOOK_ENV)
+def _last_of_name(name: str, current: str, notebook: str | None) -> Path | None:
     try:
         runs = RunStore().list()
     except StoreUnusable as problem:

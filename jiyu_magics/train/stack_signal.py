@@ -11,18 +11,17 @@ from __future__ import annotations
 
 import contextlib
 import faulthandler
-import os
 import signal
 from collections.abc import Iterator
 
-from ..core.runs.files import RUN_ID_ENV, STACK_SIGNAL_NAME, RunFiles
+from ..core.runs.files import STACK_SIGNAL_NAME, RunFiles
 
 
 @contextlib.contextmanager
-def stacks_on_signal(rank: int) -> Iterator[None]:
-    """Registered while the body runs, in a launched rank only: a kernel keeps its signals."""
+def stacks_on_signal(rank: int, run_id: str | None) -> Iterator[None]:
+    """Registered while the body runs, in a launched rank only (``run_id``: the launcher's run,
+    ``LaunchContext.run_id``): a kernel keeps its signals."""
     signum = getattr(signal, STACK_SIGNAL_NAME, None)
-    run_id = os.environ.get(RUN_ID_ENV)
     if signum is None or not run_id:
         yield
         return

@@ -15,7 +15,6 @@ process SIGTERM also stops the job (``core.job_stop``): once this ``fit`` has re
 
 from __future__ import annotations
 
-import os
 import signal
 import sys
 import threading
@@ -49,11 +48,10 @@ class StopSignal:
         self.requested, self.reason = False, None
 
 
-def stop_signals() -> list[signal.Signals]:
-    """SIGINT always; SIGTERM and SIGUSR1 too when a launcher started us (torchrun rank or jiyu
-    job), so a stop or the time limit leaves a checkpoint. In a kernel SIGTERM keeps its meaning
-    (shut down) and SIGUSR1 is nobody's."""
-    launched = any(os.environ.get(v) for v in ("RANK", "JIYU_RUN_ID"))
+def stop_signals(launched: bool) -> list[signal.Signals]:
+    """SIGINT always; SIGTERM and SIGUSR1 too when a launcher started us (``LaunchContext.
+    launched``: a torchrun rank or a jiyu job), so a stop or the time limit leaves a checkpoint.
+    In a kernel SIGTERM keeps its meaning (shut down) and SIGUSR1 is nobody's."""
     return [signal.SIGINT, signal.SIGTERM, signal.SIGUSR1] if launched else [signal.SIGINT]
 
 
@@ -67,11 +65,11 @@ def leave_for_requeue(stop: StopSignal) -> None:
 
 
 @contextmanager
-def signals_request_stop(stop: StopSignal) -> Iterator[None]:
+def signals_request_stop(stop: StopSignal, launched: bool) -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = {sig: signal.getsignal(sig) for sig in stop_signals()}
+    previous = {sig: signal.getsignal(sig) for sig in stop_signals(launched)}
 
     def handler(signum, frame):
         if signum == signal.SIGINT:

@@ -1,6 +1,6 @@
 """Weights handed between a notebook kernel and the torchrun ranks of ``%%train --nproc``.
 
-The launcher saves the kernel's current model to ``JIYU_INIT_WEIGHTS``: each rank loads it
+The launcher saves the kernel's current model to ``JIYU_INIT_WEIGHTS`` (``LaunchContext``): each rank loads it
 before wrapping, so a model trained or loaded earlier in the kernel continues (and every rank
 starts from the same weights). At the end rank 0 writes the full, unwrapped weights to
 ``JIYU_FINAL_WEIGHTS`` (under FSDP every rank helps gather them), and the kernel loads them
@@ -9,15 +9,11 @@ back into its ``model``. Both files are written atomically, like checkpoints.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import torch
 
 from .checkpoint import FORMAT, load_checkpoint, save_atomic
-
-INIT_WEIGHTS_ENV = "JIYU_INIT_WEIGHTS"
-FINAL_WEIGHTS_ENV = "JIYU_FINAL_WEIGHTS"
 
 
 def save_weights(model: torch.nn.Module, path: Path | str) -> Path:
@@ -35,15 +31,10 @@ def load_weights(model: torch.nn.Module, path: Path | str) -> None:
     model.load_state_dict(load_checkpoint(path, map_location="cpu")["model"])
 
 
-def load_initial_weights(model: torch.nn.Module) -> str | None:
-    """Loads ``JIYU_INIT_WEIGHTS`` when a launcher set it; returns the path it loaded."""
-    path = os.environ.get(INIT_WEIGHTS_ENV)
+def load_initial_weights(model: torch.nn.Module, path: str | None) -> str | None:
+    """Loads the weights a launcher handed over (``LaunchContext.init_weights``); returns the
+    path it loaded, None when there were none."""
     if not path:
         return None
     load_weights(model, path)
     return path
-
-
-def final_weights_path() -> Path | None:
-    path = os.environ.get(FINAL_WEIGHTS_ENV)
-    return Path(path) if path else None

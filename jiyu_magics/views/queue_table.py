@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from ..core.store.run_store import Run
+from ..core.store.run_row import Run
 from .format import NA, duration, text_table
 
 HEADERS = ["#", "id", "name", "kind", "wants", "priority", "waiting", "notebook"]

@@ -8,12 +8,12 @@ import time
 from ..core.events.log import summarize
 from ..core.runs.files import RunFiles
 from ..core.runs.model import RunStatus
-from ..core.store.run_store import Run
+from ..core.store.run_row import Run
 from .format import NA, bar, duration, text_table
 from .status_palette import status_colour
 
 HEADERS = ["id", "name", "kind", "status", "nproc", "gpus", "progress", "loss", "started", "duration"]
-STALLED_COLOR = status_colour("stopped")  # the warning colour, as the panel's stall chip
+STALLED_COLOR = status_colour(RunStatus.STOPPED)  # the warning colour, as the panel's stall chip
 SPARK = "▁▂▃▄▅▆▇█"
 
 

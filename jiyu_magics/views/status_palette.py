@@ -11,6 +11,8 @@ from ..core.runs.model import RunStatus
 THEME_VARIABLES: dict[RunStatus, tuple[str, str]] = {
     RunStatus.RUNNING: ("--jp-brand-color1", "#1976d2"),
     RunStatus.QUEUED: ("--jp-brand-color3", "#90caf9"),
+    RunStatus.STARTING: ("--jp-brand-color3", "#90caf9"),
+    RunStatus.STOPPING: ("--jp-warn-color1", "#f57c00"),
     RunStatus.SUCCEEDED: ("--jp-success-color1", "#388e3c"),
     RunStatus.FAILED: ("--jp-error-color1", "#d32f2f"),
     RunStatus.LOST: ("--jp-error-color1", "#d32f2f"),
@@ -23,6 +25,6 @@ def status_colour(status: str | RunStatus | None) -> str:
     """A CSS colour for a status (``var(--jp-…, #fallback)``), neutral for anything else."""
     try:
         variable, fallback = THEME_VARIABLES[RunStatus(status)]
-    except ValueError:
+    except (ValueError, KeyError):
         return NEUTRAL
     return f"var({variable},{fallback})"

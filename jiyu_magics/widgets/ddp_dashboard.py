@@ -11,19 +11,25 @@ from html import escape
 
 import ipywidgets as widgets
 
+from ..core.runs.model import RankState, RunStatus
 from ..views.status_palette import status_colour
 from .train_dashboard import TrainingDashboard
 
 RANKS_EVERY_S = 2.0
-_STATUS_OF_STATE = {"running": "running", "exited": "succeeded", "killed": "failed"}  # for the one palette
+# a rank's state in the one palette of run statuses
+_STATUS_OF_STATE = {
+    RankState.RUNNING: RunStatus.RUNNING,
+    RankState.EXITED: RunStatus.SUCCEEDED,
+    RankState.KILLED: RunStatus.FAILED,
+}
 
 
 def ranks_html(records) -> str:
     chips = []
     for record in records:
         failed = record.failed
-        color = status_colour("failed" if failed else _STATUS_OF_STATE.get(record.state))
-        label = record.state if record.state != "exited" else f"exited {record.exit_code}"
+        color = status_colour(RunStatus.FAILED if failed else _STATUS_OF_STATE[record.state])
+        label = f"exited {record.exit_code}" if record.state is RankState.EXITED else record.state.value
         restart = f" · restart {record.restart}" if record.restart else ""
         chips.append(
             f"<span style='margin-right:12px'><b>rank {record.rank}</b> "

@@ -1,101 +1,26 @@
 /**
  * The shapes the jiyu server extension answers with (jiyu_magics/server). One GPU snapshot
- * record is the same as `%gpu_status --json`; one run is the store's row plus `summary`, the
- * run state folded from its event log (`core.run_state.RunSummary`).
- *
- * The run's shapes and the status/kind unions mirror the Python side: tests/test_panel_types.py
- * checks them against the JSON Schema `python -m jiyu_magics.server.rest_schema` writes.
+ * record is the same as `%gpu_status --json`. A run, its progress summary, its GPU leases, the
+ * status/kind/event words and the event lines come from `api.generated.ts`, generated from the
+ * REST API's JSON Schema (`make api-types`), so they cannot drift from the Python side.
  */
 
-export type RunStatus = 'queued' | 'running' | 'succeeded' | 'failed' | 'stopped' | 'lost';
+import { ActiveStatus, Run, RunGpu, RunStatus, RunSummary } from './api.generated';
 
-export const ACTIVE_STATUSES: ReadonlyArray<RunStatus> = ['queued', 'running'];
+export type { Event, EventKind, RunKind, RunStatus } from './api.generated';
+export type IRun = Run;
+export type IRunSummary = RunSummary;
+export type IRunGpu = RunGpu;
 
-export type RunKind = 'kernel' | 'ddp' | 'job';
+/** Every active status once and nothing else: the compiler checks it against the schema. */
+const ACTIVE: Record<ActiveStatus, true> = {
+  queued: true,
+  starting: true,
+  running: true,
+  stopping: true
+};
 
-/** The kinds of line in a run's `events.jsonl` (`/jiyu/api/runs/{id}/events`). */
-export type EventKind =
-  'start' | 'step' | 'val' | 'ckpt' | 'gpu' | 'advice' | 'stall' | 'end' | 'error';
-
-export interface IRunSummary {
-  total_steps: number | null;
-  step: number | null;
-  epoch: number | null;
-  loss: number | null;
-  lr: number | null;
-  samples_per_s: number | null;
-  val_loss: number | null;
-  val_acc: number | null;
-  mem_peak: number | null;
-  updated: number | null;
-  /** When the step last moved (epoch seconds of the step event that moved it). */
-  step_at: number | null;
-  /** How the current `fit` call ended; null while it runs. */
-  end_status: RunStatus | null;
-  /** The current call's first error across ranks ("rank 1: ..."). */
-  error: string | null;
-  losses: number[];
-  progress: number | null;
-}
-
-export interface IRun {
-  id: string;
-  name: string;
-  kind: RunKind;
-  status: RunStatus;
-  nproc: number;
-  nnodes: number;
-  notebook: string | null;
-  cwd: string | null;
-  host: string;
-  backend: string;
-  /** Sent by GET /jiyu/api/runs/{id} only: the runs list leaves parameters out. */
-  params?: Record<string, unknown>;
-  /** The run's recorded process: a job's supervisor, or torchrun for a kernel's `%%train --nproc`. */
-  pid: number | null;
-  pid_started: number | null;
-  pgid: number | null;
-  /** The process that records the run's end (the kernel, the supervisor): not lost while it lives. */
-  owner_pid: number | null;
-  owner_started: number | null;
-  created: number;
-  started: number | null;
-  ended: number | null;
-  exit_code: number | null;
-  error: string | null;
-  stop_requested: boolean;
-  stop_grace: number | null;
-  /** The scheduler's name for the job where one holds it (Slurm job id, Kubernetes kind/name). */
-  scheduler_id: string | null;
-  /** Why a queued run waits, in the words of whoever holds it (Slurm: Resources, Priority). */
-  queue_reason: string | null;
-  /** When a scheduler was last asked about the run (epoch seconds). */
-  polled: number | null;
-  /** While running: when its last optimizer step was logged, which has not moved since for the
-   * run's stall timeout (a flag beside `running`, not a status); null otherwise. */
-  stalled_since: number | null;
-  /** GPUs the run waits for or leased (0: a CPU job; null: it never queues, e.g. in a kernel). */
-  gpus_requested: number | null;
-  priority: number;
-  /** Its order among waiting runs of one priority (the submission time unless moved up). */
-  queue_rank: number | null;
-  share: boolean;
-  /** The GPUs it holds (live leases) or held (ended ones). */
-  gpus: IRunGpu[];
-  /** 1-based place in the queue while queued, else null. */
-  queue_position: number | null;
-  duration: number | null;
-  summary: IRunSummary;
-}
-
-export interface IRunGpu {
-  uuid: string;
-  index: number;
-  run_id: string;
-  since: number;
-  ended: number | null;
-  shared: boolean;
-}
+export const ACTIVE_STATUSES: ReadonlyArray<RunStatus> = Object.keys(ACTIVE) as ActiveStatus[];
 
 export interface IGpuProcess {
   pid: number;

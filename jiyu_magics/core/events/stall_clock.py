@@ -14,6 +14,7 @@ it off.
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections import deque
 from collections.abc import Iterable
@@ -76,3 +77,20 @@ class StallClock:
         if not self.armed or self.moved is None or timeout is None:
             return None
         return self.moved if now - self.moved >= timeout else None
+
+
+class BadStallTimeout(ValueError):
+    """A stall timeout that is not seconds >= 0; ``str()`` is what is expected, for each door to
+    say in its own words."""
+
+
+def check_stall_timeout(value: object) -> float | None:
+    """The one rule for a stall timeout, whichever door it comes through (``fit``,
+    ``%%train``, ``%submit``, ``jiyu submit``, the REST API): None for the default rule, else a
+    finite number of seconds >= 0 (0 turns stall detection off). NaN, infinity, booleans and
+    text are refused: NaN passed ``>= 0`` once and silently turned detection off."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
+        raise BadStallTimeout("seconds >= 0 (0: off)")
+    return float(value)

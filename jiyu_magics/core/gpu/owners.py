@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from ..processes.info import ancestors as process_ancestors
 from ..processes.info import command_line, environ_value
 from ..runs.files import RUN_ID_ENV
+from ..runs.model import RunStatus
 from ..store.leases import GpuSlot, Lease
 from .snapshot import GpuDevice, GpuProcess, GpuSnapshot
 
@@ -185,7 +186,7 @@ class _Unlisted:
 
 def _run_owner(run, kernel: KernelInfo | None) -> ProcessOwner:
     where = f" · {os.path.basename(run.notebook)}" if run.notebook else ""
-    state = "" if run.status in ("running", "queued") else f", {run.status}"
+    state = "" if run.status in (RunStatus.RUNNING, RunStatus.QUEUED) else f", {run.status}"
     owner = ProcessOwner(
         "run",
         f"run {run.name or run.id} ({run.id}, {run.kind}{state}){where}",

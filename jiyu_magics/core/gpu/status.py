@@ -14,7 +14,8 @@ from collections.abc import Callable, Iterable, Mapping
 from ..events.log import summarize
 from ..runs.files import RunFiles
 from ..store.database import StoreUnusable
-from ..store.run_store import RunStore, UnknownRun
+from ..store.run_row import UnknownRun
+from ..store.run_store import RunStore
 from . import snapshot as gpu
 from .owners import Attribution, KernelInfo
 
@@ -32,8 +33,10 @@ def owned_snapshot(
         return snap
     try:
         store = store or RunStore()
-        active = store.list(include_finished=False, annotate=False)  # reconciled: dead owners' leases end
-        leases = store.leases.live()
+        runs = store.list(include_finished=False, annotate=False)
+        active = [run for run in runs if run.active]
+        gone = {run.id for run in runs if not run.active}  # shown lost: their leases are not held any more
+        leases = [lease for lease in store.leases.live() if lease.run_id not in gone]
     except StoreUnusable as problem:
         snap.owners_note = f"owners unknown: {problem}"
         return snap

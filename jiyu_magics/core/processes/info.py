@@ -1,5 +1,6 @@
 """Cheap facts about other processes, read straight from ``/proc`` where it exists: a parent
-pid, a chain of ancestors, one environment variable.
+pid, a chain of ancestors, one environment variable; and whether a recorded process (a pid
+and its start time) is still that same process.
 
 Mapping every GPU process to its owner happens on each panel poll; ``psutil.Process`` objects
 cost a ``create_time`` read each and ``parents()`` builds one per ancestor, several times what
@@ -90,3 +91,25 @@ def command_line(pid: int) -> str | None:
     except OSError:
         return None
     return " ".join(part.decode(errors="replace") for part in data.split(b"\0") if part) or None
+
+
+def process_start_time(pid: int) -> float | None:
+    try:
+        return psutil.Process(pid).create_time()
+    except (psutil.NoSuchProcess, psutil.AccessDenied, ValueError):
+        return None
+
+
+def process_alive(pid: int | None, started: float | None) -> bool:
+    """The process is alive and is the same process (not a recycled pid)."""
+    if not pid:
+        return False
+    now_started = process_start_time(pid)
+    if now_started is None:
+        return False
+    if started is not None and abs(now_started - started) > 1.0:
+        return False
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False

@@ -21,8 +21,12 @@ class _Word(str, Enum):
 
 
 class RunStatus(_Word):
-    QUEUED = "queued"  # registered, waiting to start (e.g. for GPUs)
+    """A run's state; the moves between them are ``states.TRANSITIONS``."""
+
+    QUEUED = "queued"  # registered, waiting to start (for GPUs, a CPU slot, or its scheduler)
+    STARTING = "starting"  # its placement is starting the ranks (torchrun, sbatch)
     RUNNING = "running"
+    STOPPING = "stopping"  # a stop was asked for: the ranks checkpoint and exit
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     STOPPED = "stopped"  # ended by a stop request (checkpointed when it could)
@@ -37,9 +41,17 @@ class RunStatus(_Word):
         return self not in ACTIVE
 
 
-ACTIVE = (RunStatus.QUEUED, RunStatus.RUNNING)
+ACTIVE = (RunStatus.QUEUED, RunStatus.STARTING, RunStatus.RUNNING, RunStatus.STOPPING)
 # How a training call can end, as its ``end`` event says (the engine never says lost or queued).
 END_STATUSES = (RunStatus.SUCCEEDED, RunStatus.STOPPED, RunStatus.FAILED)
+
+
+class RankState(_Word):
+    """A rank of a launched run, as its record and the process table tell (``RankRecord.state``)."""
+
+    RUNNING = "running"  # its process lives and has not written its end
+    EXITED = "exited"  # it wrote its end: an exit code (0 when it finished or stopped) and its error
+    KILLED = "killed"  # gone without writing its end: a signal or ``os._exit``
 
 
 class RunKind(_Word):

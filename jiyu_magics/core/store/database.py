@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ..runs.files import StoreUnusable  # the home folder's failure too: one type for both
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 # to version: the statements that bring the one before to it (new tables come from SCHEMA's
 # CREATE ... IF NOT EXISTS, run after every migration)
 MIGRATIONS = {
@@ -39,6 +39,8 @@ MIGRATIONS = {
     # the process that records the run's end (a kernel owning a ``%%train --nproc`` run whose
     # pid is torchrun's): the run is not lost while it lives
     7: ("ALTER TABLE runs ADD COLUMN owner_pid INTEGER", "ALTER TABLE runs ADD COLUMN owner_started REAL"),
+    # each status change with its reason (``transitions.move``); the table comes from SCHEMA
+    8: (),
 }
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -99,6 +101,15 @@ CREATE TABLE IF NOT EXISTS gpu_usage (
     idle_s REAL NOT NULL DEFAULT 0,
     PRIMARY KEY (hour, uuid, owner)
 );
+CREATE TABLE IF NOT EXISTS transitions (
+    run_id TEXT NOT NULL,
+    at REAL NOT NULL,
+    from_status TEXT,
+    to_status TEXT NOT NULL,
+    reason TEXT NOT NULL,
+    pid INTEGER
+);
+CREATE INDEX IF NOT EXISTS transitions_by_run ON transitions(run_id);
 CREATE TABLE IF NOT EXISTS gpu_sampled (
     uuid TEXT PRIMARY KEY,
     at REAL NOT NULL

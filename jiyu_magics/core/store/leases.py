@@ -4,9 +4,9 @@ which GPU on this machine.
 There is no daemon. Every owner of a waiting run (a job's supervisor, a kernel's ``%%train
 --nproc``) asks the store, in one ``BEGIN IMMEDIATE`` transaction, whether its run is next in
 the queue and whether enough of the GPUs it may use are unleased; if so the leases are written
-and the run turns ``running`` in that same transaction, so two owners can never take one GPU
+and the run turns ``starting`` in that same transaction, so two owners can never take one GPU
 (and the schema's partial unique index ``one_exclusive_lease`` would refuse it if they tried).
-Leases end in the transaction that ends their run (``RunStore.finish``, ``reconcile``), so no
+Leases end in the transaction that ends their run (``transitions.move``), so no
 lease outlives its run, whatever the end.
 
 The queue is strict: first by ``priority`` (higher first), then by ``queue_rank`` (the
@@ -20,9 +20,11 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import TypedDict
 
+from ..runs.model import RunStatus
 from .database import StoreDatabase
+from .run_row import RunGpu
+from .transitions import move
 
 LIVE = "ended IS NULL"
 QUEUE_ORDER = "priority DESC, COALESCE(queue_rank, created) ASC, created ASC"
@@ -34,17 +36,6 @@ class GpuSlot:
 
     uuid: str
     index: int
-
-
-class RunGpu(TypedDict):
-    """A lease as a run record carries it (``Run.gpus``, the REST API's ``IRunGpu``)."""
-
-    uuid: str
-    index: int
-    run_id: str
-    since: float
-    ended: float | None
-    shared: bool
 
 
 @dataclass
@@ -107,7 +98,7 @@ class LeaseBook:
     # -- taking and ending ---------------------------------------------------------------------
     def acquire(self, run_id: str, slots: Sequence[GpuSlot]) -> list[Lease] | None:
         """Leases for the queued run ``run_id`` on ``gpus_requested`` of ``slots`` (the GPUs its
-        owner found usable, in order of preference), and the run ``running``, in one
+        owner found usable, in order of preference), and the run ``starting``, in one
         transaction; None when it is not the run's turn or too few of them are unleased (a run
         asked with ``share`` may also join GPUs whose every lease is shared). The time is read
         inside the transaction: a lease never starts before the one it follows ended."""
@@ -123,28 +114,28 @@ class LeaseBook:
                 "INSERT INTO gpu_leases (uuid, gpu_index, run_id, host, since, shared) VALUES (?, ?, ?, ?, ?, ?)",
                 [(s.uuid, s.index, run_id, self.host, now, int(share)) for s in chosen],
             )
-            db.execute("UPDATE runs SET status = 'running', started = ? WHERE id = ?", (now, run_id))
+            move(db, run_id, {RunStatus.QUEUED}, RunStatus.STARTING, "its GPUs were leased")
         return [Lease(s.uuid, s.index, run_id, now, shared=share) for s in chosen]
 
     def admit(self, run_id: str, cpu_limit: int | None) -> bool:
         """A run that wants no GPU starts when it is first among those and fewer than
-        ``cpu_limit`` of them run (no limit: at once); then it is ``running``."""
+        ``cpu_limit`` of them run (no limit: at once); then it is ``starting``."""
         with self.db.write() as db:
             if cpu_limit is not None:
                 head = [w for w in _queue(db, self.host) if w.gpus == 0][:1]
+                started = (RunStatus.STARTING, RunStatus.RUNNING, RunStatus.STOPPING)
                 running = db.execute(
-                    "SELECT COUNT(*) FROM runs WHERE status = 'running' AND host = ? AND "
-                    "backend = 'local' AND gpus_requested = 0",
-                    (self.host,),
+                    "SELECT COUNT(*) FROM runs WHERE status IN (?, ?, ?) AND host = ? "
+                    "AND backend = 'local' AND gpus_requested = 0",
+                    (*started, self.host),
                 ).fetchone()[0]
                 if not head or head[0].run_id != run_id or running >= cpu_limit:
                     return False
-            cur = db.execute(
-                "UPDATE runs SET status = 'running', started = ? WHERE id = ? AND status = 'queued' "
-                "AND stop_requested = 0",
-                (time.time(), run_id),
-            )
-            return cur.rowcount == 1
+            row = db.execute("SELECT status, stop_requested FROM runs WHERE id = ?", (run_id,)).fetchone()
+            if row is None or row["status"] != RunStatus.QUEUED or row["stop_requested"]:
+                return False
+            move(db, run_id, {RunStatus.QUEUED}, RunStatus.STARTING, "a CPU job slot was free")
+            return True
 
     def record(self, run_id: str, slot: GpuSlot) -> tuple[Lease, list[str]]:
         """The lease of a run that already trains on ``slot`` (an in-kernel ``%%train``: it
@@ -174,28 +165,21 @@ class LeaseBook:
         and a rank before the first. Returns its new position (1)."""
         with self.db.write() as db:
             row = db.execute("SELECT status, host FROM runs WHERE id = ?", (run_id,)).fetchone()
-            if row is None or row["status"] != "queued":
+            if row is None or row["status"] != RunStatus.QUEUED:
                 raise ValueError(f"run {run_id} is not queued")
             top = db.execute(
-                "SELECT MAX(priority), MIN(COALESCE(queue_rank, created)) FROM runs WHERE "
-                "status = 'queued' AND host = ?",
-                (row["host"],),
+                "SELECT MAX(priority), MIN(COALESCE(queue_rank, created)) FROM runs WHERE status = ? AND host = ?",
+                (RunStatus.QUEUED, row["host"]),
             ).fetchone()
             db.execute("UPDATE runs SET priority = ?, queue_rank = ? WHERE id = ?", (top[0], top[1] - 1.0, run_id))
         return 1
 
 
-def end_leases(db, run_ids: Iterable[str], when: float) -> None:
-    """Ends the live leases of these runs (inside the caller's write transaction, the one
-    that ends the runs)."""
-    db.executemany(f"UPDATE gpu_leases SET ended = ? WHERE run_id = ? AND {LIVE}", [(when, r) for r in run_ids])
-
-
 def _queue(db, host: str) -> list[Waiting]:
     rows = db.execute(
-        f"SELECT id, gpus_requested, priority FROM runs WHERE status = 'queued' AND host = ? AND "
+        f"SELECT id, gpus_requested, priority FROM runs WHERE status = ? AND host = ? AND "
         f"backend = 'local' AND gpus_requested IS NOT NULL ORDER BY {QUEUE_ORDER}",
-        (host,),
+        (RunStatus.QUEUED, host),
     ).fetchall()
     counters = {True: 0, False: 0}
     waiting = []
@@ -210,7 +194,7 @@ def _next_wanting(db, host: str, run_id: str) -> tuple[int, bool]:
     """How many GPUs ``run_id`` wants if it is the first run waiting for GPUs (else 0), and
     whether it shares."""
     row = db.execute("SELECT status, stop_requested, share FROM runs WHERE id = ?", (run_id,)).fetchone()
-    if row is None or row["status"] != "queued" or row["stop_requested"]:
+    if row is None or row["status"] != RunStatus.QUEUED or row["stop_requested"]:
         return 0, False
     head = next((w for w in _queue(db, host) if w.gpus > 0), None)
     return (head.gpus if head is not None and head.run_id == run_id else 0), bool(row["share"])

@@ -5,9 +5,10 @@ kernel's ``%%train --nproc``) and its owner (the process that records its end: t
 of a ``%%train --nproc``, which outlives its torchrun by the moment it takes to record) are
 both gone, and no process carrying its id is left: ranks that are
 still stopping after their owner died (they die with their agent) are given their time, so a
-run is never declared over while something of it still trains or writes. Its end is dated by
-its last event, not by the moment a listing noticed, and its event log ends with an ``end``
-saying ``lost``, after whatever its ranks wrote while they stopped (their ``stopped``).
+run is never declared over while something of it still trains or writes. Readers show such a
+run lost at once; the store records it when a run owner takes the step (``RunStore.record_lost``).
+Its end is dated by its last event, not by the moment it was noticed, and its event log ends
+with an ``end`` saying ``lost``, after whatever its ranks wrote while they stopped.
 """
 
 from __future__ import annotations
@@ -25,23 +26,23 @@ LOST_MESSAGE = "its process ended without reporting"
 SOURCE = "store"  # who wrote the lost end: the store, on noticing (no owner was left to write it)
 
 
-def vanished(rows: Iterable, now: float, alive) -> list[str]:
-    """The ids among active ``rows`` (id, pid, pid_started, owner_pid, owner_started, created)
-    whose recorded process and owner are both gone (``alive(pid, started)`` false) and of
-    which no process is left."""
-    gone = [row["id"] for row in rows if not _lives(row, now, alive)]
+def vanished(runs: Iterable, now: float, alive) -> list[str]:
+    """The ids among active ``runs`` (with ``id``, ``pid``, ``pid_started``, ``owner_pid``,
+    ``owner_started``, ``created``) whose recorded process and owner are both gone
+    (``alive(pid, started)`` false) and of which no process is left."""
+    gone = [run.id for run in runs if not _lives(run, now, alive)]
     if not gone:
         return []
     running = live_run_ids()
     return [run_id for run_id in gone if run_id not in running]
 
 
-def _lives(row, now: float, alive) -> bool:
+def _lives(run, now: float, alive) -> bool:
     """A run with no process recorded yet lives through the queued grace (its launcher is
     handing it over); then while its recorded process or its owner does."""
-    if row["pid"] is None and row["owner_pid"] is None:
-        return now - row["created"] <= QUEUED_GRACE_S
-    return alive(row["pid"], row["pid_started"]) or alive(row["owner_pid"], row["owner_started"])
+    if run.pid is None and run.owner_pid is None:
+        return now - run.created <= QUEUED_GRACE_S
+    return alive(run.pid, run.pid_started) or alive(run.owner_pid, run.owner_started)
 
 
 def last_event_time(run_id: str) -> float | None:
@@ -56,13 +57,20 @@ def close_log(run_id: str) -> None:
     files = RunFiles.of(run_id)
     if not files.root.is_dir():
         return
-    last = last_event_time(run_id)
+    line = log_line(run_id)
     try:
         with EventLog(files.events) as log:
             log.append(EventKind.END.value, status=RunStatus.LOST.value, message=LOST_MESSAGE, source=SOURCE)
         if files.log.is_file():
-            heard = f" (last heard from at {time.strftime('%H:%M:%S', time.localtime(last))})" if last else ""
             with open(files.log, "a", encoding="utf-8") as out:
-                out.write(f"[jiyu] {time.strftime('%H:%M:%S')} run lost: {LOST_MESSAGE}{heard}\n")
+                out.write(line)
     except OSError:
         pass  # the row says lost; a log that cannot be written (a full disk) stays as it was
+
+
+def log_line(run_id: str, now: float | None = None) -> str:
+    """The line a lost run's output log ends with (written when it is recorded; shown after the
+    log by ``jiyu logs`` while it is only derived)."""
+    last = last_event_time(run_id)
+    heard = f" (last heard from at {time.strftime('%H:%M:%S', time.localtime(last))})" if last else ""
+    return f"[jiyu] {time.strftime('%H:%M:%S', time.localtime(now))} run lost: {LOST_MESSAGE}{heard}\n"

@@ -21,7 +21,8 @@ from ..events.log import read_events
 from ..runs.files import jiyu_home, runs_root, store_path
 from ..runs.model import RunKind, RunStatus
 from .database import SCHEMA_VERSION
-from .run_store import RECORD_FILE, Run, RunStore
+from .run_row import RECORD_FILE, Run
+from .run_store import RunStore
 
 LAUNCH_FILE = "launch.json"
 

@@ -1,131 +1,50 @@
-"""The run store: one SQLite row per run, in-kernel trainings and background jobs alike
-(the file itself, its schema and its connections: ``store_db``)."""
+"""The run store: one SQLite row per run, in-kernel trainings and background jobs alike (the
+file, its schema and connections: ``database``; the row: ``run_row``).
+
+Reads derive, writers write. ``get``, ``resolve``, ``list`` and the counts write nothing: an
+active run of this host whose recorded process and owner are gone, with nothing of it left
+running, is shown ``lost`` at read time (``Run.derived``). Recording that is an explicit step,
+``record_lost``, taken by the processes that own runs (supervisors, a kernel starting a run,
+the Jupyter server's sampler, the next submit, a queued run's owner), at most every
+``RECORD_LOST_EVERY_S`` seconds per process: the stored state catches up within that time
+while any of them runs, and at the next one that starts otherwise.
+
+Every status change goes through ``transition`` (``transitions.move``, the state machine's
+compare-and-set); ``update`` writes any other column and refuses ``status``.
+"""
 
 from __future__ import annotations
 
 import json
 import os
-import secrets
 import socket
-import sqlite3
 import time
-from dataclasses import asdict, dataclass, field, fields
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-import psutil
-
 from ..events.log import summarize
-from ..runs.files import RunFiles, run_dir, store_path
+from ..processes.info import process_alive, process_start_time
+from ..runs import states
+from ..runs.files import RunFiles, store_path
 from ..runs.model import ACTIVE, RunKind, RunStatus
 from . import lost_runs
 from .database import StoreDatabase
-from .leases import LeaseBook, RunGpu, end_leases
+from .leases import LeaseBook
+from .run_row import COLUMNS, Run, UnknownRun, new_run_id, save_record
+from .transitions import move, note
 
 STATUSES = RunStatus.values()
 KINDS = RunKind.values()
-QUEUED_GRACE_S = lost_runs.QUEUED_GRACE_S
-RECORD_FILE = "run.json"  # a copy of the row in the run's folder: what `jiyu store repair` rebuilds from
-
-
-class UnknownRun(LookupError):
-    """No run matches the id (or id prefix) the user gave."""
-
-
-@dataclass
-class Run:
-    id: str
-    name: str
-    kind: RunKind  # stored, sent and shown as its string value
-    status: RunStatus
-    nproc: int = 1
-    nnodes: int = 1
-    notebook: str | None = None
-    cwd: str | None = None
-    host: str = ""
-    backend: str = "local"
-    params: dict = field(default_factory=dict)
-    # the run's recorded process: what ``jiyu stop`` spares and waits for (a job's supervisor;
-    # torchrun for a kernel's ``%%train --nproc``, so that a stop never reaches the kernel)
-    pid: int | None = None
-    pid_started: float | None = None  # its start time: a recycled pid is not the run's
-    pgid: int | None = None
-    # the process that records the run's end (its lifecycle owner: the kernel, the supervisor);
-    # the run is not lost while it lives, even once ``pid`` ended. Never signalled for a kernel
-    owner_pid: int | None = None
-    owner_started: float | None = None
-    created: float = 0.0
-    started: float | None = None
-    ended: float | None = None
-    exit_code: int | None = None
-    error: str | None = None
-    stop_requested: bool = False
-    stop_grace: float | None = None  # seconds between SIGTERM and SIGKILL the stop asked for
-    scheduler_id: str | None = None  # the job's id where a scheduler holds it (Slurm job id, Kubernetes name)
-    queue_reason: str | None = None  # why a queued run waits, in the words of whoever holds it
-    polled: float | None = None  # when a scheduler was last asked about this run
-    gpus_requested: int | None = None  # GPUs the run waits for (0: a CPU job; None: it never queues)
-    priority: int = 0  # higher starts first among waiting runs
-    queue_rank: float | None = None  # the order among waiting runs of one priority (submission time)
-    share: bool = False  # its GPUs may hold other sharing runs' leases too
-    # its progress summary (``event_log.summarize``), stored once when it ended: listings of
-    # thousands of finished runs read no event log. None while it runs (views read the log)
-    summary: dict | None = None
-    stalled_since: float | None = None  # while running: the time of the last step, which has not moved since
-    #   for the run's stall timeout while its ranks live (``jobs.stall_watch``); a flag, not a status
-    # not columns: filled in from the lease book when read
-    gpus: list[RunGpu] = field(default_factory=list)  # the GPUs it holds or held: index, uuid, since, ended
-    queue_position: int | None = None  # 1-based, while queued
-
-    def __post_init__(self) -> None:
-        self.kind, self.status = RunKind(self.kind), RunStatus(self.status)
-
-    @property
-    def active(self) -> bool:
-        return self.status.active
-
-    @property
-    def stalled(self) -> bool:
-        """Running, but its step has not moved for its stall timeout: shown beside ``running``."""
-        return self.status == RunStatus.RUNNING and self.stalled_since is not None
-
-    @property
-    def duration(self) -> float | None:
-        if self.started is None:
-            return None
-        return (self.ended or time.time()) - self.started
-
-    def to_dict(self) -> dict:
-        """The fields as they are (no deep copy: a panel poll turns 50 runs into dicts)."""
-        data = dict(vars(self))
-        data["duration"] = self.duration
-        return data
-
-    @classmethod
-    def from_row(cls, row: sqlite3.Row | dict) -> Run:
-        """From a store row, or a run folder's record of one (whose unknown keys, from a newer
-        jiyu, are ignored)."""
-        data = dict(zip(row.keys(), row, strict=False)) if isinstance(row, sqlite3.Row) else dict(row)  # 4x dict(Row)
-        if not data.keys() <= _COLUMNS:  # a row of a newer schema, or a record with more keys
-            data = {k: v for k, v in data.items() if k in _COLUMNS}
-        params = data.get("params")
-        data["params"] = json.loads(params) if params and params != "{}" else {}
-        data["summary"] = json.loads(data["summary"]) if data.get("summary") else None
-        data["stop_requested"] = bool(data.get("stop_requested"))
-        data["share"] = bool(data.get("share"))
-        return cls(**data)
-
-    from_record = from_row
-
-
-DERIVED = frozenset({"gpus", "queue_position"})
-_COLUMNS = {f.name for f in fields(Run)} - DERIVED
+RECORD_LOST_EVERY_S = 5.0
+_recorded_lost: dict[Path, float] = {}  # per store file: when this process last recorded lost runs
 
 
 def _filters(include_finished: bool, since: float | None) -> tuple[str, list]:
     """The WHERE clause of a listing (active runs only unless ``include_finished``; created at
     or after ``since``) and its values."""
-    where, values = [], []
+    where: list[str] = []
+    values: list[Any] = []
     if not include_finished:
         where.append(f"status IN ({', '.join('?' * len(ACTIVE))})")
         values += ACTIVE
@@ -133,46 +52,6 @@ def _filters(include_finished: bool, since: float | None) -> tuple[str, list]:
         where.append("created >= ?")
         values.append(float(since))
     return (f" WHERE {' AND '.join(where)}" if where else ""), values
-
-
-def save_record(run: Run) -> None:
-    """The row, copied into the run's folder when it is created and when it ends, so a lost or
-    corrupt store can be rebuilt (``store_repair``). Best effort: the store is the authority."""
-    folder = run_dir(run.id)
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        temp = folder / f".{RECORD_FILE}.{os.getpid()}"
-        temp.write_text(json.dumps(RunStore._to_row(run)))
-        os.replace(temp, folder / RECORD_FILE)
-    except OSError:
-        pass
-
-
-def new_run_id() -> str:
-    """Eight hex digits: short enough to type in ``%job logs``, and any unique prefix works."""
-    return secrets.token_hex(4)
-
-
-def process_start_time(pid: int) -> float | None:
-    try:
-        return psutil.Process(pid).create_time()
-    except (psutil.NoSuchProcess, psutil.AccessDenied, ValueError):
-        return None
-
-
-def process_alive(pid: int | None, started: float | None) -> bool:
-    """The process is alive and is the same process (not a recycled pid)."""
-    if not pid:
-        return False
-    now_started = process_start_time(pid)
-    if now_started is None:
-        return False
-    if started is not None and abs(now_started - started) > 1.0:
-        return False
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
 
 
 class RunStore:
@@ -185,20 +64,27 @@ class RunStore:
 
     # -- writing ---------------------------------------------------------------------------
     def create(
-        self, kind: RunKind | str, name: str | None = None, *, status: RunStatus | str = RunStatus.QUEUED, **values: Any
+        self,
+        kind: RunKind | str,
+        name: str | None = None,
+        *,
+        status: RunStatus | str = RunStatus.QUEUED,
+        born_because: str = "registered",
+        **values: Any,
     ) -> Run:
+        """A new run, born ``queued`` (a launcher's) or ``running`` (a ``fit`` that registers
+        itself as it starts)."""
         if kind not in KINDS:
             raise ValueError(f"unknown run kind {kind!r}")
-        if status not in STATUSES:
-            raise ValueError(f"unknown status {status!r}")
-        unknown = set(values) - _COLUMNS
-        if unknown:
-            raise ValueError(f"unknown run fields: {', '.join(sorted(unknown))}")
+        if status not in STATUSES or RunStatus(status) not in states.BORN:
+            raise ValueError(f"a run cannot be born {status!r}")
+        _check_columns(values)
         now = time.time()
         with self._write() as db:
             run_id = new_run_id()
             while db.execute("SELECT 1 FROM runs WHERE id = ?", (run_id,)).fetchone():
                 run_id = new_run_id()
+            fields = {"cwd": os.getcwd(), "queue_rank": now, **values}
             run = Run(
                 id=run_id,
                 name=name or f"{kind}-{run_id}",
@@ -206,18 +92,99 @@ class RunStore:
                 status=status,
                 host=self.host,
                 created=now,
-                **{"cwd": os.getcwd(), "queue_rank": now, **values},
+                **fields,
             )
             if run.status == RunStatus.RUNNING and run.started is None:
                 run.started = now
-            row = self._to_row(run)
+            row = run.to_row()
             db.execute(f"INSERT INTO runs ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})", tuple(row.values()))
+            note(db, run_id, None, run.status, born_because)
         save_record(run)
         return run
 
-    def restore(self, runs) -> int:
+    def transition(
+        self,
+        run_id: str,
+        expected: Iterable[RunStatus],
+        target: RunStatus,
+        reason: str,
+        *,
+        then: Callable[[], None] | None = None,
+        **values: Any,
+    ) -> Run:
+        """The run moved from one of ``expected`` to ``target`` (with ``values`` beside it) in
+        one transaction, or ``states.TransitionRefused`` and nothing written. An end also runs
+        ``then`` first (the owner's closing events), stores the summary and ends the leases."""
+        _check_columns(values)
+        target = RunStatus(target)
+        with self._write() as db:
+            move(
+                db,
+                run_id,
+                expected,
+                target,
+                reason,
+                _encoded(values),
+                then=then,
+                summary=lambda: self.stored_summary(run_id),
+            )
+        run = self.stored(run_id)
+        if target.final:
+            save_record(run)
+        return run
+
+    def mark_running(self, run_id: str, pid: int, pgid: int | None = None) -> Run:
+        """Its ranks started: ``pid`` is the process a stop spares and waits for (torchrun or the
+        supervisor). A run already running (born so) or stopping keeps its status."""
+        fields = {"pid": pid, "pid_started": process_start_time(pid), "pgid": pgid, "started": time.time()}
+        try:
+            return self.transition(
+                run_id, {RunStatus.QUEUED, RunStatus.STARTING}, RunStatus.RUNNING, "its ranks started", **fields
+            )
+        except states.TransitionRefused as refused:
+            if refused.current not in (RunStatus.RUNNING, RunStatus.STOPPING):
+                raise
+            return self.update(run_id, **fields)
+
+    def finish(
+        self,
+        run_id: str,
+        status: RunStatus | str,
+        exit_code: int | None = None,
+        error: str | None = None,
+        *,
+        then: Callable[[], None] | None = None,
+    ) -> Run:
+        """Its owner's word on how it ended, from any active state or from the ``lost`` the
+        store took it for; ``TransitionRefused`` when another end was recorded first."""
+        expected = states.ACTIVE | {RunStatus.LOST}
+        return self.transition(
+            run_id,
+            expected,
+            RunStatus(status),
+            "its owner recorded the end",
+            then=then,
+            exit_code=exit_code,
+            error=error,
+        )
+
+    def update(self, run_id: str, **values: Any) -> Run:
+        """Columns other than the status (which only ``transition`` writes)."""
+        if "status" in values:
+            raise ValueError("a run's status changes only through RunStore.transition")
+        _check_columns(values)
+        values = _encoded(values)
+        with self._write() as db:
+            cur = db.execute(
+                f"UPDATE runs SET {', '.join(f'{k} = ?' for k in values)} WHERE id = ?", (*values.values(), run_id)
+            )
+            if cur.rowcount == 0:
+                raise UnknownRun(f"no run with id {run_id!r}")
+        return self.stored(run_id)
+
+    def restore(self, runs: Iterable[Run]) -> int:
         """Writes runs back as they were (``jiyu store repair``), replacing rows of the same id."""
-        rows = [self._to_row(run) for run in runs]
+        rows = [run.to_row() for run in runs]
         with self._write() as db:
             for row in rows:
                 db.execute(
@@ -226,95 +193,68 @@ class RunStore:
                 )
         return len(rows)
 
-    def update(self, run_id: str, **values: Any) -> Run:
-        unknown = set(values) - _COLUMNS
-        if unknown:
-            raise ValueError(f"unknown run fields: {', '.join(sorted(unknown))}")
-        if "status" in values and values["status"] not in STATUSES:
-            raise ValueError(f"unknown status {values['status']!r}")
-        if "params" in values:
-            values["params"] = json.dumps(values["params"])
-        if values.get("summary") is not None:
-            values["summary"] = json.dumps(values["summary"])
-        with self._write() as db:
-            cur = db.execute(
-                f"UPDATE runs SET {', '.join(f'{k} = ?' for k in values)} WHERE id = ?", (*values.values(), run_id)
-            )
-            if cur.rowcount == 0:
-                raise UnknownRun(f"no run with id {run_id!r}")
-        return self.get(run_id)
-
-    def mark_running(self, run_id: str, pid: int, pgid: int | None = None) -> Run:
-        return self.update(
-            run_id,
-            status=RunStatus.RUNNING,
-            pid=pid,
-            pid_started=process_start_time(pid),
-            pgid=pgid,
-            started=time.time(),
-        )
-
     def mark_stalled(self, run_id: str, since: float | None) -> Run:
         """The stall flag of a running run: ``since`` the time of the step that stopped moving,
         None when it moved again."""
         return self.update(run_id, stalled_since=since)
 
     def request_stop(self, run_id: str, grace: float | None = None) -> Run:
-        """Marks the run to be stopped; its supervisor honours ``grace`` (SIGTERM → SIGKILL)."""
-        return self.update(run_id, stop_requested=1, stop_grace=grace)
-
-    def claim_poll(self, run_id: str, every: float) -> bool:
-        """Whether this caller should ask the scheduler about the run now: true for one caller
-        per ``every`` seconds across every process sharing the store (the CLI, kernels, the
-        server), so a scheduler is asked at most that often however many are watching."""
-        now = time.time()
+        """Marks the run to be stopped (its owner honours ``grace``: SIGTERM → SIGKILL); a run
+        that is starting or running turns ``stopping`` in the same transaction. A queued run
+        keeps its place until its owner sees the request and ends it ``stopped``."""
         with self._write() as db:
-            cur = db.execute(
-                "UPDATE runs SET polled = ? WHERE id = ? AND (polled IS NULL OR polled <= ?)",
-                (now, run_id, now - every),
-            )
-            return cur.rowcount == 1
-
-    def finish(
-        self, run_id: str, status: RunStatus | str, exit_code: int | None = None, error: str | None = None
-    ) -> Run:
-        """The final status, as the run's owner decided it (a launched run: the one rule of
-        ``jobs.final_status``; an in-kernel run: the engine). A run someone asked to stop ends
-        ``stopped`` whatever failure the signal produced: the rule's own answer, kept here for
-        owners outside the lifecycle. A run already finished keeps its first final status."""
-        summary = self.stored_summary(run_id)  # before the write lock: it reads the event log
-        with self._write() as db:
-            row = db.execute("SELECT status, stop_requested FROM runs WHERE id = ?", (run_id,)).fetchone()
+            row = db.execute("SELECT status FROM runs WHERE id = ?", (run_id,)).fetchone()
             if row is None:
                 raise UnknownRun(f"no run with id {run_id!r}")
-            if RunStatus(row["status"]) in (*ACTIVE, RunStatus.LOST):
-                if row["stop_requested"] and status != RunStatus.SUCCEEDED:
-                    status = RunStatus.STOPPED
-                ended = time.time()
-                db.execute(
-                    "UPDATE runs SET status = ?, exit_code = ?, error = ?, ended = ?, summary = ?, "
-                    "stalled_since = NULL WHERE id = ?",
-                    (status, exit_code, error, ended, summary, run_id),
-                )
-                end_leases(db, [run_id], ended)
-        run = self.get(run_id)
-        save_record(run)
-        return run
+            db.execute("UPDATE runs SET stop_requested = 1, stop_grace = ? WHERE id = ?", (grace, run_id))
+            if row["status"] in (RunStatus.STARTING, RunStatus.RUNNING):
+                move(db, run_id, {RunStatus(row["status"])}, RunStatus.STOPPING, "a stop was requested")
+        return self.stored(run_id)
 
-    # -- reading ---------------------------------------------------------------------------
-    def get(self, run_id: str) -> Run:
+    def record_lost(self, every: float = RECORD_LOST_EVERY_S) -> list[str]:
+        """Records ``lost`` for the active runs of this host that reads show lost: their recorded
+        process and owner are gone and nothing of them runs. Their event logs end with a lost
+        end and their leases end, in the transaction that moves each. Taken by run owners, at
+        most every ``every`` seconds per process (0: now); returns the ids it recorded."""
+        now = time.time()
+        if now - _recorded_lost.get(self.path, -float("inf")) < every:
+            return []
+        _recorded_lost[self.path] = now
+        marked = []
+        for run in self._vanished(self._active_here()):
+            try:
+                self.transition(
+                    run.id,
+                    states.ACTIVE,
+                    RunStatus.LOST,
+                    "its processes are gone",
+                    then=lambda run_id=run.id: lost_runs.close_log(run_id),
+                    ended=lost_runs.last_event_time(run.id) or now,
+                    error=run.error or lost_runs.LOST_MESSAGE,
+                )
+            except states.TransitionRefused:
+                continue  # its owner recorded its end in the meantime
+            marked.append(run.id)
+        return marked
+
+    # -- reading (writes nothing) ----------------------------------------------------------------
+    def stored(self, run_id: str) -> Run:
+        """The row as stored, with its GPUs: what a writer reads back."""
         with self._read() as db:
             row = db.execute("SELECT * FROM runs WHERE id = ?", (run_id,)).fetchone()
         if row is None:
             raise UnknownRun(f"no run with id {run_id!r}")
         return self._with_gpus([Run.from_row(row)])[0]
 
+    def get(self, run_id: str) -> Run:
+        """The run as readers show it: ``lost`` when its processes are gone (derived)."""
+        return self._derived([self.stored(run_id)])[0]
+
     def resolve(self, id_or_prefix: str) -> Run:
         """A run by its id or a unique prefix of it (``%job logs 3fa``)."""
         prefix = (id_or_prefix or "").strip()
         if not prefix or not all(c in "0123456789abcdef" for c in prefix.lower()):
             raise UnknownRun(f"no run with id {id_or_prefix!r}")
-        self.reconcile()
         with self._read() as db:
             rows = db.execute(
                 "SELECT * FROM runs WHERE id LIKE ? ORDER BY created DESC LIMIT 2", (prefix.lower() + "%",)
@@ -323,38 +263,22 @@ class RunStore:
             raise UnknownRun(f"no run with id {id_or_prefix!r}")
         if len(rows) > 1 and rows[0]["id"] != prefix.lower():
             raise UnknownRun(f"run id prefix {id_or_prefix!r} is ambiguous; give more characters")
-        return self._with_gpus([Run.from_row(rows[0])])[0]
+        return self._derived(self._with_gpus([Run.from_row(rows[0])]))[0]
 
     def list(
-        self,
-        include_finished: bool = True,
-        limit: int | None = None,
-        reconcile: bool = True,
-        annotate: bool = True,
-        since: float | None = None,
+        self, include_finished: bool = True, limit: int | None = None, annotate: bool = True, since: float | None = None
     ) -> list[Run]:
         """Runs newest first, the ``limit`` newest created at or after ``since`` (epoch
-        seconds); ``reconcile`` first marks ``lost`` those whose process is gone; ``annotate``
-        fills in their GPUs and queue positions. Finished runs carry their stored summaries."""
-        if reconcile:
-            self.reconcile()
+        seconds), with statuses as readers show them (``lost`` derived); ``annotate`` fills in
+        their GPUs and queue positions. Finished runs carry their stored summaries."""
         where, values = _filters(include_finished, since)
         query = f"SELECT * FROM runs{where} ORDER BY created DESC"
         if limit:
             query += f" LIMIT {int(limit)}"
         with self._read() as db:
             rows = db.execute(query, values).fetchall()
-        runs = self._with_summaries([Run.from_row(r) for r in rows])
+        runs = self._derived(self._with_summaries([Run.from_row(r) for r in rows]))
         return self._with_gpus(runs) if annotate else runs
-
-    def _with_gpus(self, runs: list[Run]) -> list[Run]:
-        """Each run with the GPUs it holds or held and, while queued, its place in the queue."""
-        held = self.leases.of_runs([r.id for r in runs])
-        places = {w.run_id: w.position for w in self.leases.queue()} if any(r.status == "queued" for r in runs) else {}
-        for run in runs:
-            run.gpus = [lease.to_dict() for lease in held.get(run.id, [])]
-            run.queue_position = places.get(run.id)
-        return runs
 
     def count(self, include_finished: bool = True, since: float | None = None) -> int:
         """How many runs ``list`` would give without a limit (a page says how many it left out)."""
@@ -363,44 +287,23 @@ class RunStore:
             return db.execute(f"SELECT COUNT(*) FROM runs{where}", values).fetchone()[0]
 
     def count_by_status(self) -> dict[str, int]:
-        """How many runs are in each status, counted by SQLite (``/metrics`` scrapes this)."""
+        """How many runs are in each status as readers show them (``/metrics`` scrapes this):
+        SQLite counts the stored statuses, and the active runs of this host whose processes
+        are gone move to ``lost``."""
         with self._read() as db:
-            return dict(db.execute("SELECT status, COUNT(*) FROM runs GROUP BY status").fetchall())
+            counts = dict(db.execute("SELECT status, COUNT(*) FROM runs GROUP BY status").fetchall())
+        for run in self._vanished(self._active_here()):
+            counts[run.status.value] -= 1
+            counts[RunStatus.LOST.value] = counts.get(RunStatus.LOST.value, 0) + 1
+        return {status: count for status, count in counts.items() if count}
 
-    def reconcile(self) -> list[str]:
-        """Marks ``lost`` the active runs of this host whose recorded process and owner are both
-        gone (a reboot, a ``kill -9``) and of which nothing is left running (``lost_runs``), so
-        nothing shows ``running`` forever, while a run whose torchrun just exited stays active
-        until its living owner (a kernel) records the end. Returns the ids it marked. Runs
-        handed to Slurm or Kubernetes have no local process to watch and are left alone."""
+    def history(self, run_id: str) -> list[tuple[str | None, str, str]]:
+        """The run's states in order, each as (from, to, reason): its birth has no from."""
         with self._read() as db:
             rows = db.execute(
-                f"SELECT id, pid, pid_started, owner_pid, owner_started, created FROM runs WHERE host = ? "
-                f"AND backend = 'local' AND status IN ({', '.join('?' * len(ACTIVE))})",
-                (self.host, *ACTIVE),
+                "SELECT from_status, to_status, reason FROM transitions WHERE run_id = ? ORDER BY rowid", (run_id,)
             ).fetchall()
-        now = time.time()
-        lost = lost_runs.vanished(rows, now, process_alive)
-        marked = []
-        with self._write() as db:
-            for run_id in lost:
-                changed = db.execute(
-                    f"UPDATE runs SET status = ?, ended = COALESCE(ended, ?), error = COALESCE(error, ?) "
-                    f"WHERE id = ? AND status IN ({', '.join('?' * len(ACTIVE))})",
-                    (RunStatus.LOST, lost_runs.last_event_time(run_id) or now, lost_runs.LOST_MESSAGE, run_id, *ACTIVE),
-                )
-                marked += [run_id] * changed.rowcount
-            end_leases(db, marked, now)
-        for run_id in marked:
-            lost_runs.close_log(run_id)
-        self._store_summaries(marked)  # after the lost end is in the log
-        return marked
-
-    def _store_summaries(self, run_ids: list[str]) -> None:
-        if run_ids:
-            summaries = [(self.stored_summary(run_id), run_id) for run_id in run_ids]
-            with self._write() as db:
-                db.executemany("UPDATE runs SET summary = ? WHERE id = ?", summaries)
+        return [(row[0], row[1], row[2]) for row in rows]
 
     def stored_summary(self, run_id: str) -> str:
         """The summary of an ending run's event log, as the store keeps it (JSON). Read once,
@@ -411,25 +314,62 @@ class RunStore:
         summary["losses"] = [float(f"{x:.4g}") if isinstance(x, float) else x for x in summary["losses"]]
         return json.dumps(summary)
 
-    def _with_summaries(self, runs: list[Run]) -> list[Run]:
-        """Finished runs recorded before summaries were stored (a store migrated from schema 4)
-        get theirs now, once: the next listing reads them from the store."""
-        missing = [run for run in runs if run.summary is None and not run.active]
-        if missing:
-            for run in missing:
-                run.summary = json.loads(self.stored_summary(run.id))
-            with self._write() as db:
-                db.executemany(
-                    "UPDATE runs SET summary = ? WHERE id = ? AND summary IS NULL",
-                    [(json.dumps(run.summary), run.id) for run in missing],
-                )
+    # -- deriving ----------------------------------------------------------------------------------
+    def _active_here(self) -> list[Run]:
+        with self._read() as db:
+            rows = db.execute(
+                f"SELECT * FROM runs WHERE host = ? AND backend = 'local' "
+                f"AND status IN ({', '.join('?' * len(ACTIVE))})",
+                (self.host, *ACTIVE),
+            ).fetchall()
+        return [Run.from_row(row) for row in rows]
+
+    def _vanished(self, runs: list[Run]) -> list[Run]:
+        """The active local runs of this host of which nothing is left (``lost_runs.vanished``)."""
+        candidates = [r for r in runs if r.active and r.host == self.host and r.backend == "local"]
+        gone = set(lost_runs.vanished(candidates, time.time(), process_alive)) if candidates else set()
+        return [run for run in runs if run.id in gone]
+
+    def _derived(self, runs: list[Run]) -> list[Run]:
+        """The runs as readers show them: those whose processes are gone are ``lost``, dated
+        by their last event, and hold no place in the queue (nothing is written)."""
+        for run in self._vanished(runs):
+            run.status, run.derived = RunStatus.LOST, True
+            run.ended = run.ended or lost_runs.last_event_time(run.id) or time.time()
+            run.error = run.error or lost_runs.LOST_MESSAGE
+            run.queue_position = None
         return runs
 
-    @staticmethod
-    def _to_row(run: Run) -> dict:
-        row = {k: v for k, v in asdict(run).items() if k not in DERIVED}
-        row["params"] = json.dumps(row["params"])
-        row["summary"] = None if row["summary"] is None else json.dumps(row["summary"])
-        row["stop_requested"] = int(row["stop_requested"])
-        row["share"] = int(row["share"])
-        return row
+    def _with_gpus(self, runs: list[Run]) -> list[Run]:
+        """Each run with the GPUs it holds or held and, while queued, its place in the queue."""
+        held = self.leases.of_runs([r.id for r in runs])
+        waiting = any(r.status == RunStatus.QUEUED for r in runs)
+        places = {w.run_id: w.position for w in self.leases.queue()} if waiting else {}
+        for run in runs:
+            run.gpus = [lease.to_dict() for lease in held.get(run.id, [])]
+            run.queue_position = places.get(run.id) if run.status == RunStatus.QUEUED else None
+        return runs
+
+    def _with_summaries(self, runs: list[Run]) -> list[Run]:
+        """Finished runs recorded before summaries were stored (a store migrated from schema 4)
+        get theirs from their logs, in memory: a listing writes nothing."""
+        for run in runs:
+            if run.summary is None and not run.active:
+                run.summary = json.loads(self.stored_summary(run.id))
+        return runs
+
+
+def _check_columns(values: dict[str, Any]) -> None:
+    unknown = set(values) - COLUMNS
+    if unknown:
+        raise ValueError(f"unknown run fields: {', '.join(sorted(unknown))}")
+
+
+def _encoded(values: dict[str, Any]) -> dict[str, Any]:
+    """Values as the columns hold them (JSON text for params and summary)."""
+    values = dict(values)
+    if "params" in values:
+        values["params"] = json.dumps(values["params"])
+    if values.get("summary") is not None and not isinstance(values["summary"], str):
+        values["summary"] = json.dumps(values["summary"])
+    return values

@@ -16,8 +16,9 @@ import signal as signals
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from ...core.processes.info import process_alive
 from ...core.runs.files import RunFiles
-from ...core.store.run_store import process_alive
+from ...core.runs.model import RankState
 
 
 @dataclass
@@ -35,15 +36,16 @@ class RankRecord:
     signal: int | None = None  # what killed it, as torchrun reported (never written by the rank)
 
     @property
-    def state(self) -> str:
-        """running | exited | killed (gone without reporting: a signal or ``os._exit``)."""
+    def state(self) -> RankState:
+        """Derived when read: exited once it wrote its end, else running while its process
+        lives, killed once it is gone."""
         if self.ended is not None:
-            return "exited"
-        return "running" if process_alive(self.pid, self.started) else "killed"
+            return RankState.EXITED
+        return RankState.RUNNING if process_alive(self.pid, self.started) else RankState.KILLED
 
     @property
     def failed(self) -> bool:
-        return self.state == "killed" or bool(self.exit_code)
+        return self.state is RankState.KILLED or bool(self.exit_code)
 
     @property
     def exited_with_error(self) -> bool:
@@ -54,14 +56,14 @@ class RankRecord:
     def killed_by_signal(self) -> bool:
         """Killed by a signal other than SIGTERM: SIGTERM is what torchrun sends the ranks that
         are left once one failed, so a rank that died of it is a victim, not the cause."""
-        return self.signal is not None and self.signal != signals.SIGTERM and self.state == "killed"
+        return self.signal is not None and self.signal != signals.SIGTERM and self.state is RankState.KILLED
 
     def describe(self) -> str:
         if self.killed_by_signal:
             return f"rank {self.rank}: killed by {signal_name(self.signal)}" + (
                 " (out of memory?)" if self.signal == signals.SIGKILL else ""
             )
-        if self.state == "exited":
+        if self.state is RankState.EXITED:
             return f"rank {self.rank}: " + (self.error or f"exited with code {self.exit_code}")
         return f"rank {self.rank}: {self.state}"
 
@@ -101,7 +103,7 @@ def read_with_signals(run_id: str) -> list[RankRecord]:
     """The records with the signal that killed a rank, from torchrun's report in the run's log;
     the log's tail is read only when a rank was killed, not on every poll of the run page."""
     records = read_all(run_id)
-    if any(record.state == "killed" for record in records):
+    if any(record.state is RankState.KILLED for record in records):
         from . import torchrun_report
 
         records = with_signals(records, torchrun_report.signals(RunFiles.of(run_id).log))
@@ -123,7 +125,7 @@ def first_failure(records: list[RankRecord]) -> RankRecord | None:
     a rank that was killed by an unknown hand."""
     by_signal = sorted((r for r in records if r.killed_by_signal), key=lambda r: r.rank)
     exited = sorted((r for r in records if r.exited_with_error), key=lambda r: r.ended)
-    killed = [r for r in records if r.state == "killed"]
+    killed = [r for r in records if r.state is RankState.KILLED]
     return (by_signal or exited or killed or [None])[0]
 
 

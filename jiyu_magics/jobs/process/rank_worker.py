@@ -25,9 +25,11 @@ import traceback
 from typing import NamedTuple
 
 from ...core.processes import job_stop
+from ...core.processes.info import process_start_time
 from ...core.runs.files import RUN_ID_ENV, store_path
 from ...core.store.database import StoreUnusable
-from ...core.store.run_store import RunStore, UnknownRun, process_start_time
+from ...core.store.run_row import UnknownRun
+from ...core.store.run_store import RunStore
 from . import parent_death, peer_failure
 from . import rank_records as ranks
 from .error_line import one_line

@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 
 from ....core.runs.files import HOME_ENV, RUN_ID_ENV, RunFiles
-from ....core.store.run_store import Run
+from ....core.store.run_row import Run
 from ...launch_spec import LaunchSpec
 from ...process import torchrun_command as torchrun
 

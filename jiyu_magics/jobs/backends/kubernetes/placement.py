@@ -17,12 +17,14 @@ from dataclasses import dataclass
 import yaml
 
 from ....core.runs.files import RunFiles
-from ....core.store.run_store import Run, RunStore
+from ....core.runs.model import RunStatus
+from ....core.store.run_row import Run
+from ....core.store.run_store import RunStore
 from ...gpu_queue import Grant
 from ...launch_spec import LaunchSpec
 from ...process import rank_records
 from ...process.process_tree import StopResult
-from ...rank_placement import Phase, SchedulerGrantsAtOnce, SchedulerState
+from ...rank_placement import SchedulerGrantsAtOnce, SchedulerState
 from ..handover import Handover
 from . import kubectl, states
 from .manifests import MANIFEST_NAME, job_name, render
@@ -88,7 +90,7 @@ class KubernetesJob:
         if self._state is not None and time.monotonic() - self._asked < STATE_CACHE_S:
             return self._state
         if self._withdrawn:
-            state = SchedulerState(Phase.ENDED, cancelled=True)
+            state = SchedulerState(RunStatus.STOPPED)
         else:
             state = self._ask()
         self._state, self._asked = state, time.monotonic()
@@ -100,22 +102,22 @@ class KubernetesJob:
         except kubectl.KubectlUnavailable:
             if self.scheduler_id is None:  # never applied, and no cluster here to find it on
                 return SchedulerState(
-                    Phase.QUEUED,
+                    RunStatus.QUEUED,
                     reason=f"not applied: run `kubectl apply -f {self.files.root / MANIFEST_NAME}` on the cluster",
                 )
             raise
         if job is None and self.scheduler_id is None:
-            return SchedulerState(Phase.QUEUED, reason="not applied yet")
+            return SchedulerState(RunStatus.QUEUED, reason="not applied yet")
         self.scheduler_id = f"{self.kind.lower()}/{job_name(self.run_id)}"
         return states.state_of(self.kind, job)
 
     def poll(self) -> int | None:
         state = self.state()
-        return state.exit_code if state.phase is Phase.ENDED else None
+        return state.exit_code if state.over else None
 
     def wait(self, timeout: float | None = GONE_WAIT_S) -> int | None:
         deadline = time.monotonic() + (timeout if timeout is not None else float("inf"))
-        while self.state().phase is not Phase.ENDED and time.monotonic() < deadline:
+        while not self.state().over and time.monotonic() < deadline:
             time.sleep(STATE_CACHE_S)
         return self.poll()
 
@@ -139,7 +141,7 @@ class KubernetesJob:
 
     def error_line(self) -> str | None:
         state = self.state()
-        if state.phase is not Phase.ENDED or state.exit_code == 0:
+        if not state.over or state.exit_code == 0:
             return None
         failed = sorted((r for r in self.ranks() if r.exited_with_error), key=lambda r: r.ended)
         return failed[0].describe() if failed else state.error

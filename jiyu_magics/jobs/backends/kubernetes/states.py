@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import time
 
-from ...rank_placement import Phase, SchedulerState
+from ....core.runs.model import RunStatus
+from ...rank_placement import SchedulerState
 
 
 def state_of(kind: str, job: dict | None) -> SchedulerState:
     if job is None:
-        return SchedulerState(Phase.ENDED, cancelled=True, error="its Kubernetes job was deleted")
+        return SchedulerState(RunStatus.STOPPED, error="its Kubernetes job was deleted")
     status = job.get("status") or {}
     true = [c for c in status.get("conditions") or [] if c.get("status") == "True"]
     return (_trainjob if kind == "TrainJob" else _pytorchjob)(true, status)
@@ -25,30 +26,30 @@ def state_of(kind: str, job: dict | None) -> SchedulerState:
 def _trainjob(true: list[dict], status: dict) -> SchedulerState:
     types = {c.get("type"): c for c in true}
     if "Complete" in types:
-        return SchedulerState(Phase.ENDED, exit_code=0)
+        return SchedulerState.ended(0)
     if "Failed" in types:
         return _failed(types["Failed"])
     if "Suspended" in types:
-        return SchedulerState(Phase.QUEUED, reason=_said(types["Suspended"]) or "suspended")
+        return SchedulerState(RunStatus.QUEUED, reason=_said(types["Suspended"]) or "suspended")
     if any((child.get("ready") or 0) > 0 for child in status.get("jobsStatus") or []):
-        return SchedulerState(Phase.RUNNING, started=time.time())
-    return SchedulerState(Phase.QUEUED, reason="pods starting" if status.get("jobsStatus") else "created")
+        return SchedulerState(RunStatus.RUNNING, started=time.time())
+    return SchedulerState(RunStatus.QUEUED, reason="pods starting" if status.get("jobsStatus") else "created")
 
 
 def _pytorchjob(true: list[dict], status: dict) -> SchedulerState:
     latest = true[-1] if true else {}
     kind = latest.get("type")
     if kind == "Succeeded":
-        return SchedulerState(Phase.ENDED, exit_code=0)
+        return SchedulerState.ended(0)
     if kind == "Failed":
         return _failed(latest)
     if kind in ("Running", "Restarting"):
-        return SchedulerState(Phase.RUNNING, started=time.time())
-    return SchedulerState(Phase.QUEUED, reason=_said(latest) or (kind or "created").lower())
+        return SchedulerState(RunStatus.RUNNING, started=time.time())
+    return SchedulerState(RunStatus.QUEUED, reason=_said(latest) or (kind or "created").lower())
 
 
 def _failed(condition: dict) -> SchedulerState:
-    return SchedulerState(Phase.ENDED, exit_code=1, error=f"Kubernetes: {_said(condition) or 'the job failed'}")
+    return SchedulerState.ended(1, error=f"Kubernetes: {_said(condition) or 'the job failed'}")
 
 
 def _said(condition: dict) -> str | None:

@@ -15,13 +15,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ....core.runs.files import RunFiles
-from ....core.store.run_store import Run, RunStore
+from ....core.runs.model import RunStatus
+from ....core.store.run_row import Run
+from ....core.store.run_store import RunStore
 from ...gpu_queue import Grant
 from ...launch_spec import LaunchSpec
 from ...process import process_tree as processes
 from ...process import rank_records
 from ...process.process_tree import StopResult
-from ...rank_placement import Phase, SchedulerGrantsAtOnce, SchedulerState
+from ...rank_placement import SchedulerGrantsAtOnce, SchedulerState
 from ..handover import Handover
 from . import commands as slurm
 from . import states
@@ -90,10 +92,10 @@ class SlurmJob:
             return self._state
         self.scheduler_id = self.scheduler_id or self._id_the_job_wrote()
         if self.scheduler_id is None and self._withdrawn:
-            state = SchedulerState(Phase.ENDED, cancelled=True)
+            state = SchedulerState(RunStatus.STOPPED)
         elif self.scheduler_id is None:
             state = SchedulerState(
-                Phase.QUEUED, reason=f"not submitted: run `sbatch {self.files.root / SCRIPT_NAME}` on the cluster"
+                RunStatus.QUEUED, reason=f"not submitted: run `sbatch {self.files.root / SCRIPT_NAME}` on the cluster"
             )
         else:
             info = slurm.job_info(self.scheduler_id)
@@ -103,11 +105,11 @@ class SlurmJob:
 
     def poll(self) -> int | None:
         state = self.state()
-        return state.exit_code if state.phase is Phase.ENDED else None
+        return state.exit_code if state.over else None
 
     def wait(self, timeout: float | None = LEAVE_QUEUE_S) -> int | None:
         deadline = time.monotonic() + (timeout if timeout is not None else float("inf"))
-        while self.state().phase is not Phase.ENDED and time.monotonic() < deadline:
+        while not self.state().over and time.monotonic() < deadline:
             time.sleep(STATE_CACHE_S)
         return self.poll()
 
@@ -118,12 +120,12 @@ class SlurmJob:
         left on this machine (a one-node cluster) are stopped too."""
         began = time.monotonic()
         self._state = None
-        if self.state().phase is Phase.ENDED:
+        if self.state().over:
             return StopResult(0)
         if self.scheduler_id is None:
             self._withdrawn, self._state = True, None
             return StopResult(0)
-        if self.state().phase is Phase.RUNNING:
+        if self.state().status is RunStatus.RUNNING:
             slurm.scancel(self.scheduler_id, signal="TERM")
             _until(lambda: not slurm.in_queue(self.scheduler_id), grace)
         if slurm.in_queue(self.scheduler_id):
@@ -141,7 +143,7 @@ class SlurmJob:
         """The first rank that failed with an error, as for a local run; else Slurm's own
         line (a node failed, out of memory, the time limit); else the exit code."""
         state = self.state()
-        if state.phase is not Phase.ENDED or state.exit_code == 0:
+        if not state.over or state.exit_code == 0:
             return None
         failed = sorted((r for r in self.ranks() if r.exited_with_error), key=lambda r: r.ended)
         if failed:

@@ -20,7 +20,7 @@ import sys
 
 from ....core.runs.files import HOME_ENV, RUN_ID_ENV, RunFiles, jiyu_home
 from ....core.runs.names import scheduler_slug
-from ....core.store.run_store import Run
+from ....core.store.run_row import Run
 from ...launch_spec import LaunchSpec
 from ...process import torchrun_command as torchrun
 from .options import SlurmOptions

@@ -9,7 +9,8 @@ means it could not be requeued: a failure, said in those words.
 
 from __future__ import annotations
 
-from ...rank_placement import Phase, SchedulerState
+from ....core.runs.model import RunStatus
+from ...rank_placement import SchedulerState
 from .commands import SlurmJobInfo
 from .script import OUT_OF_REQUEUES_EXIT
 
@@ -31,22 +32,17 @@ FAILURE_LINES = {
 
 def state_of(info: SlurmJobInfo) -> SchedulerState:
     if info.state in QUEUED:
-        return SchedulerState(Phase.QUEUED, _reason(info), started=None)
+        return SchedulerState(RunStatus.QUEUED, _reason(info), started=None)
     if info.state in RUNNING:
-        return SchedulerState(Phase.RUNNING, started=info.started)
-    return SchedulerState(
-        Phase.ENDED,
-        exit_code=_exit_code(info),
-        cancelled=info.state == CANCELLED,
-        started=info.started,
-        error=_error(info),
+        return SchedulerState(RunStatus.RUNNING, started=info.started)
+    return SchedulerState.ended(
+        _exit_code(info), cancelled=info.state == CANCELLED, started=info.started, error=_error(info)
     )
 
 
 def lost(job_id: str) -> SchedulerState:
     return SchedulerState(
-        Phase.ENDED,
-        lost=True,
+        RunStatus.LOST,
         error=f"Slurm no longer knows job {job_id} and keeps no accounting of it: "
         "its end was never seen (check the run's log)",
     )

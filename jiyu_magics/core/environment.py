@@ -1,0 +1,74 @@
+"""Every environment variable jiyu reads, with who sets it and what it does: the one list the
+documentation's table is generated from (``scripts/readme_options.py``), and a test keeps it
+complete (every ``JIYU_*`` name in the package is here).
+
+The variables a launcher sets for the processes it starts are read once, at the entry point of
+the process that trains (``fit``, the rank worker), into a ``runs.launch_context.LaunchContext``
+that is passed on as a value; the training code reads no environment of its own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Variable:
+    name: str
+    set_by: str  # "you" where a person sets it; else the launcher, torchrun, Jupyter...
+    meaning: str
+
+
+VARIABLES = (
+    Variable("JIYU_HOME", "you", "The folder of the run store (jiyu.sqlite) and the run folders; default ~/.jiyu."),
+    Variable("JIYU_UI", "you", "`text`: `%%train` shows text progress instead of the ipywidgets dashboard."),
+    Variable(
+        "JIYU_MAX_CPU_JOBS",
+        "you / the Jupyter server",
+        "How many runs that want no GPU may run at once (unset: no limit).",
+    ),
+    Variable(
+        "JIYU_GPU_BUSY_MIB",
+        "you / the Jupyter server",
+        "MiB of memory processes outside jiyu may hold on a GPU before queued runs stop leasing it.",
+    ),
+    Variable(
+        "JIYU_METRICS_TOKEN", "you", "A secret that lets Prometheus scrape /jiyu/metrics without a Jupyter login."
+    ),
+    Variable("JIYU_IMAGE", "you", "The container image Kubernetes runs a job in (--backend kubernetes)."),
+    Variable("JIYU_K8S_CLAIM", "you", "The PersistentVolumeClaim mounted as JIYU_HOME in Kubernetes jobs."),
+    Variable(
+        "JIYU_RUN_ID", "the launcher", "The run a launched process writes into; `fit` registers no run of its own."
+    ),
+    Variable(
+        "JIYU_RESUME",
+        "the launcher",
+        "`last`: every training call of the job resumes from its newest checkpoint (a Slurm requeue).",
+    ),
+    Variable(
+        "JIYU_INIT_WEIGHTS",
+        "`%%train --nproc`",
+        "The kernel's model weights, loaded by each rank before it wraps the model.",
+    ),
+    Variable("JIYU_FINAL_WEIGHTS", "`%%train --nproc`", "Where rank 0 writes the trained weights for the kernel."),
+    Variable("JIYU_RUN_STATUS", "the supervisor", "The run's final status, for the `--notify` command."),
+    Variable("RANK", "torchrun", "This process's rank: `fit` joins the process group (NCCL on GPUs, gloo on CPU)."),
+    Variable("WORLD_SIZE", "torchrun", "How many ranks the job has."),
+    Variable("LOCAL_RANK", "torchrun", "This rank's index on its node: its GPU."),
+    Variable(
+        "TORCHELASTIC_RESTART_COUNT",
+        "torchrun",
+        "Above 0 after a restart (--max-restarts): each call resumes from its own checkpoint.",
+    ),
+    Variable("TORCHELASTIC_ERROR_FILE", "torchrun", "Where a failing rank writes its error for the launcher."),
+    Variable("CUDA_VISIBLE_DEVICES", "the launcher", "The GPUs a run leased, by UUID: all its ranks see."),
+    Variable("JPY_SESSION_NAME", "Jupyter", "The notebook a kernel runs: runs are listed under it."),
+    Variable("SLURM_CONF", "you / Slurm", "The Slurm configuration `sbatch`, `squeue` and `scontrol` use."),
+)
+
+
+def table() -> list[str]:
+    """The variables as Markdown table rows, for the documentation."""
+    rows = ["| variable | set by | what it does |", "|---|---|---|"]
+    rows += [f"| `{v.name}` | {v.set_by} | {v.meaning} |" for v in VARIABLES]
+    return rows

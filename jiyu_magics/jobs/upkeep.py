@@ -1,0 +1,24 @@
+"""The explicit step in which run owners bring the stored state up to date with the world, so
+that no reader has to: the runs whose processes are gone are recorded ``lost`` (their leases
+end, their logs say so), and the runs a scheduler holds have their follower running.
+
+Taken by the processes that own runs, never by a listing: the Jupyter server's sampler (every
+``usage_sample_interval``, 10 s), the next submit, a job's supervisor as it starts, and a
+queued run's owner while it waits (``gpu_queue``). Each store records lost runs at most every
+``RECORD_LOST_EVERY_S`` seconds per process.
+"""
+
+from __future__ import annotations
+
+from ..core.store.run_store import RunStore
+from . import scheduler_follower
+
+
+def upkeep(store: RunStore | None = None) -> list[str]:
+    """Records lost runs and starts the scheduler follower where scheduled runs are active;
+    the ids it recorded lost."""
+    store = store or RunStore()
+    lost = store.record_lost()
+    if any(scheduler_follower.followed(run, store.host) for run in store.list(include_finished=False, annotate=False)):
+        scheduler_follower.ensure_running()
+    return lost
