@@ -19,7 +19,7 @@ $PY -c "import torch; print('torch', torch.__version__, 'CUDA', torch.version.cu
 echo "== gpu-marked tests"
 $PY -m pytest -q -m gpu -p no:cacheprovider -o addopts="" -rs \
   tests/test_gpu_real.py tests/test_train_gpu.py tests/test_jobs_gpu.py tests/test_server_gpu.py tests/test_train_nproc.py \
-  tests/test_gpu_leases_real.py tests/test_gpu_nproc_checks.py
+  tests/test_gpu_leases_real.py tests/test_gpu_nproc_checks.py tests/test_ranks.py
 echo "== figures of the %%train --nproc GPU checks (FSDP/NCCL, bf16+accum under DDP, OOM in a rank)"
 cat test-artifacts/gpu_figures.txt 2>/dev/null
 echo "== benchmarks/gpu_status.py"

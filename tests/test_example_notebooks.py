@@ -89,3 +89,24 @@ def test_ddp_notebook_trains_with_two_ranks_and_brings_the_model_back(workdir):
     (ddp_run,) = [r for r in RunStore().list() if r.name == "digits-ddp"]
     assert (ddp_run.kind, ddp_run.nproc, ddp_run.status) == ("ddp", 2, "succeeded")
     assert "succeeded after 138 steps" in report  # 6 epochs x 23 batches of 32 per rank (1437 / 2 ranks)
+
+
+def test_ranks_notebook_keeps_its_ranks_and_trains_on_them(workdir):
+    nb = run(workdir, "05_ranks.ipynb", timeout=600, epochs=2)
+    loaded = output_of(nb, "%%ranks --all-output\nimport torch")
+    assert sorted(loaded.splitlines()) == [
+        "[rank0] rank 0 of 2: 1437 training images",
+        "[rank1] rank 1 of 2: 1437 training images",
+    ]
+    assert "pushed hyper to 2 rank(s)" in output_of(nb, "hyper = ")
+    accuracies = re.findall(
+        r"\[rank(\d)\] rank \d: test accuracy ([\d.]+)%", output_of(nb, "%%ranks --all-output\nmodel.eval()")
+    )
+    assert sorted(rank for rank, _ in accuracies) == ["0", "1"] and len({a for _, a in accuracies}) == 1
+    assert float(accuracies[0][1]) > 80
+    pulled = output_of(nb, "import torch\n\nclass DigitsCNN")
+    assert "loaded rank 0's model weights into the notebook's model" in pulled and "succeeded" in pulled
+    runs = {r.name: r for r in RunStore().list()}
+    assert (runs["digits-pool"].kind, runs["digits-pool"].status) == ("ranks", "succeeded")
+    assert (runs["digits-on-pool"].kind, runs["digits-on-pool"].status) == ("ddp", "succeeded")
+    assert "ranks pool" in output_of(nb, "%ranks stop") and "succeeded" in output_of(nb, "%ranks stop")

@@ -305,3 +305,32 @@ def summary_in_the_dark_theme_and_a_narrow_window(page, output, artifacts):
     chart, table = summary.locator("svg").first.bounding_box(), summary.locator("table").bounding_box()
     assert table["y"] >= chart["y"] + chart["height"] - 1, "the numbers wrap under the chart"
     assert table["x"] + table["width"] <= summary.bounding_box()["x"] + summary.bounding_box()["width"] + 1
+
+
+def test_a_ranks_pool_shows_in_the_panel_with_the_notebook_that_drives_it(page, lab, artifacts):
+    """%ranks start in a notebook opened in JupyterLab: the panel lists the pool (kind ranks ×2,
+    running, driven by that notebook) while its kernel holds it, and its end once stopped."""
+    import nbformat
+    from nbformat.v4 import new_code_cell, new_notebook
+
+    path = lab.root / "lab-pool.ipynb"
+    cells = ["%load_ext jiyu_magics", "%ranks start 2 --device cpu --name lab-pool", "%%ranks\nprint('pool ready')"]
+    nbformat.write(new_notebook(cells=[new_code_cell(c) for c in cells], metadata=PYTHON3), path)
+    page.evaluate(f"window.jupyterapp.commands.execute('docmanager:open', {{path: '{path.name}'}})")
+    expect(page.locator(".jp-Notebook .jp-Cell")).to_have_count(3, timeout=30_000)
+    page.evaluate("() => window.jupyterapp.shell.currentWidget.sessionContext.ready.then(() => true)")
+    page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
+    expect(page.locator(".jp-Notebook .jp-Cell").nth(2)).to_contain_text("pool ready", timeout=180_000)
+    row = page.locator(PANEL).locator("li.jp-JiyuRun", has_text="lab-pool")
+    expect(row.locator(".jp-JiyuChip")).to_have_text("running", timeout=30_000)
+    expect(row.locator(".jp-JiyuRun-kind")).to_have_text("ranks ×2")
+    expect(row.locator(".jp-JiyuRun-note")).to_have_text("driven by lab-pool.ipynb")
+    row.scroll_into_view_if_needed()
+    page.screenshot(path=artifacts / "lab_panel_ranks.png")
+    page.evaluate(
+        "() => window.jupyterapp.shell.currentWidget.sessionContext.session.kernel"
+        ".requestExecute({code: '%ranks stop'}).done.then(() => true)"
+    )
+    expect(row.locator(".jp-JiyuChip")).to_have_text("succeeded", timeout=60_000)
+    (pool,) = [r for r in RunStore(store_path(lab.home)).list() if r.name == "lab-pool"]
+    assert (pool.kind, pool.status) == ("ranks", "succeeded") and pool.notebook.endswith("lab-pool.ipynb")

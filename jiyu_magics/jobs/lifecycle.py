@@ -150,9 +150,11 @@ class RunLifecycle:
         env: Mapping[str, str] | None = None,
         stop_wanted: Callable[[], bool] = lambda: False,
         on_wait: Callable[[str], None] | None = None,
+        script: os.PathLike | None = None,
     ) -> bool:
         """Waits in ``queued`` for a place (``on_wait`` hears each new line saying why), then
-        starts the ranks on ``files.script`` with ``env`` added to this process's environment.
+        starts the ranks on ``script`` (default ``files.script``) with ``env`` added to this
+        process's environment.
         False when a stop request (or ``stop_wanted()``) came first: then nothing starts."""
         if not self._wait_for_place(stop_wanted, on_wait):
             return False
@@ -160,7 +162,7 @@ class RunLifecycle:
         if run.status is RunStatus.QUEUED:  # no lease to take (a scheduler's place, no GPU wanted)
             run = self.store.transition(self.run_id, {RunStatus.QUEUED}, RunStatus.STARTING, "its place was granted")
         self.handle = self.placement.start(
-            self.run_id, self.files.script, self.spec, cwd=run.cwd, env=env, grant=self.grant
+            self.run_id, script or self.files.script, self.spec, cwd=run.cwd, env=env, grant=self.grant
         )
         if self.placement.scheduled:
             self.follow()

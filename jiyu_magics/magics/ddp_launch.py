@@ -58,14 +58,17 @@ class DdpLaunch:
         cell: str | None,
         model,
         on_monitor: Callable[[object], None] | None = None,
+        pool=None,
     ):
         self.shell, self.line, self.args, self.cell = shell, line, args, cell or ""
-        self.model, self.on_monitor = model, on_monitor
+        self.model, self.on_monitor, self.pool = model, on_monitor, pool
         self.offset = 0  # how far the dashboard has read the event log
 
     def run(self) -> None:
         from ..train.run_binding import default_name
 
+        if self.pool is not None:
+            return self._run_on_pool()
         spec = launch_spec(self.args.nproc, self.args.device)
         notebook = os.environ.get(NOTEBOOK_ENV)
         self.lifecycle = RunLifecycle.register(
@@ -82,6 +85,35 @@ class DdpLaunch:
             self._prepare()
             print(f"jiyu: starting torchrun ({spec.nproc} process{'es' if spec.nproc != 1 else ''})…", flush=True)
             self.lifecycle.start(env=self._environment(), on_wait=lambda line: print(f"jiyu: {line}", flush=True))
+            self.monitor = self._monitor()
+            self.rank_output = self._rank_output()
+            self._follow()
+            outcome = self.lifecycle.end()
+        self._show_end()
+        self._bind(outcome)
+
+    def _run_on_pool(self) -> None:
+        """The cell on the ranks of this kernel's pool: they train on the objects they hold
+        (no export, no replay, no torchrun start); the dashboard, Stop, the stall watch and
+        the ranks' output as on a fresh launch. The trained model stays in the ranks."""
+        from ..jobs.launch_spec import LaunchSpec
+        from ..jobs.ranks.placement import PoolPlacement
+
+        notebook = os.environ.get(NOTEBOOK_ENV)
+        self.placement = PoolPlacement(self.pool, self._current_cell(), notebook)
+        self.lifecycle = RunLifecycle.register(
+            RunKind.DDP,
+            self.args.name or f"{self.pool.name}-train",
+            LaunchSpec(nproc=self.pool.nproc),
+            owner="kernel",
+            notebook=notebook,
+            params={"train": self.line, "pool": self.pool.run_id},
+            placement=self.placement,
+        )
+        self.final_weights = None
+        with self.lifecycle:
+            print(f"jiyu: training run {self.lifecycle.run_id} on ranks pool {self.pool.run_id}…", flush=True)
+            self.lifecycle.start()
             self.monitor = self._monitor()
             self.rank_output = self._rank_output()
             self._follow()
@@ -192,7 +224,9 @@ class DdpLaunch:
             raise RankFailure(f"%%train --nproc {self.args.nproc} failed: {outcome.error}", self._first_traceback())
         events, _ = read_events(self.lifecycle.files.events)
         result = FitResult.from_events(self.lifecycle.run_id, events, outcome.status.value)
-        if self.final_weights.exists():
+        if self.final_weights is None:
+            result.message += " (the trained model stays in the ranks: %ranks pull model --from 0)"
+        elif self.final_weights.exists():
             load_weights(self.model, self.final_weights)
         elif outcome.status is RunStatus.STOPPED:
             result.message += (
@@ -206,7 +240,11 @@ class DdpLaunch:
         from ..jobs.process.rank_records import first_failure
 
         failed = first_failure(self.lifecycle.ranks())
-        return first_traceback(self.lifecycle.files.log, failed.rank) if failed is not None else None
+        if failed is None:
+            return None
+        if self.pool is not None:  # the rank's own formatted traceback, as its shell showed it
+            return "\n".join(self.lifecycle.handle.tracebacks.get(failed.rank, [])) or None
+        return first_traceback(self.lifecycle.files.log, failed.rank)
 
 
 class RankFailure(RuntimeError):
@@ -223,7 +261,14 @@ class RankFailure(RuntimeError):
 
 
 def launch_ddp(
-    shell, line: str, args: Namespace, cell: str | None, model, on_monitor: Callable[[object], None] | None = None
+    shell,
+    line: str,
+    args: Namespace,
+    cell: str | None,
+    model,
+    on_monitor: Callable[[object], None] | None = None,
+    pool=None,
 ) -> None:
-    """Trains ``model`` (the kernel's, after the cell body ran) as ``%%train --nproc``."""
-    DdpLaunch(shell, line, args, cell, model, on_monitor).run()
+    """Trains ``model`` (the kernel's, after the cell body ran) as ``%%train --nproc``; on a
+    ranks ``pool`` instead, the ranks' objects (the cell's body runs there, not here)."""
+    DdpLaunch(shell, line, args, cell, model, on_monitor, pool).run()

@@ -155,6 +155,9 @@ def is_rank_zero() -> bool:
 @magics_class
 class TrainMagics(Magics):
     dashboard = None  # the latest monitor (dashboard or text progress), for inspection
+    # what a launcher says, where it is not this process's environment: a ranks pool's worker
+    # sets it for the %%train its kernel sends (its run); None: fit reads the environment
+    launch_context = None
 
     @with_train_options
     @line_cell_magic
@@ -184,6 +187,9 @@ class TrainMagics(Magics):
         __tracebackhide__ = True  # noqa: F841 (IPython hides this frame: an error shows the user's)
         args = parse_line(self.train, line)
         launching = self._check(args)
+        pool = self._pool(args) if launching else None
+        if pool is not None:
+            return self._launch(line, args, cell, None, pool)
         if launching:
             return self._launch(line, args, cell, self._run_body(args, cell, launching)["model"])
         from .cell_log import cell_log
@@ -226,11 +232,26 @@ class TrainMagics(Magics):
             args, namespace, rebound(namespace, before) if body else frozenset(), defining_cells(self.shell)
         )
 
-    def _launch(self, line: str, args: Namespace, cell: str | None, model) -> None:
-        """``--nproc``: the same cell under torchrun, from this kernel's model and history."""
+    def _pool(self, args: Namespace):
+        """The kernel's ranks pool, when one runs: ``--nproc N`` trains there (N must be its size)."""
+        from .ranks_magic import pool_of
+
+        pool = pool_of(self.shell)
+        if pool is not None and pool.nproc != args.nproc:
+            raise UsageError(
+                f"--nproc {args.nproc}: this kernel's ranks pool has {pool.nproc} rank(s); use --nproc "
+                f"{pool.nproc}, or %ranks stop first"
+            )
+        return pool
+
+    def _launch(self, line: str, args: Namespace, cell: str | None, model, pool=None) -> None:
+        """``--nproc``: the same cell under torchrun, from this kernel's model and history, or
+        on the kernel's ranks pool with the objects its ranks hold."""
         from .ddp_launch import launch_ddp
 
-        launch_ddp(self.shell, line, args, cell, model, on_monitor=lambda m: setattr(TrainMagics, "dashboard", m))
+        launch_ddp(
+            self.shell, line, args, cell, model, on_monitor=lambda m: setattr(TrainMagics, "dashboard", m), pool=pool
+        )
 
     def _train(self, args: Namespace, kwargs: dict, log) -> None:
         from ..train import StopSignal, TrainConfigError, TrainingFailed, fit
@@ -241,7 +262,9 @@ class TrainMagics(Magics):
         stop = StopSignal()
         monitor = self._monitor(args, stop)
         try:
-            result = fit(**kwargs, monitor=LoggedMonitor(monitor or NullMonitor(), log), stop=stop)
+            result = fit(
+                **kwargs, monitor=LoggedMonitor(monitor or NullMonitor(), log), stop=stop, context=self.launch_context
+            )
         except TrainingFailed as failure:
             self.shell.user_ns[args.result] = failure.result
             raise

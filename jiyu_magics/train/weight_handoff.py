@@ -38,3 +38,13 @@ def load_initial_weights(model: torch.nn.Module, path: str | None) -> str | None
         return None
     load_weights(model, path)
     return path
+
+
+def portable(value: object) -> tuple[object, str]:
+    """What a ranks pool hands the kernel of an object (``%ranks pull``): a module's weights,
+    on the CPU and unwrapped from DDP, which the kernel loads into its own module (the class
+    may exist there only); anything else as it is."""
+    if isinstance(value, torch.nn.Module):
+        module = getattr(value, "module", value)  # DistributedDataParallel
+        return {key: tensor.detach().cpu() for key, tensor in module.state_dict().items()}, "state_dict"
+    return value, "object"

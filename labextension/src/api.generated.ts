@@ -15,7 +15,7 @@ export type RunStatus =
  * This interface was referenced by `JiyuRESTAPI`'s JSON-Schema
  * via the `definition` "RunKind".
  */
-export type RunKind = 'kernel' | 'ddp' | 'job';
+export type RunKind = 'kernel' | 'ddp' | 'job' | 'ranks';
 /**
  * This interface was referenced by `JiyuRESTAPI`'s JSON-Schema
  * via the `definition` "EventKind".

@@ -47,7 +47,7 @@ export function describeRun(run: IRun): IRunView {
     active,
     canStop: active && run.kind !== 'kernel' && !run.stop_requested,
     progress: s.progress ?? fmt.fraction(s.step, s.total_steps),
-    stepText: stepText(s.step, s.total_steps, s.epoch),
+    stepText: run.kind === 'ranks' ? 'ranks pool' : stepText(s.step, s.total_steps, s.epoch),
     lossText: `loss ${fmt.loss(s.loss)}`,
     rateText: fmt.rate(s.samples_per_s),
     durationText: fmt.duration(run.duration),
@@ -58,8 +58,11 @@ export function describeRun(run: IRun): IRunView {
   };
 }
 
-/** A job shows where it runs (slurm, kubernetes) and how many processes it has. */
+/** A job shows where it runs (slurm, kubernetes) and how many processes it has; a ranks pool its size. */
 function kindText(run: IRun): string {
+  if (run.kind === 'ranks') {
+    return `ranks ×${run.nproc * run.nnodes}`;
+  }
   if (run.kind !== 'job') {
     return run.kind;
   }
@@ -72,7 +75,13 @@ function schedulerName(backend: string): string {
 }
 
 function waiting(run: IRun): string | null {
-  return run.status === 'queued' && run.queue_reason ? `waiting: ${run.queue_reason}` : null;
+  if (run.status === 'queued' && run.queue_reason) {
+    return `waiting: ${run.queue_reason}`;
+  }
+  if (run.kind === 'ranks' && run.notebook) {
+    return `driven by ${run.notebook.split('/').pop()}`; // a pool belongs to its notebook's kernel
+  }
+  return null;
 }
 
 function statusLabel(run: IRun, active: boolean): string {

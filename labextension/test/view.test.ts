@@ -20,6 +20,14 @@ describe('describeRun', () => {
     expect(v.canStop).toBe(true);
   });
 
+  it('shows a ranks pool by its size and the notebook that drives it', () => {
+    const v = describeRun(run({ kind: 'ranks', nproc: 4, notebook: '/work/explore.ipynb' }));
+    expect(v.kind).toBe('ranks ×4');
+    expect(v.stepText).toBe('ranks pool');
+    expect(v.note).toBe('driven by explore.ipynb');
+    expect(v.canStop).toBe(true);
+  });
+
   it('has no progress before the run says how long it is', () => {
     const v = describeRun(run({ status: 'queued' }));
     expect(v.progress).toBeNull();

@@ -58,6 +58,7 @@ class RunKind(_Word):
     KERNEL = "kernel"  # fit()/%%train inside a notebook kernel
     DDP = "ddp"  # %%train --nproc from a kernel, or a bare torchrun of a script
     JOB = "job"  # %submit / jiyu submit: a notebook under a detached supervisor
+    RANKS = "ranks"  # %ranks start: torchrun workers kept across cells, driven by a kernel
 
 
 class EventKind(_Word):

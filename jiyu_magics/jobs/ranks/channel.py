@@ -1,0 +1,172 @@
+"""The channel between a notebook kernel and the ranks of its pool: ZMQ, signed.
+
+The kernel binds two sockets on the loopback interface only (``127.0.0.1``, ports the system
+picks): a ROUTER it sends requests on, one rank at a time by the rank's identity, and a PULL it
+receives everything on. Each rank connects a DEALER (it says hello on it, then only receives
+requests) and a PUSH (its sender thread's: output, displays, replies, in the order they were
+made). Every message is ``[signature, header, *buffers]``: the header is JSON, the buffers are
+pickles (pushed and pulled objects), and the signature is an HMAC-SHA256 of header and buffers
+under the pool's secret (32 random bytes, in a file only its owner can read). A message whose
+signature does not verify is dropped before anything in it is read; nothing is unpickled from
+an unverified sender.
+
+ZMQ queues what is sent before the other end connects, so no first message is lost (a rank's
+hello waits for the kernel, the kernel binds before it starts the ranks), and nothing here polls
+on a fixed period: the kernel waits on its PULL socket until something comes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import secrets
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import zmq
+
+LOOPBACK = "tcp://127.0.0.1"
+ADDRESS_ENV = "JIYU_POOL"  # where a rank finds its pool's address file
+KEY_BYTES = 32
+
+
+@dataclass
+class Message:
+    kind: str
+    fields: dict[str, Any] = field(default_factory=dict)
+    buffers: list[bytes] = field(default_factory=list)
+
+    def __getitem__(self, name: str) -> Any:
+        return self.fields[name]
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return self.fields.get(name, default)
+
+
+@dataclass(frozen=True)
+class Address:
+    """Where a pool's kernel listens and the secret its messages are signed with: written to
+    the pool's folder (mode 0600) for its ranks, never put in an environment variable."""
+
+    requests: str  # the kernel's ROUTER (ranks connect a DEALER)
+    replies: str  # the kernel's PULL (ranks connect a PUSH)
+    key: str  # hex
+
+    def save(self, path: Path) -> None:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as out:
+            json.dump({"requests": self.requests, "replies": self.replies, "key": self.key}, out)
+
+    @classmethod
+    def load(cls, path: Path) -> Address:
+        return cls(**json.loads(Path(path).read_text()))
+
+
+class Signer:
+    def __init__(self, key: bytes):
+        self.key = key
+
+    def frames(self, message: Message) -> list[bytes]:
+        header = json.dumps({"kind": message.kind, **message.fields}, default=str).encode()
+        return [self._sign(header, message.buffers), header, *message.buffers]
+
+    def message(self, frames: Sequence[bytes]) -> Message | None:
+        """The message the frames carry, or None when they are not signed with the key."""
+        if len(frames) < 2 or not hmac.compare_digest(frames[0], self._sign(frames[1], frames[2:])):
+            return None
+        fields = json.loads(frames[1])
+        return Message(fields.pop("kind"), fields, list(frames[2:]))
+
+    def _sign(self, header: bytes, buffers: Sequence[bytes]) -> bytes:
+        mac = hmac.new(self.key, header, hashlib.sha256)
+        for buffer in buffers:
+            mac.update(buffer)
+        return mac.hexdigest().encode()
+
+
+class KernelEnd:
+    """The kernel's side: requests to a rank, everything the ranks send in one stream."""
+
+    def __init__(self) -> None:
+        self.context = zmq.Context()
+        self.requests = self.context.socket(zmq.ROUTER)
+        self.requests.setsockopt(zmq.ROUTER_MANDATORY, 1)  # a rank that is not connected is an error, not a drop
+        self.requests.setsockopt(zmq.LINGER, 0)
+        self.replies = self.context.socket(zmq.PULL)
+        self.replies.setsockopt(zmq.LINGER, 0)
+        requests_port = self.requests.bind_to_random_port(LOOPBACK)
+        replies_port = self.replies.bind_to_random_port(LOOPBACK)
+        key = secrets.token_bytes(KEY_BYTES)
+        self.signer = Signer(key)
+        self.address = Address(f"{LOOPBACK}:{requests_port}", f"{LOOPBACK}:{replies_port}", key.hex())
+        self.dropped = 0  # messages whose signature did not verify
+
+    def send(self, rank: int, message: Message) -> None:
+        self.requests.send_multipart([identity(rank), *self.signer.frames(message)], copy=False)
+
+    def receive(self, timeout: float | None) -> Message | None:
+        """The next verified message from any rank (its hello included), or None when nothing
+        came within ``timeout`` seconds (None: wait)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        poller = zmq.Poller()
+        poller.register(self.replies, zmq.POLLIN)
+        poller.register(self.requests, zmq.POLLIN)
+        while True:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            ready = dict(poller.poll(None if left is None else int(left * 1000)))
+            if not ready:
+                return None
+            if self.replies in ready:
+                message = self.signer.message(self.replies.recv_multipart())
+            else:  # a hello on a rank's DEALER: [identity, signature, header, ...]
+                message = self.signer.message(self.requests.recv_multipart()[1:])
+            if message is not None:
+                return message
+            self.dropped += 1
+
+    def close(self) -> None:
+        self.requests.close(0)
+        self.replies.close(0)
+        self.context.term()
+
+
+class RankEnd:
+    """A rank's side: requests in on the main thread, everything out through one sender."""
+
+    def __init__(self, address: Address, rank: int):
+        self.context = zmq.Context()
+        self.signer = Signer(bytes.fromhex(address.key))
+        self.requests = self.context.socket(zmq.DEALER)
+        self.requests.setsockopt(zmq.IDENTITY, identity(rank))
+        self.requests.setsockopt(zmq.LINGER, 0)
+        self.requests.connect(address.requests)
+        self.replies = self.context.socket(zmq.PUSH)
+        self.replies.setsockopt(zmq.LINGER, 2000)  # the last replies reach the kernel before exit
+        self.replies.connect(address.replies)
+
+    def hello(self, message: Message) -> None:
+        """The first message, on the request socket: the kernel's ROUTER learns the route."""
+        self.requests.send_multipart(self.signer.frames(message))
+
+    def receive(self, timeout: float | None = None) -> Message | None:
+        if timeout is not None and not self.requests.poll(int(timeout * 1000)):
+            return None
+        return self.signer.message(self.requests.recv_multipart())
+
+    def send(self, message: Message) -> None:
+        """From the sender thread only: ZMQ sockets belong to one thread."""
+        self.replies.send_multipart(self.signer.frames(message), copy=False)
+
+    def close(self) -> None:
+        self.requests.close(0)
+        self.replies.close()
+        self.context.term()
+
+
+def identity(rank: int) -> bytes:
+    return f"rank{rank}".encode()

@@ -1,0 +1,86 @@
+"""What a rank's shell shows goes to its kernel as the kernel's own shell would show it: rich
+displays (``display(...)``, matplotlib figures, a cell's last expression) as MIME bundles, and
+a failing cell's traceback as IPython formatted it, over the pool's channel instead of to a
+terminal. ipykernel does the same for a kernel's front-end (its ZMQ display publisher and
+display hook); this is the part of that a rank needs.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, Protocol
+
+from IPython.core.displayhook import DisplayHook
+from IPython.core.displaypub import DisplayPublisher
+
+from ..jobs.ranks.channel import Message
+
+
+class Outbox(Protocol):
+    def put(self, message: Message) -> None: ...
+
+
+class Worker(Protocol):
+    """What the display forwarding needs of a rank (``ranks_worker.Worker``)."""
+
+    rank: int
+    request: str | None
+    sender: Outbox
+
+
+class ForwardingPublisher(DisplayPublisher):
+    """``display()`` in a rank: the bundle, to the kernel."""
+
+    def __init__(self, worker: Worker, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.worker = worker
+
+    def publish(self, data, metadata=None, source=None, *, transient=None, update=False, **kwargs) -> None:
+        self.worker.sender.put(_display(self.worker, data, metadata, result=False))
+
+    def clear_output(self, wait: bool = False) -> None:
+        pass
+
+
+class ForwardingDisplayHook(DisplayHook):
+    """A cell's last expression in a rank: its bundle, to the kernel (no ``Out[n]:`` prompt)."""
+
+    def __init__(self, worker: Worker, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.worker = worker
+
+    def write_output_prompt(self) -> None:
+        pass
+
+    def write_format_data(self, format_dict, md_dict=None) -> None:
+        self.worker.sender.put(_display(self.worker, format_dict, md_dict, result=True))
+
+
+def _display(worker: Worker, data: dict, metadata: dict | None, result: bool) -> Message:
+    fields = {"request": worker.request, "rank": worker.rank, "data": data, "metadata": metadata or {}}
+    return Message("display", {**fields, "result": result})
+
+
+def forward_displays(shell, worker: Worker) -> None:
+    """Rich output and tracebacks of ``shell`` go to the kernel; the traceback also to the
+    rank's own stderr (the run's log)."""
+    shell.display_pub = ForwardingPublisher(worker, shell=shell, parent=shell)
+    shell.displayhook = ForwardingDisplayHook(worker, shell=shell, cache_size=shell.cache_size, parent=shell)
+    shell.display_trap.hook = shell.displayhook  # what run_cell installs as sys.displayhook
+
+    def show_traceback(etype, evalue, stb: list[str]) -> None:
+        sys.__stderr__.write(shell.InteractiveTB.stb2text(stb) + "\n")
+        worker.sender.put(
+            Message(
+                "error",
+                {
+                    "request": worker.request,
+                    "rank": worker.rank,
+                    "ename": getattr(etype, "__name__", str(etype)),
+                    "evalue": str(evalue),
+                    "traceback": list(stb),
+                },
+            )
+        )
+
+    shell._showtraceback = show_traceback

@@ -1,0 +1,318 @@
+"""Ranks that stay (``%ranks``, ``%%ranks``), through real kernels (jupyter_client), real
+torchrun and gloo on the CPU: state across cells, rank-specific cells, push and pull, a rank's
+error and the next cell, an interrupt, a hang flagged with every rank's stack, training on the
+pool, kernel restart and ``kill -9``, and a pool waiting in the GPU queue (NVML test double:
+this machine has no NVIDIA driver)."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+from jupyter_client import KernelManager
+
+from jiyu_magics.core.runs.files import RunFiles, store_path
+from jiyu_magics.core.store.run_store import RunStore
+
+from .cli_runner import jiyu
+from .jobs_workload import describe_processes, wait_for
+
+START = "%load_ext jiyu_magics\n%ranks start 2 --device cpu --name {name}"
+
+
+class Kernel:
+    """A real ipykernel in ``cwd`` with its own jiyu home; cells run one at a time and their
+    output (streams, displays, errors) is collected as a notebook would show it."""
+
+    def __init__(self, cwd: Path, home: Path, env: dict[str, str] | None = None):
+        self.home = home
+        self.manager = KernelManager(kernel_name="python3")
+        extra = {"JIYU_HOME": str(home), "OMP_NUM_THREADS": "1", "JPY_SESSION_NAME": str(cwd / "pool.ipynb")}
+        self.manager.start_kernel(cwd=str(cwd), env={**os.environ, **extra, **(env or {})})
+        self.client = self.manager.client()
+        self.client.start_channels()
+        self.client.wait_for_ready(120)
+
+    @property
+    def pid(self) -> int:
+        return self.manager.provisioner.process.pid
+
+    def run(self, code: str, timeout: float = 300) -> Cell:
+        cell = Cell()
+        reply = self.client.execute_interactive(code, timeout=timeout, output_hook=cell.take)
+        cell.status = reply["content"]["status"]
+        return cell
+
+    def start(self, code: str) -> str:
+        return self.client.execute(code)
+
+    def wait(self, msg_id: str, timeout: float = 300) -> Cell:
+        """The output of a cell started with ``start``, once it ends."""
+        cell = Cell()
+        deadline = time.monotonic() + timeout
+        while True:
+            msg = self.client.get_iopub_msg(timeout=max(1, deadline - time.monotonic()))
+            if msg["parent_header"].get("msg_id") != msg_id:
+                continue
+            if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
+                return cell
+            cell.take(msg)
+
+    def close(self) -> None:
+        self.client.stop_channels()
+        if self.manager.is_alive():
+            self.manager.shutdown_kernel(now=False)
+
+
+class Cell:
+    def __init__(self) -> None:
+        self.text, self.errors, self.displays, self.status = "", [], [], None
+
+    def take(self, msg: dict) -> None:
+        content = msg["content"]
+        if msg["msg_type"] == "stream":
+            self.text += content["text"]
+        elif msg["msg_type"] in ("display_data", "execute_result"):
+            self.displays.append(content["data"])
+        elif msg["msg_type"] == "error":
+            self.errors.append(content)
+
+
+def pool_of(home: Path):
+    (pool,) = [run for run in RunStore(store_path(home)).list() if run.kind == "ranks" and run.active]
+    return pool
+
+
+def rank_pids(home: Path, run_id: str) -> list[int]:
+    from jiyu_magics.jobs.process import rank_records
+
+    os.environ["JIYU_HOME"] = str(home)
+    return sorted(record.pid for record in rank_records.read_all(run_id))
+
+
+def alive(pids: list[int]) -> list[int]:
+    return [pid for pid in pids if psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
+
+
+@pytest.fixture(scope="module")
+def kernel(tmp_path_factory):
+    """One kernel with one pool for the tests that leave it running."""
+    cwd = tmp_path_factory.mktemp("ranks")
+    kernel = Kernel(cwd, cwd / "home", env={"TMPDIR": str(cwd)})
+    started = kernel.run(START.format(name="shared-pool"))
+    assert started.status == "ok" and "ready in" in started.text, started.text + str(started.errors)
+    yield kernel
+    kernel.run("%ranks stop")
+    kernel.close()
+
+
+def test_the_pool_is_a_run_of_its_notebook_and_state_persists_across_cells(kernel):
+    pool = pool_of(kernel.home)
+    assert (pool.kind, pool.status, pool.nproc, pool.name) == ("ranks", "running", 2, "shared-pool")
+    assert pool.notebook.endswith("pool.ipynb") and pool.owner_pid == kernel.pid
+    first = kernel.run(
+        "%%ranks\nimport torch, torch.distributed as dist\nrank = dist.get_rank()\n"
+        "x = torch.ones(1) * (rank + 1)\ndist.all_reduce(x)\nprint('sum', x.item())"
+    )
+    assert first.status == "ok" and first.text == "sum 3.0\n", "rank 0's output, once"
+    again = kernel.run("%%ranks --all-output\nprint('still', rank, x.item())")
+    assert sorted(again.text.splitlines()) == ["[rank0] still 0 3.0", "[rank1] still 1 3.0"]
+    one = kernel.run("%%ranks 1\nprint('only', rank)")
+    assert one.text == "only 1\n"
+    shown = kernel.run("%%ranks\nrank * 10 + 7")
+    assert shown.displays == [{"text/plain": "7"}], "rank 0's last expression shows as the cell's own"
+    status = kernel.run("%ranks")
+    assert f"ranks pool {pool.id} (shared-pool): 2 rank(s), gloo" in status.text
+
+
+def test_push_and_pull_move_objects_and_weights(kernel):
+    kernel.run("import torch\nconfig = {'lr': 0.5, 'layers': [4, 8]}\nnet = torch.nn.Linear(3, 2)")
+    pushed = kernel.run("%ranks push config")
+    assert "pushed config to 2 rank(s)" in pushed.text
+    assert kernel.run("%%ranks --all-output\nprint(config['layers'][rank])").text.count("\n") == 2
+    kernel.run(
+        "%%ranks\ntorch.manual_seed(rank)\nnet = torch.nn.Linear(3, 2)\n"
+        "with torch.no_grad():\n    net.weight.fill_(rank + 1.5)"
+    )
+    pulled = kernel.run("%ranks pull net --from 1\nprint(float(net.weight.detach().sum()))")
+    assert "loaded rank 1's net weights into the notebook's net" in pulled.text
+    assert pulled.text.strip().endswith(str(2.5 * 6)), pulled.text
+    plain = kernel.run("%ranks pull config --from 0 --as config_back\nprint(config_back == config)")
+    assert plain.text.strip().endswith("True")
+    bad = kernel.run("make = lambda: 1\n%ranks push make")
+    assert bad.status == "error" and "UsageError: %ranks push: make cannot be pickled" in bad.text, bad.text
+    missing = kernel.run("%ranks pull nothing_here --from 1")
+    assert missing.status == "error" and "rank 1 has no 'nothing_here'" in missing.text + str(missing.errors)
+
+
+def test_an_error_on_rank_1_ends_the_cell_with_its_traceback_and_the_pool_lives(kernel):
+    pool = pool_of(kernel.home).id
+    started = time.monotonic()
+    failed = kernel.run("%%ranks\nif rank == 1:\n    raise ValueError('rank one gave up')\nprint('rank', rank, 'fine')")
+    took = time.monotonic() - started
+    assert failed.status == "error" and failed.text == "rank 0 fine\n"
+    (error,) = failed.errors
+    assert (error["ename"], error["evalue"]) == ("RankCellError", "rank 1: ValueError: rank one gave up")
+    traceback = "\n".join(error["traceback"])
+    assert "raise ValueError('rank one gave up')" in re.sub(r"\x1b\[[0-9;]*m", "", traceback)
+    assert "jiyu_magics" not in traceback and "(on rank 1)" in traceback
+    assert took < 10, f"the error took {took:.1f} s to reach the cell"
+    after = kernel.run("%%ranks\nprint('next', x.item())")
+    assert (after.status, after.text) == ("ok", "next 3.0\n")
+    assert pool_of(kernel.home).id == pool, "the same pool, its state kept"
+
+
+def test_an_interrupt_interrupts_every_rank_and_the_pool_lives(kernel):
+    pool = pool_of(kernel.home).id
+    msg = kernel.start("%%ranks\nimport time\nfor _ in range(600):\n    time.sleep(0.1)")
+    time.sleep(3)
+    interrupted = time.monotonic()
+    kernel.manager.interrupt_kernel()
+    cell = kernel.wait(msg, timeout=60)
+    took = time.monotonic() - interrupted
+    assert cell.errors and cell.errors[0]["evalue"].startswith("rank 0: KeyboardInterrupt"), cell.errors
+    assert took < 10, f"the interrupt took {took:.1f} s"
+    after = kernel.run("%%ranks --all-output\nprint('alive', rank)")
+    assert sorted(after.text.splitlines()) == ["[rank0] alive 0", "[rank1] alive 1"]
+    assert pool_of(kernel.home).id == pool
+
+
+def test_a_hang_is_flagged_with_every_ranks_stack_and_the_pool_restarts(kernel):
+    """Rank 1 waits in a collective rank 0 never joins: the cell says it stalled and where
+    every rank is; an interrupt cannot reach into gloo's wait, so the pool is started again and
+    the cell says the ranks' state was lost."""
+    old = pool_of(kernel.home)
+    old_pids = rank_pids(kernel.home, old.id)
+    msg = kernel.start(
+        "%%ranks --stall-timeout 3\nimport torch.distributed as dist, torch\n"
+        "if dist.get_rank() == 1:\n    dist.all_reduce(torch.ones(1))"
+    )
+    store = RunStore(store_path(kernel.home))
+    wait_for(lambda: store.get(old.id).stalled_since is not None, 60, what="the pool flagged stalled")
+    kernel.manager.interrupt_kernel()
+    cell = kernel.wait(msg, timeout=180)
+    assert "stalled: rank 1 has not finished 3 s after another rank did" in cell.text, cell.text
+    assert re.search(r"rank 1 is in .*all_reduce", cell.text), cell.text
+    assert f"jiyu stacks {old.id}" in cell.text
+    assert f"ranks pool {old.id} was restarted as" in cell.text and "the ranks' state" in cell.text
+    new = pool_of(kernel.home)
+    assert new.id != old.id and RunStore(store_path(kernel.home)).get(old.id).status == "failed"
+    wait_for(lambda: alive(old_pids) == [], 30, what="the stuck ranks to end")
+    assert kernel.run("%%ranks\nprint('fresh', 'x' in globals())").text == "fresh False\n"
+    kernel.run("%%ranks\nimport torch, torch.distributed as dist\nrank = dist.get_rank()\nx = torch.ones(1) * 3")
+
+
+def test_train_on_the_pool_uses_the_ranks_objects_without_export(kernel):
+    kernel.run(
+        "%%ranks\nimport torch\nfrom torch.utils.data import DataLoader, TensorDataset\ntorch.manual_seed(0)\n"
+        "X = torch.randn(256, 8); y = (X.sum(1) > 0).long()\n"
+        "model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))"
+    )
+    trained = kernel.run(
+        "%%train --nproc 2 --epochs 2 --name on-the-pool\noptimizer = torch.optim.SGD(model.parameters(), 0.1)\n"
+        "loss_fn = torch.nn.CrossEntropyLoss()\ntrain_loader = DataLoader(TensorDataset(X, y), batch_size=32)"
+    )
+    assert trained.status == "ok", trained.errors
+    store = RunStore(store_path(kernel.home))
+    (run,) = [r for r in store.list() if r.name == "on-the-pool"]
+    assert (run.kind, run.status, run.params["pool"]) == ("ddp", "succeeded", pool_of(kernel.home).id)
+    assert not RunFiles(RunFiles.of(run.id, kernel.home).root).script.exists(), "nothing was exported"
+    result = kernel.run("print(train_result.status, train_result.step, train_result.run_id)")
+    assert result.text.split() == ["succeeded", "8", run.id]  # 2 epochs of 256 / (32 x 2 ranks)
+    moved = kernel.run("%%ranks --all-output\nprint(round(float(model[0].weight.detach().sum()), 5))")
+    lines = sorted(moved.text.splitlines())
+    assert len(lines) == 2 and lines[0].split()[1] == lines[1].split()[1], "DDP kept both ranks' weights equal"
+    second = kernel.run("%train --nproc 2 --epochs 1 --name on-the-pool-2")
+    assert second.status == "ok" and [r.status for r in store.list() if r.name == "on-the-pool-2"] == ["succeeded"]
+    wrong = kernel.run("%train --nproc 3 --epochs 1")
+    assert wrong.status == "error" and "UsageError: --nproc 3: this kernel's ranks pool has 2 rank(s)" in wrong.text
+
+
+def test_jiyu_stop_kernel_restart_and_kill_9_end_the_pool_and_leave_no_process(tmp_path):
+    kernel = Kernel(tmp_path, tmp_path / "home", env={"TMPDIR": str(tmp_path)})
+    try:
+        assert kernel.run(START.format(name="stopped")).status == "ok"
+        pool = pool_of(kernel.home)
+        pids = rank_pids(kernel.home, pool.id)
+        stop = jiyu("stop", pool.id, env={**os.environ, "JIYU_HOME": str(kernel.home)})
+        assert stop.returncode == 0 and f"Run {pool.id} (stopped): stopped." in stop.stdout, stop.stdout + stop.stderr
+        assert alive(pids) == [] and kernel.manager.is_alive()
+        said = kernel.run("%%ranks\nprint('back')")
+        assert "was restarted as" in said.text and said.text.endswith("back\n"), said.text
+        kernel.run("%ranks stop")
+        assert kernel.run(START.format(name="restarted")).status == "ok"
+        pool = pool_of(kernel.home)
+        pids = rank_pids(kernel.home, pool.id)
+        assert len(alive(pids)) == 2
+        kernel.manager.restart_kernel(now=False)
+        wait_for(lambda: alive(pids) == [], 60, what="the ranks to end with the kernel")
+        ended = RunStore(store_path(kernel.home)).get(pool.id)
+        assert not ended.active and ended.status in ("succeeded", "lost"), ended.status
+        kernel.client.wait_for_ready(120)
+        assert kernel.run(START.format(name="killed")).status == "ok"
+        pool = pool_of(kernel.home)
+        pids = rank_pids(kernel.home, pool.id) + [RunStore(store_path(kernel.home)).get(pool.id).pid]
+        os.kill(kernel.pid, signal.SIGKILL)
+        wait_for(lambda: alive(pids) == [], 90, what=f"no process left: {describe_processes(alive(pids))}")
+        assert RunStore(store_path(kernel.home)).get(pool.id).status == "lost"
+        assert RunStore(store_path(kernel.home)).leases.live() == []
+    finally:
+        kernel.close()
+
+
+def test_a_pool_waits_in_the_gpu_queue_and_starts_when_its_gpu_frees(tmp_path, nvml_double, monkeypatch):
+    from .gpu_box import configure
+
+    configure(monkeypatch, tmp_path, 1)
+    home = tmp_path / "home"
+    monkeypatch.setenv("JIYU_HOME", str(home))
+    store = RunStore()
+    from jiyu_magics.core.processes.info import process_start_time
+    from jiyu_magics.core.store.leases import GpuSlot
+
+    holder = store.create(
+        "job", "holds-the-gpu", gpus_requested=1, pid=os.getpid(), pid_started=process_start_time(os.getpid())
+    )
+    assert store.leases.acquire(holder.id, [GpuSlot("GPU-00000000-0000-0000-0000-000000000000", 0)])
+    kernel = Kernel(tmp_path, home, env={"TMPDIR": str(tmp_path)})
+    try:
+        msg = kernel.start("%load_ext jiyu_magics\n%ranks start 1 --name queued-pool")
+        wait_for(lambda: any(r.kind == "ranks" and r.status == "queued" for r in store.list()), 60, what="queued")
+        (queued,) = [r for r in store.list() if r.kind == "ranks"]
+        assert queued.queue_position == 1 and queued.gpus_requested == 1
+        store.mark_running(holder.id, pid=os.getpid())
+        store.finish(holder.id, "succeeded", exit_code=0)
+        cell = kernel.wait(msg, timeout=180)
+        assert "queued at position 1, waiting for 1 GPU(s)" in cell.text and "ready in" in cell.text, cell.text
+        started = store.get(queued.id)
+        assert started.status == "running" and [g["index"] for g in started.gpus] == [0]
+        kernel.run("%ranks stop")
+        assert store.get(queued.id).status == "succeeded" and store.leases.live() == []
+    finally:
+        kernel.close()
+
+
+@pytest.mark.gpu
+def test_an_nccl_pool_of_one_rank_leases_its_gpu_and_keeps_a_tensor_on_it(tmp_path):
+    """On a GPU machine: the rank joins NCCL on its leased GPU and a tensor made in one cell is
+    on that GPU, unchanged, in the next; the pool leases the GPU while it lives."""
+    kernel = Kernel(tmp_path, tmp_path / "home", env={"TMPDIR": str(tmp_path)})
+    try:
+        started = kernel.run("%load_ext jiyu_magics\n%ranks start 1 --name nccl-pool")
+        assert "1 rank(s), nccl; rank 0: pid" in started.text and "on cuda:0" in started.text, started.text
+        pool = pool_of(kernel.home)
+        assert [g["ended"] for g in pool.gpus] == [None], "the pool leases its GPU"
+        kernel.run(
+            "%%ranks\nimport torch, torch.distributed as dist\nt = torch.arange(4.0, device='cuda')\ndist.all_reduce(t)"
+        )
+        kept = kernel.run("%%ranks\nprint(t.device, t.tolist(), torch.cuda.memory_allocated() > 0)")
+        assert kept.text.strip() == "cuda:0 [0.0, 1.0, 2.0, 3.0] True", kept.text
+        kernel.run("%ranks stop")
+        assert RunStore(store_path(kernel.home)).leases.live() == []
+    finally:
+        kernel.close()
