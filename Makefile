@@ -34,12 +34,14 @@ demo: setup
 
 # The layers (pyproject.toml [tool.importlinter]) first: a broken contract fails in a second, before
 # the ~20-minute suite; ruff's lints (pyflakes catches an undefined name a merge left) and its
-# formatter's check ([tool.ruff] in pyproject.toml). JIYU_REQUIRE_SERVICES=1: a test whose real service (Slurm, Prometheus) is missing fails
-# instead of skipping.
+# formatter's check ([tool.ruff] in pyproject.toml); mypy over the package ([tool.mypy]; seconds
+# with its cache in .mypy_cache, about two minutes without). JIYU_REQUIRE_SERVICES=1: a test whose
+# real service (Slurm, Prometheus) is missing fails instead of skipping.
 test: setup browser test-system-deps lint-ts
 	$(BIN)/lint-imports --no-logo
 	$(BIN)/ruff check --no-cache $(PY_SOURCES)
 	$(BIN)/ruff format --check --no-cache $(PY_SOURCES)
+	$(BIN)/mypy
 	JIYU_REQUIRE_SERVICES=1 $(BIN)/python -m pytest
 
 # The TypeScript lint of the JupyterLab extension template: prettier (formatting) and eslint
@@ -126,4 +128,4 @@ readme: setup
 	$(BIN)/python scripts/readme_options.py
 
 clean:
-	rm -rf $(VENV) demo-output test-artifacts build dist jiyu_magics/labextension labextension/node_modules labextension/lib
+	rm -rf $(VENV) .mypy_cache demo-output test-artifacts build dist jiyu_magics/labextension labextension/node_modules labextension/lib

@@ -50,8 +50,8 @@ def main() -> int:
 
 def measure(cluster, runs: int, repeat: int) -> None:
     from jiyu_magics import jobs
-    from jiyu_magics.jobs import scheduler_follower
     from jiyu_magics.core.store.run_store import RunStore
+    from jiyu_magics.jobs import scheduler_follower
     from jiyu_magics.server.run_views import RunViews
 
     cluster.run("sbatch", f"--cpus-per-task={cluster.cpus}", "--output=/dev/null", "--wrap", "sleep 600", check=True)

@@ -198,3 +198,44 @@ def test_every_jiyu_variable_the_package_names_is_documented():
     for path in (ROOT / "jiyu_magics").rglob("*.py"):
         named |= set(re.findall(r"\bJIYU_[A-Z0-9_]+\b", path.read_text()))
     assert named - {v.name for v in VARIABLES} == set()
+
+
+# mypy over the package ([tool.mypy] in pyproject.toml), as `make test` runs it. Both runs share
+# the checkout's cache (.mypy_cache): seconds when it is warm, about two minutes when it is cold.
+# (error code, a probe module, the line mypy must report): the last two are errors only under the
+# configuration's strict_equality and warn_unused_ignores, so they show it is read.
+TYPE_ERRORS = [
+    ("return-value", "def f() -> int:\n    return 'one'\n", 2),
+    ("comparison-overlap", "def f(x: int) -> bool:\n    return x == 'one'\n", 2),
+    ("unused-ignore", "x: int = 1  # type: ignore[assignment]\n", 1),
+]
+
+
+def mypy(tree: Path) -> subprocess.CompletedProcess:
+    """mypy on the package found in ``tree`` (its pyproject.toml and jiyu_magics/)."""
+    return subprocess.run(
+        [sys.executable, "-m", "mypy", "--cache-dir", str(ROOT / ".mypy_cache")],
+        cwd=tree,
+        capture_output=True,
+        text=True,
+        timeout=540,
+    )
+
+
+def test_the_package_has_no_type_errors():
+    result = mypy(ROOT)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.startswith("Success: no issues found in "), result.stdout
+
+
+@pytest.mark.parametrize("code, source, line", TYPE_ERRORS, ids=[case[0] for case in TYPE_ERRORS])
+def test_a_type_error_in_the_package_fails_the_check(code, source, line, tmp_path):
+    shutil.copy(ROOT / "pyproject.toml", tmp_path)
+    shutil.copytree(
+        ROOT / "jiyu_magics", tmp_path / "jiyu_magics", ignore=shutil.ignore_patterns("__pycache__", "labextension")
+    )
+    (tmp_path / "jiyu_magics" / "core" / "_probe.py").write_text(source)
+    result = mypy(tmp_path)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert f"jiyu_magics/core/_probe.py:{line}: error:" in result.stdout, result.stdout
+    assert f"[{code}]" in result.stdout and "Found 1 error in 1 file" in result.stdout, result.stdout

@@ -130,6 +130,20 @@ def test_svg_curve_has_train_smoothed_and_val_and_stays_small():
     assert "waiting for the first logged step" in loss_svg(TrainingView())
 
 
+def test_an_event_whose_step_is_not_known_draws_no_point():
+    """``"step": null`` is valid ("not known"): the loss and val numbers still show, but a curve
+    point needs its step (the chart once compared None with the steps and raised)."""
+    view = TrainingView()
+    view.feed(
+        _events()[:3]
+        + [{"kind": "step", "step": None, "loss": 0.5}, {"kind": "val", "step": None, "loss": 0.4, "accuracy": 0.8}]
+    )
+    assert view.losses == [(10, 2.0), (50, 1.0)] and view.vals == []
+    assert (view.loss, view.val_loss) == (0.5, 0.4)
+    svg = loss_svg(view)
+    assert svg.count("<polyline") == 2 and "<circle" not in svg
+
+
 def test_png_and_static_summary(artifacts):
     view = TrainingView()
     view.feed(_events() + [{"kind": "end", "status": "succeeded", "step": 100, "message": "Trained 100 steps."}])

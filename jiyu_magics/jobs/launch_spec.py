@@ -35,6 +35,7 @@ class LaunchSpec:
     def with_gpus(self, visible: int | None) -> LaunchSpec:
         """The spec with its GPU count decided against the ``visible`` GPUs (None: none here)
         and checked: more than the machine has, or fewer than one per process, is refused."""
+        visible = visible or 0
         if self.gpus is None and visible:
             check_fits_devices(self.nproc, visible)
         gpus = (self.nproc if visible else 0) if self.gpus is None else self.gpus

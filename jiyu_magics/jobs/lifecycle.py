@@ -43,6 +43,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Mapping
+from typing import Any, Literal
 
 from ..core.events.log import EventLog, read_events
 from ..core.processes.info import process_start_time
@@ -58,7 +59,7 @@ from .process import process_tree as processes
 from .process import rank_records
 from .process.error_line import one_line
 from .process.process_tree import StopResult
-from .rank_placement import LocalProcessGroup, RankHandle, RankPlacement
+from .rank_placement import LocalProcessGroup, RankHandle, RankPlacement, ScheduledHandle, SchedulerState
 from .stall_watch import StallWatch
 
 STORE_CHECK_S = 2.0  # how often the run row is read for a stop request that came without a signal
@@ -87,9 +88,10 @@ class RunLifecycle:
         self.run_id, self.spec = run_id, spec
         self.store = store or RunStore()
         self.files = RunFiles.of(run_id).create()
-        self.placement = placement or LocalProcessGroup()
+        self.placement: RankPlacement = placement or LocalProcessGroup()
         self.owner, self.recorded_pid, self.announce = owner, recorded_pid, announce
         self.handle: RankHandle | None = None
+        self.job: ScheduledHandle | None = None  # the handle, where a scheduler holds the ranks
         self.grant: Grant | None = None
         self.stop_requested = False
         self.stop_grace = DEFAULT_STOP_GRACE_S
@@ -113,10 +115,8 @@ class RunLifecycle:
         """A new run row (``queued``, in line for ``spec.gpus``) and its owner, this process:
         while the run waits, the store knows it by this pid (a dead owner frees its place), and
         as its owner (``owner_pid``) until the end, whatever pid the ranks' start records."""
-        store, placement = (
-            options.pop("store", None) or RunStore(),
-            options.pop("placement", None) or LocalProcessGroup(),
-        )
+        store: RunStore = options.pop("store", None) or RunStore()
+        placement: RankPlacement = options.pop("placement", None) or LocalProcessGroup()
         pid, started = os.getpid(), process_start_time(os.getpid())
         run = store.create(
             kind,
@@ -161,13 +161,18 @@ class RunLifecycle:
         run = self.store.stored(self.run_id)
         if run.status is RunStatus.QUEUED:  # no lease to take (a scheduler's place, no GPU wanted)
             run = self.store.transition(self.run_id, {RunStatus.QUEUED}, RunStatus.STARTING, "its place was granted")
-        self.handle = self.placement.start(
-            self.run_id, script or self.files.script, self.spec, cwd=run.cwd, env=env, grant=self.grant
-        )
-        if self.placement.scheduled:
+        placement = self.placement
+        if placement.scheduled:
+            self.handle = self.job = placement.start(
+                self.run_id, script or self.files.script, self.spec, cwd=run.cwd, env=env, grant=self.grant
+            )
             self.follow()
             return True
-        self.store.mark_running(self.run_id, pid=self.recorded_pid or self.handle.pid, pgid=self.handle.pgid)
+        handle = placement.start(
+            self.run_id, script or self.files.script, self.spec, cwd=run.cwd, env=env, grant=self.grant
+        )
+        self.handle = handle
+        self.store.mark_running(self.run_id, pid=self.recorded_pid or handle.pid, pgid=handle.pgid)
         self.stall_watch = StallWatch(self.run_id, self.store, self.spec.stall_timeout)
         return True
 
@@ -178,19 +183,28 @@ class RunLifecycle:
         run = self.store.stored(self.run_id)
         if not run.active:
             return run
-        self.handle = self.handle or self.placement.attach(run)
-        state = self.handle.state()
-        run = self._record(run, state)
+        job = self._job(run)
+        state = job.state()
+        run = self._record(run, job, state)
         if state.over:
             self.stop_requested |= state.cancelled  # a scancel / kubectl delete by anyone is a stop
             self.end(lost=state.lost)
             run = self.store.stored(self.run_id)
         return run
 
-    def _record(self, run: Run, state) -> Run:
+    def _job(self, run: Run) -> ScheduledHandle:
+        """The job a scheduler holds: the handle ``start`` made, else one attached from ``run``."""
+        placement = self.placement
+        if not placement.scheduled:
+            raise TypeError(f"the ranks of a {placement.backend} run are no scheduler's to follow")
+        if self.job is None:
+            self.handle = self.job = placement.attach(run)
+        return self.job
+
+    def _record(self, run: Run, job: ScheduledHandle, state: SchedulerState) -> Run:
         """The scheduler's word in the row (written only when it changed): its id for the job,
         when the job started, and queued with its reason, or running."""
-        changes = {"scheduler_id": self.handle.scheduler_id, "started": run.started or state.started}
+        changes: dict[str, Any] = {"scheduler_id": job.scheduler_id, "started": run.started or state.started}
         target = None
         if state.status is RunStatus.RUNNING:
             changes.update(queue_reason=None, started=changes["started"] or time.time())
@@ -279,16 +293,16 @@ class RunLifecycle:
         if grace is not None:
             self.stop_grace = grace
         if self.handle is None and self.placement.scheduled:
-            self.handle = self.placement.attach(self.store.stored(self.run_id))
+            self._job(self.store.stored(self.run_id))
         if self._stopper is not None or self.handle is None or self.handle.poll() is not None:
             return
         self._stopper = threading.Thread(
-            target=self._stop_handle, args=(self.stop_grace,), name=f"jiyu-stop-{self.run_id}", daemon=True
+            target=self._stop_handle, args=(self.handle, self.stop_grace), name=f"jiyu-stop-{self.run_id}", daemon=True
         )
         self._stopper.start()
 
-    def _stop_handle(self, grace: float) -> None:
-        self.stop_result = self.handle.stop(grace)
+    def _stop_handle(self, handle: RankHandle, grace: float) -> None:
+        self.stop_result = handle.stop(grace)
 
     def stop(self, grace: float | None = None) -> StopResult | None:
         """``request_stop``, waited for: for a caller that answers only once the stop is done
@@ -337,7 +351,7 @@ class RunLifecycle:
     def __enter__(self) -> RunLifecycle:
         return self
 
-    def __exit__(self, kind, error, traceback) -> bool:
+    def __exit__(self, kind, error, traceback) -> Literal[False]:
         """An error in the owner (or an interrupt outside its follow loop) must not leave
         ranks running nor the run ``running``: kill, then end with the owner's error."""
         if error is None or self.outcome is not None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Literal, Protocol
 
 from ..core.runs.model import RunStatus
 from ..core.store.run_row import Run
@@ -30,11 +30,14 @@ from .process.torchrun_launch import Launch
 class RankHandle(Protocol):
     """Running ranks, as the lifecycle follows them."""
 
-    pid: int  # the process that stands for the ranks (torchrun here)
-    pgid: int | None
+    @property
+    def pid(self) -> int | None:
+        """The process that stands for the ranks (torchrun); None where a scheduler holds them."""
 
+    @property
+    def pgid(self) -> int | None: ...
     def poll(self) -> int | None: ...
-    def wait(self, timeout: float | None = None) -> int: ...
+    def wait(self, timeout: float | None = None) -> int | None: ...
 
     def stop(self, grace: float = 10.0) -> StopResult:
         """SIGTERM to the rank processes, not to their launcher: each rank then ends its job
@@ -85,6 +88,13 @@ class SchedulerState:
         return self.status is RunStatus.LOST
 
 
+class ProcessHandle(RankHandle, Protocol):
+    """Ranks under a process of ours (torchrun, ``Launch``): followed by waiting on it."""
+
+    @property
+    def pid(self) -> int: ...
+
+
 class ScheduledHandle(RankHandle, Protocol):
     """A job a scheduler holds: followed by asking, not by waiting."""
 
@@ -93,12 +103,19 @@ class ScheduledHandle(RankHandle, Protocol):
     def state(self) -> SchedulerState: ...
 
 
-class RankPlacement(Protocol):
+class _Placement(Protocol):
     backend: str  # the run row's ``backend``
-    scheduled: bool  # a scheduler holds the ranks: the lifecycle follows them with ``attach`` + ``state``
 
     def reserve(self, run_id: str) -> Grant | None: ...
     def wait_hint(self, run_id: str) -> tuple[float, str]: ...
+
+
+class ProcessPlacement(_Placement, Protocol):
+    """Ranks under a process of the owner's (``LocalProcessGroup``)."""
+
+    @property
+    def scheduled(self) -> Literal[False]: ...
+
     def start(
         self,
         run_id: str,
@@ -108,7 +125,7 @@ class RankPlacement(Protocol):
         cwd: str | None,
         env: Mapping[str, str] | None,
         grant: Grant | None = None,
-    ) -> RankHandle: ...
+    ) -> ProcessHandle: ...
 
 
 class SchedulerGrantsAtOnce:
@@ -122,10 +139,30 @@ class SchedulerGrantsAtOnce:
         return 0.0, "the scheduler queues it"
 
 
-class ScheduledPlacement(RankPlacement, Protocol):
+class ScheduledPlacement(_Placement, Protocol):
+    """Ranks a scheduler holds: the lifecycle follows them with ``attach`` + ``state``."""
+
+    @property
+    def scheduled(self) -> Literal[True]: ...
+
+    def start(
+        self,
+        run_id: str,
+        script: os.PathLike,
+        spec: LaunchSpec,
+        *,
+        cwd: str | None,
+        env: Mapping[str, str] | None,
+        grant: Grant | None = None,
+    ) -> ScheduledHandle: ...
+
     def attach(self, run: Run) -> ScheduledHandle:
         """The handle of the job the run row names (``scheduler_id``), to ask or stop it."""
         ...
+
+
+# ``placement.scheduled`` tells the two apart (mypy narrows the union on it)
+RankPlacement = ProcessPlacement | ScheduledPlacement
 
 
 @dataclass
@@ -138,7 +175,7 @@ class LocalProcessGroup:
 
     die_with_parent: bool | None = None
     backend: str = "local"
-    scheduled: bool = False
+    scheduled: Literal[False] = False
 
     def reserve(self, run_id: str) -> Grant | None:
         """GPU leases from the store's queue, when it is the run's turn and enough are free."""

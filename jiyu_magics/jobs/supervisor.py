@@ -56,10 +56,11 @@ class Supervisor:
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
         upkeep(self.lifecycle.store)
         with self.lifecycle as lifecycle:
-            if lifecycle.start(stop_wanted=lambda: self.stop_wanted, on_wait=self.say):
+            started = lifecycle.start(stop_wanted=lambda: self.stop_wanted, on_wait=self.say)
+            grant, handle = lifecycle.grant, lifecycle.handle  # both set by a start that started the ranks
+            if started and grant is not None and handle is not None:
                 self.say(
-                    f"torchrun started: {self.spec.nproc} process(es) per node on "
-                    f"{lifecycle.grant.describe()}, pid {lifecycle.handle.pid}"
+                    f"torchrun started: {self.spec.nproc} process(es) per node on {grant.describe()}, pid {handle.pid}"
                 )
             lifecycle.wait(stop_wanted=lambda: self.stop_wanted, tick=self._sample_usage)
             outcome = lifecycle.end()

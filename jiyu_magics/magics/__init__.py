@@ -5,12 +5,14 @@ Each module holds the magics of one concern; ``register`` loads them all for ``%
 
 from __future__ import annotations
 
+from IPython.core.magic import Magics
+
 from . import gpu_magics, job_magics, ranks_magic, runs_magic, train_magic
 
 MODULES = (gpu_magics, train_magic, job_magics, runs_magic, ranks_magic)
 
 
-def magic_classes() -> list[type]:
+def magic_classes() -> list[type[Magics]]:
     return [cls for module in MODULES for cls in module.MAGICS]
 
 

@@ -20,6 +20,8 @@ import time
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the exporter loads with the first cell recorded, not with %load_ext
+    from IPython.core.interactiveshell import InteractiveShell
+
     from ..jobs import ExecutedCell
 
 ATTRIBUTE = "_jiyu_cell_history"
@@ -28,7 +30,7 @@ MARKER = "_jiyu_namespace"  # hidden from %who; IPython's reset() rebuilds the n
 
 
 class CellHistory:
-    def __init__(self, shell):
+    def __init__(self, shell: InteractiveShell) -> None:
         self.shell = shell
         self.first_recorded = shell.execution_count  # cells before this ran before we listened
         self.recorded: list[ExecutedCell] = []

@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 from argparse import Namespace
 from collections.abc import Callable
+from pathlib import Path
 
 from IPython.core.error import UsageError
 
@@ -27,6 +28,7 @@ from ..core.runs.model import RunKind, RunStatus
 from ..jobs.export.kernel_replay import relaunch_history
 from ..jobs.launch_spec import LaunchSpec, visible_gpus
 from ..jobs.lifecycle import RunLifecycle
+from ..jobs.ranks.placement import PoolPlacement, PoolTraining
 from ..jobs.submit_options import SubmitOptions
 from .cell_history import CellHistory
 from .frontend import in_notebook
@@ -63,6 +65,7 @@ class DdpLaunch:
         self.shell, self.line, self.args, self.cell = shell, line, args, cell or ""
         self.model, self.on_monitor, self.pool = model, on_monitor, pool
         self.offset = 0  # how far the dashboard has read the event log
+        self.final_weights: Path | None = None  # where rank 0 hands its weights back (not on a pool)
 
     def run(self) -> None:
         from ..train.run_binding import default_name
@@ -97,7 +100,6 @@ class DdpLaunch:
         (no export, no replay, no torchrun start); the dashboard, Stop, the stall watch and
         the ranks' output as on a fresh launch. The trained model stays in the ranks."""
         from ..jobs.launch_spec import LaunchSpec
-        from ..jobs.ranks.placement import PoolPlacement
 
         notebook = os.environ.get(NOTEBOOK_ENV)
         self.placement = PoolPlacement(self.pool, self._current_cell(), notebook)
@@ -110,7 +112,6 @@ class DdpLaunch:
             params={"train": self.line, "pool": self.pool.run_id},
             placement=self.placement,
         )
-        self.final_weights = None
         with self.lifecycle:
             print(f"jiyu: training run {self.lifecycle.run_id} on ranks pool {self.pool.run_id}…", flush=True)
             self.lifecycle.start()
@@ -243,7 +244,9 @@ class DdpLaunch:
         if failed is None:
             return None
         if self.pool is not None:  # the rank's own formatted traceback, as its shell showed it
-            return "\n".join(self.lifecycle.handle.tracebacks.get(failed.rank, [])) or None
+            handle = self.lifecycle.handle
+            tracebacks = handle.tracebacks if isinstance(handle, PoolTraining) else {}
+            return "\n".join(tracebacks.get(failed.rank, [])) or None
         return first_traceback(self.lifecycle.files.log, failed.rank)
 
 

@@ -64,7 +64,7 @@ class _Bindings(ast.NodeVisitor):
     """Top-level bindings: blocks (if/for/with/try) count; function, class and lambda bodies
     and comprehensions have scopes of their own and do not."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.names: set[str] = set()
 
     def visit_Name(self, node: ast.Name) -> None:
@@ -93,15 +93,14 @@ def _cell_magic_bodies(tree: ast.Module) -> list[str]:
     set-up; ``%%time``, ``%%capture``) and ``run_line_magic('time', code)``."""
     bodies = []
     for node in ast.walk(tree):
-        if not (
-            isinstance(node, ast.Call)
-            and isinstance(node.func, ast.Attribute)
-            and all(isinstance(a, ast.Constant) and isinstance(a.value, str) for a in node.args)
-        ):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
             continue
-        magic = node.args[0].value if node.args else None
-        if node.func.attr == "run_cell_magic" and len(node.args) == 3 and magic in CODE_CELL_MAGICS:
-            bodies.append(node.args[2].value)
-        elif node.func.attr == "run_line_magic" and len(node.args) == 2 and magic in CODE_LINE_MAGICS:
-            bodies.append(node.args[1].value)
+        args = [a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+        if len(args) < len(node.args):  # an argument that is not a literal string
+            continue
+        magic = args[0] if args else None
+        if node.func.attr == "run_cell_magic" and len(args) == 3 and magic in CODE_CELL_MAGICS:
+            bodies.append(args[2])
+        elif node.func.attr == "run_line_magic" and len(args) == 2 and magic in CODE_LINE_MAGICS:
+            bodies.append(args[1])
     return bodies

@@ -85,7 +85,7 @@ class FitSequence:
         if fit_name is not None:
             view.fit_name = fit_name
         several = len(self.dashboards) > 1 or not self.run.active and self._starts() > 1
-        call = getattr(view, "fit_name", None)
+        call = view.fit_name
         view.name = self.run.name + (
             f" · fit {index}" + (f": {call}" if call and call != self.run.name else "") if several else ""
         )
@@ -172,8 +172,13 @@ def attach_text(run: Run, interval: float) -> int:
     describe(monitor.view, run)
     path = RunFiles.of(run.id).events
     echo = RankEcho(RunFiles.of(run.id).log)
+
+    def ended() -> bool:
+        echo.poll()  # what the ranks printed since the last look
+        return not still_active(run.id)
+
     try:
-        follow(monitor, path, until=lambda: (echo.poll(), not still_active(run.id))[1], stop_at_end=False)
+        follow(monitor, path, until=ended, stop_at_end=False)
     except KeyboardInterrupt:
         print(f"(detached; run {run.id} goes on)")
     monitor.close()

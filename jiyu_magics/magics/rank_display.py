@@ -69,7 +69,8 @@ def forward_displays(shell, worker: Worker) -> None:
     shell.display_trap.hook = shell.displayhook  # what run_cell installs as sys.displayhook
 
     def show_traceback(etype, evalue, stb: list[str]) -> None:
-        sys.__stderr__.write(shell.InteractiveTB.stb2text(stb) + "\n")
+        if sys.__stderr__ is not None:
+            sys.__stderr__.write(shell.InteractiveTB.stb2text(stb) + "\n")
         worker.sender.put(
             Message(
                 "error",

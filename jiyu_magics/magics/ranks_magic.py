@@ -27,6 +27,8 @@ from IPython.core.magic import Magics, line_cell_magic, magics_class
 from ..core.runs.launch_context import NOTEBOOK_ENV
 
 if TYPE_CHECKING:  # imported when a pool starts: %load_ext stays light (no zmq, no lifecycle)
+    from IPython.core.interactiveshell import InteractiveShell
+
     from ..jobs.ranks.channel import Message
     from ..jobs.ranks.pool import RanksPool, Request
 
@@ -75,13 +77,19 @@ CELL.add_argument("--stall-timeout", type=float, default=DEFAULT_STALL_S)
 
 @magics_class
 class RanksMagics(Magics):
-    def __init__(self, shell=None):
+    def __init__(self, shell: InteractiveShell | None = None) -> None:
         super().__init__(shell)
         self.pool: RanksPool | None = None
         self.busy = False
         self.died: str | None = None  # why the pool ended while no cell watched it
         self._watch: threading.Thread | None = None
         atexit.register(self._at_exit)
+
+    @property
+    def ipython(self) -> InteractiveShell:
+        if self.shell is None:
+            raise UsageError("%ranks runs in an IPython shell")
+        return self.shell
 
     @line_cell_magic
     def ranks(self, line: str, cell: str | None = None):
@@ -141,7 +149,7 @@ class RanksMagics(Magics):
         from ..jobs.job_error import JobError
         from ..jobs.ranks.pool import RanksPool
 
-        notebook = os.environ.get(NOTEBOOK_ENV) or self.shell.user_ns.get("__session__")
+        notebook = os.environ.get(NOTEBOOK_ENV) or self.ipython.user_ns.get("__session__")
         try:
             pool = RanksPool.start(
                 nproc, notebook=notebook, on_wait=lambda text: print(f"jiyu: {text}", flush=True), **options
@@ -205,10 +213,10 @@ class RanksMagics(Magics):
         pool = self._require_pool()
         buffers = []
         for name in args.names:
-            if name not in self.shell.user_ns:
+            if name not in self.ipython.user_ns:
                 raise UsageError(f"%ranks push: no {name!r} in the notebook")
             try:
-                buffers.append(pickle.dumps(self.shell.user_ns[name], protocol=pickle.HIGHEST_PROTOCOL))
+                buffers.append(pickle.dumps(self.ipython.user_ns[name], protocol=pickle.HIGHEST_PROTOCOL))
             except Exception as error:  # noqa: BLE001 - whatever pickle refuses, in one line
                 raise UsageError(f"%ranks push: {name} cannot be pickled: {type(error).__name__}: {error}") from None
         size = sum(map(len, buffers))
@@ -226,12 +234,12 @@ class RanksMagics(Magics):
         message = request.values[args.rank]
         value = pickle.loads(message.buffers[0])  # signed by the pool's own rank
         local = args.local or args.name
-        target = self.shell.user_ns.get(local)
+        target = self.ipython.user_ns.get(local)
         if message["form"] == "state_dict" and hasattr(target, "load_state_dict"):
             target.load_state_dict(value)
             print(f"jiyu: loaded rank {args.rank}'s {args.name} weights into the notebook's {local}")
             return
-        self.shell.user_ns[local] = value
+        self.ipython.user_ns[local] = value
         what = "weights (a state dict: no module of that name here)" if message["form"] == "state_dict" else "value"
         print(f"jiyu: {local} = rank {args.rank}'s {args.name} {what}")
 

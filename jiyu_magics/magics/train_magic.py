@@ -12,6 +12,7 @@ import keyword
 import os
 import re
 from argparse import Namespace
+from typing import TYPE_CHECKING, Any
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, magics_class
@@ -25,6 +26,13 @@ from .frontend import in_notebook
 from .magic_line import parse_line
 from .train_objects import NONE, OBJECTS, choose, identities, rebound, watched
 from .user_traceback import raise_without_jiyu_frames
+
+if TYPE_CHECKING:  # imported when a cell trains: loading the extension stays light
+    from IPython.core.interactiveshell import InteractiveShell
+
+    from ..core.runs.launch_context import LaunchContext
+    from ..widgets.text_progress import TextProgress
+    from ..widgets.train_dashboard import TrainingDashboard
 
 FIT_OPTIONS = option_specs()
 
@@ -93,7 +101,7 @@ MAGIC_OPTIONS: list[tuple[tuple[str, ...], dict]] = [
 def fit_argument(spec: OptionSpec) -> tuple[tuple[str, ...], dict]:
     """A ``fit`` option as an ``@argument``. Its argparse default is None ("not given"), so a
     value the user did not type comes from the declaration's own default in ``fit_kwargs``."""
-    options = dict(dest=spec.name, default=None, help=spec.described().replace("%", "%%"))
+    options: dict[str, Any] = dict(dest=spec.name, default=None, help=spec.described().replace("%", "%%"))
     if spec.is_switch:
         options["action"] = "store_false" if spec.default else "store_true"
     else:
@@ -154,10 +162,18 @@ def is_rank_zero() -> bool:
 
 @magics_class
 class TrainMagics(Magics):
-    dashboard = None  # the latest monitor (dashboard or text progress), for inspection
+    dashboard: TrainingDashboard | TextProgress | None = None  # the latest monitor, for inspection
     # what a launcher says, where it is not this process's environment: a ranks pool's worker
     # sets it for the %%train its kernel sends (its run); None: fit reads the environment
-    launch_context = None
+    launch_context: LaunchContext | None = None
+
+    @property
+    def ipython(self) -> InteractiveShell:
+        """The shell IPython registered the magics with (``Magics.shell``: None only for an
+        instance made outside one)."""
+        if self.shell is None:
+            raise UsageError("%%train runs in an IPython shell")
+        return self.shell
 
     @with_train_options
     @line_cell_magic
@@ -215,10 +231,10 @@ class TrainMagics(Magics):
 
     def _run_body(self, args: Namespace, cell: str | None, launching: bool) -> dict:
         """Runs the cell body, then ``fit``'s arguments, knowing which variables the body bound."""
-        namespace = self.shell.user_ns
+        namespace = self.ipython.user_ns
         before = identities(namespace, watched(args))
         body = bool(cell and cell.strip())
-        ran = self.shell.run_cell(cell, store_history=False) if body else None
+        ran = self.ipython.run_cell(cell, store_history=False) if body else None
         if ran is not None and not ran.success:
             error = ran.error_before_exec or ran.error_in_exec
             if under_torchrun() and error is not None:
@@ -266,7 +282,7 @@ class TrainMagics(Magics):
                 **kwargs, monitor=LoggedMonitor(monitor or NullMonitor(), log), stop=stop, context=self.launch_context
             )
         except TrainingFailed as failure:
-            self.shell.user_ns[args.result] = failure.result
+            self.ipython.user_ns[args.result] = failure.result
             raise
         except TrainConfigError as error:
             raise UsageError(str(error)) from None
@@ -276,11 +292,12 @@ class TrainMagics(Magics):
         finally:
             if monitor is not None:
                 monitor.close()
-        self.shell.user_ns[args.result] = result
+        self.ipython.user_ns[args.result] = result
 
-    def _monitor(self, args: Namespace, stop):
+    def _monitor(self, args: Namespace, stop) -> TrainingDashboard | TextProgress | None:
         if not is_rank_zero():
             return None
+        monitor: TrainingDashboard | TextProgress
         if in_notebook(self.shell):
             from ..widgets.train_dashboard import TrainingDashboard
 

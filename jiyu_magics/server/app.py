@@ -17,6 +17,7 @@ from tornado.ioloop import PeriodicCallback
 from traitlets import Float, Int, TraitError, Unicode, default, validate
 
 from ..core.gpu.owners import BUSY_ENV, DEFAULT_BUSY_MIB, check_busy_mib
+from ..core.gpu.status import peak_memory
 from ..core.runs.files import HOME_ENV
 from . import jobs_bridge as bridge
 from .gpu_sampler import GpuSampler, Holders
@@ -183,7 +184,7 @@ class JiyuApp(ExtensionApp):
     def _holders(self) -> Holders:
         return Holders(
             store=self.runs.store,
-            reported=lambda run_id: self.runs.summary(run_id).get("mem_peak"),
+            reported=lambda run_id: peak_memory(self.runs.summary(run_id)),
             idle_warning_s=self.kernel_idle_warning * 60,
         )
 

@@ -12,7 +12,7 @@ import asyncio
 import hmac
 import json
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from jupyter_server.auth import User
 from jupyter_server.base.handlers import APIHandler
@@ -43,7 +43,7 @@ class ServingApp(Protocol):
 class JiyuHandler(ExtensionHandlerMixin, APIHandler):
     @property
     def app(self) -> ServingApp:
-        return self.extensionapp  # type: ignore[return-value]
+        return cast(ServingApp, self.extensionapp)  # jupyter_server types it as any ExtensionApp: ours is JiyuApp
 
     async def blocking(self, fn: Callable[..., Any], *args: Any) -> Any:
         """``fn(*args)`` on a worker thread: SQLite, log files and process signals never block
@@ -148,6 +148,7 @@ class MetricsHandler(JiyuHandler):
 
     _track_activity = False  # a scraper must not keep an idle server from being culled
 
+    # jupyter_server's APIHandler narrows JupyterHandler.prepare's signature itself (under its own ignore)
     async def prepare(self) -> None:  # type: ignore[override]
         if self._scraper_token_matches():
             self.current_user = self._jupyter_current_user = User(username="prometheus-scraper")

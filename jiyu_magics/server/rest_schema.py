@@ -30,7 +30,7 @@ ENUMS = (RunStatus, RunKind, EventKind)
 def api_schema() -> dict:
     """One document: ``$defs`` holds ``Run``, ``RunSummary``, ``Event``, the enums and
     ``ActiveStatus`` (the statuses of a run that has not ended)."""
-    defs = {enum.__name__: {"type": "string", "enum": list(enum.values())} for enum in ENUMS}
+    defs: dict[str, dict[str, Any]] = {enum.__name__: {"type": "string", "enum": list(enum.values())} for enum in ENUMS}
     defs["ActiveStatus"] = {"type": "string", "enum": [status.value for status in ACTIVE]}
     defs["RunSummary"] = _object(get_type_hints(RunSummary))
     defs["RunGpu"] = _object(get_type_hints(RunGpu))

@@ -16,6 +16,7 @@ import json
 import threading
 from pathlib import Path
 
+from ..core.events.fold import RunSummary
 from ..core.events.log import read_events, summarize
 from ..core.runs import stack_groups
 from ..core.runs.files import RunFiles, store_path
@@ -42,7 +43,7 @@ class RunViews:
         self.home = home
         self.limit = limit
         self.store = RunStore(store_path(home))
-        self._summaries: dict[str, tuple[tuple[int, int], dict]] = {}
+        self._summaries: dict[str, tuple[tuple[int, int], RunSummary]] = {}
         self._events: dict[str, Path] = {}  # each run's event log path, worked out once
         self._lock = threading.Lock()
 
@@ -88,7 +89,7 @@ class RunViews:
         summary = run.summary if run.summary is not None else self.summary(run.id)
         return run_record(run, summary, params)
 
-    def summary(self, run_id: str) -> dict:
+    def summary(self, run_id: str) -> RunSummary:
         path = self._events.get(run_id) or self._events.setdefault(run_id, self.files(run_id).events)
         try:
             stat = path.stat()

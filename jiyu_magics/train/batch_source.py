@@ -12,8 +12,8 @@ turns it off); the order of a shuffled epoch differs from the loader's own.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Iterator, Sequence
-from typing import Any
+from collections.abc import Iterable, Iterator, Sequence, Sized
+from typing import Any, NamedTuple
 
 import torch
 from torch.utils.data import (
@@ -105,11 +105,14 @@ class LoaderBatches:
     @seed.setter
     def seed(self, value: int) -> None:
         """A resumed run keeps the shuffling seed of the run it continues."""
-        if self.owns_sampler:
-            self.loader.sampler.seed = value
+        loader = self.loader
+        if self.owns_sampler and isinstance(loader, DataLoader) and isinstance(loader.sampler, DistributedSampler):
+            loader.sampler.seed = value
 
     def __len__(self) -> int:
-        return len(self.loader)  # TypeError for loaders without a length
+        if not isinstance(self.loader, Sized):
+            raise TypeError(f"a {self.kind} has no length")
+        return len(self.loader)
 
     def place(self, device) -> LoaderBatches:
         """Nothing to move ahead: a loader's batches go to the device one by one."""
@@ -117,7 +120,7 @@ class LoaderBatches:
 
     def epoch(self, epoch: int, skip: int = 0) -> Iterator[Any]:
         for holder in (getattr(self.loader, "sampler", None), getattr(self.loader, "batch_sampler", None)):
-            if hasattr(holder, "set_epoch"):
+            if holder is not None and hasattr(holder, "set_epoch"):
                 holder.set_epoch(epoch)
         batches = iter(self.loader)
         for _ in range(skip):
@@ -151,7 +154,7 @@ def training_batches(
             return TensorBatches(
                 tensors, batch_size, shuffle=shuffle, drop_last=drop_last, seed=seed, rank=rank, world_size=world_size
             )
-        dataset = data if isinstance(data, Dataset) else TensorDataset(*tensors)
+        dataset = TensorDataset(*tensors) if tensors is not None and not isinstance(data, Dataset) else data
         loader = DataLoader(dataset, batch_size=batch_size, shuffle=shuffle, drop_last=drop_last)
         return _from_loader(loader, fast=False, seed=seed, rank=rank, world_size=world_size)
     if not isinstance(data, Iterable):
@@ -176,12 +179,12 @@ def validation_batches(
 def _from_loader(
     loader: DataLoader, *, fast: bool, seed: int, rank: int, world_size: int, evaluation: bool = False
 ) -> TensorBatches | LoaderBatches:
-    plan = tensor_loader_plan(loader) if fast else None
-    if plan is not None:
+    same = _tensor_loader(loader) if fast else None
+    if same is not None:
         return TensorBatches(
-            loader.dataset.tensors,
-            loader.batch_size,
-            shuffle=plan and not evaluation,
+            same.tensors,
+            same.batch_size,
+            shuffle=same.shuffles and not evaluation,
             drop_last=loader.drop_last,
             seed=seed,
             rank=rank,
@@ -197,15 +200,29 @@ def _from_loader(
 def tensor_loader_plan(loader: DataLoader) -> bool | None:
     """Whether the fast path reproduces this loader: ``None`` when not (custom dataset,
     collate_fn, sampler or batch sampler), else whether it shuffles."""
-    if type(loader.dataset) is not TensorDataset or loader.batch_size is None:
+    same = _tensor_loader(loader)
+    return None if same is None else same.shuffles
+
+
+class _TensorLoader(NamedTuple):
+    """A loader the fast path reproduces: its tensors, its batch size, whether it shuffles."""
+
+    tensors: tuple[torch.Tensor, ...]
+    batch_size: int
+    shuffles: bool
+
+
+def _tensor_loader(loader: DataLoader) -> _TensorLoader | None:
+    dataset, batch_size = loader.dataset, loader.batch_size
+    if type(dataset) is not TensorDataset or batch_size is None:
         return None
     if loader.collate_fn is not default_collate or type(loader.batch_sampler) is not BatchSampler:
         return None
     sampler = loader.sampler
     if type(sampler) is SequentialSampler:
-        return False
-    if type(sampler) is RandomSampler and not sampler.replacement and sampler.num_samples == len(loader.dataset):
-        return True
+        return _TensorLoader(dataset.tensors, batch_size, shuffles=False)
+    if type(sampler) is RandomSampler and not sampler.replacement and sampler.num_samples == len(dataset):
+        return _TensorLoader(dataset.tensors, batch_size, shuffles=True)
     return None
 
 
@@ -216,7 +233,9 @@ def distributed_loader(loader: DataLoader, rank: int, world_size: int, seed: int
     if isinstance(loader.sampler, DistributedSampler) or loader.batch_size is None:
         return loader
     shuffles = shuffle and isinstance(loader.sampler, RandomSampler)
-    sampler = DistributedSampler(loader.dataset, num_replicas=world_size, rank=rank, shuffle=shuffles, seed=seed)
+    sampler: DistributedSampler[int] = DistributedSampler(
+        loader.dataset, num_replicas=world_size, rank=rank, shuffle=shuffles, seed=seed
+    )
     workers = loader.num_workers
     return DataLoader(
         loader.dataset,

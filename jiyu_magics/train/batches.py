@@ -18,6 +18,7 @@ from .train_errors import TrainConfigError
 LossFn = Callable[[Any, Any], torch.Tensor]
 StepFn = Callable[[torch.nn.Module, Any], Any]
 IGNORE_INDEX = -100  # the label value losses and accuracy skip (PyTorch and Hugging Face convention)
+TrainLoss = Callable[[torch.nn.Module, Any], torch.Tensor]  # (model, batch) -> the loss of one micro-batch
 
 
 def to_device(batch: Any, device: torch.device) -> Any:
@@ -68,7 +69,7 @@ class BatchLoss:
             "define train_step(model, batch) -> loss"
         )
 
-    def train_loss(self, batch: Any) -> Callable[[torch.nn.Module, Any], torch.Tensor]:
+    def train_loss(self, batch: Any) -> TrainLoss:
         """The loss function for batches shaped like ``batch``, decided once: ``(inputs,
         targets)`` pairs skip the general dispatch (about a microsecond a step on small models)."""
         loss_fn = self.loss_fn

@@ -74,7 +74,7 @@ def checkpoint_folder_usable(folder: Path) -> None:
         raise TrainConfigError(f"ckpt_dir must be a folder checkpoints can be written to; {folder}: Permission denied")
 
 
-def _os_error_in(error: BaseException) -> OSError | None:
+def _os_error_in(error: BaseException | None) -> OSError | None:
     """The OSError behind a failed save, however deep torch's writer wrapped it."""
     seen: set[int] = set()
     while error is not None and id(error) not in seen:

@@ -106,7 +106,7 @@ def oom_message(step: int, peak: int | None, total: int | None, batch_size: int 
 
 
 def input_bound_advice(
-    data_wait: float, device_type: str, loader: object, cpu_count: int | None = None, local_world_size: int = 1
+    data_wait: float | None, device_type: str, loader: object, cpu_count: int | None = None, local_world_size: int = 1
 ) -> str | None:
     """Advice for a CUDA run that waits on its data loader more than 20% of the time, with
     settings sized for this machine; None when the run is not input-bound."""

@@ -253,6 +253,12 @@ class Trainer:
         self._advise_on_schedule()
         self.report.poll()
 
+    def _runner(self) -> StepRunner:
+        """The step runner, which exists from ``_start`` until the process group goes."""
+        if self.steps is None:
+            raise RuntimeError("the model is not wrapped for training yet")
+        return self.steps
+
     def _step_runner(self) -> StepRunner:
         opts, dist, known_length = self.opts, self.dist, self.plan.batches_per_epoch is not None
         train_model = wrap_model(self.raw_model, self.optimizer, self.device, dist, opts.strategy, opts.compile)
@@ -325,7 +331,8 @@ class Trainer:
             self.stop,
             self.report,
         )
-        micro_step, optimizer_step, group_size = self.steps.micro_step, self.steps.optimizer_step, self.plan.group_size
+        steps = self._runner()
+        micro_step, optimizer_step, group_size = steps.micro_step, steps.optimizer_step, self.plan.group_size
         group, micro = group_size(position.batch_in_epoch), 0
         while True:
             waited = clock()
@@ -360,7 +367,7 @@ class Trainer:
         so a shuffling loader draws the same order), skips what was trained, then continues
         from the RNG state of the checkpoint."""
         position, rank = self.position, self.dist.rank
-        if position.resume_rng is not None and position.batch_in_epoch:
+        if position.resume_rng is not None and position.epoch_rng is not None and position.batch_in_epoch:
             rng.restore(_for_rank(position.epoch_rng, rank))
             batches = self.data.epoch(position.epoch, position.batch_in_epoch)
             rng.restore(_for_rank(position.resume_rng, rank))
@@ -400,7 +407,9 @@ class Trainer:
             history = self.report.history
             val = next((r["val_loss"] for r in reversed(history) if r.get("val_loss") is not None), None)
             last = next((r["loss"] for r in reversed(history) if r.get("loss") is not None), None)
-            self.scheduler.step(val if val is not None else last)
+            metric = val if val is not None else last
+            if metric is not None:  # no loss logged yet: nothing to judge a plateau by
+                self.scheduler.step(metric)
         else:
             self.scheduler.step()
 
@@ -414,7 +423,7 @@ class Trainer:
         window = self.meter.read(self.dist, step, self.stop.requested)
         self.cadence.logged(step, window)
         if window.first_bad_step is not None:
-            raise NonFiniteLoss(window.first_bad_step, window.bad_value)
+            raise NonFiniteLoss(window.first_bad_step, math.nan if window.bad_value is None else window.bad_value)
         self.stop_agreed = self.stop_agreed or window.stop
         self.report.step(step, self.position.epoch, self.plan.total_steps, window, self._lr())
         self._advise(window.data_wait)
@@ -435,7 +444,7 @@ class Trainer:
 
     def _validate(self) -> None:
         loss, accuracy = evaluate(
-            self.steps.train_model,
+            self._runner().train_model,
             self.val_batches,
             self.batch_loss,
             self.precision,
@@ -484,7 +493,8 @@ class Trainer:
             "epoch": position.epoch,
             "batch_in_epoch": position.batch_in_epoch,
             "rng": dist.gather(rng.capture()),
-            "epoch_rng": dist.gather(_for_rank(position.epoch_rng, dist.rank)),
+            # before an epoch drew its first batch, it starts from the RNG state of now
+            "epoch_rng": dist.gather(_for_rank(position.epoch_rng or [rng.capture()], dist.rank)),
             "data_seed": self.data_seed,
             "world_size": dist.world_size,
             "run_id": self.run_binding.run_id,
@@ -552,7 +562,7 @@ class Trainer:
     def _message(self, status: RunStatus, elapsed: float) -> str:
         if status is RunStatus.STOPPED:
             return self._stopped_message()
-        if self.restored_final:
+        if self.restored_final and self.resumed_from is not None:
             return restored_message(self.position.step, self.resumed_from)
         history, position = self.report.history, self.position
         last = history[-1] if history else {}

@@ -45,5 +45,5 @@ def evaluate(
                 between_batches()
     finally:
         model.train()
-    loss_sum, correct, counted, count = dist.reduce([*sums.tolist(), count], "sum", device)
-    return (loss_sum / count if count else None), (correct / counted if counted else None)
+    loss_sum, correct, counted, samples = dist.reduce([*sums.tolist(), count], "sum", device)
+    return (loss_sum / samples if samples else None), (correct / counted if counted else None)

@@ -39,18 +39,20 @@ class FitResult:
         return f"<FitResult {self.status} run={self.run_id} step={self.step}: {self.message}>"
 
     @classmethod
-    def from_events(cls, run_id: str, events: list[dict], status: str, message: str | None = None) -> FitResult:
+    def from_events(
+        cls, run_id: str, events: list[dict], status: RunStatus | str, message: str | None = None
+    ) -> FitResult:
         """The result of a ``fit`` another process ran (``%%train --nproc``'s rank 0), from
         its events since its last ``start``."""
         state = RunState.of(events, history=True)
         return cls(
             run_id=run_id,
-            status=status,
+            status=RunStatus(status),
             message=message or state.message or "",
             step=state.step or 0,
             epoch=state.epoch or 0,
             total_steps=state.total_steps,
             elapsed=state.elapsed or 0.0,
-            history=state.history,
+            history=state.history or [],  # kept: RunState.of(history=True)
             checkpoints=state.checkpoints,
         )

@@ -3,6 +3,8 @@ on request. Checkpoints always hold the unwrapped model's state, so a single pro
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
@@ -22,7 +24,8 @@ def wrap_model(
     if dist.distributed:
         wrapped = shard(model, optimizer) if strategy == "fsdp" else _ddp(model, device)
     if compile:
-        wrapped = torch.compile(wrapped)
+        # an OptimizedModule, a Module: torch.compile's annotation says only "a callable like it"
+        wrapped = cast(torch.nn.Module, torch.compile(wrapped))
     return wrapped
 
 

@@ -26,16 +26,16 @@ class StepCadence:
         self.clock = LogClock(log_every, log_interval_s)
         self.last_step, self.val_every, self.ckpt_every = last_step, val_every, ckpt_every
         self.next_log = step + self.clock.every
-        self.next_due = step + 1
+        self.next_due: float = step + 1  # inf once nothing is left to fall due
 
     def log_due(self, step: int) -> bool:
         return step >= self.next_log
 
     def validation_due(self, step: int) -> bool:
-        return bool(self.val_every) and step % self.val_every == 0
+        return bool(self.val_every and step % self.val_every == 0)
 
     def checkpoint_due(self, step: int) -> bool:
-        return bool(self.ckpt_every) and step % self.ckpt_every == 0
+        return bool(self.ckpt_every and step % self.ckpt_every == 0)
 
     def logged(self, step: int, window: Window) -> None:
         """A log at ``step``: the clock picks the next one from the window's pace."""

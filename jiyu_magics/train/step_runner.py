@@ -11,7 +11,7 @@ from contextlib import nullcontext
 
 import torch
 
-from .batches import BatchLoss, samples_in, to_device
+from .batches import BatchLoss, TrainLoss, samples_in, to_device
 from .precision import Precision
 from .step_meter import StepMeter
 
@@ -43,29 +43,32 @@ class StepRunner:
         self.scheduler = scheduler  # stepped after each optimizer step; None: not here
         self.ddp, self.fsdp = ddp, fsdp  # gradient sync only on a group's last micro-batch
         self.plain = plain  # one process, no AMP, no accumulation: nothing to wrap
-        self.train_loss = None  # chosen from the first batch
+        self.train_loss: TrainLoss | None = None  # chosen from the first batch
 
     def micro_step(self, batch, group: int, sync: bool) -> None:
         if self.move_batches:
             batch = to_device(batch, self.device)
-        if self.train_loss is None:
-            self.train_loss = self.batch_loss.train_loss(batch)
+        train_loss = self.train_loss
+        if train_loss is None:
+            train_loss = self.train_loss = self.batch_loss.train_loss(batch)
         if self.plain:
-            loss = self.train_loss(self.train_model, batch)
+            loss = train_loss(self.train_model, batch)
             loss.backward()
         else:
-            loss = self._forward_backward(batch, group, sync)
+            loss = self._forward_backward(train_loss, batch, group, sync)
         meter = self.meter
         meter.losses.append(loss.detach())
         meter.samples += samples_in(batch)
 
-    def _forward_backward(self, batch, group: int, sync: bool) -> torch.Tensor:
+    def _forward_backward(self, train_loss: TrainLoss, batch, group: int, sync: bool) -> torch.Tensor:
+        # FSDP2's and DDP's own methods: torch types a module's dynamic attributes as Tensor | Module
         if group > 1 and self.fsdp:
-            self.raw_model.set_requires_gradient_sync(sync)  # reduce-scatter on the last micro-batch only
+            # reduce-scatter on the last micro-batch only
+            self.raw_model.set_requires_gradient_sync(sync)  # type: ignore[operator]
         # DDP all-reduces gradients on the group's last micro-batch only
-        with self.train_model.no_sync() if self.ddp and not sync else NO_CONTEXT:
+        with self.train_model.no_sync() if self.ddp and not sync else NO_CONTEXT:  # type: ignore[operator]
             with self.precision.autocast():
-                loss = self.train_loss(self.train_model, batch)
+                loss = train_loss(self.train_model, batch)
             scaled = loss / group if group > 1 else loss
             if self.scaler is not None:
                 scaled = self.scaler.scale(scaled)

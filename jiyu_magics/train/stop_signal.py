@@ -32,7 +32,7 @@ BUTTON = "the Stop button"
 class StopSignal:
     """A flag the training loop polls; a plain attribute read costs nothing per step."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.requested = False
         self.reason: str | None = None
 

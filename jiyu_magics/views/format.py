@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 NA = "n/a"
 
 
@@ -32,7 +34,7 @@ def duration(seconds: float | None) -> str:
     return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
 
 
-def text_table(headers: list[str], rows: list[list[str]], right: set[int] = frozenset()) -> str:
+def text_table(headers: list[str], rows: list[list[str]], right: Collection[int] = frozenset()) -> str:
     """An aligned plain-text table; columns in ``right`` are right-aligned (numbers)."""
     widths = [max(len(str(c)) for c in col) for col in zip(headers, *rows, strict=False)]
 

@@ -17,12 +17,9 @@ from ..core.runs.model import RunKind, RunStatus
 from ..core.store.run_row import Run, RunGpu
 from .run_table import progress_of
 
-OPTIONAL_KEYS = ("params",)  # the runs list leaves parameters out; the run's own route sends them
 
-
-class RunRecord(TypedDict):
-    """One run for a client. Every key is always sent (``null`` for "not known") except
-    ``params``."""
+class _AlwaysSent(TypedDict):
+    """The keys of every run record (``null`` for "not known")."""
 
     id: str
     name: str
@@ -49,19 +46,54 @@ class RunRecord(TypedDict):
     queue_reason: str | None  # why it waits, in the words of whoever holds it (Slurm: Resources)
     priority: int
     share: bool
-    params: dict[str, Any]  # its -p parameters (only on the run's own route)
     summary: RunSummary  # its progress, folded from its event log
+
+
+class RunRecord(_AlwaysSent, total=False):
+    """One run for a client. Every key is always sent (``null`` for "not known") except
+    ``params``: the runs list leaves parameters out, the run's own route sends them."""
+
+    params: dict[str, Any]  # its -p parameters
+
+
+OPTIONAL_KEYS = tuple(sorted(RunRecord.__optional_keys__))
 
 
 def cli_record(run: Run) -> RunRecord:
     """The record ``--json`` prints: with its parameters whole and its progress."""
-    return run_record(run, progress_of(run), run.params)  # type: ignore[arg-type]
+    return run_record(run, progress_of(run), run.params)
 
 
 def run_record(run: Run, summary: RunSummary, params: dict[str, Any] | None = None) -> RunRecord:
     """The record of ``run``; ``params`` left out when None (the runs list sends none)."""
-    record = {key: getattr(run, key) for key in RunRecord.__annotations__ if key not in ("params", "summary")}
-    record["summary"] = summary
+    record = RunRecord(
+        id=run.id,
+        name=run.name,
+        kind=run.kind,
+        status=run.status,
+        derived=run.derived,
+        backend=run.backend,
+        scheduler_id=run.scheduler_id,
+        nproc=run.nproc,
+        nnodes=run.nnodes,
+        notebook=run.notebook,
+        host=run.host,
+        created=run.created,
+        started=run.started,
+        ended=run.ended,
+        duration=run.duration,
+        exit_code=run.exit_code,
+        error=run.error,
+        stop_requested=run.stop_requested,
+        stalled_since=run.stalled_since,
+        gpus_requested=run.gpus_requested,
+        gpus=run.gpus,
+        queue_position=run.queue_position,
+        queue_reason=run.queue_reason,
+        priority=run.priority,
+        share=run.share,
+        summary=summary,
+    )
     if params is not None:
         record["params"] = params
-    return RunRecord(**record)  # type: ignore[typeddict-item]
+    return record

@@ -5,6 +5,7 @@ from __future__ import annotations
 import html
 import time
 
+from ..core.events.fold import RunSummary
 from ..core.events.log import summarize
 from ..core.runs.files import RunFiles
 from ..core.runs.model import RunStatus
@@ -17,13 +18,13 @@ STALLED_COLOR = status_colour(RunStatus.STOPPED)  # the warning colour, as the p
 SPARK = "▁▂▃▄▅▆▇█"
 
 
-def progress_of(run: Run) -> dict:
+def progress_of(run: Run) -> RunSummary:
     """A run's progress summary: stored in the run row once it ended (a listing of thousands of
     finished runs reads no event log), folded from the log's tail while it runs."""
     return run.summary if run.summary is not None else summarize(RunFiles.of(run.id).events)
 
 
-def row(run: Run, summary: dict | None = None) -> dict:
+def row(run: Run, summary: RunSummary | None = None) -> dict:
     """One run as display strings, with its progress (``progress_of``)."""
     summary = summary if summary is not None else progress_of(run)
     step, total = summary.get("step"), summary.get("total_steps")
@@ -48,14 +49,14 @@ def _kind(run: Run) -> str:
     return run.backend if run.backend != "local" else str(run.kind)
 
 
-def _status(run: Run, summary: dict) -> str:
+def _status(run: Run, summary: RunSummary) -> str:
     if run.status == RunStatus.LOST and summary.get("step") is not None:
         return f"lost at step {summary['step']}"
     if run.status == RunStatus.QUEUED and (run.queue_position or run.queue_reason):
         where = f" #{run.queue_position}" if run.queue_position else ""
         why = f" ({run.queue_reason})" if run.queue_reason else ""
         return f"queued{where}{why}"
-    if run.stalled:
+    if run.stalled and run.stalled_since is not None:
         return f"running, stalled: {stall_text(run.stalled_since)}"
     return str(run.status)
 

@@ -22,6 +22,7 @@ WAITING = "waiting"  # shown before the first start event: not a run status
 @dataclass
 class TrainingView(RunState):
     gpu_util: int | None = None  # from NVML, filled by the dashboard when present
+    fit_name: str | None = None  # the call's own run name, where a viewer titles it by its job's (%job attach)
 
     @property
     def status_text(self) -> str:

@@ -20,10 +20,12 @@ from __future__ import annotations
 import inspect
 import logging
 import threading
+from collections.abc import Callable
 from typing import Any
 
 log = logging.getLogger(__name__)
 IMMEDIATE = frozenset({"comm_msg"})
+Redispatch = Callable[[list], None]  # gives a message's frames back to the kernel's own dispatch
 
 
 class CommPump:
@@ -40,22 +42,23 @@ class CommPump:
 
     def __call__(self) -> int:
         """Handles the comm messages waiting now; returns how many."""
-        if not self.active:
+        stream, redispatch = self.stream, self.redispatch
+        if stream is None or redispatch is None or not self.active:
             return 0
         import zmq
 
-        handled, socket = 0, self.stream.socket
+        handled, socket = 0, stream.socket
         while socket.poll(0, zmq.POLLIN):
             frames = socket.recv_multipart(copy=False)
-            handled += self._route(frames)
+            handled += self._route(frames, redispatch)
         return handled
 
-    def _route(self, frames: list) -> int:
+    def _route(self, frames: list, redispatch: Redispatch) -> int:
         session = self.kernel.session
         idents, parts = session.feed_identities(frames, copy=False)
         header = session.deserialize(parts, content=False, copy=False)["header"]  # peek: no signature recorded
         if header.get("msg_type") not in IMMEDIATE:
-            self.redispatch(frames)
+            redispatch(frames)
             self.deferred += 1
             return 0
         message = session.deserialize(parts, content=True, copy=False)
@@ -87,7 +90,7 @@ def main_shell_stream(kernel: Any) -> Any:
     return getattr(kernel, "shell_stream", None)
 
 
-def _redispatcher(kernel: Any):
+def _redispatcher(kernel: Any) -> Redispatch | None:
     """How to give a message back to the kernel's normal dispatch, queued behind this cell."""
     if hasattr(kernel, "shell_main"):  # ipykernel 7
         return lambda frames: kernel.io_loop.add_callback(kernel.shell_main, None, frames)

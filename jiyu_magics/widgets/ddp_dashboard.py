@@ -45,10 +45,11 @@ class DdpDashboard(TrainingDashboard):
         self.launch = launch
         self._ranks_checked = 0.0
 
-    def _build(self) -> None:
-        super()._build()
+    def _build(self) -> widgets.VBox:
+        box = super()._build()
         self.ranks = widgets.HTML(ranks_html([]))
-        self.widget.children = (*self.widget.children, self.ranks)
+        box.children = (*box.children, self.ranks)
+        return box
 
     def poll(self) -> None:
         super().poll()

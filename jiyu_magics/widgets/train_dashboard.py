@@ -45,7 +45,11 @@ GPU_EVERY_S = 5.0
 FALLBACK_TEXT = (
     "Training dashboard (needs a widget-capable front-end; run %env JIYU_UI=text before training for text progress)"
 )
-BAR_STYLES = {RunStatus.SUCCEEDED: "success", RunStatus.FAILED: "danger", RunStatus.STOPPED: "warning"}
+BAR_STYLES: dict[RunStatus | None, str] = {
+    RunStatus.SUCCEEDED: "success",
+    RunStatus.FAILED: "danger",
+    RunStatus.STOPPED: "warning",
+}
 
 
 class TrainingDashboard:
@@ -68,11 +72,16 @@ class TrainingDashboard:
         self.offset = 0  # how far an event log was read (follow mode)
         self._drawn_version = -1
         self._gpu_checked = 0.0
-        self.widget = None  # built with the first render: a call rejected early opens no widget
+        self.widget: widgets.VBox | None = None  # built with the first render: a call rejected early opens no widget
         self.handle = None
         self._show_pending = False
 
-    def _build(self) -> None:
+    def _built(self) -> widgets.VBox:
+        if self.widget is None:
+            self.widget = self._build()
+        return self.widget
+
+    def _build(self) -> widgets.VBox:
         self.header = widgets.HTML()
         self.stop_button = widgets.Button(
             description="Stop",
@@ -87,7 +96,7 @@ class TrainingDashboard:
         self.chart = widgets.HTML(loss_svg(self.view, scale=self.scale))
         self.stats = widgets.HTML()
         self.notes = widgets.HTML()
-        self.widget = widgets.VBox(
+        return widgets.VBox(
             [
                 widgets.HBox([self.stop_button, self.header], layout=widgets.Layout(align_items="center")),
                 widgets.HBox([self.progress, self.progress_label], layout=widgets.Layout(align_items="center")),
@@ -109,7 +118,7 @@ class TrainingDashboard:
     def _display(self) -> None:
         self._show_pending = False
         self.render()
-        bundle = self.widget._repr_mimebundle_()
+        bundle = self._built()._repr_mimebundle_()
         bundle["text/plain"] = FALLBACK_TEXT
         self.handle = display(bundle, raw=True, display_id=True)
 
@@ -132,8 +141,7 @@ class TrainingDashboard:
         self.interval = max(self.refresh, spent / MAX_RENDER_SHARE)
 
     def render(self) -> None:
-        if self.widget is None:
-            self._build()
+        self._built()
         view = self.view
         self._drawn_version = view.version
         self.renders += 1

@@ -187,8 +187,8 @@ export interface Run {
   queue_reason: string | null;
   priority: number;
   share: boolean;
+  summary: RunSummary;
   params?: {
     [k: string]: unknown;
   };
-  summary: RunSummary;
 }

@@ -87,8 +87,9 @@ class RunState:
     eta: float | None = None
     val_loss: float | None = None
     val_acc: float | None = None
+    # the curves: points of events that name their step (``null`` is "not known": no point)
     losses: list[tuple[int, float]] = field(default_factory=list)  # (step, loss)
-    vals: list[tuple[int | None, float | None, float | None]] = field(default_factory=list)  # (step, loss, acc)
+    vals: list[tuple[int, float | None, float | None]] = field(default_factory=list)  # (step, loss, acc)
     history: list[dict] | None = None  # rows as fit returns them; kept only when asked for
     checkpoints: list[str] = field(default_factory=list)  # oldest first
     advice: list[str] = field(default_factory=list)
@@ -144,13 +145,14 @@ class RunState:
         for key in STEP_FIELDS:
             if event.get(key) is not None:
                 setattr(self, key, event[key])
-        if event.get("loss") is not None:
-            self.losses.append((event.get("step"), event["loss"]))
+        if event.get("loss") is not None and event.get("step") is not None:  # a point of the curve
+            self.losses.append((event["step"], event["loss"]))
         self._add_history(event)
 
     def _on_val(self, event: dict) -> None:
         self.val_loss, self.val_acc = event.get("loss"), event.get("accuracy")
-        self.vals.append((event.get("step"), self.val_loss, self.val_acc))
+        if event.get("step") is not None:  # a point of the curve
+            self.vals.append((event["step"], self.val_loss, self.val_acc))
         self._add_history(event)
 
     def _on_ckpt(self, event: dict) -> None:

@@ -36,6 +36,7 @@ here are allowed and passed on unchecked:
 
 from __future__ import annotations
 
+from enum import Enum
 from typing import Any
 
 from ..runs.model import EventKind, RunStatus
@@ -107,9 +108,9 @@ _TYPES = {
 }
 _VALUES = {
     kind: {
-        key: {*declared.values(), None}
-        for key, declared in fields.items()  # string-valued enums
-        if declared not in (int, float, str)
+        key: {*(member.value for member in declared), None}
+        for key, declared in fields.items()
+        if issubclass(declared, Enum)  # the string-valued ones of runs.model
     }
     for kind, fields in FIELDS.items()
 }

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 
+from ..events.fold import RunSummary
 from ..events.log import summarize
 from ..runs.files import RunFiles
 from ..store.database import StoreUnusable
@@ -59,5 +60,10 @@ def _finder(store: RunStore) -> Callable[[str], object]:
 def reported_memory(run_id: str) -> int | None:
     """The GPU memory a run's rank 0 reports (torch's peak allocated, from its event log): what
     a view can say of a run whose processes NVML names by pids outside this container."""
-    value = summarize(RunFiles.of(run_id).events).get("mem_peak")
+    return peak_memory(summarize(RunFiles.of(run_id).events))
+
+
+def peak_memory(summary: RunSummary) -> int | None:
+    """A run summary's ``mem_peak`` in bytes (JSON may bring it as a float)."""
+    value = summary.get("mem_peak")
     return int(value) if isinstance(value, (int, float)) else None

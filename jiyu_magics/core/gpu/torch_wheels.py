@@ -45,7 +45,7 @@ def wheel_tag(torch_version: str | None, driver_cuda: str | None) -> str | None:
     driver = _version(driver_cuda)
     if driver is None:
         return None
-    runnable = [c for c in cuda_builds(torch_version) if _version(c) <= driver]
+    runnable = [c for c in cuda_builds(torch_version) if (build := _version(c)) is not None and build <= driver]
     return "cu" + runnable[-1].replace(".", "") if runnable else None
 
 

@@ -39,21 +39,21 @@ class RankLines:
     torn last line waits for the next read); ``lines`` picks rank 0's or all."""
 
     def __init__(self, log: Path, kept: int = KEPT_LINES):
-        self.log, self.offset = Path(log), None
+        self.log = Path(log)
+        self.offset: int | None = None  # where the next read starts; None: not read yet
         self.kept: deque[tuple[int | None, str]] = deque(maxlen=kept)
 
     def read(self) -> list[tuple[int | None, str]]:
         """Takes in the whole lines the log gained, and returns them as (rank, text)."""
         try:
             with open(self.log, "rb") as f:
-                if self.offset is None:
-                    self.offset = self._tail_start(f)
-                f.seek(self.offset)
+                offset = self._tail_start(f) if self.offset is None else self.offset
+                f.seek(offset)
                 data = f.read(READ_CHUNK)
         except FileNotFoundError:
             return []
         end = data.rfind(b"\n") + 1
-        self.offset += end
+        self.offset = offset + end
         gained = [split_rank(line) for line in data[:end].decode("utf-8", "replace").splitlines()]
         self.kept.extend(gained)
         return gained

@@ -48,7 +48,9 @@ class Lease:
     shared: bool = False
 
     def to_dict(self) -> RunGpu:
-        return RunGpu(**vars(self))
+        return RunGpu(
+            uuid=self.uuid, index=self.index, run_id=self.run_id, since=self.since, ended=self.ended, shared=self.shared
+        )
 
     @classmethod
     def from_row(cls, row) -> Lease:

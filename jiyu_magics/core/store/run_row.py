@@ -16,6 +16,7 @@ import time
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, TypedDict
 
+from ..events.fold import RunSummary
 from ..runs.files import run_dir
 from ..runs.model import RunKind, RunStatus
 
@@ -75,7 +76,7 @@ class Run:
     share: bool = False  # its GPUs may hold other sharing runs' leases too
     # its progress summary (``events.log.summarize``), stored once when it ended: listings of
     # thousands of finished runs read no event log. None while it runs (views read the log)
-    summary: dict | None = None
+    summary: RunSummary | None = None
     stalled_since: float | None = None  # while running: the time of the last step, which has not moved since
     #   for the run's stall timeout while its ranks live (``jobs.stall_watch``); a flag, not a status
     # not columns: filled in when read

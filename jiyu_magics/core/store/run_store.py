@@ -15,6 +15,8 @@ compare-and-set); ``update`` writes any other column and refuses ``status``.
 
 from __future__ import annotations
 
+import builtins  # `RunStore.list` hides the builtin inside the class: its annotations say builtins.list
+import functools
 import json
 import os
 import socket
@@ -88,8 +90,8 @@ class RunStore:
             run = Run(
                 id=run_id,
                 name=name or f"{kind}-{run_id}",
-                kind=kind,
-                status=status,
+                kind=RunKind(kind),
+                status=RunStatus(status),
                 host=self.host,
                 created=now,
                 **fields,
@@ -136,7 +138,12 @@ class RunStore:
     def mark_running(self, run_id: str, pid: int, pgid: int | None = None) -> Run:
         """Its ranks started: ``pid`` is the process a stop spares and waits for (torchrun or the
         supervisor). A run already running (born so) or stopping keeps its status."""
-        fields = {"pid": pid, "pid_started": process_start_time(pid), "pgid": pgid, "started": time.time()}
+        fields: dict[str, Any] = {
+            "pid": pid,
+            "pid_started": process_start_time(pid),
+            "pgid": pgid,
+            "started": time.time(),
+        }
         try:
             return self.transition(
                 run_id, {RunStatus.QUEUED, RunStatus.STARTING}, RunStatus.RUNNING, "its ranks started", **fields
@@ -211,7 +218,7 @@ class RunStore:
                 move(db, run_id, {RunStatus(row["status"])}, RunStatus.STOPPING, "a stop was requested")
         return self.stored(run_id)
 
-    def record_lost(self, every: float = RECORD_LOST_EVERY_S) -> list[str]:
+    def record_lost(self, every: float = RECORD_LOST_EVERY_S) -> builtins.list[str]:
         """Records ``lost`` for the active runs of this host that reads show lost: their recorded
         process and owner are gone and nothing of them runs. Their event logs end with a lost
         end and their leases end, in the transaction that moves each. Taken by run owners, at
@@ -228,7 +235,7 @@ class RunStore:
                     states.ACTIVE,
                     RunStatus.LOST,
                     "its processes are gone",
-                    then=lambda run_id=run.id: lost_runs.close_log(run_id),
+                    then=functools.partial(lost_runs.close_log, run.id),
                     ended=lost_runs.last_event_time(run.id) or now,
                     error=run.error or lost_runs.LOST_MESSAGE,
                 )
@@ -267,7 +274,7 @@ class RunStore:
 
     def list(
         self, include_finished: bool = True, limit: int | None = None, annotate: bool = True, since: float | None = None
-    ) -> list[Run]:
+    ) -> builtins.list[Run]:
         """Runs newest first, the ``limit`` newest created at or after ``since`` (epoch
         seconds), with statuses as readers show them (``lost`` derived); ``annotate`` fills in
         their GPUs and queue positions. Finished runs carry their stored summaries."""
@@ -297,7 +304,7 @@ class RunStore:
             counts[RunStatus.LOST.value] = counts.get(RunStatus.LOST.value, 0) + 1
         return {status: count for status, count in counts.items() if count}
 
-    def history(self, run_id: str) -> list[tuple[str | None, str, str]]:
+    def history(self, run_id: str) -> builtins.list[tuple[str | None, str, str]]:
         """The run's states in order, each as (from, to, reason): its birth has no from."""
         with self._read() as db:
             rows = db.execute(
@@ -315,7 +322,7 @@ class RunStore:
         return json.dumps(summary)
 
     # -- deriving ----------------------------------------------------------------------------------
-    def _active_here(self) -> list[Run]:
+    def _active_here(self) -> builtins.list[Run]:
         with self._read() as db:
             rows = db.execute(
                 f"SELECT * FROM runs WHERE host = ? AND backend = 'local' "
@@ -324,13 +331,13 @@ class RunStore:
             ).fetchall()
         return [Run.from_row(row) for row in rows]
 
-    def _vanished(self, runs: list[Run]) -> list[Run]:
+    def _vanished(self, runs: builtins.list[Run]) -> builtins.list[Run]:
         """The active local runs of this host of which nothing is left (``lost_runs.vanished``)."""
         candidates = [r for r in runs if r.active and r.host == self.host and r.backend == "local"]
         gone = set(lost_runs.vanished(candidates, time.time(), process_alive)) if candidates else set()
         return [run for run in runs if run.id in gone]
 
-    def _derived(self, runs: list[Run]) -> list[Run]:
+    def _derived(self, runs: builtins.list[Run]) -> builtins.list[Run]:
         """The runs as readers show them: those whose processes are gone are ``lost``, dated
         by their last event, and hold no place in the queue (nothing is written)."""
         for run in self._vanished(runs):
@@ -340,7 +347,7 @@ class RunStore:
             run.queue_position = None
         return runs
 
-    def _with_gpus(self, runs: list[Run]) -> list[Run]:
+    def _with_gpus(self, runs: builtins.list[Run]) -> builtins.list[Run]:
         """Each run with the GPUs it holds or held and, while queued, its place in the queue."""
         held = self.leases.of_runs([r.id for r in runs])
         waiting = any(r.status == RunStatus.QUEUED for r in runs)
@@ -350,7 +357,7 @@ class RunStore:
             run.queue_position = places.get(run.id) if run.status == RunStatus.QUEUED else None
         return runs
 
-    def _with_summaries(self, runs: list[Run]) -> list[Run]:
+    def _with_summaries(self, runs: builtins.list[Run]) -> builtins.list[Run]:
         """Finished runs recorded before summaries were stored (a store migrated from schema 4)
         get theirs from their logs, in memory: a listing writes nothing."""
         for run in runs:

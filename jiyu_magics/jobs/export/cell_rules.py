@@ -71,6 +71,7 @@ class Command:
     kind: str
     name: str  # the magic's name, or the shell command line
     args: str = ""
+    body: str = ""  # a cell magic's cell
 
     @property
     def text(self) -> str:
@@ -128,13 +129,13 @@ def command_of(node: ast.AST) -> Command | None:
         and _is_get_ipython(call.func.value)
     ):
         return None
-    if not all(isinstance(a, ast.Constant) and isinstance(a.value, str) for a in call.args) or not call.args:
+    values = [a.value for a in call.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+    if not values or len(values) < len(call.args):  # an argument that is not a literal string
         return None
-    values = [a.value for a in call.args]
     kind = _METHODS[call.func.attr]
     if kind in ("system", "getoutput"):
         return Command(kind, values[0])
-    return Command(kind, values[0], values[1] if len(values) > 1 else "")
+    return Command(kind, values[0], values[1] if len(values) > 1 else "", values[2] if len(values) > 2 else "")
 
 
 def _is_get_ipython(node: ast.AST) -> bool:

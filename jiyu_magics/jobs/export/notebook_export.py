@@ -243,8 +243,7 @@ class _CellFilter:
             return _comment_for(node, command, reason), True
         if command.kind != "cell" or node.col_offset:
             return None
-        body = node.value.args[2].value if len(node.value.args) > 2 else ""
-        changed = False
+        body, changed = command.body, False
         if command.name in cell_rules.BODY_RUNNING_MAGICS:
             filtered, changed = self.python(body)
             body = filtered if changed else body
@@ -269,7 +268,7 @@ def _statements(body: list[ast.stmt]):
     while stack:
         node = stack.pop()
         yield node
-        nested = []
+        nested: list[ast.stmt] = []
         for name in ("body", "orelse", "finalbody", "handlers", "cases"):
             for child in getattr(node, name, ()):
                 nested += child.body if isinstance(child, (ast.ExceptHandler, ast.match_case)) else [child]
@@ -291,7 +290,8 @@ def _readable_cell_magic(node: ast.stmt, command: cell_rules.Command, body: str)
 def _owns_its_lines(node: ast.stmt, lines: list[str]) -> bool:
     """The statement alone on its lines, so replacing those lines removes nothing else."""
     before = lines[node.lineno - 1][: node.col_offset]
-    after = lines[node.end_lineno - 1][node.end_col_offset :]
+    end_line = node.lineno if node.end_lineno is None else node.end_lineno  # None only in hand-built trees
+    after = lines[end_line - 1][node.end_col_offset :]
     return not before.strip() and (not after.strip() or after.strip().startswith("#"))
 
 

@@ -46,8 +46,10 @@ def _cell(path: Path, index: int, cell: Any) -> dict:
         source = "".join(source)
     if not isinstance(source, str):
         raise JobError(f"{path} is not a Jupyter notebook (cell {index + 1} has no text source)")
-    metadata = cell.get("metadata") if isinstance(cell.get("metadata"), dict) else {}
-    tags = metadata.get("tags") if isinstance(metadata.get("tags"), list) else []
+    metadata = cell.get("metadata")
+    tags = metadata.get("tags") if isinstance(metadata, dict) else None
+    if not isinstance(tags, list):
+        tags = []
     count = cell.get("execution_count")
     return {
         "cell_type": cell["cell_type"],

@@ -99,7 +99,7 @@ def first_to_stop(procs: list[psutil.Process]) -> list[psutil.Process]:
     workers = {pid for pid, cmd in commands.items() if WORKER_MODULE in cmd and pid not in agents}
     ranks = [p for p in procs if p.pid in workers and _ppid(p) not in workers]
     rank_pids = {p.pid for p in ranks}
-    agents |= {_ppid(p) for p in ranks}
+    agents |= {ppid for p in ranks if (ppid := _ppid(p)) is not None}
     strays = [p for p in procs if p.pid not in workers and p.pid not in agents and not rank_pids & set(_ancestors(p))]
     return ranks + strays
 

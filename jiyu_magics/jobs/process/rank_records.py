@@ -11,8 +11,10 @@ A rank that ended because its job was asked to stop says so (``stopped``): it ex
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal as signals
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -59,7 +61,7 @@ class RankRecord:
         return self.signal is not None and self.signal != signals.SIGTERM and self.state is RankState.KILLED
 
     def describe(self) -> str:
-        if self.killed_by_signal:
+        if self.killed_by_signal and self.signal is not None:
             return f"rank {self.rank}: killed by {signal_name(self.signal)}" + (
                 " (out of memory?)" if self.signal == signals.SIGKILL else ""
             )
@@ -124,9 +126,18 @@ def first_failure(records: list[RankRecord]) -> RankRecord | None:
     peer"), whatever their errors' times say. Else the earliest error that was recorded, else
     a rank that was killed by an unknown hand."""
     by_signal = sorted((r for r in records if r.killed_by_signal), key=lambda r: r.rank)
-    exited = sorted((r for r in records if r.exited_with_error), key=lambda r: r.ended)
     killed = [r for r in records if r.state is RankState.KILLED]
-    return (by_signal or exited or killed or [None])[0]
+    candidates = by_signal or errors_in_order(records) or killed
+    return candidates[0] if candidates else None
+
+
+def errors_in_order(records: Iterable[RankRecord]) -> list[RankRecord]:
+    """The ranks that exited with an error they recorded, the earliest end first."""
+    return sorted((r for r in records if r.exited_with_error), key=_end_time)
+
+
+def _end_time(record: RankRecord) -> float:
+    return math.inf if record.ended is None else record.ended  # never None once it exited
 
 
 def signal_name(number: int) -> str:

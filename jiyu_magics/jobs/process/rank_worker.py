@@ -50,11 +50,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     script = os.path.abspath(argv[0])
     run_id = os.environ.get(RUN_ID_ENV)
-    record = _start_record() if run_id else None
-    if record:
+    record = _start_record() if run_id else None  # a rank of a run reports itself
+    if run_id and record:
         ranks.write(run_id, record)
     signal.signal(signal.SIGTERM, _stop_now)
-    if record and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+    if run_id and record and int(os.environ.get("WORLD_SIZE", "1")) > 1:
         peer_failure.watch(run_id, record)
     try:
         ending = _run(script, argv, run_id)
@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     # the interpreter's exit midway, which torchrun would report as a failure. Ignored, not
     # handled: Python resets handlers, not SIG_IGN, while it finalizes.
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    if record:
+    if run_id and record:
         record.ended, record.exit_code, record.error, record.stopped = time.time(), *ending
         ranks.write(run_id, record)
     return ending.code

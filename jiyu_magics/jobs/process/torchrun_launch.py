@@ -23,6 +23,7 @@ from . import parent_death, torchrun_report
 from . import process_tree as processes
 from . import rank_records as ranks
 from . import torchrun_command as torchrun
+from .rank_records import RankRecord
 
 
 class Launch:
@@ -69,21 +70,21 @@ class Launch:
             args=args,
         )
         own_log = log is None
-        log = open(files.log, "ab") if own_log else log
+        output = open(files.log, "ab") if log is None else log
         try:
             proc = subprocess.Popen(
                 cmd,
                 cwd=cwd,
                 env=torchrun.environment(run_id, files.error, env),
                 stdin=subprocess.DEVNULL,
-                stdout=log,
+                stdout=output,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
                 preexec_fn=parent_death.request_kill if die_with_parent else None,
             )
         finally:
             if own_log:
-                log.close()
+                output.close()
         return cls(proc, run_id, nproc)
 
     @property
@@ -104,12 +105,12 @@ class Launch:
     def returncode(self) -> int | None:
         return self.proc.returncode
 
-    def ranks(self) -> list[ranks.RankRecord]:
+    def ranks(self) -> list[RankRecord]:
         """Each rank's latest record (pid, restart, state running|exited|killed, exit code),
         with the signal that killed it where torchrun reported one."""
         return ranks.with_signals(ranks.read_all(self.run_id), torchrun_report.signals(self.files.log))
 
-    def first_failure(self) -> ranks.RankRecord | None:
+    def first_failure(self) -> RankRecord | None:
         return ranks.first_failure(self.ranks())
 
     def error_line(self) -> str | None:

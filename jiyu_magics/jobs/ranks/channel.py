@@ -63,7 +63,7 @@ class Address:
             json.dump({"requests": self.requests, "replies": self.replies, "key": self.key}, out)
 
     @classmethod
-    def load(cls, path: Path) -> Address:
+    def load(cls, path: Path | str) -> Address:
         return cls(**json.loads(Path(path).read_text()))
 
 

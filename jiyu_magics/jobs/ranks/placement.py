@@ -84,8 +84,8 @@ class PoolTraining:
         return training
 
     @property
-    def pid(self) -> int:
-        return self.pool.lifecycle.handle.pid if self.pool.lifecycle.handle is not None else os.getpid()
+    def pid(self) -> int | None:
+        return self.pool.lifecycle.handle.pid if self.pool.lifecycle.handle is not None else None
 
     @property
     def pgid(self) -> int | None:

@@ -13,6 +13,7 @@ import os
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Literal
 
 import yaml
 
@@ -36,7 +37,7 @@ GONE_WAIT_S = 120.0  # the pods' termination grace (30 s by default) and the con
 @dataclass
 class KubernetesPlacement(SchedulerGrantsAtOnce):
     backend: str = "kubernetes"
-    scheduled: bool = True
+    scheduled: Literal[True] = True
 
     def start(
         self,
@@ -143,5 +144,5 @@ class KubernetesJob:
         state = self.state()
         if not state.over or state.exit_code == 0:
             return None
-        failed = sorted((r for r in self.ranks() if r.exited_with_error), key=lambda r: r.ended)
+        failed = rank_records.errors_in_order(self.ranks())
         return failed[0].describe() if failed else state.error

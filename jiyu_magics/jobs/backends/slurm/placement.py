@@ -13,6 +13,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from ....core.runs.files import RunFiles
 from ....core.runs.model import RunStatus
@@ -38,7 +39,7 @@ QUEUE_CHECK_S = 0.5
 @dataclass
 class SlurmPlacement(SchedulerGrantsAtOnce):
     backend: str = "slurm"
-    scheduled: bool = True
+    scheduled: Literal[True] = True
 
     def start(
         self,
@@ -145,7 +146,7 @@ class SlurmJob:
         state = self.state()
         if not state.over or state.exit_code == 0:
             return None
-        failed = sorted((r for r in self.ranks() if r.exited_with_error), key=lambda r: r.ended)
+        failed = rank_records.errors_in_order(self.ranks())
         if failed:
             return failed[0].describe()
         return state.error or f"Slurm job {self.scheduler_id} ended with exit code {state.exit_code}"
