@@ -126,6 +126,8 @@ def test_the_pool_is_a_run_of_its_notebook_and_state_persists_across_cells(kerne
     assert one.text == "only 1\n"
     shown = kernel.run("%%ranks\nrank * 10 + 7")
     assert shown.displays == [{"text/plain": "7"}], "rank 0's last expression shows as the cell's own"
+    figure = kernel.run("%%ranks\nimport matplotlib.pyplot as plt\nplt.plot([rank, 1, 2]);")
+    assert [set(d) for d in figure.displays] == [{"image/png", "text/plain"}], "rank 0's figure, once"
     status = kernel.run("%ranks")
     assert f"ranks pool {pool.id} (shared-pool): 2 rank(s), gloo" in status.text
 

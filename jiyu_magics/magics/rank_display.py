@@ -12,6 +12,7 @@ from typing import Any, Protocol
 
 from IPython.core.displayhook import DisplayHook
 from IPython.core.displaypub import DisplayPublisher
+from IPython.core.interactiveshell import InteractiveShell
 
 from ..jobs.ranks.channel import Message
 
@@ -26,6 +27,14 @@ class Worker(Protocol):
     rank: int
     request: str | None
     sender: Outbox
+
+
+class RankShell(InteractiveShell):
+    """A rank's shell: no terminal and no GUI event loop to integrate with, so matplotlib's
+    inline backend (which draws figures as PNG displays) needs nothing more from it."""
+
+    def enable_gui(self, gui=None):
+        return None
 
 
 class ForwardingPublisher(DisplayPublisher):

@@ -149,16 +149,20 @@ class Worker:
         return join_for_good(self.context)
 
     def _shell(self):
-        from IPython.core.interactiveshell import InteractiveShell
+        from traitlets.config import Config
 
-        from .rank_display import forward_displays
+        from .rank_display import RankShell, forward_displays
 
-        shell = InteractiveShell.instance(colors="neutral")
+        config = Config()
+        # In/Out kept in memory: every rank writing the one history file on disk made each cell
+        # wait ~40 ms on SQLite's lock (found with py-spy on a no-op cell)
+        config.HistoryManager.hist_file = ":memory:"
+        shell = RankShell.instance(config=config)
         forward_displays(shell, self)
         shell.extension_manager.load_extension("jiyu_magics")
         try:
             shell.enable_matplotlib("inline")
-        except Exception:  # noqa: BLE001 - no matplotlib, or no inline backend: figures just are not shown
+        except ImportError:  # no matplotlib: there are no figures to show
             pass
         return shell
 

@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from ...core.runs.model import RunKind
+from ...core.store.database import StoreUnusable
 from ..job_error import JobError
 from ..launch_spec import visible_gpus
 from ..lifecycle import RunLifecycle
@@ -259,8 +260,12 @@ class RanksPool:
             deadline = time.monotonic() + SHUTDOWN_S
             while handle is not None and handle.poll() is None and time.monotonic() < deadline:
                 time.sleep(0.05)
-            outcome = self.lifecycle.end()
-            self.end.close()
+            try:
+                outcome = self.lifecycle.end()
+            except StoreUnusable as problem:  # the ranks are gone all the same; the store cannot say so
+                return f"ranks pool {self.run_id} ended; its end is not recorded: {problem}"
+            finally:
+                self.end.close()
             return f"ranks pool {self.run_id} {outcome.status}" + (f": {outcome.error}" if outcome.error else "")
 
     def kill(self, reason: str) -> None:
