@@ -226,5 +226,7 @@ def test_dockerignore_keeps_what_the_build_needs_and_drops_local_state():
         "test-artifacts/a.png",
         "jiyu_magics/__pycache__/cli.cpython-311.pyc",
         "jiyu_magics/labextension/package.json",
+        "tests/test_docs.py",
+        "docs/index.md",
     ):
         assert _ignored(local, patterns), local
