@@ -2,8 +2,9 @@
 behind it: the ``jiyu`` CLI from its argparse parsers (``parser.format_help()`` per subcommand,
 what ``jiyu COMMAND --help`` prints), the magics from their docstrings (what ``%magic?`` shows),
 the REST routes from ``server.handlers.ROUTES`` and their handlers' docstrings, the records from
-the JSON Schema of ``server.rest_schema``, the server settings from ``JiyuApp``'s traitlets, and
-the troubleshooting findings from running the doctor itself on the situations it knows.
+the JSON Schema of ``server.rest_schema``, the server settings from ``JiyuApp``'s traitlets, the
+environment variables from ``core.environment``, and the troubleshooting findings from running
+the doctor itself on the situations it knows.
 
 Each generator returns MyST Markdown; ``builder-inited`` writes them under ``docs/_generated/``
 (ignored by git, excluded from the toctree) where the reference pages ``{include}`` them.
@@ -178,6 +179,16 @@ def server_settings() -> str:
     return "\n".join(rows) + "\n"
 
 
+# --- the environment -------------------------------------------------------------------------
+
+
+def environment_reference() -> str:
+    """Every environment variable jiyu reads, from ``core.environment``."""
+    from jiyu_magics.core.environment import table
+
+    return "\n".join(table()) + "\n"
+
+
 # --- troubleshooting: the doctor's findings ----------------------------------------------------
 
 NVML_DOUBLE = DOCS.parent / "tests" / "nvml_double" / "pynvml.py"
@@ -287,6 +298,7 @@ GENERATORS: dict[str, Callable[[], str]] = {
     "rest_routes.md": rest_routes,
     "rest_schema.md": rest_schema,
     "server_settings.md": server_settings,
+    "environment.md": environment_reference,
     "doctor_findings.md": doctor_findings,
 }
 
