@@ -225,6 +225,9 @@ def build() -> Build:
         # The previous build, untagged now. Only it: `podman image prune` would also remove the
         # build stage's layers (no image descends from them), the cache of the front-end build.
         podman("rmi", before, check=False)
+    # What older builds left (layers of a front-end or dependencies since changed) goes after a
+    # week: storage stays bounded, and a cache unused for a week is rebuilt once.
+    podman("image", "prune", "-f", "--filter", "until=168h", check=False)
     for name, seconds in result.seconds.items():
         note_timing(f"image_build_{name}_s", seconds)
     return result
