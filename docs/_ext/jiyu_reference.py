@@ -259,9 +259,10 @@ def _situations(doctor, TorchFacts, cuda_torch, nvml, box: dict, folder: Path) -
     (no_uvm / "nvidia0").touch()
     nouveau = folder / "nouveau-modules"  # read, not named, by the finding
     nouveau.write_text("nouveau 2334720 0 - Live 0x0\n")
+    current = _with(nvml, nvmlSystemGetCudaDriverVersion=lambda: 13000)  # a driver for torch's CUDA 13.0
     old_driver = _with(nvml, nvmlSystemGetCudaDriverVersion=lambda: 12020)
-    mig = _with(nvml, nvmlDeviceGetMigMode=lambda handle: (1, 1))
-    healthy = {**box, "nvml": lambda: nvml, "torch": lambda: cuda_torch}
+    mig = _with(current, nvmlDeviceGetMigMode=lambda handle: (1, 1))
+    healthy = {**box, "nvml": lambda: current, "torch": lambda: cuda_torch}
     return [
         {**healthy, "torch": lambda: TorchFacts(version="2.13.0+cpu", cuda=None)},
         {**healthy, "torch": lambda: None},
@@ -283,7 +284,7 @@ def _situations(doctor, TorchFacts, cuda_torch, nvml, box: dict, folder: Path) -
 
 def _with(module, **overrides):
     """The NVML double with some functions answering otherwise."""
-    copy = type(module.__name__, (), {})()
+    copy = type("NvmlWith", (), {})()
     for name in dir(module):
         if not name.startswith("__"):
             setattr(copy, name, getattr(module, name))
