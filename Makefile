@@ -10,11 +10,12 @@ export MKL_NUM_THREADS ?= 1
 export OMP_WAIT_POLICY ?= PASSIVE
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: setup demo test lint-ts test-slurm test-system-deps browser bench gpu-checks gpu-wheels screenshots readme api-schema api-types clean
+.PHONY: setup demo test lint-ts docs image-check test-slurm test-system-deps browser bench gpu-checks gpu-wheels screenshots \
+	options-doc readme api-schema api-types clean
 
 setup: $(STAMP)
 
-PY_SOURCES := jiyu_magics tests benchmarks scripts
+PY_SOURCES := jiyu_magics tests benchmarks scripts docs
 
 # `pip install -e` also builds the JupyterLab front-end (labextension/, with the jlpm that comes
 # with jupyterlab) and installs it with the server-extension config: re-run when it changes.
@@ -35,9 +36,9 @@ demo: setup
 # The layers (pyproject.toml [tool.importlinter]) first: a broken contract fails in a second, before
 # the ~20-minute suite; ruff's lints (pyflakes catches an undefined name a merge left) and its
 # formatter's check ([tool.ruff] in pyproject.toml); mypy over the package ([tool.mypy]; seconds
-# with its cache in .mypy_cache, about two minutes without). JIYU_REQUIRE_SERVICES=1: a test whose
-# real service (Slurm, Prometheus) is missing fails instead of skipping.
-test: setup browser test-system-deps lint-ts
+# with its cache in .mypy_cache, about two minutes without); the documentation. JIYU_REQUIRE_SERVICES=1:
+# a test whose real service (Slurm, Prometheus, podman) is missing fails instead of skipping.
+test: setup browser test-system-deps lint-ts docs
 	$(BIN)/lint-imports --no-logo
 	$(BIN)/ruff check --no-cache $(PY_SOURCES)
 	$(BIN)/ruff format --check --no-cache $(PY_SOURCES)
@@ -50,14 +51,28 @@ lint-ts: setup
 	cd labextension && PATH="$(abspath $(BIN)):$$PATH" jlpm install --immutable >/dev/null && \
 	  PATH="$(abspath $(BIN)):$$PATH" jlpm lint:check
 
+# The documentation site (docs/, Sphinx + MyST + the PyData theme) into build/docs/html. -W: a warning fails it,
+# -n: so does every reference that resolves nowhere; with MyST that covers every internal link, anchor and image
+# (external links are not fetched). The reference pages are generated from the code (docs/_ext/jiyu_reference.py).
+docs: setup
+	rm -rf build/docs
+	$(BIN)/sphinx-build -W --keep-going -n -q -b html docs build/docs/html
+
+# The container image built with podman on a debootstrap Debian with CPU torch standing in for the CUDA base, then
+# run and checked (tests/test_image_build.py; the stand-in bases are cached in podman's storage).
+image-check: setup test-system-deps
+	JIYU_REQUIRE_SERVICES=1 $(BIN)/python -m pytest -m image
+
 # Programs the tests drive for real, as PATH:package: sshd (the image's entrypoint), Slurm and munge
 # (tests/slurm_cluster.py starts a one-node cluster as root), kubectl (answers without a cluster),
-# prometheus and promtool (tests/test_monitoring.py: the shipped config and alerts, a real scrape).
+# prometheus and promtool (tests/test_monitoring.py: the shipped config and alerts, a real scrape), podman with
+# debootstrap and runc (tests/test_image_build.py builds and runs the image).
 # A temporary policy-rc.d keeps apt from starting system-wide services (sshd on port 22, munged).
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 SYSTEM_DEPS := /usr/sbin/sshd:openssh-server /usr/sbin/slurmctld:slurm-wlm /usr/sbin/slurmd:slurm-wlm \
 	/usr/sbin/munged:munge /usr/bin/kubectl:kubernetes-client /usr/bin/prometheus:prometheus \
-	/usr/bin/promtool:prometheus
+	/usr/bin/promtool:prometheus /usr/bin/podman:podman /usr/sbin/debootstrap:debootstrap /usr/sbin/runc:runc \
+	/usr/bin/buildah:buildah /usr/bin/newuidmap:uidmap /usr/lib/cni/bridge:containernetworking-plugins
 test-system-deps:
 	@missing=$$(for dep in $(SYSTEM_DEPS); do test -x "$${dep%%:*}" || echo "$${dep##*:}"; done | sort -u); \
 	test -z "$$missing" || { \
@@ -117,15 +132,16 @@ api-schema: setup
 api-types: api-schema lint-ts
 	cd labextension && node scripts/api-types.mjs ../build/rest-api.schema.json src/api.generated.ts
 
-# The README's screenshots, as the browser tests last produced them.
+# The documentation's screenshots, as the browser tests last produced them.
 screenshots:
 	cp test-artifacts/lab_train_dashboard.png test-artifacts/lab_panel_light.png test-artifacts/jobs_table.png \
 	  test-artifacts/slurm_jobs_table.png test-artifacts/lab_panel_slurm.png test-artifacts/lab_gpu_owners.png \
 	  test-artifacts/lab_panel_stall.png docs/img/
 
-# The README's %%train option list, from FitOptions and the magic's own options (the tests check it).
-readme: setup
-	$(BIN)/python scripts/readme_options.py
+# The %%train option list of docs/guide/train.md, from FitOptions and the magic's own options (the tests check it).
+options-doc: setup
+	$(BIN)/python scripts/option_docs.py
+readme: options-doc
 
 clean:
 	rm -rf $(VENV) .mypy_cache demo-output test-artifacts build dist jiyu_magics/labextension labextension/node_modules labextension/lib

@@ -149,7 +149,7 @@ def test_the_versions_in_labels_readme_and_compose_agree():
     labels = " ".join(arg for op, arg in final_stage(IMAGES / "Dockerfile") if op == "LABEL")
     for name in ("pytorch", "cuda", "cudnn", "jupyterlab"):
         assert f"ai.jiyu.{name}.version=" in labels
-    readme = (IMAGES / "README.md").read_text()
+    readme = (ROOT / "docs" / "guide" / "image.md").read_text()
     for text in (
         base,
         f"| PyTorch | {pytorch} |",
@@ -222,8 +222,11 @@ def test_dockerignore_keeps_what_the_build_needs_and_drops_local_state():
         "images/.env",
         ".env",
         "labextension/node_modules/x.js",
+        "labextension/.yarn/cache/x.zip",
         "test-artifacts/a.png",
         "jiyu_magics/__pycache__/cli.cpython-311.pyc",
         "jiyu_magics/labextension/package.json",
+        "tests/test_docs.py",
+        "docs/index.md",
     ):
         assert _ignored(local, patterns), local

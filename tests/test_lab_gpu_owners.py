@@ -3,7 +3,7 @@ name the notebook whose kernel holds a GPU (with its memory, idle time and warni
 leasing the other one; "Shut down kernel" asks first, then really ends that kernel. And a queued
 run survives a restart of the Jupyter server. The GPUs come from the NVML test double (no driver
 here), configured as a shared box whose process lists name the real kernel's and rank's pids.
-Screenshots: test-artifacts/lab_gpu_owners*.png (docs/img/ for the README)."""
+Screenshots: test-artifacts/lab_gpu_owners*.png (docs/img/ for the documentation)."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 rank 1 sleeps before a collective, followed by its lifecycle owner in this process, shows the
 warning chip "no step for ..." beside running; its Stacks button shows both ranks' stacks
 grouped; Stop ends it and nothing is left. Screenshot: test-artifacts/lab_panel_stall.png
-(docs/img/ in the README)."""
+(docs/img/ in the documentation)."""
 
 from __future__ import annotations
 

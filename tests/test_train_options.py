@@ -1,5 +1,5 @@
 """``%%train``'s options are ``fit``'s, declared once (``FitOptions``): the magic's parser, the
-keyword arguments it passes and the README's option list all follow that declaration."""
+keyword arguments it passes and the training guide's option list all follow that declaration."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ from jiyu_magics.train.fit_options import FitOptions, option_specs
 
 from .conftest import ROOT
 
-SCRIPT = ROOT / "scripts" / "readme_options.py"
+SCRIPT = ROOT / "scripts" / "option_docs.py"
+GUIDE = ROOT / "docs" / "guide" / "train.md"
 
 
 def parser_actions() -> dict:
@@ -57,22 +58,22 @@ def test_a_bad_value_names_the_flag_the_user_typed():
         fit_kwargs(parse_options("--log-interval 0"), {"model": 0, "optimizer": 1, "train_loader": 2})
 
 
-def test_readme_lists_the_declared_options():
+def test_the_training_guide_lists_the_declared_options():
     done = subprocess.run([sys.executable, str(SCRIPT), "--check"], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
-    readme = (ROOT / "README.md").read_text()
+    page = GUIDE.read_text()
     for spec in option_specs():
-        assert f"- `{spec.flag}" in readme
+        assert f"- `{spec.flag}" in page
     for flags, options in MAGIC_OPTIONS:
-        assert f"- `{flags[0]}{'`' if 'action' in options else ' '}" in readme
+        assert f"- `{flags[0]}{'`' if 'action' in options else ' '}" in page
 
 
-def test_a_stale_readme_fails_the_check(tmp_path):
-    stale = tmp_path / "README.md"
-    stale.write_text((ROOT / "README.md").read_text().replace("Default: 3.", "Default: 5."))
+def test_a_stale_option_list_fails_the_check(tmp_path):
+    stale = tmp_path / "train.md"
+    stale.write_text(GUIDE.read_text().replace("Default: 3.", "Default: 5."))
     done = subprocess.run(
-        [sys.executable, str(SCRIPT), "--check", "--readme", str(stale)], capture_output=True, text=True
+        [sys.executable, str(SCRIPT), "--check", "--page", str(stale)], capture_output=True, text=True
     )
     assert done.returncode == 1 and "stale" in done.stderr
-    fixed = subprocess.run([sys.executable, str(SCRIPT), "--readme", str(stale)], capture_output=True, text=True)
-    assert fixed.returncode == 0 and stale.read_text() == (ROOT / "README.md").read_text()
+    fixed = subprocess.run([sys.executable, str(SCRIPT), "--page", str(stale)], capture_output=True, text=True)
+    assert fixed.returncode == 0 and stale.read_text() == GUIDE.read_text()

@@ -1,5 +1,5 @@
 """Every environment variable jiyu reads, with who sets it and what it does: the one list the
-documentation's table is generated from (``scripts/readme_options.py``), and a test keeps it
+documentation's table is generated from (``docs/_ext/jiyu_reference.py``), and a test keeps it
 complete (every ``JIYU_*`` name in the package is here).
 
 The variables a launcher sets for the processes it starts are read once, at the entry point of

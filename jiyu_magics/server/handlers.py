@@ -59,6 +59,10 @@ class GpusHandler(JiyuHandler):
     @web.authenticated
     @answers_errors
     async def get(self) -> None:
+        """The ``%gpu_status --json`` snapshot with each GPU's ``leases``, ``free`` and
+        ``foreign_memory``, each process's ``owner`` (a run, or a kernel with its notebook and
+        idle time), the ``kernels`` holding GPU memory, and ``doctor`` (the first finding) when
+        no GPU is visible. Shared by every request for ``JiyuApp.refresh_interval`` seconds."""
         self.reply(await self.app.sample_gpus())
 
 
@@ -88,6 +92,8 @@ class RunHandler(JiyuHandler):
     @web.authenticated
     @answers_errors
     async def get(self, run_id: str) -> None:
+        """One run (an id or a unique prefix): its record with ``params`` whole and its
+        ``summary`` (step, loss, progress...; a finished run's as stored when it ended)."""
         self.reply(await self.blocking(self.app.runs.get, run_id))
 
 
@@ -95,6 +101,8 @@ class RunEventsHandler(JiyuHandler):
     @web.authenticated
     @answers_errors
     async def get(self, run_id: str) -> None:
+        """The run's events after byte ``?offset=N`` of its event log, and the offset to ask
+        from next (at most ``JiyuApp.chunk_bytes`` a request)."""
         offset = validation.offset(self.get_query_argument("offset", None))
         self.reply(await self.blocking(self.app.runs.events, run_id, offset, self.app.chunk_bytes))
 

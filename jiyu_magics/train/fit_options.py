@@ -1,8 +1,8 @@
 """Every option of ``fit`` (and so of ``%%train``), declared once, with its validation.
 
 Each field carries what a user reads about it (help, choices, metavar, flag): ``%%train``
-builds its ``@argument``s from these fields and the README's option list is generated from
-them, so ``%%train?``, ``fit(**options)`` and the README cannot disagree. The module imports
+builds its ``@argument``s from these fields and the training guide's option list is generated from
+them, so ``%%train?``, ``fit(**options)`` and the docs cannot disagree. The module imports
 neither torch nor IPython: the magic reads it at ``%load_ext`` time.
 """
 
@@ -174,7 +174,7 @@ class OptionSpec:
         return self.type is bool
 
     def described(self) -> str:
-        """The help text with its default, as ``%%train?`` and the README show it."""
+        """The help text with its default, as ``%%train?`` and the docs show it."""
         if self.is_switch:
             return self.help
         default = self.default_text or (
@@ -189,7 +189,7 @@ class OptionSpec:
 
 def option_specs() -> list[OptionSpec]:
     """The options of ``fit`` in declaration order, for adapters that parse them (``%%train``)
-    and for the README's option list."""
+    and for the docs' option list."""
     hints = typing.get_type_hints(FitOptions)
     return [
         OptionSpec(

@@ -5,7 +5,7 @@ resnet`` gives ``"resnet"``, ``-p sizes [64, 128]`` a list). That is more than p
 which turns only numbers and True/False/None into values and keeps all other text as it is
 (``-p msg '"Hello"'`` stays ``"Hello"`` with its quotes there, ``Hello`` here; ``[1, 2]`` stays
 text there): the values land in Python code, and lists and tuples are what people pass. The
-README, ``--help`` and ``%submit?`` say so. ``-y``/``-f`` are papermill's: a YAML mapping, as
+jobs guide (docs/guide/jobs.md), ``--help`` and ``%submit?`` say so. ``-y``/``-f`` are papermill's: a YAML mapping, as
 text or in a file (dates stay text, as papermill reads them), applied before ``-p``.
 
 One grammar for every entry point: ``%submit`` and ``jiyu submit|export`` parse ``-p`` pairs,
