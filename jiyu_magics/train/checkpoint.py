@@ -3,6 +3,11 @@
 Each save writes a temporary file in the same folder, fsyncs it, ``os.replace``s it over the
 final name and fsyncs the folder. A writer killed mid-save leaves only a temporary file, which
 ``newest_checkpoint`` ignores and the next save removes; the previous checkpoint stays intact.
+
+A checkpoint is a file (``step-00000120.pt``, one process wrote it) or, under ``--strategy
+fsdp``, a folder (``step-00000120.dcp``: a torch.distributed.checkpoint with a shard per rank,
+see ``sharded_checkpoint``), made atomic the same way: written under a temporary name and
+renamed once complete. Finding, loading into one process and removing checkpoints treat both.
 """
 
 from __future__ import annotations
@@ -22,6 +27,8 @@ from .train_errors import TrainConfigError
 
 FORMAT = "jiyu-checkpoint/1"
 SUFFIX = ".pt"
+SHARDED_SUFFIX = ".dcp"  # a folder: torch.distributed.checkpoint's files and STATE_FILE
+STATE_FILE = "jiyu-state.pt"  # in a sharded checkpoint: everything that is not model or optimizer
 TEMP_MARK = ".tmp-"
 
 
@@ -34,13 +41,19 @@ class CheckpointWriteError(OSError):
         return [f"CheckpointWriteError: {self}"]
 
 
-def checkpoint_name(step: int, label: str = "") -> str:
-    return f"{label}step-{step:08d}{SUFFIX}"
+def checkpoint_name(step: int, label: str = "", sharded: bool = False) -> str:
+    return f"{label}step-{step:08d}{SHARDED_SUFFIX if sharded else SUFFIX}"
+
+
+def temp_name(path: Path, pid: int) -> Path:
+    """Where a checkpoint is written before it is complete: hidden, and named by its writer's
+    pid, so a temporary of a writer that died is known and removed (``remove_stale_temps``)."""
+    return path.with_name(f".{path.name}{TEMP_MARK}{pid}")
 
 
 def save_atomic(state: dict[str, Any], path: Path | str) -> Path:
     path = Path(path)
-    temp = path.with_name(f".{path.name}{TEMP_MARK}{os.getpid()}")
+    temp = temp_name(path, os.getpid())
     try:
         path.parent.mkdir(parents=True, exist_ok=True)  # a folder that cannot be made: one line too
         remove_stale_temps(path.parent)
@@ -52,11 +65,11 @@ def save_atomic(state: dict[str, Any], path: Path | str) -> Path:
     except BaseException as error:
         with contextlib.suppress(OSError):  # no folder (or a file in its place): no temp file either
             temp.unlink()
-        cause = _os_error_in(error)
+        cause = os_error_in(error)
         if cause is None:
             raise
         raise CheckpointWriteError(cause.errno, _write_failure(cause, path, state)) from None
-    _fsync_folder(path.parent)
+    fsync_folder(path.parent)
     return path
 
 
@@ -74,7 +87,7 @@ def checkpoint_folder_usable(folder: Path) -> None:
         raise TrainConfigError(f"ckpt_dir must be a folder checkpoints can be written to; {folder}: Permission denied")
 
 
-def _os_error_in(error: BaseException) -> OSError | None:
+def os_error_in(error: BaseException) -> OSError | None:
     """The OSError behind a failed save, however deep torch's writer wrapped it."""
     seen: set[int] = set()
     while error is not None and id(error) not in seen:
@@ -86,12 +99,17 @@ def _os_error_in(error: BaseException) -> OSError | None:
 
 
 def _write_failure(cause: OSError, path: Path, state: dict[str, Any]) -> str:
+    return write_failure(cause, path, tensor_bytes(state))
+
+
+def write_failure(cause: OSError, path: Path, needs: int) -> str:
+    """One line: what could not be written, where, and (a full disk) how much it needed."""
     folder = path.parent
     if cause.errno in (errno.ENOSPC, errno.EDQUOT):
         free = shutil.disk_usage(folder).free
         return (
             f"cannot write checkpoint {path.name}: no space left on the disk of {_mount_of(folder)} "
-            f"({_mib(free)} free, the checkpoint needs about {_mib(tensor_bytes(state))}) for {folder}; "
+            f"({_mib(free)} free, the checkpoint needs about {_mib(needs)}) for {folder}; "
             "free some space or pass --ckpt-dir on a larger disk"
         )
     return f"cannot write checkpoint {path}: {cause.strerror or cause}"
@@ -119,72 +137,143 @@ def _mib(count: int) -> str:
     return f"{count / 2**20:.1f} MiB"
 
 
-def load_checkpoint(path: Path | str, map_location: Any = "cpu") -> dict[str, Any]:
-    """A checkpoint's contents; a file that is not a jiyu checkpoint (a pickled model, a
-    truncated download) is bad input, said in one line, not a traceback from ``torch.load``."""
+def load_checkpoint(path: Path | str, map_location: Any = "cpu", parts: set[str] | None = None) -> dict[str, Any]:
+    """A checkpoint's contents, whole, in this process; a sharded checkpoint's shards are put
+    together (full tensors, on the CPU), only its ``parts`` (``{"model"}``) when given. A file
+    that is not a jiyu checkpoint (a pickled model, a truncated download) is bad input, said in
+    one line, not a traceback from ``torch.load``."""
+    if is_sharded(Path(path)):
+        return {**load_state_file(path), **_load_sharded_tensors(Path(path), parts)}
+    return _load_file(path, map_location)
+
+
+def load_state_file(path: Path | str) -> dict[str, Any]:
+    """What a checkpoint holds beside the model and optimizer (step, position, RNG, ...): a
+    sharded checkpoint's ``STATE_FILE``, or a file checkpoint read whole."""
+    path = Path(path)
+    if is_sharded(path):
+        return _load_file(path / STATE_FILE, "cpu", name=path)
+    return _load_file(path, "cpu")
+
+
+def _load_file(path: Path | str, map_location: Any, name: Path | str | None = None) -> dict[str, Any]:
+    name = name or path
     try:
         state = torch.load(path, map_location=map_location, weights_only=True)
     except (OSError, RuntimeError, EOFError, ValueError, pickle.UnpicklingError) as error:
-        raise TrainConfigError(f"{path} is not a jiyu checkpoint ({type(error).__name__})") from None
+        raise TrainConfigError(f"{name} is not a jiyu checkpoint ({type(error).__name__})") from None
     if not isinstance(state, dict) or state.get("format") != FORMAT:
-        raise TrainConfigError(f"{path} is not a jiyu checkpoint")
+        raise TrainConfigError(f"{name} is not a jiyu checkpoint")
     return state
 
 
+def _load_sharded_tensors(path: Path, parts: set[str] | None) -> dict[str, Any]:
+    """Model and optimizer of a sharded checkpoint as one process holds them: full tensors in the
+    nested layout they were saved in, whatever number of ranks wrote the shards. This is what
+    ``torch.distributed.checkpoint.format_utils.dcp_to_torch_save`` does (the same private
+    loader and planner), without writing the file."""
+    from torch.distributed.checkpoint import FileSystemReader
+    from torch.distributed.checkpoint.default_planner import _EmptyStateDictLoadPlanner
+    from torch.distributed.checkpoint.state_dict_loader import _load_state_dict
+
+    tensors: dict[str, Any] = {}
+    try:
+        _load_state_dict(
+            tensors, storage_reader=FileSystemReader(path), planner=_EmptyStateDictLoadPlanner(keys=parts), no_dist=True
+        )
+    except (Exception, _dcp_error()) as error:
+        raise TrainConfigError(f"{path} is not a readable sharded checkpoint ({failure_line(error)})") from None
+    return tensors
+
+
+def _dcp_error() -> type[BaseException]:
+    from torch.distributed.checkpoint import CheckpointException
+
+    return CheckpointException
+
+
+def failure_line(error: BaseException) -> str:
+    """The first line of what went wrong. DCP collects each rank's exception in a
+    ``CheckpointException`` whose own text is a list of ranks and tracebacks: its first one."""
+    failures = getattr(error, "failures", None)
+    if isinstance(failures, dict) and failures:
+        first = next(iter(failures.values()))
+        error = getattr(first, "exc", first)
+    lines = str(error).strip().splitlines()
+    return lines[0] if lines else type(error).__name__
+
+
+def is_sharded(path: Path) -> bool:
+    """A complete sharded checkpoint: a folder with DCP's metadata and jiyu's state file."""
+    return path.is_dir() and (path / STATE_FILE).is_file() and (path / ".metadata").is_file()
+
+
+def is_checkpoint(path: Path) -> bool:
+    """Something a resume can start from: a checkpoint file or a complete sharded checkpoint."""
+    return path.is_file() or is_sharded(path)
+
+
+def saved_at(path: Path) -> int:
+    """When a checkpoint was completed (ns): a file's mtime, a sharded checkpoint's state file's."""
+    return (path / STATE_FILE if path.is_dir() else path).stat().st_mtime_ns
+
+
+def checkpoints_in(folder: Path, label: str = "") -> list[Path]:
+    """The complete checkpoints in ``folder`` (of the call with ``label``), files and folders,
+    temporary ones excluded."""
+    files = [p for p in folder.glob(f"{label}step-*{SUFFIX}") if p.is_file()]
+    folders = [p for p in folder.glob(f"{label}step-*{SHARDED_SUFFIX}") if is_sharded(p)]
+    return files + folders
+
+
 def newest_checkpoint(folder: Path | str) -> Path | None:
-    """The most recently completed checkpoint in ``folder`` (temporary files excluded; those
-    of writers that died mid-save are removed while we look)."""
-    if Path(folder).is_dir():
-        remove_stale_temps(Path(folder))
-    candidates = [p for p in Path(folder).glob(f"*{SUFFIX}") if not p.name.startswith(".")]
-    if not candidates:
+    """The most recently completed checkpoint in ``folder`` (temporary files and folders
+    excluded; those of writers that died mid-save are removed while we look)."""
+    folder = Path(folder)
+    if not folder.is_dir():
         return None
-    return max(candidates, key=lambda p: (p.stat().st_mtime_ns, p.name))
+    remove_stale_temps(folder)
+    candidates = [p for p in folder.glob("*") if not p.name.startswith(".") and _looks_complete(p)]
+    return max(candidates, key=lambda p: (saved_at(p), p.name), default=None)
+
+
+def _looks_complete(path: Path) -> bool:
+    return (path.suffix == SUFFIX and path.is_file()) or (path.suffix == SHARDED_SUFFIX and is_sharded(path))
 
 
 def remove_stale_temps(folder: Path) -> None:
-    """Temporary files of writers that died mid-save."""
+    """Temporary files and folders of writers that died mid-save."""
     for temp in folder.glob(f".*{TEMP_MARK}*"):
         pid = temp.name.rsplit(TEMP_MARK, 1)[-1]
         if not (pid.isdigit() and psutil.pid_exists(int(pid))):
-            temp.unlink(missing_ok=True)
+            remove_path(temp)
 
 
-def _fsync_folder(folder: Path) -> None:
+def remove_checkpoint(path: Path) -> None:
+    """A rotated-out checkpoint. A folder is renamed to a temporary name first, so a removal
+    cut short never leaves a partial folder under a checkpoint's name."""
+    if path.is_dir():
+        doomed = temp_name(path, os.getpid())
+        try:
+            os.replace(path, doomed)
+        except OSError:
+            return
+        remove_path(doomed)
+    else:
+        path.unlink(missing_ok=True)
+
+
+def remove_path(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        with contextlib.suppress(OSError):
+            path.unlink()
+
+
+def fsync_folder(folder: Path) -> None:
     fd = os.open(folder, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-class CheckpointKeeper:
-    """Saves this call's checkpoints and keeps only the newest ``keep`` of them."""
-
-    def __init__(self, folder: Path, keep: int, label: str = ""):
-        self.folder, self.keep, self.label = Path(folder), keep, label
-        self.saved: list[Path] = []
-        self.last_step: int | None = None  # the step of ``last``
-
-    def save(self, state: dict[str, Any], step: int, write: bool = True) -> Path:
-        """Saves (rank 0) or only records (other ranks: the same paths, for their results)."""
-        path = self.folder / checkpoint_name(step, self.label)
-        if write:
-            try:
-                save_atomic({"format": FORMAT, **state}, path)
-            except CheckpointWriteError as error:
-                kept = f"; the last checkpoint, {self.last}, is kept" if self.last else ""
-                raise CheckpointWriteError(error.errno, f"{error.strerror}{kept}") from None
-        if path in self.saved:
-            self.saved.remove(path)
-        self.saved.append(path)
-        self.last_step = step
-        while len(self.saved) > self.keep:
-            old = self.saved.pop(0)
-            if write:
-                old.unlink(missing_ok=True)
-        return path
-
-    @property
-    def last(self) -> Path | None:
-        return self.saved[-1] if self.saved else None
