@@ -1,0 +1,217 @@
+"""Sharded (DCP) checkpoints of ``strategy="fsdp"`` under real ``torchrun`` with gloo on this
+CPU machine (tests/fsdp_ckpt_script.py): a shard per rank in one folder, rotated; bit-exact
+round trips of model and optimizer (its ``step`` included) on 2, 1 and 3 ranks; resumes on
+another number of ranks continue the loss curve exactly as a resume from the same state as a
+full (unsharded) checkpoint does.
+
+The ranks run one after another in four torchrun launches (2, 1, 2 and 3 ranks), each building
+on the checkpoints of the one before: module-scoped fixtures, ~10 s of start-up each."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+import torch
+
+from jiyu_magics.core.events.log import read_events
+from jiyu_magics.core.runs.files import RunFiles
+from jiyu_magics.train.checkpoint import load_checkpoint, load_state_file
+from jiyu_magics.train.weights_export import export_weights
+
+from .conftest import ROOT
+
+SCRIPT = Path(__file__).with_name("fsdp_ckpt_script.py")
+EVERY_4 = {"ckpt_every": 4}
+
+
+class Ranks:
+    """Launches of the script that share one folder and one JIYU_HOME."""
+
+    def __init__(self, folder: Path):
+        self.folder, self.home = folder, folder / "home"
+
+    def run(self, nproc: int, *calls: dict, timeout: float = 240) -> None:
+        plan = self.folder / f"plan-{calls[0]['name']}.json"
+        plan.write_text(json.dumps({"out": str(self.folder), "calls": list(calls)}))
+        env = dict(
+            os.environ, TMPDIR=str(self.folder), JIYU_HOME=str(self.home), PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1"
+        )
+        command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}"]
+        launcher = subprocess.Popen(
+            [*command, str(SCRIPT), str(plan)],
+            env=env,
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
+        try:
+            output, _ = launcher.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _kill_tree(launcher.pid)
+            raise AssertionError(f"torchrun of {plan.name} did not finish in {timeout} s") from None
+        assert launcher.returncode == 0, output[-4000:]
+
+    def result(self, name: str) -> dict:
+        return json.loads((self.folder / f"{name}.json").read_text())
+
+    def state(self, name: str) -> dict:
+        return torch.load(self.folder / f"{name}-state.pt", weights_only=True)
+
+    def losses(self, name: str) -> dict[int, float]:
+        return {int(step): loss for step, loss in self.result(name)["losses"].items()}
+
+    def full_copy(self, checkpoint: Path, name: str) -> str:
+        """The same checkpoint as one full (unsharded) file: the reference resume."""
+        return str(export_weights(checkpoint, self.folder / name, whole=True).to)
+
+
+def _kill_tree(pid: int) -> None:
+    try:
+        tree = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return
+    for process in tree:
+        try:
+            process.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(tree, timeout=10)
+
+
+def flat(value, prefix: str = "") -> dict:
+    items = value.items() if isinstance(value, dict) else enumerate(value)
+    out = {}
+    for key, item in items:
+        if isinstance(item, (dict, list, tuple)):
+            out.update(flat(item, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = item
+    return out
+
+
+def differences(a: dict, b: dict) -> list[str]:
+    """Keys whose values are not bit-for-bit equal (tensors: ``torch.equal``), or are missing."""
+    left, right = flat(a), flat(b)
+    missing = sorted(set(left) ^ set(right))
+    unequal = [
+        key
+        for key in set(left) & set(right)
+        if not (torch.equal(left[key], right[key]) if isinstance(left[key], torch.Tensor) else left[key] == right[key])
+    ]
+    return missing + sorted(unequal)
+
+
+def model_and_optimizer(state: dict) -> dict:
+    return {"model": state["model"], "optimizer": state["optimizer"]}
+
+
+@pytest.fixture(scope="module")
+def ranks(tmp_path_factory) -> Ranks:
+    """Two ranks: 12 steps with a checkpoint every 4 (two kept); a second call resumes the
+    middle one and trains the same last 4 steps; a third loads the last one and trains none."""
+    ranks = Ranks(tmp_path_factory.mktemp("fsdp"))
+    a, f = ranks.folder / "A", ranks.folder
+    ranks.run(
+        2,
+        {"name": "a", "max_steps": 12, "ckpt_dir": str(a), "ckpt_every": 4, "keep_ckpts": 2},
+        {"name": "a-again", "resume": str(a / "step-00000008.dcp"), "max_steps": 12, "ckpt_dir": str(f / "A2")},
+        {"name": "a-load", "resume": str(a / "step-00000012.dcp"), "max_steps": 12, "ckpt_dir": str(f / "A3")},
+    )
+    return ranks
+
+
+def test_every_rank_writes_its_shard_into_one_folder_and_old_ones_rotate_out(ranks):
+    a = ranks.folder / "A"
+    assert sorted(p.name for p in a.iterdir()) == ["step-00000008.dcp", "step-00000012.dcp"], "--keep-ckpts 2"
+    last = a / "step-00000012.dcp"
+    assert sorted(p.name for p in last.iterdir()) == [".metadata", "__0_0.distcp", "__1_0.distcp", "jiyu-state.pt"]
+    state = load_state_file(last)
+    assert (state["step"], state["world_size"], len(state["rng"]), len(state["epoch_rng"])) == (12, 2, 2, 2)
+    run = ranks.result("a")["run_id"]
+    events = read_events(RunFiles.of(run, home=ranks.home).events)[0]
+    saved = [(e["step"], Path(e["path"]).name) for e in events if e["kind"] == "ckpt"]
+    assert saved == [(4, "step-00000004.dcp"), (8, "step-00000008.dcp"), (12, "step-00000012.dcp")]
+    assert ranks.result("a")["checkpoints"] == [str(a / "step-00000008.dcp"), str(last)]
+
+
+def test_the_checkpoint_holds_the_exact_state_and_loads_into_one_process(ranks):
+    """``load_checkpoint`` in this process (no process group): the shards put together are the
+    ranks' model and optimizer bit for bit, the optimizer's per-parameter ``step`` included."""
+    trained = ranks.state("a")
+    loaded = load_checkpoint(ranks.folder / "A" / "step-00000012.dcp")
+    assert differences(model_and_optimizer(loaded), model_and_optimizer(trained)) == []
+    steps = {name: s["step"] for name, s in loaded["optimizer"]["state"].items()}
+    assert len(steps) == 6 and all(torch.equal(s, torch.tensor(12.0)) for s in steps.values()), steps
+
+
+def test_a_round_trip_on_two_ranks_is_bit_exact_and_training_goes_on_identically(ranks):
+    trained = ranks.state("a")
+    assert differences(ranks.state("a-load"), trained) == [], "loaded into fresh objects: the same state"
+    assert differences(ranks.state("a-again"), trained) == [], "resumed at step 8 and trained to 12: the same"
+    assert ranks.losses("a-again") == {s: v for s, v in ranks.losses("a").items() if s > 8}
+
+
+@pytest.fixture(scope="module")
+def one_rank(ranks) -> Ranks:
+    """One rank resumes what two saved: from the sharded checkpoint, and from the same state
+    as one full file (the unsharded resume it must match); and loads the last one."""
+    a, f = ranks.folder / "A", ranks.folder
+    full = ranks.full_copy(a / "step-00000008.dcp", "a8-full.pt")
+    ranks.run(
+        1,
+        {"name": "b", "resume": str(a / "step-00000008.dcp"), "max_steps": 16, "ckpt_dir": str(f / "B"), **EVERY_4},
+        {"name": "b-full", "resume": full, "max_steps": 16, "ckpt_dir": str(f / "Bf"), **EVERY_4},
+        {"name": "b-load", "resume": str(a / "step-00000012.dcp"), "max_steps": 12, "ckpt_dir": str(f / "B3")},
+    )
+    return ranks
+
+
+def test_two_to_one_rank_loads_exactly_and_continues_as_an_unsharded_resume(one_rank):
+    assert differences(one_rank.state("b-load"), one_rank.state("a")) == []
+    sharded, unsharded = one_rank.losses("b"), one_rank.losses("b-full")
+    assert sorted(sharded) == list(range(9, 17)) and sharded == unsharded
+    assert sorted(p.name for p in (one_rank.folder / "B" / "step-00000012.dcp").iterdir()) == [
+        ".metadata",
+        "__0_0.distcp",
+        "jiyu-state.pt",
+    ]
+
+
+@pytest.fixture(scope="module")
+def two_from_one(one_rank) -> Ranks:
+    b, f = one_rank.folder / "B", one_rank.folder
+    full = one_rank.full_copy(b / "step-00000012.dcp", "b12-full.pt")
+    one_rank.run(
+        2,
+        {"name": "c", "resume": str(b / "step-00000012.dcp"), "max_steps": 16, "ckpt_dir": str(f / "C")},
+        {"name": "c-full", "resume": full, "max_steps": 16, "ckpt_dir": str(f / "Cf")},
+    )
+    return one_rank
+
+
+def test_one_to_two_ranks_continues_as_an_unsharded_resume(two_from_one):
+    sharded, unsharded = two_from_one.losses("c"), two_from_one.losses("c-full")
+    assert sorted(sharded) == [13, 14, 15, 16] and sharded == unsharded
+    assert differences(two_from_one.state("c"), two_from_one.state("c-full")) == []
+
+
+def test_two_to_three_ranks_loads_exactly_and_trains_on(ranks):
+    a, f = ranks.folder / "A", ranks.folder
+    ranks.run(
+        3,
+        {"name": "d-load", "resume": str(a / "step-00000012.dcp"), "max_steps": 12, "ckpt_dir": str(f / "D3")},
+        {"name": "d", "resume": str(a / "step-00000008.dcp"), "max_steps": 10, "ckpt_dir": str(f / "D")},
+    )
+    assert differences(ranks.state("d-load"), ranks.state("a")) == []
+    resumed = ranks.result("d")
+    assert (resumed["status"], sorted(ranks.losses("d"))) == ("succeeded", [9, 10])
+    shards = sorted(p.name for p in (f / "D" / "step-00000010.dcp").iterdir() if p.suffix == ".distcp")
+    assert shards == ["__0_0.distcp", "__1_0.distcp", "__2_0.distcp"]
