@@ -195,12 +195,19 @@ def _dcp_error() -> type[BaseException]:
 def failure_line(error: BaseException) -> str:
     """The first line of what went wrong. DCP collects each rank's exception in a
     ``CheckpointException`` whose own text is a list of ranks and tracebacks: its first one."""
-    failures = getattr(error, "failures", None)
-    if isinstance(failures, dict) and failures:
-        first = next(iter(failures.values()))
-        error = getattr(first, "exc", first)
+    failures = dcp_failures(error)
+    error = failures[0] if failures else error
     lines = str(error).strip().splitlines()
     return lines[0] if lines else type(error).__name__
+
+
+def dcp_failures(error: BaseException) -> list[BaseException]:
+    """The ranks' exceptions a DCP ``CheckpointException`` carries (``failures``: rank ->
+    (exception, traceback summary)), in rank order; none for any other error."""
+    failures = getattr(error, "failures", None)
+    if not isinstance(failures, dict):
+        return []
+    return [f[0] if isinstance(f, tuple) else f for _, f in sorted(failures.items())]
 
 
 def is_sharded(path: Path) -> bool:

@@ -24,6 +24,7 @@ error (or none): no rank trains on while another is gone with a failed save.
 from __future__ import annotations
 
 import os
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,7 @@ from .checkpoint import (
     FORMAT,
     STATE_FILE,
     CheckpointWriteError,
+    dcp_failures,
     failure_line,
     fsync_folder,
     os_error_in,
@@ -120,14 +122,18 @@ def load_sharded(model: torch.nn.Module, optimizer: torch.optim.Optimizer, path:
     model_state, optimizer_state = get_state_dict(model, optimizer)
     tensors = {"model": model_state, "optimizer": optimizer_state}
     try:
-        dcp.load(tensors, checkpoint_id=path, no_dist=not distributed)
+        with warnings.catch_warnings():  # "assuming the intent is to load in a single process": it is
+            warnings.filterwarnings("ignore", "torch.distributed is disabled", UserWarning)
+            dcp.load(tensors, checkpoint_id=path, no_dist=not distributed)
     except CheckpointException as error:  # every rank's errors in one; the first one says it
         raise RuntimeError(failure_line(error)) from None
     set_state_dict(model, optimizer, model_state_dict=tensors["model"], optim_state_dict=tensors["optimizer"])
 
 
 def _os_error(error: BaseException) -> OSError | None:
-    found = os_error_in(error)
-    for failure in getattr(error, "failures", {}).values() if found is None else ():
-        found = found or os_error_in(getattr(failure, "exc", failure))
-    return found
+    """The OSError behind a failed save: its own, or a rank's that DCP collected."""
+    for candidate in [error, *dcp_failures(error)]:
+        found = os_error_in(candidate)
+        if found is not None:
+            return found
+    return None
