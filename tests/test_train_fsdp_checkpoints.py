@@ -18,12 +18,22 @@ from pathlib import Path
 import psutil
 import pytest
 import torch
+from torch import nn
 
 from jiyu_magics.core.events.log import read_events
 from jiyu_magics.core.runs.files import RunFiles
-from jiyu_magics.train.checkpoint import load_checkpoint, load_state_file
+from jiyu_magics.train import TrainConfigError, fit
+from jiyu_magics.train.checkpoint import (
+    FORMAT,
+    is_checkpoint,
+    load_checkpoint,
+    load_state_file,
+    newest_checkpoint,
+    save_atomic,
+)
 from jiyu_magics.train.weights_export import export_weights
 
+from .cli_runner import jiyu
 from .conftest import ROOT
 
 SCRIPT = Path(__file__).with_name("fsdp_ckpt_script.py")
@@ -215,3 +225,67 @@ def test_two_to_three_ranks_loads_exactly_and_trains_on(ranks):
     assert (resumed["status"], sorted(ranks.losses("d"))) == ("succeeded", [9, 10])
     shards = sorted(p.name for p in (f / "D" / "step-00000010.dcp").iterdir() if p.suffix == ".distcp")
     assert shards == ["__0_0.distcp", "__1_0.distcp", "__2_0.distcp"]
+
+
+def test_a_model_that_does_not_fit_the_sharded_checkpoint_is_one_line(ranks):
+    """In this process (one process, no torchrun): what DCP collects as a CheckpointException
+    of the ranks' errors is one line naming the first."""
+    wider = nn.Sequential(nn.Linear(24, 48), nn.ReLU(), nn.Dropout(0.1), nn.Linear(48, 41), nn.ReLU(), nn.Linear(41, 3))
+    x = torch.randn(32, 24)
+    with pytest.raises(TrainConfigError) as refused:
+        fit(
+            wider,
+            torch.optim.AdamW(wider.parameters()),
+            (x, x[:, 0].gt(0).long()),
+            batch_size=16,
+            loss_fn=nn.CrossEntropyLoss(),
+            resume=str(ranks.folder / "A" / "step-00000012.dcp"),
+        )
+    assert str(refused.value) == (
+        f"checkpoint {ranks.folder / 'A' / 'step-00000012.dcp'} does not fit this model: Size mismatch between "
+        "saved torch.Size([40, 48]) and current: torch.Size([41, 48]) for model.3.weight"
+    )
+
+
+def test_export_weights_of_a_run_and_its_one_line_refusals(ranks, tmp_path, monkeypatch):
+    monkeypatch.setenv("JIYU_HOME", str(ranks.home))
+    run, last = ranks.result("a")["run_id"], ranks.folder / "A" / "step-00000012.dcp"
+    done = jiyu("export-weights", run, "--step", "8", "--to", str(tmp_path / "w8.pt"))
+    assert done.returncode == 0 and "the model's weights of step 8" in done.stdout, done.stderr
+    weights = torch.load(tmp_path / "w8.pt", weights_only=True)
+    assert differences(weights, load_checkpoint(ranks.folder / "A" / "step-00000008.dcp")["model"]) == []
+    whole = jiyu("export-weights", str(last), "--whole", "--to", str(tmp_path / "whole.pt"))
+    assert whole.returncode == 0, whole.stderr
+    one_file = model_and_optimizer(load_checkpoint(tmp_path / "whole.pt"))
+    assert differences(one_file, model_and_optimizer(ranks.state("a"))) == [], "what --resume whole.pt would load"
+    folder, inside = tmp_path / "folder", last / "x.pt"
+    folder.mkdir()
+    refusals = {
+        ("nope", "--to", "x.pt"): "no run with id 'nope'",
+        (run, "--step", "4", "--to", "x.pt"): f"run {run} has no checkpoint of step 4; its checkpoints: steps 8, 12",
+        (str(tmp_path), "--to", "x.pt"): f"{tmp_path} is not a checkpoint (a .pt file or a complete .dcp folder)",
+        (run, "--to", "/dev/null"): "--to /dev/null is a device, not a file: refusing to write over it",
+        (run, "--to", str(folder)): f"--to {folder} is a folder, not a file: refusing to write over it",
+        (str(last), "--to", str(inside)): f"--to {inside} is the checkpoint being exported (or inside it)",
+    }
+    for args, line in refusals.items():
+        refused = jiyu("export-weights", *args, cwd=tmp_path)
+        assert (refused.returncode, refused.stderr) == (2, f"jiyu export-weights: error: {line}\n"), args
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["folder", "w8.pt", "whole.pt"]
+
+
+def test_a_save_cut_short_is_never_picked_and_goes_once_its_writer_is_gone(tmp_path):
+    """A complete sharded checkpoint, the temporary folder of a save whose rank 0 died (its
+    pid is no longer running) and a folder missing its state file: only the first counts."""
+    complete, partial = tmp_path / "step-00000004.dcp", tmp_path / "step-00000012.dcp"
+    for folder in (complete, partial):
+        folder.mkdir()
+        (folder / ".metadata").write_bytes(b"")
+    save_atomic({"format": FORMAT, "step": 4}, complete / "jiyu-state.pt")
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    temp = tmp_path / f".step-00000008.dcp.tmp-{dead.stdout.strip()}"
+    temp.mkdir()
+    (temp / "__1_0.distcp").write_bytes(b"half")
+    assert newest_checkpoint(tmp_path) == complete
+    assert not temp.exists(), "the dead writer's temporary folder is removed"
+    assert not is_checkpoint(partial) and is_checkpoint(complete)
