@@ -225,6 +225,10 @@ def test_two_to_three_ranks_loads_exactly_and_trains_on(ranks):
     assert (resumed["status"], sorted(ranks.losses("d"))) == ("succeeded", [9, 10])
     shards = sorted(p.name for p in (f / "D" / "step-00000010.dcp").iterdir() if p.suffix == ".distcp")
     assert shards == ["__0_0.distcp", "__1_0.distcp", "__2_0.distcp"]
+    rng = [state["torch"] for state in load_state_file(f / "D" / "step-00000010.dcp")["rng"]]
+    assert len(rng) == 3 and not torch.equal(rng[2], rng[0]) and not torch.equal(rng[2], rng[1]), (
+        "the new rank 2 drew from streams of its own, not a copy of rank 0's (dropout masks)"
+    )
 
 
 def test_a_model_that_does_not_fit_the_sharded_checkpoint_is_one_line(ranks):
