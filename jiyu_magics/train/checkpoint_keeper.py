@@ -13,7 +13,8 @@ from typing import Any
 
 import torch
 
-from .checkpoint import FORMAT, CheckpointWriteError, checkpoint_name, remove_checkpoint, save_atomic
+from .checkpoint import FORMAT, CheckpointWriteError, save_atomic
+from .checkpoint_files import checkpoint_name, remove_checkpoint
 from .process_group import DistContext
 
 

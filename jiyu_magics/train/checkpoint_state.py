@@ -14,7 +14,8 @@ from typing import Any
 
 import torch
 
-from .checkpoint import failure_line, is_sharded
+from .checkpoint import failure_line
+from .checkpoint_files import is_sharded
 from .train_errors import TrainConfigError
 
 

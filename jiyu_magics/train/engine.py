@@ -22,7 +22,8 @@ from ..core.runs.model import RunStatus
 from . import rng_state as rng
 from .batch_source import training_batches, validation_batches
 from .batches import BatchLoss
-from .checkpoint import checkpoint_folder_usable, is_sharded, load_checkpoint, load_state_file
+from .checkpoint import checkpoint_folder_usable, load_checkpoint, load_state_file
+from .checkpoint_files import is_sharded
 from .checkpoint_keeper import CheckpointKeeper
 from .checkpoint_state import (
     full_model_state,

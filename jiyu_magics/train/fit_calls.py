@@ -20,7 +20,8 @@ from pathlib import Path
 import torch
 
 from ..core.runs.launch_context import LaunchContext
-from .checkpoint import checkpoints_in, load_state_file, saved_at
+from .checkpoint import load_state_file
+from .checkpoint_files import checkpoints_in, saved_at
 from .train_errors import TrainConfigError
 
 _started: dict[tuple, int] = {}  # (run id, attempt) -> calls started in this process

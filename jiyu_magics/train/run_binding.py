@@ -23,7 +23,7 @@ from ..core.runs.states import TransitionRefused, ended_as
 from ..core.store.database import StoreUnusable
 from ..core.store.run_row import new_run_id
 from ..core.store.run_store import RunStore
-from .checkpoint import is_checkpoint, newest_checkpoint, saved_at
+from .checkpoint_files import is_checkpoint, newest_checkpoint, saved_at
 from .fit_calls import FitCall
 from .process_group import DistContext
 from .train_errors import TrainConfigError

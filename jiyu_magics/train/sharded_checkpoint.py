@@ -35,20 +35,15 @@ from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_di
 
 from .checkpoint import (
     FORMAT,
-    STATE_FILE,
     CheckpointWriteError,
     dcp_failures,
     failure_line,
-    fsync_folder,
     os_error_in,
-    remove_checkpoint,
-    remove_path,
-    remove_stale_temps,
     save_atomic,
-    temp_name,
     tensor_bytes,
     write_failure,
 )
+from .checkpoint_files import STATE_FILE, fsync_folder, remove_checkpoint, remove_path, remove_stale_temps, temp_name
 from .process_group import DistContext
 
 

@@ -5,7 +5,8 @@ torch.distributed.checkpoint reads. Exporting puts the shards together in this p
 process group, whatever number of ranks wrote them) and writes, atomically, either the model's
 weights alone (a plain ``{name: tensor}`` state dict: ``model.load_state_dict(torch.load(F))``)
 or the whole checkpoint as one jiyu checkpoint file (model, optimizer, step, RNG ...), which
-``--resume`` takes like any other. A file checkpoint exports the same way.
+``--resume`` takes like any other. A file checkpoint exports the same way. Which checkpoint, and
+whether ``--to`` may be written, is settled before torch is imported: a refusal is immediate.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from pathlib import Path
 from ..core.events.log import read_events
 from ..core.runs.files import RunFiles
 from ..core.runs.model import EventKind
-from .checkpoint import is_checkpoint, is_sharded, load_checkpoint, newest_checkpoint, save_atomic, tensor_bytes
+from .checkpoint_files import is_checkpoint, is_sharded, newest_checkpoint
 from .train_errors import TrainConfigError
 
 
@@ -52,6 +53,8 @@ def export_weights(source: Path | str, to: Path | str, whole: bool = False) -> E
     if not is_checkpoint(source):
         raise TrainConfigError(f"{source} is not a checkpoint (a .pt file or a complete .dcp folder)")
     target = writable_target(Path(to), source)
+    from .checkpoint import load_checkpoint, save_atomic, tensor_bytes  # torch, once the input is known good
+
     state = load_checkpoint(source, parts=None if whole else {"model"})
     if "model" not in state:
         raise TrainConfigError(f"{source} holds no model weights")
