@@ -77,11 +77,12 @@ def checkpoint_folder_usable(folder: Path) -> None:
 def os_error_in(error: BaseException) -> OSError | None:
     """The OSError behind a failed save, however deep torch's writer wrapped it."""
     seen: set[int] = set()
-    while error is not None and id(error) not in seen:
-        if isinstance(error, OSError) and error.errno is not None:
-            return error
-        seen.add(id(error))
-        error = error.__cause__ or error.__context__
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        if isinstance(current, OSError) and current.errno is not None:
+            return current
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
     return None
 
 

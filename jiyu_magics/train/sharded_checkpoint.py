@@ -75,7 +75,7 @@ def save_sharded(
 def _prepared(path: Path, dist: DistContext) -> Path:
     """The temporary folder every rank writes into, made by rank 0 and named by its pid (so it
     is known as stale once rank 0 is gone); a folder that cannot be made fails every rank."""
-    outcome: tuple = (None, None)
+    outcome: tuple[str | None, Failure | None] = (None, None)
     if dist.is_writer:
         temp = temp_name(path, os.getpid())
         try:
@@ -92,7 +92,10 @@ def _prepared(path: Path, dist: DistContext) -> Path:
     return Path(temp)
 
 
-def _commit(state: dict[str, Any], temp: Path, path: Path) -> tuple[int, str] | None:
+Failure = tuple[int | None, str]  # (errno, the one line), broadcast from rank 0 to every rank
+
+
+def _commit(state: dict[str, Any], temp: Path, path: Path) -> Failure | None:
     """Rank 0, after every shard is written: the state file, then the rename that makes the
     checkpoint exist. Returns the failure (errno, line) for every rank to raise, or None."""
     try:
@@ -103,7 +106,7 @@ def _commit(state: dict[str, Any], temp: Path, path: Path) -> tuple[int, str] | 
         fsync_folder(path.parent)
     except CheckpointWriteError as error:  # the state file's own line (a full disk: how much it needed)
         remove_path(temp)
-        return (error.errno, error.strerror)
+        return (error.errno, error.strerror or str(error))
     except OSError as error:
         remove_path(temp)
         return (error.errno, write_failure(error, path, 0))
@@ -115,7 +118,7 @@ def load_sharded(model: torch.nn.Module, optimizer: torch.optim.Optimizer, path:
     ranks wrote it: each rank reads what its own shards need (every rank takes part when
     ``distributed``; one process reads it all)."""
     model_state, optimizer_state = get_state_dict(model, optimizer)
-    tensors = {"model": model_state, "optimizer": optimizer_state}
+    tensors: dict[str, Any] = {"model": model_state, "optimizer": optimizer_state}
     try:
         with warnings.catch_warnings():  # "assuming the intent is to load in a single process": it is
             warnings.filterwarnings("ignore", "torch.distributed is disabled", UserWarning)
