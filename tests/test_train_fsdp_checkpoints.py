@@ -23,14 +23,8 @@ from torch import nn
 from jiyu_magics.core.events.log import read_events
 from jiyu_magics.core.runs.files import RunFiles
 from jiyu_magics.train import TrainConfigError, fit
-from jiyu_magics.train.checkpoint import (
-    FORMAT,
-    is_checkpoint,
-    load_checkpoint,
-    load_state_file,
-    newest_checkpoint,
-    save_atomic,
-)
+from jiyu_magics.train.checkpoint import FORMAT, load_checkpoint, load_state_file, save_atomic
+from jiyu_magics.train.checkpoint_files import is_checkpoint, newest_checkpoint
 from jiyu_magics.train.weights_export import export_weights
 
 from .cli_runner import jiyu
