@@ -108,6 +108,7 @@ bench: setup
 	$(BIN)/python benchmarks/panel_gpus.py
 	$(BIN)/python benchmarks/queue_latency.py
 	$(BIN)/python benchmarks/ckpt_check.py
+	$(BIN)/python benchmarks/ckpt_dcp.py --repeat 3
 	$(BIN)/python benchmarks/metrics_scrape.py
 
 # On a GPU machine: every gpu-marked test and the benchmarks (see benchmarks/gpu_checks.sh).

@@ -32,3 +32,5 @@ echo "== benchmarks/fit_fixed_cost.py --device cuda"
 $PY benchmarks/fit_fixed_cost.py --device cuda --repeat 9
 echo "== benchmarks/ckpt_check.py --device cuda"
 $PY benchmarks/ckpt_check.py --device cuda
+echo "== benchmarks/ckpt_dcp.py --device cuda (FSDP over NCCL, a rank per GPU: full state dict vs DCP, async)"
+$PY benchmarks/ckpt_dcp.py --device cuda --nproc "$(nvidia-smi -L | wc -l)" --repeat 3 --steps 8

@@ -20,10 +20,19 @@ from .commands import (
     queue_commands,
     store_commands,
     usage_commands,
+    weights_commands,
 )
 from .core.store.database import StoreUnusable
 
-COMMAND_MODULES = (gpu_commands, job_commands, plot_commands, queue_commands, store_commands, usage_commands)
+COMMAND_MODULES = (
+    gpu_commands,
+    job_commands,
+    plot_commands,
+    queue_commands,
+    store_commands,
+    usage_commands,
+    weights_commands,
+)
 
 
 class OneLineParser(argparse.ArgumentParser):

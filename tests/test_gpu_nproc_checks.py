@@ -12,6 +12,7 @@ import pytest
 
 from jiyu_magics.core.events.log import read_events
 from jiyu_magics.core.runs.files import RunFiles
+from jiyu_magics.train.checkpoint import load_checkpoint
 
 from .conftest import ARTIFACTS
 from .jobs_workload import processes_of
@@ -58,13 +59,20 @@ def test_fsdp_over_nccl_trains_its_checkpoint_loads_in_one_process_and_weights_c
     assert result.status == "succeeded" and result.step == 40
     (start,) = events(result.run_id, "start")
     assert (start["strategy"], start["backend"]) == ("fsdp", "nccl")
+    assert result.last_checkpoint.endswith(".dcp"), "sharded: a DCP folder"
     single = torch.nn.Sequential(torch.nn.Linear(64, 512), torch.nn.ReLU(), torch.nn.Linear(512, 10))
-    single.load_state_dict(torch.load(result.last_checkpoint, weights_only=True)["model"])  # one process, no FSDP
+    single.load_state_dict(load_checkpoint(result.last_checkpoint)["model"])  # one process, no FSDP, no GPU
     kernel = ip.user_ns["model"].state_dict()
     assert all(torch.equal(v.cpu(), kernel[k].cpu()) for k, v in single.state_dict().items())
     assert result.history[-1]["loss"] < result.history[0]["loss"]
     assert processes_of(result.run_id) == []
     figure(f"fsdp over nccl, 1 rank: {rate_and_peak(result.run_id)}")
+    # the kernel itself (one process, on the GPU) resumes what the NCCL rank saved in shards
+    ip.run_cell_magic("train", "--max-steps 44 --resume last --name fsdp-nccl", BODY)
+    resumed = ip.user_ns["train_result"]
+    assert (resumed.status, resumed.step) == ("succeeded", 44)
+    (start,) = events(resumed.run_id, "start")
+    assert (start["resumed_from"], start["start_step"]) == (result.last_checkpoint, 40)
 
 
 def test_bf16_with_accumulation_under_ddp(ip, tmp_path, monkeypatch):
@@ -102,3 +110,31 @@ def train_step(model, batch):
     message = str(failure.value)
     assert "out of memory at step 1" in message and "--accum" in message and "\n" not in message
     figure(f"oom inside a rank: reported in {time.time() - started:.1f} s: {message[:160]}")
+
+
+def test_fsdp_against_ddp_per_gpu_memory_on_the_same_model(ip, tmp_path, monkeypatch):
+    """The figure FSDP exists for: per-GPU peak memory of the same model (67 M parameters,
+    AdamW) under --strategy fsdp and ddp, on as many GPUs as there are (up to 4; on one GPU
+    nothing is sharded and both hold everything), each saving its checkpoints its own way."""
+    import torch
+
+    monkeypatch.chdir(tmp_path)
+    nproc = min(4, torch.cuda.device_count())
+    ip.run_cell(DATA.replace("torch.nn.Linear(64, 512), torch.nn.ReLU(), torch.nn.Linear(512, 10)", WIDE))
+    peaks = {}
+    for strategy in ("fsdp", "ddp"):
+        line = f"--nproc {nproc} --strategy {strategy} --max-steps 20 --ckpt-every 10 --log-every 5"
+        ip.run_cell_magic("train", f"{line} --name mem-{strategy}", BODY)
+        result = ip.user_ns["train_result"]
+        assert result.status == "succeeded" and result.step == 20
+        assert result.last_checkpoint.endswith(".dcp" if strategy == "fsdp" else ".pt")
+        peaks[strategy] = max((e.get("mem_peak") or 0) for e in events(result.run_id, "step"))
+        figure(f"{strategy}, {nproc} GPU(s), 67 M params: {rate_and_peak(result.run_id)} per GPU")
+    if nproc > 1:
+        assert peaks["fsdp"] < peaks["ddp"], peaks
+
+
+WIDE = (
+    "torch.nn.Linear(64, 4096), torch.nn.ReLU(), *[torch.nn.Linear(4096, 4096) for _ in range(4)], "
+    "torch.nn.Linear(4096, 10)"
+)

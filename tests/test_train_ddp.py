@@ -136,7 +136,7 @@ def test_fast_path_shards_and_a_bare_torchrun_registers_a_ddp_run(tmp_path):
     assert (run.kind, run.nproc, run.status) == ("ddp", 2, "succeeded")
 
 
-def test_fsdp_trains_and_saves_a_full_checkpoint(tmp_path):
+def test_fsdp_trains_and_saves_a_sharded_checkpoint_that_loads_in_one_process(tmp_path):
     finished = torchrun("fsdp", tmp_path)
     assert finished.returncode == 0, finished.stderr[-3000:]
     rank0 = seen(tmp_path, 0)
@@ -144,7 +144,8 @@ def test_fsdp_trains_and_saves_a_full_checkpoint(tmp_path):
     assert rank0["status"] == "succeeded" and losses[-1] < 0.8 * losses[0]
     start = next(e for e in read_events(RunFiles.of(RunStore().list()[0].id).events)[0] if e["kind"] == "start")
     assert start["strategy"] == "fsdp"
-    state = load_checkpoint(rank0["last"])
+    assert rank0["last"].endswith(".dcp") and rank0["last"] == seen(tmp_path, 1)["last"]
+    state = load_checkpoint(rank0["last"])  # the shards put together in this process
     single = model_like_the_script()
     single.load_state_dict(state["model"])  # full tensors, not shards
     assert state["model"]["0.weight"].shape == (32, 20)

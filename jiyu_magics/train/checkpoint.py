@@ -3,6 +3,11 @@
 Each save writes a temporary file in the same folder, fsyncs it, ``os.replace``s it over the
 final name and fsyncs the folder. A writer killed mid-save leaves only a temporary file, which
 ``newest_checkpoint`` ignores and the next save removes; the previous checkpoint stays intact.
+
+A checkpoint is a file (``step-00000120.pt``, one process wrote it) or, under ``--strategy
+fsdp``, a folder (``step-00000120.dcp``: a torch.distributed.checkpoint with a shard per rank,
+see ``sharded_checkpoint``), made atomic the same way (names, discovery and removal of both:
+``checkpoint_files``). ``load_checkpoint`` reads either whole into one process.
 """
 
 from __future__ import annotations
@@ -15,14 +20,13 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-import psutil
 import torch
 
+from .checkpoint_files import STATE_FILE, fsync_folder, is_sharded, remove_stale_temps, temp_name
+from .checkpoint_files import newest_checkpoint as newest_checkpoint  # where callers have always found it
 from .train_errors import TrainConfigError
 
 FORMAT = "jiyu-checkpoint/1"
-SUFFIX = ".pt"
-TEMP_MARK = ".tmp-"
 
 
 class CheckpointWriteError(OSError):
@@ -34,13 +38,9 @@ class CheckpointWriteError(OSError):
         return [f"CheckpointWriteError: {self}"]
 
 
-def checkpoint_name(step: int, label: str = "") -> str:
-    return f"{label}step-{step:08d}{SUFFIX}"
-
-
 def save_atomic(state: dict[str, Any], path: Path | str) -> Path:
     path = Path(path)
-    temp = path.with_name(f".{path.name}{TEMP_MARK}{os.getpid()}")
+    temp = temp_name(path, os.getpid())
     try:
         path.parent.mkdir(parents=True, exist_ok=True)  # a folder that cannot be made: one line too
         remove_stale_temps(path.parent)
@@ -52,11 +52,11 @@ def save_atomic(state: dict[str, Any], path: Path | str) -> Path:
     except BaseException as error:
         with contextlib.suppress(OSError):  # no folder (or a file in its place): no temp file either
             temp.unlink()
-        cause = _os_error_in(error)
+        cause = os_error_in(error)
         if cause is None:
             raise
         raise CheckpointWriteError(cause.errno, _write_failure(cause, path, state)) from None
-    _fsync_folder(path.parent)
+    fsync_folder(path.parent)
     return path
 
 
@@ -74,24 +74,30 @@ def checkpoint_folder_usable(folder: Path) -> None:
         raise TrainConfigError(f"ckpt_dir must be a folder checkpoints can be written to; {folder}: Permission denied")
 
 
-def _os_error_in(error: BaseException | None) -> OSError | None:
+def os_error_in(error: BaseException | None) -> OSError | None:
     """The OSError behind a failed save, however deep torch's writer wrapped it."""
     seen: set[int] = set()
-    while error is not None and id(error) not in seen:
-        if isinstance(error, OSError) and error.errno is not None:
-            return error
-        seen.add(id(error))
-        error = error.__cause__ or error.__context__
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        if isinstance(current, OSError) and current.errno is not None:
+            return current
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
     return None
 
 
 def _write_failure(cause: OSError, path: Path, state: dict[str, Any]) -> str:
+    return write_failure(cause, path, tensor_bytes(state))
+
+
+def write_failure(cause: OSError, path: Path, needs: int) -> str:
+    """One line: what could not be written, where, and (a full disk) how much it needed."""
     folder = path.parent
     if cause.errno in (errno.ENOSPC, errno.EDQUOT):
         free = shutil.disk_usage(folder).free
         return (
             f"cannot write checkpoint {path.name}: no space left on the disk of {_mount_of(folder)} "
-            f"({_mib(free)} free, the checkpoint needs about {_mib(tensor_bytes(state))}) for {folder}; "
+            f"({_mib(free)} free, the checkpoint needs about {_mib(needs)}) for {folder}; "
             "free some space or pass --ckpt-dir on a larger disk"
         )
     return f"cannot write checkpoint {path}: {cause.strerror or cause}"
@@ -119,72 +125,74 @@ def _mib(count: int) -> str:
     return f"{count / 2**20:.1f} MiB"
 
 
-def load_checkpoint(path: Path | str, map_location: Any = "cpu") -> dict[str, Any]:
-    """A checkpoint's contents; a file that is not a jiyu checkpoint (a pickled model, a
-    truncated download) is bad input, said in one line, not a traceback from ``torch.load``."""
+def load_checkpoint(path: Path | str, map_location: Any = "cpu", parts: set[str] | None = None) -> dict[str, Any]:
+    """A checkpoint's contents, whole, in this process; a sharded checkpoint's shards are put
+    together (full tensors, on the CPU), only its ``parts`` (``{"model"}``) when given. A file
+    that is not a jiyu checkpoint (a pickled model, a truncated download) is bad input, said in
+    one line, not a traceback from ``torch.load``."""
+    if is_sharded(Path(path)):
+        return {**load_state_file(path), **_load_sharded_tensors(Path(path), parts)}
+    return _load_file(path, map_location)
+
+
+def load_state_file(path: Path | str) -> dict[str, Any]:
+    """What a checkpoint holds beside the model and optimizer (step, position, RNG, ...): a
+    sharded checkpoint's ``STATE_FILE``, or a file checkpoint read whole."""
+    path = Path(path)
+    if is_sharded(path):
+        return _load_file(path / STATE_FILE, "cpu", name=path)
+    return _load_file(path, "cpu")
+
+
+def _load_file(path: Path | str, map_location: Any, name: Path | str | None = None) -> dict[str, Any]:
+    name = name or path
     try:
         state = torch.load(path, map_location=map_location, weights_only=True)
     except (OSError, RuntimeError, EOFError, ValueError, pickle.UnpicklingError) as error:
-        raise TrainConfigError(f"{path} is not a jiyu checkpoint ({type(error).__name__})") from None
+        raise TrainConfigError(f"{name} is not a jiyu checkpoint ({type(error).__name__})") from None
     if not isinstance(state, dict) or state.get("format") != FORMAT:
-        raise TrainConfigError(f"{path} is not a jiyu checkpoint")
+        raise TrainConfigError(f"{name} is not a jiyu checkpoint")
     return state
 
 
-def newest_checkpoint(folder: Path | str) -> Path | None:
-    """The most recently completed checkpoint in ``folder`` (temporary files excluded; those
-    of writers that died mid-save are removed while we look)."""
-    if Path(folder).is_dir():
-        remove_stale_temps(Path(folder))
-    candidates = [p for p in Path(folder).glob(f"*{SUFFIX}") if not p.name.startswith(".")]
-    if not candidates:
-        return None
-    return max(candidates, key=lambda p: (p.stat().st_mtime_ns, p.name))
+def _load_sharded_tensors(path: Path, parts: set[str] | None) -> dict[str, Any]:
+    """Model and optimizer of a sharded checkpoint as one process holds them: full tensors in the
+    nested layout they were saved in, whatever number of ranks wrote the shards. This is what
+    ``torch.distributed.checkpoint.format_utils.dcp_to_torch_save`` does (the same private
+    loader and planner), without writing the file."""
+    from torch.distributed.checkpoint import FileSystemReader
+    from torch.distributed.checkpoint.default_planner import _EmptyStateDictLoadPlanner
+    from torch.distributed.checkpoint.state_dict_loader import _load_state_dict
 
-
-def remove_stale_temps(folder: Path) -> None:
-    """Temporary files of writers that died mid-save."""
-    for temp in folder.glob(f".*{TEMP_MARK}*"):
-        pid = temp.name.rsplit(TEMP_MARK, 1)[-1]
-        if not (pid.isdigit() and psutil.pid_exists(int(pid))):
-            temp.unlink(missing_ok=True)
-
-
-def _fsync_folder(folder: Path) -> None:
-    fd = os.open(folder, os.O_RDONLY)
+    tensors: dict[str, Any] = {}
     try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        _load_state_dict(
+            tensors, storage_reader=FileSystemReader(path), planner=_EmptyStateDictLoadPlanner(keys=parts), no_dist=True
+        )
+    except (Exception, _dcp_error()) as error:
+        raise TrainConfigError(f"{path} is not a readable sharded checkpoint ({failure_line(error)})") from None
+    return tensors
 
 
-class CheckpointKeeper:
-    """Saves this call's checkpoints and keeps only the newest ``keep`` of them."""
+def _dcp_error() -> type[BaseException]:
+    from torch.distributed.checkpoint import CheckpointException
 
-    def __init__(self, folder: Path, keep: int, label: str = ""):
-        self.folder, self.keep, self.label = Path(folder), keep, label
-        self.saved: list[Path] = []
-        self.last_step: int | None = None  # the step of ``last``
+    return CheckpointException
 
-    def save(self, state: dict[str, Any], step: int, write: bool = True) -> Path:
-        """Saves (rank 0) or only records (other ranks: the same paths, for their results)."""
-        path = self.folder / checkpoint_name(step, self.label)
-        if write:
-            try:
-                save_atomic({"format": FORMAT, **state}, path)
-            except CheckpointWriteError as error:
-                kept = f"; the last checkpoint, {self.last}, is kept" if self.last else ""
-                raise CheckpointWriteError(error.errno, f"{error.strerror}{kept}") from None
-        if path in self.saved:
-            self.saved.remove(path)
-        self.saved.append(path)
-        self.last_step = step
-        while len(self.saved) > self.keep:
-            old = self.saved.pop(0)
-            if write:
-                old.unlink(missing_ok=True)
-        return path
 
-    @property
-    def last(self) -> Path | None:
-        return self.saved[-1] if self.saved else None
+def failure_line(error: BaseException) -> str:
+    """The first line of what went wrong. DCP collects each rank's exception in a
+    ``CheckpointException`` whose own text is a list of ranks and tracebacks: its first one."""
+    failures = dcp_failures(error)
+    error = failures[0] if failures else error
+    lines = str(error).strip().splitlines()
+    return lines[0] if lines else type(error).__name__
+
+
+def dcp_failures(error: BaseException) -> list[BaseException]:
+    """The ranks' exceptions a DCP ``CheckpointException`` carries (``failures``: rank ->
+    (exception, traceback summary)), in rank order; none for any other error."""
+    failures = getattr(error, "failures", None)
+    if not isinstance(failures, dict):
+        return []
+    return [f[0] if isinstance(f, tuple) else f for _, f in sorted(failures.items())]

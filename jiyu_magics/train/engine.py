@@ -22,8 +22,16 @@ from ..core.runs.model import RunStatus
 from . import rng_state as rng
 from .batch_source import training_batches, validation_batches
 from .batches import BatchLoss
-from .checkpoint import CheckpointKeeper, checkpoint_folder_usable, load_checkpoint
-from .checkpoint_state import load_model_optimizer_state, load_other_states, model_optimizer_state, other_states
+from .checkpoint import checkpoint_folder_usable, load_checkpoint, load_state_file
+from .checkpoint_files import is_sharded
+from .checkpoint_keeper import CheckpointKeeper
+from .checkpoint_state import (
+    full_model_state,
+    load_model_optimizer_state,
+    load_other_states,
+    model_optimizer_state,
+    other_states,
+)
 from .end_messages import (
     input_bound_advice,
     nonfinite_message,
@@ -213,7 +221,9 @@ class Trainer:
         self.run_binding = RunBinding.open(self.name, self.dist, self._params(), self.context)
         self.run_binding.hold_device(self.device, self.dist.distributed)
         self.report = Reporter(self.run_binding, self.dist, self.monitor, started=self.started)
-        self.keeper = CheckpointKeeper(self._ckpt_folder(), self.opts.keep_ckpts, self.run_binding.checkpoint_label)
+        self.keeper = CheckpointKeeper(
+            self._ckpt_folder(), self.opts.keep_ckpts, self.run_binding.checkpoint_label, sharded=self.sharded
+        )
         self.meter = StepMeter(self.device)
 
     def _params(self) -> dict:
@@ -365,19 +375,32 @@ class Trainer:
     def _epoch_batches(self):
         """This epoch's batches. A resume mid-epoch replays the epoch's start (its RNG state,
         so a shuffling loader draws the same order), skips what was trained, then continues
-        from the RNG state of the checkpoint."""
-        position, rank = self.position, self.dist.rank
+        from the RNG state of the checkpoint. ``position.epoch_rng`` holds this rank's state
+        at the epoch's start, for the next checkpoint."""
+        position = self.position
         if position.resume_rng is not None and position.epoch_rng is not None and position.batch_in_epoch:
-            rng.restore(_for_rank(position.epoch_rng, rank))
+            self._restore_rng(position.epoch_rng, position.epoch)
+            position.epoch_rng = [rng.capture()]
             batches = self.data.epoch(position.epoch, position.batch_in_epoch)
-            rng.restore(_for_rank(position.resume_rng, rank))
+            self._restore_rng(position.resume_rng, position.step)
         else:
             if position.resume_rng is not None:
-                rng.restore(_for_rank(position.resume_rng, rank))
+                self._restore_rng(position.resume_rng, position.step)
             position.epoch_rng = [rng.capture()]
             batches = self.data.epoch(position.epoch)
         position.resume_rng = None
         return iter(batches)
+
+    def _restore_rng(self, states: list[dict], salt: int) -> None:
+        """This rank's RNG state from a checkpoint (one per rank that saved it). A rank it has
+        none for (resumed on more ranks than saved it) gets streams of its own, seeded from the
+        run's data seed, ``salt`` (the epoch or step) and the rank: reproducible, and not a copy
+        of another rank's (which would repeat its dropout masks and augmentations)."""
+        rank = self.dist.rank
+        if rank < len(states):
+            rng.restore(states[rank])
+        else:
+            rng.seed_everything(new_rank_seed(self.data_seed, salt, rank))
 
     def _after_step(self) -> bool:
         """Logs, validates, checkpoints and polls the dashboard when due; True when training ends."""
@@ -455,13 +478,19 @@ class Trainer:
         self.report.emit("val", step=self.position.step, epoch=self.position.epoch, loss=loss, accuracy=accuracy)
 
     def _checkpoint(self) -> None:
+        """A file checkpoint written by rank 0, or under FSDP a sharded one every rank writes."""
         position = self.position
         if not self.opts.save_ckpts or position.last_ckpt_step == position.step:
             return
         self._refuse_nonfinite()
-        path = self.keeper.save(self._state(), position.step, write=self.dist.is_writer)
-        self.report.emit("ckpt", step=position.step, path=str(path))
-        position.last_ckpt_step = position.step
+        state, step = self._loop_state(), position.step
+        if self.sharded:
+            path = self.keeper.save_sharded(self.raw_model, self.optimizer, state, step, self.dist)
+        else:
+            model, optimizer = model_optimizer_state(self.raw_model, self.optimizer)
+            path = self.keeper.save({"model": model, "optimizer": optimizer, **state}, step, write=self.dist.is_writer)
+        self.report.emit("ckpt", step=step, path=str(path))
+        position.last_ckpt_step = step
 
     def _refuse_nonfinite(self) -> None:
         """Before every checkpoint: a NaN written there would rotate the good checkpoints out.
@@ -482,19 +511,17 @@ class Trainer:
         if message:
             self.report.emit("advice", step=self.position.step, message=message)
 
-    def _state(self) -> dict:
+    def _loop_state(self) -> dict:
+        """Everything a checkpoint holds besides the model and optimizer (every rank's RNG)."""
         position, dist = self.position, self.dist
-        model, optimizer = model_optimizer_state(self.raw_model, self.optimizer, self.sharded)
         return {
-            "model": model,
-            "optimizer": optimizer,
             **other_states(self.precision.scaler, self.scheduler),
             "step": position.step,
             "epoch": position.epoch,
             "batch_in_epoch": position.batch_in_epoch,
             "rng": dist.gather(rng.capture()),
             # before an epoch drew its first batch, it starts from the RNG state of now
-            "epoch_rng": dist.gather(_for_rank(position.epoch_rng or [rng.capture()], dist.rank)),
+            "epoch_rng": dist.gather(position.epoch_rng[0] if position.epoch_rng else rng.capture()),
             "data_seed": self.data_seed,
             "world_size": dist.world_size,
             "run_id": self.run_binding.run_id,
@@ -507,8 +534,8 @@ class Trainer:
         path = self.dist.broadcast(str(path) if path else None)
         if path is None:
             return
-        state = load_checkpoint(path, map_location=self.device)
-        load_model_optimizer_state(self.raw_model, self.optimizer, state, path, self.sharded)
+        state = load_state_file(path) if is_sharded(Path(path)) else load_checkpoint(path, map_location=self.device)
+        load_model_optimizer_state(self.raw_model, self.optimizer, state, path, self.sharded, self.dist.distributed)
         load_other_states(state, self.precision.scaler, self.scheduler)
         self.position.restore(state, self.dist.world_size)
         self.data.seed = self.data_seed = state["data_seed"]
@@ -555,7 +582,7 @@ class Trainer:
         path = Path(self.context.final_weights) if self.context.final_weights else None
         if path is None or self.steps is None:
             return
-        model, _ = model_optimizer_state(self.raw_model, self.optimizer, self.sharded)
+        model = full_model_state(self.raw_model, self.sharded)
         if self.dist.is_writer:
             write_weights(model, path, self.position.step)
 
@@ -613,5 +640,5 @@ class Trainer:
         )
 
 
-def _for_rank(states: list[dict], rank: int) -> dict:
-    return states[rank] if len(states) > rank else states[0]
+def new_rank_seed(data_seed: int, salt: int, rank: int) -> int:
+    return (data_seed * 1_000_003 + salt * 7_919 + rank) % 2**63

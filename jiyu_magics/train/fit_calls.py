@@ -20,7 +20,9 @@ from pathlib import Path
 import torch
 
 from ..core.runs.launch_context import LaunchContext
-from .checkpoint import SUFFIX
+from .checkpoint import load_state_file
+from .checkpoint_files import checkpoints_in, saved_at
+from .train_errors import TrainConfigError
 
 _started: dict[tuple, int] = {}  # (run id, attempt) -> calls started in this process
 
@@ -64,8 +66,8 @@ def own_checkpoint(folder: Path, call: FitCall, relaunched: bool) -> Path | None
     ``folder``; None otherwise."""
     if not relaunched or not folder.is_dir():
         return None
-    mine = [p for p in folder.glob(f"{call.label}step-*{SUFFIX}") if call.owns(_peek(p))]
-    return max(mine, key=lambda p: (p.stat().st_mtime_ns, p.name), default=None)
+    mine = [p for p in checkpoints_in(folder, call.label) if call.owns(_peek(p))]
+    return max(mine, key=lambda p: (saved_at(p), p.name), default=None)
 
 
 def is_own_after_restart(state: dict, call: FitCall, relaunched: bool) -> bool:
@@ -81,7 +83,13 @@ def restored_message(step: int, checkpoint: str) -> str:
 
 
 def _peek(path: Path) -> dict:
-    """The checkpoint's small entries, without reading its tensors (memory-mapped)."""
+    """The checkpoint's small entries, without reading its tensors (memory-mapped; a sharded
+    checkpoint's state file holds no model or optimizer)."""
+    if path.is_dir():
+        try:
+            return load_state_file(path)
+        except TrainConfigError:
+            return {"call": "unreadable"}
     try:
         state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
     except Exception:  # noqa: BLE001 - torch.load raises many types for a file that is not a checkpoint

@@ -23,7 +23,7 @@ from ..core.runs.states import TransitionRefused, ended_as
 from ..core.store.database import StoreUnusable
 from ..core.store.run_row import new_run_id
 from ..core.store.run_store import RunStore
-from .checkpoint import newest_checkpoint
+from .checkpoint_files import is_checkpoint, newest_checkpoint, saved_at
 from .fit_calls import FitCall
 from .process_group import DistContext
 from .train_errors import TrainConfigError
@@ -140,8 +140,8 @@ def resume_path(requested: str | None, run: RunBinding, name: str) -> Path | Non
         return None
     if requested != "last":
         path = Path(requested).expanduser()
-        if not path.is_file():
-            raise TrainConfigError(f"resume checkpoint {requested} does not exist")
+        if not is_checkpoint(path):
+            raise TrainConfigError(_missing(requested, path))
         return path
     # an attached run (a launcher's) first looks in its own folder: a torchrun restart continues
     # itself; an explicit ``last`` then falls back to the last run of the same name, as in a kernel
@@ -162,8 +162,9 @@ def check_resume_request(requested: str | None, name: str, context: LaunchContex
     if requested is None or context.run_id:
         return
     if requested != "last":
-        if not Path(requested).expanduser().is_file():
-            raise TrainConfigError(f"resume checkpoint {requested} does not exist")
+        path = Path(requested).expanduser()
+        if not is_checkpoint(path):
+            raise TrainConfigError(_missing(requested, path))
     elif _last_of_name(name, "", context.notebook) is None:
         raise TrainConfigError(
             f"--resume last: no checkpoint of an earlier run named {name!r}; give a checkpoint path instead"
@@ -188,10 +189,16 @@ def _newest_of(files: RunFiles, name: str) -> Path | None:
     each path (a ``--ckpt-dir`` outside the run folder included); its own folder covers runs
     whose events do not."""
     recorded = [Path(path) for path in _recorded_checkpoints(files.events, name)]
-    candidates = [path for path in recorded if path.is_file()]
+    candidates = [path for path in recorded if is_checkpoint(path)]
     own = newest_checkpoint(files.ckpt) if files.ckpt.is_dir() else None
     candidates += [own] if own is not None else []
-    return max(candidates, key=lambda path: path.stat().st_mtime_ns, default=None)
+    return max(candidates, key=saved_at, default=None)
+
+
+def _missing(requested: str, path: Path) -> str:
+    if path.is_dir():  # a sharded save cut short (renamed only when complete), or another folder
+        return f"resume checkpoint {requested} is a folder but not a complete sharded checkpoint"
+    return f"resume checkpoint {requested} does not exist"
 
 
 def _recorded_checkpoints(events_path: Path, name: str) -> list[str]:
