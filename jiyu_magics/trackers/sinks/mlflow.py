@@ -1,0 +1,125 @@
+"""A run into an MLflow tracking store, through ``MlflowClient`` (any URI MLflow takes: an
+SQLite file, a tracking server, Databricks).
+
+One MLflow run per tracker run, found by its tag ``jiyu.run_id`` (the resume chain's first
+jiyu run): a resumed run logs on into the same MLflow run and sets it RUNNING again. Each
+write is one ``log_batch`` per 1000 metrics, and the last one carries the tag
+``jiyu.offset.<run id>``: how far that jiyu run's event log is in MLflow, written in the same
+request as the metrics it covers, so an export or a second follower goes on from there and
+never logs a point twice. Parameters: the run record's (``-p`` values, a kernel run's ``fit``
+options) and the first call's resolved settings (``fit.*``); MLflow refuses to change a
+parameter, so a resumed run adds only new ones.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+
+from mlflow.entities import Metric, Param, RunTag
+from mlflow.exceptions import MlflowException
+from mlflow.tracking import MlflowClient
+from mlflow.utils.validation import MAX_METRICS_PER_BATCH, MAX_PARAM_VAL_LENGTH, MAX_PARAMS_TAGS_PER_BATCH
+
+from ...core.runs.model import RunStatus
+from ..destinations import experiment_name
+from ..identity import RunIdentity
+from ..translate import MLFLOW_STATUS, Translation, as_text, record_params
+
+ROOT_TAG = "jiyu.run_id"
+OFFSET_TAG = "jiyu.offset."
+_UNSAFE = re.compile(r"[^\w./\- :]")
+SOURCE_TYPES = {"job": "JOB"}  # mlflow.source.type; a notebook's runs are NOTEBOOK, the rest LOCAL
+
+for _noisy in ("alembic", "mlflow.store.db.utils"):  # an SQLite store's first use logs its migrations
+    logging.getLogger(_noisy).setLevel(logging.WARNING)
+
+
+class MlflowSink:
+    def __init__(self, uri: str, identity: RunIdentity):
+        self.identity = identity
+        self.client = MlflowClient(tracking_uri=uri)
+        self.experiment_id = _experiment(self.client, experiment_name())
+        self.run = self._find() or self._create()
+        self.run_id = self.run.info.run_id
+        self.params = dict(self.run.data.params)
+        self.running = self.run.info.status == "RUNNING"
+        self.last_t: float | None = None
+
+    def synced_offset(self) -> int:
+        value = self.run.data.tags.get(OFFSET_TAG + self.identity.run_id, "0")
+        return int(value) if value.isdigit() else 0
+
+    def write(self, translation: Translation, offset: int) -> None:
+        if translation.started and not self.running:
+            self.client.update_run(self.run_id, status="RUNNING")
+            self.running = True
+        metrics = [Metric(_key(p.key), p.value, int(p.t * 1000), p.step) for p in translation.scalars]
+        params = self._new_params({**record_params(self.identity.params), **translation.params})
+        tags = [RunTag(OFFSET_TAG + self.identity.run_id, str(offset))]
+        for start in range(0, len(params), MAX_PARAMS_TAGS_PER_BATCH):
+            self.client.log_batch(self.run_id, params=params[start : start + MAX_PARAMS_TAGS_PER_BATCH])
+        for start in range(0, max(len(metrics), 1), MAX_METRICS_PER_BATCH):
+            last = start + MAX_METRICS_PER_BATCH >= len(metrics)
+            self.client.log_batch(
+                self.run_id, metrics=metrics[start : start + MAX_METRICS_PER_BATCH], tags=tags if last else ()
+            )
+        if translation.scalars:
+            self.last_t = translation.scalars[-1].t
+        if translation.end_time:
+            self.last_t = translation.end_time
+
+    def finish(self, status: RunStatus | None) -> None:
+        if status is None or status == RunStatus.RUNNING:
+            return
+        end = int((self.last_t or 0) * 1000) or None
+        self.client.set_terminated(self.run_id, MLFLOW_STATUS[status], end_time=end)
+        self.client.set_tag(self.run_id, "jiyu.status", str(status))
+        self.running = False
+
+    def close(self) -> None:
+        pass
+
+    def _find(self):
+        found = self.client.search_runs(
+            [self.experiment_id], filter_string=f"tags.`{ROOT_TAG}` = '{self.identity.root}'", max_results=1
+        )
+        return found[0] if found else None
+
+    def _create(self):
+        identity = self.identity
+        tags = dict(identity.tags)
+        if identity.notebook:
+            tags["mlflow.source.name"] = identity.notebook
+        tags["mlflow.source.type"] = SOURCE_TYPES.get(identity.kind or "", "NOTEBOOK" if identity.notebook else "LOCAL")
+        started = int(identity.started * 1000) if identity.started else None
+        return self.client.create_run(self.experiment_id, start_time=started, tags=tags, run_name=identity.name)
+
+    def _new_params(self, params: dict) -> list[Param]:
+        """Only parameters the MLflow run does not have yet: MLflow refuses to change one."""
+        fresh = []
+        for key, value in params.items():
+            key = _key(key)
+            if key not in self.params:
+                text = as_text(value)[:MAX_PARAM_VAL_LENGTH]
+                self.params[key] = text
+                fresh.append(Param(key, text))
+        return fresh
+
+
+def _key(name: str) -> str:
+    """A metric or parameter name MLflow accepts (letters, digits, ``_ - . / :`` and spaces)."""
+    return _UNSAFE.sub("_", name)
+
+
+def _experiment(client: MlflowClient, name: str) -> str:
+    found = client.get_experiment_by_name(name)
+    if found is not None:
+        return found.experiment_id
+    try:
+        return client.create_experiment(name)
+    except MlflowException:  # made by another follower meanwhile
+        found = client.get_experiment_by_name(name)
+        if found is None:
+            raise
+        return found.experiment_id
