@@ -35,7 +35,7 @@ from .end_messages import (
 from .evaluate import evaluate
 from .finite_check import FiniteGuard
 from .fit_calls import is_own_after_restart, own_checkpoint, restored_message, starts_afresh
-from .fit_options import FitOptions
+from .fit_options import FitOptions, tracked
 from .fit_result import FitResult
 from .input_checks import check_objects, trainable_parameters
 from .loop_position import LoopPosition
@@ -210,7 +210,9 @@ class Trainer:
 
     def _open_run(self) -> None:
         """The run this call writes into, and what records its progress there."""
-        self.run_binding = RunBinding.open(self.name, self.dist, self._params(), self.context)
+        self.run_binding = RunBinding.open(
+            self.name, self.dist, self._params(), self.context, track=tracked(self.opts.track)
+        )
         self.run_binding.hold_device(self.device, self.dist.distributed)
         self.report = Reporter(self.run_binding, self.dist, self.monitor, started=self.started)
         self.keeper = CheckpointKeeper(self._ckpt_folder(), self.opts.keep_ckpts, self.run_binding.checkpoint_label)
@@ -304,6 +306,7 @@ class Trainer:
             resumed_from=self.resumed_from,
             from_notebook=self.from_notebook,
             stall_timeout=self.opts.stall_timeout,
+            track=",".join(tracked(self.opts.track)) or None,
         )
 
     def _strategy_name(self) -> str:
