@@ -19,11 +19,20 @@ from .commands import (
     plot_commands,
     queue_commands,
     store_commands,
+    track_commands,
     usage_commands,
 )
 from .core.store.database import StoreUnusable
 
-COMMAND_MODULES = (gpu_commands, job_commands, plot_commands, queue_commands, store_commands, usage_commands)
+COMMAND_MODULES = (
+    gpu_commands,
+    job_commands,
+    plot_commands,
+    queue_commands,
+    store_commands,
+    track_commands,
+    usage_commands,
+)
 
 
 class OneLineParser(argparse.ArgumentParser):

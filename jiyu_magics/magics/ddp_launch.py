@@ -68,6 +68,7 @@ class DdpLaunch:
         self.final_weights: Path | None = None  # where rank 0 hands its weights back (not on a pool)
 
     def run(self) -> None:
+        from ..train.fit_options import tracked
         from ..train.run_binding import default_name
 
         if self.pool is not None:
@@ -81,6 +82,7 @@ class DdpLaunch:
             owner="kernel",
             notebook=notebook,
             params={"train": self.line},
+            track=tracked(self.args.track, validated=False),  # this kernel follows them (trackers.owner)
         )
         with self.lifecycle:
             # said at once: exporting and torchrun's start take seconds before the dashboard shows

@@ -59,7 +59,7 @@ def parse_track(values: str | Iterable[str] | None, cwd: Path | str | None = Non
     words = [word for word in words if word]
     if any(word.lower() in OFF for word in words):
         if len(words) > 1:
-            raise TrackSpecError(f"--track {','.join(words)}: 'none' cannot go with a tracker")
+            raise TrackSpecError(f"tracker {','.join(words)!r}: 'none' cannot go with a tracker")
         return []
     found: list[Destination] = []
     for word in words:
@@ -73,7 +73,7 @@ def _one(word: str, cwd: Path) -> Destination:
     kind, _, target = word.partition(":")
     kind = kind.strip().lower()
     if kind not in KINDS:
-        raise TrackSpecError(f"--track {word!r}: expected {SYNTAX}")
+        raise TrackSpecError(f"tracker {word!r}: expected {SYNTAX}")
     target = target.strip()
     if kind == "tensorboard":
         folder = Path(target).expanduser() if target else jiyu_home() / "tensorboard"
@@ -97,7 +97,7 @@ def _mlflow_uri(target: str, cwd: Path) -> str:
         path = Path(target).expanduser()
         return f"sqlite:///{path if path.is_absolute() else (cwd / path).resolve()}"
     raise TrackSpecError(
-        f"--track mlflow:{target}: expected a tracking URI (sqlite:///PATH.db, http://HOST:PORT) or a .db file"
+        f"tracker 'mlflow:{target}': expected a tracking URI (sqlite:///PATH.db, http://HOST:PORT) or a .db file"
     )
 
 

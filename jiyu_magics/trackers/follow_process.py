@@ -33,6 +33,7 @@ from .destinations import Destination, TrackSpecError, as_strings, parse_track
 from .follower import POLL_S, TrackerFollower
 
 STORE_CHECK_S = 2.0
+MLFLOW_HTTP = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_TIMEOUT": "30"}
 
 
 class FollowerProcess:
@@ -74,14 +75,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m jiyu_magics.trackers follow")
     parser.add_argument("run_id")
     parser.add_argument("--track", action="append", default=[], help="tensorboard[:DIR] or mlflow[:URI]; repeatable")
-    ending = parser.add_mutually_exclusive_group()
-    ending.add_argument("--stdin", action="store_true", help="end when standard input closes (the owner's pipe)")
-    ending.add_argument("--until-ended", action="store_true", help="end once the run store says the run ended")
+    parser.add_argument("--stdin", action="store_true", help="end when standard input closes (the owner's pipe)")
+    parser.add_argument("--until-ended", action="store_true", help="end once the run store says the run ended")
     args = parser.parse_args(argv)
     try:
         destinations = parse_track(args.track)
     except TrackSpecError as error:
         parser.exit(2, f"{parser.prog}: error: {error}\n")
+    for name, value in MLFLOW_HTTP.items():  # a tracking server that is down: our own retries, not minutes of its
+        os.environ.setdefault(name, value)
     follower = TrackerFollower(args.run_id, destinations)
     stopping = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))

@@ -17,13 +17,15 @@ per outage on stderr; it never stops the follower or the run.
 
 from __future__ import annotations
 
+import fcntl
+import os
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from ..core.events.log import read_events
+from ..core.events.log import START_MARKER, parse_lines, read_events
 from ..core.runs.files import RunFiles
 from ..core.runs.model import EventKind, RunStatus
 from .destinations import Destination, TrackSpecError, parse_track
@@ -35,6 +37,9 @@ POLL_S = 0.5  # the host's clock: a step is in the tracker within this plus one 
 READ_LIMIT = 4 << 20  # bytes read per poll and destination: a long log is caught up in slices
 RETRY_S = (1.0, 2.0, 5.0, 10.0, 30.0)
 CLOSE_SLICES = 10_000  # READ_LIMIT each: a 40 GB log
+CLOSE_WAIT_S = 60.0  # how long ``close`` waits for another follower of the run to finish
+LOCK_FILE = "trackers.lock"
+SCAN_LIMIT = 64 << 20  # bytes skimmed for start events per look
 
 
 class Syncing:
@@ -48,6 +53,7 @@ class Syncing:
         self.failures = 0
         self.retry_at = 0.0
         self.status: RunStatus | None = None
+        self.written = 0  # events written by this follower (an export says how many)
 
     def open(self, identity: RunIdentity) -> None:
         self.sink = open_sink(self.destination, identity)
@@ -65,6 +71,7 @@ class Syncing:
         translation = self.translator.feed(events)
         self.sink.write(translation, offset)
         self.offset = offset
+        self.written += len(events)
         if translation.status is not None:
             self.status = translation.status
         return False
@@ -85,6 +92,7 @@ class TrackerFollower:
         self.identity: RunIdentity | None = None
         self._offset = 0  # how far the log was scanned for start events (their --track)
         self._said: set[str] = set()
+        self._lock_fd: int | None = None
         for destination in destinations:
             self.add(destination)
 
@@ -99,8 +107,8 @@ class TrackerFollower:
     def poll(self) -> None:
         """One pass: new destinations named in the log, then each destination's new events."""
         self._scan_starts()
-        if self.identity is None:
-            return  # no start yet: nothing to name a tracker run after
+        if self.identity is None or not self._lock(wait=0):
+            return  # no start yet (nothing to name a tracker run after), or another follower writes
         now = time.monotonic()
         for syncing in self.syncing:
             if now >= syncing.retry_at:
@@ -111,6 +119,9 @@ class TrackerFollower:
         final word), else the log's last ``end``. A run with no ``start`` leaves no tracker run."""
         self._scan_starts()
         if self.identity is None:
+            return
+        if not self._lock(wait=CLOSE_WAIT_S):
+            self.say(f"jiyu: another follower of run {self.run_id} still writes its trackers; it ends them")
             return
         for syncing in self.syncing:
             for _ in range(CLOSE_SLICES):  # to the log's end, slice by slice, unless the tracker fails
@@ -125,6 +136,33 @@ class TrackerFollower:
                 self._fail(syncing, error)
             finally:
                 syncing.sink.close()
+                syncing.sink = None
+        self._unlock()
+
+    def _lock(self, wait: float) -> bool:
+        """The run's follower lock (``trackers.lock`` beside its log), held from the first write
+        on: two followers of one run (a Slurm allocation's and its owner's last catch-up) take
+        turns, each going on from the offset the tracker holds, and never write an event twice."""
+        if self._lock_fd is not None:
+            return True
+        self.events.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.events.with_name(LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
+        deadline = time.monotonic() + wait
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                self._lock_fd = fd
+                return True
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    os.close(fd)
+                    return False
+                time.sleep(0.2)
+
+    def _unlock(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)  # releases the flock
+            self._lock_fd = None
 
     def _sync(self, syncing: Syncing) -> bool:
         """One slice of the log into one destination; True when it read to the log's end."""
@@ -149,10 +187,8 @@ class TrackerFollower:
             syncing.retry_at = float("inf")  # a missing extra does not come back by waiting
 
     def _scan_starts(self) -> None:
-        events, self._offset = read_events(self.events, self._offset)
-        for event in events:
-            if event["kind"] != EventKind.START:
-                continue
+        starts, self._offset = read_starts(self.events, self._offset)
+        for event in starts:
             if self.identity is None:
                 self.identity = identify(self.run_id, event)
             try:
@@ -188,6 +224,21 @@ class FollowerThread:
         self._stop.set()
         self._thread.join(timeout)
         self.follower.close(status)
+
+
+def read_starts(path: Path, offset: int = 0) -> tuple[list[dict], int]:
+    """The ``start`` events from byte ``offset`` on, and the offset to go on from: only lines
+    holding a start are parsed, so skimming a 1 kHz log for them costs little."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            data = f.read(SCAN_LIMIT)
+    except FileNotFoundError:
+        return [], offset
+    end = data.rfind(b"\n") + 1
+    starts = [line for line in data[:end].splitlines() if START_MARKER in line]
+    found = [event for event in parse_lines(starts) if event["kind"] == EventKind.START]
+    return found, offset + end
 
 
 def _last_status(events: list[dict]) -> RunStatus | None:

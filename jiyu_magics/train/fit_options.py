@@ -248,8 +248,10 @@ def _tracking(value: str | list[str] | None) -> str:
     return ",".join(as_strings(destinations)) or OFF[0]
 
 
-def tracked(track: str | None) -> list[str]:
-    """The destinations a validated ``track`` names (none for ``none``)."""
+def tracked(track: str | list[str] | None, validated: bool = True) -> list[str]:
+    """The destinations ``track`` names (none for ``none``); ``validated=False``: as typed
+    (a list from a repeated flag, or None for the default), resolved here."""
+    track = track if validated else _tracking(track)
     return [] if not track or track in OFF else track.split(",")
 
 

@@ -48,7 +48,7 @@ def missing_extra(kind: str) -> str | None:
     module = EXTRAS[kind]
     if importlib.util.find_spec(module) is not None:
         return None
-    return f"--track {kind} needs the {module} package: pip install 'jiyu-magics[{module}]'"
+    return f"tracking to {kind} needs the {module} package: pip install 'jiyu-magics[{module}]'"
 
 
 def check_installed(destinations: Iterable[Destination]) -> None:

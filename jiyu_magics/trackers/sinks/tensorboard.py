@@ -47,14 +47,18 @@ class TensorBoardSink:
         self.identity = identity
         self.folder = run_folder(Path(logdir), identity)
         self.writer: EventFileWriter | None = None
-        self.offset = _read_sync(self.folder).get(identity.run_id, 0)
-        self.step = 0
+        synced = _read_sync(self.folder).get(identity.run_id, {})
+        self.offset, self.status = synced.get("offset", 0), synced.get("status")
+        self.step = synced.get("step", 0)
+        self.end_time: float | None = None
 
     def synced_offset(self) -> int:
         return self.offset
 
     def write(self, translation: Translation, offset: int) -> None:
         writer = self._writer()
+        if translation.started:
+            self.status = str(RunStatus.RUNNING)
         if translation.started and not self.offset:
             writer.add_event(_text_event("jiyu/run", self._run_table(RunStatus.RUNNING), self.identity.started, 0))
         if translation.params:
@@ -64,18 +68,23 @@ class TensorBoardSink:
             writer.add_event(item)
         if translation.scalars:
             self.step = translation.scalars[-1].step
+        self.end_time = translation.end_time or self.end_time
         writer.flush()
         self._record(offset)
 
     def finish(self, status: RunStatus | None) -> None:
-        if status is None or self.writer is None and self.offset == 0:
+        """The run's status as text and as the hparams session's end; once per status (a
+        second export of an ended run writes nothing)."""
+        if status is None or self.offset == 0 or str(status) == self.status:
             return
         writer = self._writer()
-        now = time.time()
+        now = self.end_time or time.time()
         writer.add_event(_text_event("jiyu/run", self._run_table(status), now, self.step))
         if status in SESSION_STATUS:
             writer.add_event(_summary_event(_session_end(SESSION_STATUS[status], now), now, self.step))
         writer.flush()
+        self.status = str(status)
+        self._record(self.offset)
 
     def close(self) -> None:
         if self.writer is not None:
@@ -95,7 +104,7 @@ class TensorBoardSink:
         repeats at most one poll's points on the next export."""
         self.offset = offset
         synced = _read_sync(self.folder)
-        synced[self.identity.run_id] = offset
+        synced[self.identity.run_id] = {"offset": offset, "status": self.status, "step": self.step}
         temp = self.folder / f".{SYNC_FILE}.{os.getpid()}"
         temp.write_text(json.dumps(synced, indent=1, sort_keys=True))
         os.replace(temp, self.folder / SYNC_FILE)
@@ -124,12 +133,13 @@ def run_folder(logdir: Path, identity: RunIdentity) -> Path:
     return folder
 
 
-def _read_sync(folder: Path) -> dict[str, int]:
+def _read_sync(folder: Path) -> dict[str, dict]:
+    """``{run id: {"offset": bytes of its log written here, "status": as last written, "step"}}``."""
     try:
         found = json.loads((folder / SYNC_FILE).read_text())
     except (OSError, ValueError):
         return {}
-    return {k: v for k, v in found.items() if isinstance(v, int)} if isinstance(found, dict) else {}
+    return {k: v for k, v in found.items() if isinstance(v, dict)} if isinstance(found, dict) else {}
 
 
 def _grouped(points: list[Point | Resume]) -> list[event_pb2.Event]:
