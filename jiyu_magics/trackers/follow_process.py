@@ -23,6 +23,7 @@ import select
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterable
 
@@ -55,6 +56,8 @@ class FollowerProcess:
             start_new_session=True,  # a kernel interrupt (SIGINT to the kernel's group) is not its
             close_fds=True,
         )
+        # reaped when it exits: a kernel that trains all day leaves no zombie per run
+        threading.Thread(target=proc.wait, name=f"jiyu-track-reaper-{run_id}", daemon=True).start()
         return cls(proc)
 
     def done(self) -> None:

@@ -13,8 +13,11 @@ parameter, so a resumed run adds only new ones.
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import re
+from contextlib import contextmanager
+from pathlib import Path
 
 from mlflow.entities import Metric, Param, RunTag
 from mlflow.exceptions import MlflowException
@@ -39,7 +42,8 @@ class MlflowSink:
     def __init__(self, uri: str, identity: RunIdentity):
         self.identity = identity
         self.client = MlflowClient(tracking_uri=uri)
-        self.experiment_id = _experiment(self.client, experiment_name())
+        with _first_use(uri):
+            self.experiment_id = _experiment(self.client, experiment_name())
         self.run = self._find() or self._create()
         self.run_id = self.run.info.run_id
         self.params = dict(self.run.data.params)
@@ -105,6 +109,21 @@ class MlflowSink:
                 self.params[key] = text
                 fresh.append(Param(key, text))
         return fresh
+
+
+@contextmanager
+def _first_use(uri: str):
+    """An SQLite store's first use creates its tables with alembic migrations, which two
+    processes opening a new store at once break ("expected to match one row"): followers of
+    several runs take turns at it, under a lock beside the file."""
+    if not uri.startswith("sqlite:///"):
+        yield
+        return
+    path = Path(uri.removeprefix("sqlite:///"))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(path.name + ".jiyu-lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
 
 
 def _key(name: str) -> str:
