@@ -155,6 +155,8 @@ def chromium_page(width: int = 1400, height: int = 900):
     with sync_playwright() as playwright:
         browser = launch_chromium(playwright)
         try:
-            yield browser.new_page(viewport={"width": width, "height": height})
+            page = browser.new_page(viewport={"width": width, "height": height})
+            page.set_default_timeout(120_000)  # the trackers' web apps draw slowly on 2 busy cores
+            yield page
         finally:
             browser.close()

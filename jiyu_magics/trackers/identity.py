@@ -46,7 +46,7 @@ def identify(run_id: str, start: dict | None = None) -> RunIdentity:
     ``start`` event (``start``, when the caller has it already)."""
     record = _record(run_id)
     start = start or first_start(run_id)
-    name = (start or {}).get("name") or (record.name if record else None) or run_id
+    name = (record.name if record else None) or (start or {}).get("name") or run_id  # a job's, not its first cell's
     return RunIdentity(
         run_id=run_id,
         root=root_of(run_id, start),
