@@ -102,17 +102,15 @@ def test_track_values_are_destinations_with_absolute_places(tmp_path, jiyu_home,
         assert said in str(error.value) and "\n" not in str(error.value)
 
 
-def test_the_default_is_JIYU_TRACK_else_the_config_file(jiyu_home, tmp_path, monkeypatch):
-    monkeypatch.delenv("JIYU_TRACK", raising=False)
-    assert default_track() == []
+def test_the_default_is_JIYU_TRACK_else_the_config_file(jiyu_home, tmp_path):
+    """``default_track(variable)``: JIYU_TRACK as the process's entry point read it (LaunchContext)."""
+    assert default_track(None) == []
     (jiyu_home / "config.yaml").write_text(f"track: [tensorboard:{tmp_path / 'tb'}]\n")
-    assert default_track() == [Destination("tensorboard", str(tmp_path / "tb"))]
-    monkeypatch.setenv("JIYU_TRACK", "none")
-    assert default_track() == [], "the variable wins over the file, and none turns it off"
+    assert default_track(None) == [Destination("tensorboard", str(tmp_path / "tb"))]
+    assert default_track("none") == [], "the variable wins over the file, and none turns it off"
     (jiyu_home / "config.yaml").write_text("track: 3\n")
-    monkeypatch.delenv("JIYU_TRACK")
     with pytest.raises(TrackSpecError, match="config.yaml: track: expected"):
-        default_track()
+        default_track(None)
 
 
 def test_each_event_becomes_scalars_with_their_steps_and_a_resume_restarts_the_curve():

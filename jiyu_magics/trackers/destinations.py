@@ -101,12 +101,18 @@ def _mlflow_uri(target: str, cwd: Path) -> str:
     )
 
 
-def default_track() -> list[Destination]:
-    """The destinations of a run that named none: ``$JIYU_TRACK``, else ``track:`` in
-    ``$JIYU_HOME/config.yaml``, else none. A bad default is an error where it is used."""
-    if TRACK_ENV in os.environ:
-        return parse_track(os.environ[TRACK_ENV])
+def default_track(variable: str | None = None) -> list[Destination]:
+    """The destinations of a run that named none: ``variable`` (``$JIYU_TRACK`` as the caller's
+    entry point read it), else ``track:`` in ``$JIYU_HOME/config.yaml``, else none. A bad
+    default is an error where it is used."""
+    if variable is not None:
+        return parse_track(variable)
     return parse_track(_configured())
+
+
+def track_variable() -> str | None:
+    """``$JIYU_TRACK``, for the entry points that read their environment (a magic, a launcher)."""
+    return os.environ.get(TRACK_ENV)
 
 
 def _configured() -> str | list[str] | None:
@@ -125,9 +131,9 @@ def _configured() -> str | list[str] | None:
     return value
 
 
-def resolve_track(values: str | Iterable[str] | None, cwd: Path | str | None = None) -> list[Destination]:
+def resolve_track(values: str | Iterable[str] | None, variable: str | None = None) -> list[Destination]:
     """What a run tracks: what it named (``none``: nothing), else the default."""
-    return default_track() if values is None else parse_track(values, cwd)
+    return default_track(variable) if values is None else parse_track(values)
 
 
 def as_strings(destinations: Iterable[Destination]) -> list[str]:

@@ -207,12 +207,11 @@ class Trainer:
             checkpoint_folder_usable(Path(opts.ckpt_dir).expanduser())
         if not self.dist.distributed:
             check_resume_request(opts.resume, self.name, self.context)
+        self.track = tracked(opts.track, self.context.track)  # the call's, else the default (JIYU_TRACK)
 
     def _open_run(self) -> None:
         """The run this call writes into, and what records its progress there."""
-        self.run_binding = RunBinding.open(
-            self.name, self.dist, self._params(), self.context, track=tracked(self.opts.track)
-        )
+        self.run_binding = RunBinding.open(self.name, self.dist, self._params(), self.context, track=self.track)
         self.run_binding.hold_device(self.device, self.dist.distributed)
         self.report = Reporter(self.run_binding, self.dist, self.monitor, started=self.started)
         self.keeper = CheckpointKeeper(self._ckpt_folder(), self.opts.keep_ckpts, self.run_binding.checkpoint_label)
@@ -306,7 +305,7 @@ class Trainer:
             resumed_from=self.resumed_from,
             from_notebook=self.from_notebook,
             stall_timeout=self.opts.stall_timeout,
-            track=",".join(tracked(self.opts.track)) or None,
+            track=",".join(self.track) or None,
         )
 
     def _strategy_name(self) -> str:

@@ -14,7 +14,7 @@ from typing import Any
 
 from ..core.events.stall_clock import BadStallTimeout, check_stall_timeout
 from ..core.runs.names import BadRunName, check_run_name
-from ..trackers.destinations import OFF, SYNTAX, TrackSpecError, as_strings, resolve_track
+from ..trackers.destinations import OFF, SYNTAX, TrackSpecError, as_strings, default_track, parse_track
 from ..trackers.sinks import check_installed
 from .train_errors import TrainConfigError
 
@@ -237,22 +237,32 @@ def _value_type(hint: Any) -> type:
     return args[0] if args else hint
 
 
-def _tracking(value: str | list[str] | None) -> str:
+def _tracking(value: str | list[str] | None) -> str | None:
     """``track`` as its canonical comma list (absolute folders and URIs: a job's ranks and
-    followers read it elsewhere), the default when not given, ``none`` for nothing."""
+    followers read it elsewhere), ``none`` for nothing; None (not given) stays None: the
+    default is the launch's (``tracked``)."""
+    if value is None:
+        return None
     try:
-        destinations = resolve_track(value)
+        destinations = parse_track(value)
         check_installed(destinations)
     except TrackSpecError as error:
         raise TrainConfigError(str(error)) from None
     return ",".join(as_strings(destinations)) or OFF[0]
 
 
-def tracked(track: str | list[str] | None, validated: bool = True) -> list[str]:
-    """The destinations ``track`` names (none for ``none``); ``validated=False``: as typed
-    (a list from a repeated flag, or None for the default), resolved here."""
-    track = track if validated else _tracking(track)
-    return [] if not track or track in OFF else track.split(",")
+def tracked(track: str | None, default: str | None = None) -> list[str]:
+    """The destinations of a validated ``track``; when it was not given, the default:
+    ``default`` (``$JIYU_TRACK``, as the process's entry point read it), else ``track:`` in
+    ``$JIYU_HOME/config.yaml``. A bad default raises ``TrainConfigError`` in one line."""
+    if track is not None:
+        return [] if track in OFF else track.split(",")
+    try:
+        destinations = default_track(default)
+        check_installed(destinations)
+    except TrackSpecError as error:
+        raise TrainConfigError(f"the default tracker: {error}") from None
+    return as_strings(destinations)
 
 
 def _at_least(low: int, **values: int | None) -> None:
