@@ -278,3 +278,27 @@ def test_a_missing_extra_is_one_line_with_the_pip_command(tmp_path, where):
     line = "tracking to mlflow needs the mlflow package: pip install 'jiyu-magics[mlflow]'"
     assert done.stdout.strip() == line, done.stdout + done.stderr
     assert done.returncode == 2 and done.stderr.strip() == f"jiyu track: error: {line}"
+
+
+def test_jiyu_submit_track_is_followed_by_the_jobs_supervisor(tmp_path, where, torchrun_tmp):
+    """``jiyu submit --track``: the notebook's cell names no tracker; the job's launch does."""
+    import nbformat
+    from nbformat.v4 import new_code_cell, new_notebook
+
+    tb, uri, _ = where
+    path = tmp_path / "plain.ipynb"
+    cells = [
+        "%load_ext jiyu_magics\nimport torch\nx = torch.randn(128, 4); y = x.sum(1, keepdim=True)",
+        "%%train --max-steps 6 --log-every 2 --device cpu --name plain\nmodel = torch.nn.Linear(4, 1)\n"
+        "optimizer = torch.optim.SGD(model.parameters(), 0.05)\ntrain_loader = torch.utils.data.DataLoader("
+        "torch.utils.data.TensorDataset(x, y), batch_size=16)\nloss_fn = torch.nn.MSELoss()",
+    ]
+    nbformat.write(new_notebook(cells=[new_code_cell(c) for c in cells]), path)
+    done = jiyu("submit", str(path), "--gpus", "0", "--name", "submitted", "--track", f"tensorboard:{tb}", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    run_id = next(word for word in done.stdout.split() if RunFiles.of(word).root.is_dir())
+    wait_for(lambda: (tb / f"submitted-{run_id}" / "jiyu-sync.json").exists(), timeout=240, message="the run in TB")
+    wait_for(lambda: "succeeded" in (tb / f"submitted-{run_id}" / "jiyu-sync.json").read_text(), timeout=240)
+    assert [s for s, _ in tb_scalars(tb / f"submitted-{run_id}")["train/loss"]] == [2, 4, 6]
+    bad = jiyu("submit", str(path), "--track", "wandb")
+    assert bad.returncode == 2 and "--track 'wandb': tracker 'wandb': expected" in bad.stderr

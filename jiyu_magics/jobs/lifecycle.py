@@ -87,8 +87,8 @@ class RunLifecycle:
         only as the row's owner (``owner_pid``), which keeps the run from being marked lost in
         the moment between torchrun's exit and the kernel recording the end.
         ``announce`` hears the outcome before the run row says it (the supervisor's log line).
-        ``track``: the trackers the launch named (``trackers.destinations``); those the run's
-        ``start`` events name are followed too (``trackers.owner``)."""
+        ``track``: trackers the launch named besides its spec's (``%%train --nproc --track``);
+        those the run's ``start`` events name are followed too (``trackers.owner``)."""
         self.run_id, self.spec = run_id, spec
         self.store = store or RunStore()
         self.files = RunFiles.of(run_id).create()
@@ -104,7 +104,7 @@ class RunLifecycle:
         self.stop_result: StopResult | None = None
         self._store_checked = -float("inf")
         self.stall_watch: StallWatch | None = None  # made when local ranks run
-        self.tracking = RunTracking(run_id, track)
+        self.tracking = RunTracking(run_id, [*track, *(spec.track or [])])
 
     @classmethod
     def register(

@@ -114,7 +114,7 @@ def _follower(run: Run, spec: LaunchSpec) -> list[str]:
     (``--track`` of the submission, and whatever the notebook's ``%%train --track`` cells name).
     It ends after the step (SIGTERM: it reads the rest of the log); the owner that records the
     run's end brings the trackers up to it (``trackers.owner``)."""
-    tracks = "".join(f" --track {shlex.quote(track)}" for track in getattr(spec, "track", None) or [])
+    tracks = "".join(f" --track {shlex.quote(track)}" for track in spec.track or [])
     return [
         "# the trackers' follower (python -m jiyu_magics.trackers): reads the event log, never the ranks",
         f'"$python" -m jiyu_magics.trackers follow {shlex.quote(run.id)}{tracks} </dev/null &',
