@@ -35,7 +35,7 @@ def run_track(args: argparse.Namespace) -> int:
     from ..core.store.run_store import RunStore, UnknownRun
     from ..trackers.destinations import TrackSpecError, parse_track
     from ..trackers.export import ExportRefused, export_run
-    from ..trackers.sinks import check_installed
+    from ..trackers.extras import check_installed
     from . import CliError
 
     try:

@@ -23,7 +23,7 @@ from typing import Any
 from ..core.events.stall_clock import BadStallTimeout, check_stall_timeout
 from ..core.runs.names import BadRunName, check_run_name
 from ..trackers.destinations import TrackSpecError, as_strings, parse_track
-from ..trackers.sinks import check_installed
+from ..trackers.extras import check_installed
 from .backends.slurm.options import DEFAULT_CHECKPOINT_GRACE_S, DEFAULT_MAX_REQUEUES, SlurmOptions
 from .export.params import parse_pairs, parse_yaml, read_params_file
 from .job_error import JobError

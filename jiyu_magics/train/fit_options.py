@@ -15,7 +15,7 @@ from typing import Any
 from ..core.events.stall_clock import BadStallTimeout, check_stall_timeout
 from ..core.runs.names import BadRunName, check_run_name
 from ..trackers.destinations import OFF, SYNTAX, TrackSpecError, as_strings, default_track, parse_track
-from ..trackers.sinks import check_installed
+from ..trackers.extras import check_installed
 from .train_errors import TrainConfigError
 
 AMP_MODES = ("auto", "bf16", "fp16", "off")

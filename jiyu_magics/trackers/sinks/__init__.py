@@ -10,16 +10,13 @@ run with the jiyu run's status.
 
 from __future__ import annotations
 
-import importlib.util
-from collections.abc import Iterable
 from typing import Protocol
 
 from ...core.runs.model import RunStatus
-from ..destinations import Destination, TrackSpecError
+from ..destinations import Destination
+from ..extras import check_installed
 from ..identity import RunIdentity
 from ..translate import Translation
-
-EXTRAS = {"tensorboard": "tensorboard", "mlflow": "mlflow"}  # destination kind -> module and extra
 
 
 class Sink(Protocol):
@@ -41,20 +38,3 @@ def open_sink(destination: Destination, identity: RunIdentity) -> Sink:
     from .mlflow import MlflowSink
 
     return MlflowSink(destination.target, identity)
-
-
-def missing_extra(kind: str) -> str | None:
-    """The one line to show when ``kind``'s library is not installed here, else None."""
-    module = EXTRAS[kind]
-    if importlib.util.find_spec(module) is not None:
-        return None
-    return f"tracking to {kind} needs the {module} package: pip install 'jiyu-magics[{module}]'"
-
-
-def check_installed(destinations: Iterable[Destination]) -> None:
-    """Raises ``TrackSpecError`` with the pip command when a destination's library is missing:
-    said where ``--track`` is typed, before anything starts (no import: a spec lookup)."""
-    for destination in destinations:
-        line = missing_extra(destination.kind)
-        if line:
-            raise TrackSpecError(line)
