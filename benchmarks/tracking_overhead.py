@@ -3,12 +3,13 @@
 Overhead: the same ``fit`` (a small MLP on in-memory data, ``log_every=1``: one event per
 step, the heaviest logging the engine does) with tracking off, then on, for each tracker and
 each way of hosting the follower: a process of its own (what ``fit`` does) and, for
-comparison, a thread in the training process. Each repetition times the steady state from
-the run's own event log (its step events' times, from step ``WARMUP`` to the last), so the
-set-up and the follower's start (``import mlflow``: seconds of CPU beside the loop) are
-outside the window; the variants run interleaved (A B C ..., A B C ...) and we print the
-median steps/s, and per variant the median of per-repetition ratios to "off" with a bootstrap
-90% interval.
+comparison, a thread in the training process. Each repetition times the steady state, from
+step ``WARMUP`` to the last (set-up and the follower's start, ``import mlflow``, are outside
+the window), by the wall clock and by the training process's CPU time (all its threads):
+on a shared machine whose load swings the wall clock by 2x, the CPU time still says what the
+loop itself spent. The follower process's CPU time is printed per step too (it runs on
+another core). The variants run interleaved (A B C ..., A B C ...); we print medians and,
+per variant, the median of per-repetition ratios to "off" with a bootstrap 90% interval.
 
 Lag: a run per tracker while this process watches the tracker's own storage every 20 ms (the
 event files through TensorBoard's ``EventFileLoader``, MLflow's SQLite store with sqlite3) and
@@ -25,6 +26,7 @@ import argparse
 import glob
 import os
 import random
+import resource
 import sqlite3
 import statistics
 import tempfile
@@ -49,15 +51,24 @@ from jiyu_magics.train.monitor import NullMonitor  # noqa: E402
 WARMUP = 500
 
 
-class ThreadFollowing(NullMonitor):
-    """The follower on a thread of the training process, started at the run's start event."""
+class Probe(NullMonitor):
+    """Fed each event as the loop logs it: notes the wall clock and this process's CPU time at
+    step ``WARMUP`` and at the last step (CPU time, all threads: what the training process
+    spent, which the machine's other load does not inflate); for the thread variant, starts
+    the follower on a thread of this process at the start event."""
 
-    def __init__(self, track: str):
+    def __init__(self, track: str | None):
         self.track, self.thread = track, None
+        self.first: tuple[int, float, float] | None = None
+        self.last: tuple[int, float, float] | None = None
 
     def feed(self, events) -> None:
         for event in events:
-            if event["kind"] == "start" and self.thread is None:
+            kind = event["kind"]
+            if kind == "step" and event["step"] >= WARMUP:
+                mark = (event["step"], time.perf_counter(), time.process_time())
+                self.first, self.last = self.first or mark, mark
+            elif kind == "start" and self.track and self.thread is None:
                 follower = TrackerFollower(event["run_id"], parse_track(self.track))
                 self.thread = FollowerThread(follower).start()
 
@@ -65,13 +76,18 @@ class ThreadFollowing(NullMonitor):
         if self.thread is not None:
             self.thread.stop()
 
+    def per_step(self) -> tuple[float, float]:
+        """(wall, CPU) seconds per step in the window."""
+        steps = self.last[0] - self.first[0]
+        return (self.last[1] - self.first[1]) / steps, (self.last[2] - self.first[2]) / steps
 
-def train(steps: int, hidden: int, track: str, thread: bool) -> str:
+
+def train(steps: int, hidden: int, track: str, thread: bool, probe: Probe | None = None) -> str:
     torch.manual_seed(0)
     x, y = torch.randn(4096, 32), torch.randint(0, 4, (4096,))
     model = nn.Sequential(nn.Linear(32, hidden), nn.ReLU(), nn.Linear(hidden, 4))
     optimizer = torch.optim.SGD(model.parameters(), 0.01)
-    monitor = ThreadFollowing(track) if thread else None
+    monitor = probe or Probe(track if thread else None)
     result = fit(
         model,
         optimizer,
@@ -84,16 +100,8 @@ def train(steps: int, hidden: int, track: str, thread: bool) -> str:
         track="none" if thread else track,
         monitor=monitor,
     )
-    if monitor is not None:
-        monitor.close()
+    monitor.close()
     return result.run_id
-
-
-def steady_rate(run_id: str) -> float:
-    """Steps per second between step ``WARMUP`` and the last step, from the run's events."""
-    steps = [e for e in read_events(RunFiles.of(run_id).events)[0] if e["kind"] == "step"]
-    window = [e for e in steps if e["step"] >= WARMUP]
-    return (window[-1]["step"] - window[0]["step"]) / (window[-1]["t"] - window[0]["t"])
 
 
 def bootstrap(ratios: list[float], rounds: int = 2000) -> tuple[float, float]:
@@ -125,21 +133,40 @@ def overhead(args, places: dict[str, str], home: Path) -> None:
         "tensorboard, thread": (places["tensorboard"], True),
         "mlflow, thread": (places["mlflow"], True),
     }
-    rates: dict[str, list[float]] = {name: [] for name in variants}
+    wall: dict[str, list[float]] = {name: [] for name in variants}
+    cpu: dict[str, list[float]] = {name: [] for name in variants}
+    follower_cpu: dict[str, list[float]] = {name: [] for name in variants}
     for repetition in range(args.repeat):
-        order = list(variants)
-        for name in order:
-            track, thread = variants[name]
-            rates[name].append(steady_rate(train(args.steps, args.hidden, track, thread)))
+        for name, (track, thread) in variants.items():
+            probe = Probe(track if thread else None)
+            children = resource.getrusage(resource.RUSAGE_CHILDREN)
+            train(args.steps, args.hidden, track, thread, probe)
             wait_followers_done(home)
-        print(f"  repetition {repetition + 1}/{args.repeat}: " + ", ".join(f"{n} {rates[n][-1]:.0f}/s" for n in order))
-    print(f"\nsteady state, log_every=1 ({args.steps} steps, timed from step {WARMUP}), median of {args.repeat}:")
+            time.sleep(0.5)  # the reaper thread has waited for it: its CPU time is in RUSAGE_CHILDREN
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            step_wall, step_cpu = probe.per_step()
+            wall[name].append(step_wall)
+            cpu[name].append(step_cpu)
+            spent = (after.ru_utime + after.ru_stime) - (children.ru_utime + children.ru_stime)
+            follower_cpu[name].append(spent / args.steps)
+        print(
+            f"  repetition {repetition + 1}/{args.repeat} (load {os.getloadavg()[0]:.1f}): "
+            + ", ".join(f"{n} {1 / wall[n][-1]:.0f}/s" for n in variants)
+        )
+    print(f"\nsteady state, log_every=1 ({args.steps} steps, timed from step {WARMUP}), medians of {args.repeat}:")
+    print("  (wall: steps/s and time ratio to off; cpu: the training process's CPU time per step, all threads,")
+    print("   and its ratio to off; follower: the follower process's CPU per step, on another core)")
     for name in variants:
-        line = f"  {name:22s} {statistics.median(rates[name]):7.0f} steps/s"
+        line = (
+            f"  {name:21s} wall {1 / statistics.median(wall[name]):6.0f} steps/s"
+            f"  cpu {statistics.median(cpu[name]) * 1e6:7.0f} us/step"
+        )
         if name != "off":
-            ratios = [off / on for off, on in zip(rates["off"], rates[name], strict=True)]
-            low, high = bootstrap(ratios)
-            line += f"   time ratio to off {statistics.median(ratios):.3f} [90% CI {low:.3f}, {high:.3f}]"
+            for label, series in (("wall", wall), ("cpu", cpu)):
+                ratios = [on / off for off, on in zip(series["off"], series[name], strict=True)]
+                low, high = bootstrap(ratios)
+                line += f"  {label} x{statistics.median(ratios):.3f} [{low:.3f}, {high:.3f}]"
+            line += f"  follower {statistics.median(follower_cpu[name]) * 1e6:5.0f} us/step"
         print(line)
 
 
