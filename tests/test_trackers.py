@@ -302,3 +302,44 @@ def test_jiyu_submit_track_is_followed_by_the_jobs_supervisor(tmp_path, where, t
     assert [s for s, _ in tb_scalars(tb / f"submitted-{run_id}")["train/loss"]] == [2, 4, 6]
     bad = jiyu("submit", str(path), "--track", "wandb")
     assert bad.returncode == 2 and "--track 'wandb': tracker 'wandb': expected" in bad.stderr
+
+
+def test_a_slurm_batch_script_follows_the_trackers_inside_the_allocation(tmp_path, no_schedulers, where):
+    """A scheduled run has no owner process while it runs: its batch script starts the follower
+    beside the ranks (with the submission's --track; it reads the cells' own from the log) and
+    ends it after the step, before a requeue or the exit."""
+    import shutil
+
+    from jiyu_magics import jobs
+
+    from .jobs_workload import write_notebook
+
+    tb, _, _ = where
+    run = jobs.submit(write_notebook(tmp_path / "train.ipynb"), backend="slurm", track=[f"tensorboard:{tb}"])
+    script_path = RunFiles.of(run.id).root / "job.sbatch"
+    script = script_path.read_text().splitlines()
+    assert subprocess.run([shutil.which("bash"), "-n", str(script_path)]).returncode == 0
+    follow = next(i for i, line in enumerate(script) if "-m jiyu_magics.trackers follow" in line)
+    assert script[follow] == f'"$python" -m jiyu_magics.trackers follow {run.id} --track tensorboard:{tb} </dev/null &'
+    srun = next(i for i, line in enumerate(script) if line.strip().startswith("srun "))
+    ended = script.index('kill -TERM "$follower" 2>/dev/null; wait "$follower"')
+    requeue = next(i for i, line in enumerate(script) if "scontrol requeue" in line)
+    assert follow < srun < ended < requeue
+
+
+def test_mlflow_takes_at_most_50_points_a_second_per_metric_from_a_fast_run():
+    """A backlog of a 1 kHz run is thinned for MLflow by the run's clock; the newest point stays,
+    and a write of a run logging at the engine's pace (or a short one) is taken whole."""
+    from types import SimpleNamespace
+
+    from jiyu_magics.trackers.sinks.mlflow import MlflowSink
+    from jiyu_magics.trackers.translate import Point
+
+    fast = [Point("train/loss", 1.0 / s, s, 100 + s / 1000) for s in range(1, 1001)]  # 1 s at 1 kHz
+    kept = MlflowSink._thinned(SimpleNamespace(kept_at={}), fast)
+    assert 45 <= len(kept) <= 52 and kept[-1].step == 1000 and kept[0].step == 1
+    assert all(b.t - a.t >= 0.02 - 1e-9 for a, b in zip(kept[:-2], kept[1:-1], strict=True))
+    slow = [Point("train/loss", 1.0, s, 100 + s * 0.5) for s in range(1, 2001)]  # every 0.5 s: an export
+    assert MlflowSink._thinned(SimpleNamespace(kept_at={}), slow) == slow
+    short = fast[:40]
+    assert MlflowSink._thinned(SimpleNamespace(kept_at={}), short) == short

@@ -18,6 +18,7 @@ import fcntl
 import logging
 import math
 import re
+from collections import Counter
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -33,6 +34,7 @@ from ..translate import MLFLOW_STATUS, Point, Translation, as_text, record_param
 
 ROOT_TAG = "jiyu.run_id"
 MAX_RATE = 50.0  # points a second per metric, at most (``_thinned``)
+MAX_PER_WRITE = 50  # points of a metric a write takes as they are
 OFFSET_TAG = "jiyu.offset."
 _UNSAFE = re.compile(r"[^\w./\- :]")
 SOURCE_TYPES = {"job": "JOB"}  # mlflow.source.type; a notebook's runs are NOTEBOOK, the rest LOCAL
@@ -81,12 +83,15 @@ class MlflowSink:
         """At most ``MAX_RATE`` points a second per metric, by the run's own clock: MLflow's SQL
         store spends about 0.15 ms of CPU a point, so a run logging every step at 1 kHz would
         leave its follower ever further behind. The newest point of each metric in a write is
-        always kept (the run's latest value stays current), and the engine's default logging
-        (every 0.5 s) is never thinned. TensorBoard gets every point."""
+        always kept (the run's latest value stays current), and so is a write of at most
+        ``MAX_PER_WRITE`` points of a metric (a follower that keeps up writes every half second)
+        and the engine's default logging (every 0.5 s). TensorBoard gets every point."""
         newest = {point.key: index for index, point in enumerate(points)}
+        counts = Counter(point.key for point in points)
         kept = []
         for index, point in enumerate(points):
-            if point.t - self.kept_at.get(point.key, -math.inf) >= 1 / MAX_RATE or newest[point.key] == index:
+            due = point.t - self.kept_at.get(point.key, -math.inf) >= 1 / MAX_RATE
+            if counts[point.key] <= MAX_PER_WRITE or due or newest[point.key] == index:
                 self.kept_at[point.key] = point.t
                 kept.append(point)
         return kept
@@ -144,6 +149,14 @@ def _first_use(uri: str):
         yield
 
 
+def _artifacts(uri: str) -> str | None:
+    """Beside an SQLite store, its experiment's artifact folder (MLflow's default is ``./mlruns``
+    of whichever process made the experiment); a server decides its own."""
+    if not uri.startswith("sqlite:///"):
+        return None
+    return (Path(uri.removeprefix("sqlite:///")).parent / "mlflow-artifacts").as_uri()
+
+
 def _key(name: str) -> str:
     """A metric or parameter name MLflow accepts (letters, digits, ``_ - . / :`` and spaces)."""
     return _UNSAFE.sub("_", name)
@@ -154,7 +167,7 @@ def _experiment(client: MlflowClient, name: str) -> str:
     if found is not None:
         return found.experiment_id
     try:
-        return client.create_experiment(name)
+        return client.create_experiment(name, artifact_location=_artifacts(client.tracking_uri))
     except MlflowException:  # made by another follower meanwhile
         found = client.get_experiment_by_name(name)
         if found is None:
