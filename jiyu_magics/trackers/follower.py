@@ -69,6 +69,7 @@ class Syncing:
         if offset == self.offset:
             return True
         translation = self.translator.feed(events)
+        assert self.sink is not None, "open() first"
         self.sink.write(translation, offset)
         self.offset = offset
         self.written += len(events)
@@ -168,6 +169,7 @@ class TrackerFollower:
         """One slice of the log into one destination; True when it read to the log's end."""
         try:
             if syncing.sink is None:
+                assert self.identity is not None, "a start event names the run first"
                 syncing.open(self.identity)
             done = syncing.sync()
         except Exception as error:  # noqa: BLE001 - a tracker's failure is said, never raised into the owner

@@ -90,7 +90,7 @@ def owner_of_checkpoint(path: str, current: str, name: str | None) -> str | None
 
 def _recorded_by(path: str, current: str, name: str | None) -> str | None:
     try:
-        runs = RunStore().list(reconcile=False, annotate=False)
+        runs = RunStore().list(annotate=False)
     except StoreUnusable:
         return None
     for run in runs:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,7 +47,7 @@ class RunBinding:
 
     @classmethod
     def open(
-        cls, name: str, dist: DistContext, params: dict, context: LaunchContext, track: list[str] = ()
+        cls, name: str, dist: DistContext, params: dict, context: LaunchContext, track: Sequence[str] = ()
     ) -> RunBinding:
         attached = context.run_id
         run_id = attached or dist.broadcast(_register(name, dist, params, context.notebook) if dist.is_writer else None)
