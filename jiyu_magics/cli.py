@@ -19,6 +19,7 @@ from .commands import (
     plot_commands,
     queue_commands,
     store_commands,
+    track_commands,
     usage_commands,
     weights_commands,
 )
@@ -30,6 +31,7 @@ COMMAND_MODULES = (
     plot_commands,
     queue_commands,
     store_commands,
+    track_commands,
     usage_commands,
     weights_commands,
 )

@@ -43,6 +43,12 @@ BREAKING_IMPORTS = [
     ("ipywidgets-in-widgets", {"magics/_probe.py": "import ipywidgets\n"}, "jiyu_magics.magics._probe -> ipywidgets"),
     ("web-server-in-server", {"jobs/_probe.py": "from tornado import web\n"}, "jiyu_magics.jobs._probe -> tornado"),
     ("matplotlib-in-views", {"train/_probe.py": "import matplotlib\n"}, "jiyu_magics.train._probe -> matplotlib"),
+    ("trackers-in-trackers", {"jobs/_probe.py": "import mlflow\n"}, "jiyu_magics.jobs._probe -> mlflow"),
+    (
+        "layers",
+        {"trackers/_probe.py": "from jiyu_magics.jobs import lifecycle\n"},
+        "jiyu_magics.trackers is not allowed to import jiyu_magics.jobs",
+    ),
 ]
 
 

@@ -231,6 +231,13 @@ def test_train_on_the_pool_uses_the_ranks_objects_without_export(kernel):
     assert len(lines) == 2 and lines[0].split()[1] == lines[1].split()[1], "DDP kept both ranks' weights equal"
     second = kernel.run("%train --nproc 2 --epochs 1 --name on-the-pool-2")
     assert second.status == "ok" and [r.status for r in store.list() if r.name == "on-the-pool-2"] == ["succeeded"]
+    for call in (1, 2):  # FSDP shards the ranks' model once; the second call trains it on, sharded
+        sharded = kernel.run(f"%train --nproc 2 --strategy fsdp --epochs 1 --name fsdp-on-pool-{call}")
+        assert sharded.status == "ok", sharded.text + str(sharded.errors)
+    for call in (1, 2):
+        (run,) = [r for r in store.list() if r.name == f"fsdp-on-pool-{call}"]
+        assert run.status == "succeeded"
+        assert [p.suffix for p in RunFiles.of(run.id, kernel.home).ckpt.iterdir()] == [".dcp"], "one sharded checkpoint"
     wrong = kernel.run("%train --nproc 3 --epochs 1")
     assert wrong.status == "error" and "UsageError: --nproc 3: this kernel's ranks pool has 2 rank(s)" in wrong.text
 

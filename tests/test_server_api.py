@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import nbformat
 import pytest
@@ -315,6 +316,8 @@ def _post(jp_fetch, payload, *parts):
         ({"notebook": "train.ipynb", "stall_timeout": "300"}, 400, "'stall_timeout'"),
         ({"notebook": "train.ipynb", "stall_timeout": True}, 400, "'stall_timeout'"),
         (b'{"notebook": "train.ipynb", "stall_timeout": 1e400}', 400, "'stall_timeout'"),
+        ({"notebook": "train.ipynb", "track": "wandb"}, 400, "'track' 'wandb': tracker 'wandb': expected"),
+        ({"notebook": "train.ipynb", "track": 3}, 400, "'track' 3:"),
     ],
 )
 async def test_bad_submissions_are_refused_with_the_reason(jp_fetch, notebooks, payload, code, words):
@@ -418,6 +421,23 @@ async def test_a_stall_timeout_reaches_the_jobs_launch_as_the_cli_gives_it(
         assert LaunchSpec.load(RunFiles.of(reply["id"])).stall_timeout == expected
         done = await asyncio.to_thread(wait_until_ended, reply["id"])
         assert done.status == "succeeded", RunFiles.of(done.id).log.read_text()[-2000:]
+
+
+async def test_track_reaches_the_jobs_launch_as_the_cli_gives_it(jp_fetch, jp_root_dir, tmp_path, monkeypatch):
+    """``"track": "..."`` is ``jiyu submit --track ...``: the launch spec holds the absolute
+    destinations its owner follows (tests/test_trackers.py follows such a job)."""
+    from jiyu_magics.jobs.launch_spec import LaunchSpec
+
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    nbformat.write(
+        nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("print('ran')")]), jp_root_dir / "quick.ipynb"
+    )
+    payload = {"notebook": "quick.ipynb", "gpus": 0, "track": f"tensorboard:{tmp_path / 'tb'},mlflow:x.db"}
+    reply = body(await _post(jp_fetch, payload))
+    spec = LaunchSpec.load(RunFiles.of(reply["id"]))
+    assert spec.track == [f"tensorboard:{tmp_path / 'tb'}", f"mlflow:sqlite:///{Path.cwd() / 'x.db'}"]
+    done = await asyncio.to_thread(wait_until_ended, reply["id"])
+    assert done.status == "succeeded", RunFiles.of(done.id).log.read_text()[-2000:]
 
 
 def wait_until_ended(run_id: str, timeout: float = 120):

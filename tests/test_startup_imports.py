@@ -66,6 +66,9 @@ def test_load_ext_leaves_gpu_checks_listings_and_the_launcher_for_later():
         "jiyu_magics.views.run_table",
         "jiyu_magics.jobs.export.notebook_export",
         "torch",
+        "tensorboard",
+        "mlflow",
+        "jiyu_magics.trackers.follower",
     )
     assert loaded_after(code, watched) == set()
 

@@ -35,6 +35,18 @@ VARIABLES = (
     Variable(
         "JIYU_METRICS_TOKEN", "you", "A secret that lets Prometheus scrape /jiyu/metrics without a Jupyter login."
     ),
+    Variable(
+        "JIYU_TRACK",
+        "you",
+        "The trackers of a run that names none: `tensorboard[:DIR]`, `mlflow[:URI]`, a comma list, or `none` "
+        "(else `track:` in `$JIYU_HOME/config.yaml`).",
+    ),
+    Variable(
+        "MLFLOW_TRACKING_URI",
+        "you (MLflow's own)",
+        "Where `--track mlflow` without a URI goes (else `sqlite:///$JIYU_HOME/mlflow.db`).",
+    ),
+    Variable("MLFLOW_EXPERIMENT_NAME", "you (MLflow's own)", "The MLflow experiment of tracked runs (else `jiyu`)."),
     Variable("JIYU_IMAGE", "you", "The container image Kubernetes runs a job in (--backend kubernetes)."),
     Variable("JIYU_K8S_CLAIM", "you", "The PersistentVolumeClaim mounted as JIYU_HOME in Kubernetes jobs."),
     Variable(

@@ -31,6 +31,7 @@ class LaunchSpec:
     priority: int = 0  # higher starts first among waiting runs
     share: bool = False  # may lease GPUs other sharing runs lease too
     stall_timeout: float | None = None  # the default of the job's fit calls (seconds; 0: off; None: the rule)
+    track: list[str] | None = None  # the trackers the submission named (trackers.destinations), for its owner
 
     def with_gpus(self, visible: int | None) -> LaunchSpec:
         """The spec with its GPU count decided against the ``visible`` GPUs (None: none here)

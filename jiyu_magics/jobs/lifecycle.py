@@ -42,7 +42,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Literal
 
 from ..core.events.log import EventLog, read_events
@@ -52,6 +52,7 @@ from ..core.runs.model import RunStatus
 from ..core.runs.states import TransitionRefused
 from ..core.store.run_row import Run
 from ..core.store.run_store import RunStore
+from ..trackers.owner import RunTracking
 from .final_status import Outcome, closing_events, decide
 from .gpu_queue import Grant
 from .launch_spec import LaunchSpec
@@ -78,13 +79,16 @@ class RunLifecycle:
         owner: str = "launcher",
         recorded_pid: int | None = None,
         announce: Callable[[Outcome], None] | None = None,
+        track: Iterable[str] = (),
     ):
         """``recorded_pid`` is the run row's ``pid`` while the ranks run: the process ``jiyu
         stop`` spares and waits for (the supervisor, which owns the run). None for an owner
         that must never be signalled (a kernel): torchrun is recorded instead, and the kernel
         only as the row's owner (``owner_pid``), which keeps the run from being marked lost in
         the moment between torchrun's exit and the kernel recording the end.
-        ``announce`` hears the outcome before the run row says it (the supervisor's log line)."""
+        ``announce`` hears the outcome before the run row says it (the supervisor's log line).
+        ``track``: trackers the launch named besides its spec's (``%%train --nproc --track``);
+        those the run's ``start`` events name are followed too (``trackers.owner``)."""
         self.run_id, self.spec = run_id, spec
         self.store = store or RunStore()
         self.files = RunFiles.of(run_id).create()
@@ -100,6 +104,7 @@ class RunLifecycle:
         self.stop_result: StopResult | None = None
         self._store_checked = -float("inf")
         self.stall_watch: StallWatch | None = None  # made when local ranks run
+        self.tracking = RunTracking(run_id, [*track, *(spec.track or [])])
 
     @classmethod
     def register(
@@ -244,6 +249,7 @@ class RunLifecycle:
         self._honour_stored_stop()
         if self.stall_watch is not None and self._stopper is None:
             self.stall_watch.check()  # flags a stall, with every rank's stack; at most every few seconds
+        self.tracking.check()  # starts the trackers' follower once the run names one; at most every second
         return True
 
     def wait(
@@ -336,6 +342,7 @@ class RunLifecycle:
         if self.announce is not None:
             self.announce(self.outcome)
         record_end(self.store, self.run_id, self.outcome)
+        self.tracking.finish(scheduled=self.placement.scheduled)
         return self.outcome
 
     def _leave_nothing_running(self) -> None:

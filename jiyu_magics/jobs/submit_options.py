@@ -22,6 +22,8 @@ from typing import Any
 
 from ..core.events.stall_clock import BadStallTimeout, check_stall_timeout
 from ..core.runs.names import BadRunName, check_run_name
+from ..trackers.destinations import TrackSpecError, as_strings, parse_track
+from ..trackers.extras import check_installed
 from .backends.slurm.options import DEFAULT_CHECKPOINT_GRACE_S, DEFAULT_MAX_REQUEUES, SlurmOptions
 from .export.params import parse_pairs, parse_yaml, read_params_file
 from .job_error import JobError
@@ -111,6 +113,14 @@ class SubmitOptions:
         request=True,
     )
     notify: str | None = option(None, "run CMD RUN_ID STATUS when the job ends", metavar="CMD")
+    track: list[str] = option(
+        [],
+        "follow the run live in TensorBoard or MLflow: tensorboard[:DIR] or mlflow[:URI], a comma list or "
+        "repeated for both (its owner follows them, with those its %%%%train --track cells name; a cell "
+        "that names none follows $JIYU_TRACK)",
+        metavar="TRACKER[:WHERE]",
+        request=True,
+    )
     rdzv_endpoint: str | None = option(None, "multi-node rendezvous address (torchrun's)", metavar="HOST:PORT")
     node_rank: int | None = option(None, "this node's rank (static rendezvous)", metavar="R", bounds=(0, MAX_NODES))
     # -- each becomes a #SBATCH line of the batch script (backends/slurm/options checks them)
@@ -212,6 +222,7 @@ class SubmitOptions:
             self.stall_timeout = check_stall_timeout(self.stall_timeout)
         except BadStallTimeout as error:
             raise JobError(f"{label('stall_timeout')} {self.stall_timeout!r:.40}: expected {error}") from None
+        self.track = _tracks(label("track"), self.track)
         self._check_rendezvous()
         self._check_backend_options()
         if self.notify is not None:
@@ -262,7 +273,19 @@ class SubmitOptions:
             priority=self.priority,
             share=self.share,
             stall_timeout=self.stall_timeout,
+            track=self.track or None,
         )
+
+
+def _tracks(label: str, value: Any) -> list[str]:
+    """``--track`` values as canonical destinations (absolute: the supervisor and a Slurm
+    allocation read them elsewhere), with the pip command when a tracker is not installed."""
+    try:
+        destinations = parse_track([value] if isinstance(value, str) else list(value or []))
+        check_installed(destinations)
+    except (TrackSpecError, TypeError) as error:
+        raise JobError(f"{label} {value!r:.60}: {error}") from None
+    return as_strings(destinations)
 
 
 @dataclass(frozen=True)

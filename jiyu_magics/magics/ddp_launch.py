@@ -81,6 +81,7 @@ class DdpLaunch:
             owner="kernel",
             notebook=notebook,
             params={"train": self.line},
+            track=self._track(),  # this kernel follows them (trackers.owner)
         )
         with self.lifecycle:
             # said at once: exporting and torchrun's start take seconds before the dashboard shows
@@ -111,6 +112,7 @@ class DdpLaunch:
             notebook=notebook,
             params={"train": self.line, "pool": self.pool.run_id},
             placement=self.placement,
+            track=self._track(),  # this kernel follows them (trackers.owner)
         )
         with self.lifecycle:
             print(f"jiyu: training run {self.lifecycle.run_id} on ranks pool {self.pool.run_id}…", flush=True)
@@ -121,6 +123,13 @@ class DdpLaunch:
             outcome = self.lifecycle.end()
         self._show_end()
         self._bind(outcome)
+
+    def _track(self) -> list[str]:
+        """The trackers this run names (``%%train --track``, checked by the magic), else the default."""
+        from ..trackers.destinations import track_variable
+        from ..train.fit_options import FitOptions, tracked
+
+        return tracked(FitOptions(track=self.args.track).validate().track, track_variable())
 
     # -- before --------------------------------------------------------------------------------
     def _prepare(self) -> None:

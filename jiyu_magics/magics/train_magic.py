@@ -104,6 +104,8 @@ def fit_argument(spec: OptionSpec) -> tuple[tuple[str, ...], dict]:
     options: dict[str, Any] = dict(dest=spec.name, default=None, help=spec.described().replace("%", "%%"))
     if spec.is_switch:
         options["action"] = "store_false" if spec.default else "store_true"
+    elif spec.repeatable:
+        options.update(action="append", metavar=spec.metavar)
     else:
         options.update(type=None if spec.type is str else spec.type, choices=spec.choices, metavar=spec.metavar)
     return (spec.flag,), options

@@ -25,7 +25,18 @@ MAX_PARAM_LINES = 1000
 MAX_PARAM_BYTES = 64 * 1024  # one parameter's value as JSON (or one typed line): a model size, not a data set
 MAX_LIST = 10_000  # runs one GET /jiyu/api/runs may ask for
 # a submission: the notebook, its parameters (values or typed lines), and the SubmitOptions a request may set
-SUBMIT_FIELDS = ("notebook", "params", "param_lines", "nproc", "gpus", "priority", "share", "name", "stall_timeout")
+SUBMIT_FIELDS = (
+    "notebook",
+    "params",
+    "param_lines",
+    "nproc",
+    "gpus",
+    "priority",
+    "share",
+    "name",
+    "stall_timeout",
+    "track",
+)
 
 
 @dataclass

@@ -43,7 +43,7 @@ from .end_messages import (
 from .evaluate import evaluate
 from .finite_check import FiniteGuard
 from .fit_calls import is_own_after_restart, own_checkpoint, restored_message, starts_afresh
-from .fit_options import FitOptions
+from .fit_options import FitOptions, tracked
 from .fit_result import FitResult
 from .input_checks import check_objects, trainable_parameters
 from .loop_position import LoopPosition
@@ -215,10 +215,11 @@ class Trainer:
             checkpoint_folder_usable(Path(opts.ckpt_dir).expanduser())
         if not self.dist.distributed:
             check_resume_request(opts.resume, self.name, self.context)
+        self.track = tracked(opts.track, self.context.track)  # the call's, else the default (JIYU_TRACK)
 
     def _open_run(self) -> None:
         """The run this call writes into, and what records its progress there."""
-        self.run_binding = RunBinding.open(self.name, self.dist, self._params(), self.context)
+        self.run_binding = RunBinding.open(self.name, self.dist, self._params(), self.context, track=self.track)
         self.run_binding.hold_device(self.device, self.dist.distributed)
         self.report = Reporter(self.run_binding, self.dist, self.monitor, started=self.started)
         self.keeper = CheckpointKeeper(
@@ -314,6 +315,7 @@ class Trainer:
             resumed_from=self.resumed_from,
             from_notebook=self.from_notebook,
             stall_timeout=self.opts.stall_timeout,
+            track=",".join(self.track) or None,
         )
 
     def _strategy_name(self) -> str:

@@ -14,6 +14,8 @@ from typing import Any
 
 from ..core.events.stall_clock import BadStallTimeout, check_stall_timeout
 from ..core.runs.names import BadRunName, check_run_name
+from ..trackers.destinations import OFF, SYNTAX, TrackSpecError, as_strings, default_track, parse_track
+from ..trackers.extras import check_installed
 from .train_errors import TrainConfigError
 
 AMP_MODES = ("auto", "bf16", "fp16", "off")
@@ -30,13 +32,17 @@ def option(
     choices: tuple[str, ...] | None = None,
     metavar: str | None = None,
     flag: str | None = None,
+    repeatable: bool = False,
 ) -> Any:
     """A ``FitOptions`` field and its user-facing description. ``default_text`` says what a
     ``None`` default means; ``flag`` overrides ``--field-name`` (``--no-ckpt`` for
-    ``save_ckpts``: an option that defaults to on is a flag that turns it off)."""
+    ``save_ckpts``: an option that defaults to on is a flag that turns it off); a
+    ``repeatable`` flag adds to a comma list each time it is given."""
     return field(
         default=default,
-        metadata=dict(help=help, default_text=default_text, choices=choices, metavar=metavar, flag=flag),
+        metadata=dict(
+            help=help, default_text=default_text, choices=choices, metavar=metavar, flag=flag, repeatable=repeatable
+        ),
     )
 
 
@@ -114,6 +120,16 @@ class FitOptions:
         metavar="SECONDS",
         default_text="the job's --stall-timeout, else the larger of 10x the median step time and 300",
     )
+    track: str | None = option(
+        None,
+        f"Follow the run live in TensorBoard or MLflow: {SYNTAX}, a comma list or the flag repeated for "
+        "both; none: neither. A follower outside the training loop writes what the run logs (scalars, "
+        "parameters, status); tensorboard writes under $JIYU_HOME/tensorboard, mlflow to "
+        "$MLFLOW_TRACKING_URI or sqlite:///$JIYU_HOME/mlflow.db.",
+        metavar="TRACKER[:WHERE]",
+        default_text="$JIYU_TRACK, else track: in $JIYU_HOME/config.yaml, else none",
+        repeatable=True,
+    )
 
     @classmethod
     def from_kwargs(cls, options: dict) -> FitOptions:
@@ -148,6 +164,7 @@ class FitOptions:
             raise TrainConfigError(f"stall_timeout must be {error}, got {self.stall_timeout!r}") from None
         if not self.log_interval_s > 0:
             raise TrainConfigError(f"log_interval_s must be positive, got {self.log_interval_s:g}")
+        self.track = _tracking(self.track)
         try:  # the one rule for run names: they end up in tables, terminals and batch scripts
             self.name = check_run_name(self.name)
         except BadRunName as error:
@@ -167,6 +184,7 @@ class OptionSpec:
     choices: tuple[str, ...] | None = None
     metavar: str | None = None
     default_text: str | None = None
+    repeatable: bool = False
 
     @property
     def is_switch(self) -> bool:
@@ -201,6 +219,7 @@ def option_specs() -> list[OptionSpec]:
             choices=f.metadata["choices"],
             metavar=f.metadata["metavar"],
             default_text=f.metadata["default_text"],
+            repeatable=f.metadata["repeatable"],
         )
         for f in fields(FitOptions)
         if f.default is not MISSING
@@ -216,6 +235,34 @@ def _value_type(hint: Any) -> type:
     """``int | None`` -> ``int``."""
     args = [a for a in typing.get_args(hint) if a is not type(None)]
     return args[0] if args else hint
+
+
+def _tracking(value: str | list[str] | None) -> str | None:
+    """``track`` as its canonical comma list (absolute folders and URIs: a job's ranks and
+    followers read it elsewhere), ``none`` for nothing; None (not given) stays None: the
+    default is the launch's (``tracked``)."""
+    if value is None:
+        return None
+    try:
+        destinations = parse_track(value)
+        check_installed(destinations)
+    except TrackSpecError as error:
+        raise TrainConfigError(str(error)) from None
+    return ",".join(as_strings(destinations)) or OFF[0]
+
+
+def tracked(track: str | None, default: str | None = None) -> list[str]:
+    """The destinations of a validated ``track``; when it was not given, the default:
+    ``default`` (``$JIYU_TRACK``, as the process's entry point read it), else ``track:`` in
+    ``$JIYU_HOME/config.yaml``. A bad default raises ``TrainConfigError`` in one line."""
+    if track is not None:
+        return [] if track in OFF else track.split(",")
+    try:
+        destinations = default_track(default)
+        check_installed(destinations)
+    except TrackSpecError as error:
+        raise TrainConfigError(f"the default tracker: {error}") from None
+    return as_strings(destinations)
 
 
 def _at_least(low: int, **values: int | None) -> None:

@@ -38,9 +38,13 @@ def shard(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> torch.nn.
     """FSDP2 (``fully_shard``) on each direct child holding parameters, then the root.
 
     ``fully_shard`` replaces the parameters with sharded ones, so the optimizer the user built
-    before (the normal order in a notebook) is pointed at the new parameters, by name."""
+    before (the normal order in a notebook) is pointed at the new parameters, by name. A model
+    an earlier call sharded (a ranks pool keeps it across cells) stays as it is, and so does
+    its optimizer, state and all: training goes on."""
     from torch.distributed.fsdp import fully_shard
 
+    if uses_fsdp(model):
+        return model
     if optimizer.state:
         raise TrainConfigError(
             "--strategy fsdp needs a fresh optimizer (it already holds state); resume from a checkpoint instead"

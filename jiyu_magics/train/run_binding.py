@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,6 +24,8 @@ from ..core.runs.states import TransitionRefused, ended_as
 from ..core.store.database import StoreUnusable
 from ..core.store.run_row import new_run_id
 from ..core.store.run_store import RunStore
+from ..trackers.destinations import parse_track
+from ..trackers.follow_process import FollowerProcess
 from .checkpoint_files import is_checkpoint, newest_checkpoint, saved_at
 from .fit_calls import FitCall
 from .process_group import DistContext
@@ -40,9 +43,12 @@ class RunBinding:
     call: FitCall = FitCall(0, "")  # which call of the run this is (its first, unless launched)
     unrecorded: bool = False  # the run store was unusable: trained, but not in %jobs
     context: LaunchContext = LaunchContext()  # what the process's launcher said
+    follower: FollowerProcess | None = None  # the trackers' follower of a run this call owns
 
     @classmethod
-    def open(cls, name: str, dist: DistContext, params: dict, context: LaunchContext) -> RunBinding:
+    def open(
+        cls, name: str, dist: DistContext, params: dict, context: LaunchContext, track: Sequence[str] = ()
+    ) -> RunBinding:
         attached = context.run_id
         run_id = attached or dist.broadcast(_register(name, dist, params, context.notebook) if dist.is_writer else None)
         unrecorded = run_id.startswith(UNRECORDED_PREFIX)
@@ -52,6 +58,8 @@ class RunBinding:
         if dist.is_writer:
             files.create()
             binding.events = EventLog(files.events)
+            if track and binding.owned:  # a launcher's run is followed by its owner (jobs.lifecycle)
+                binding.follower = FollowerProcess.start(run_id, parse_track(track))
         return binding
 
     def hold_device(self, device, distributed: bool) -> None:
@@ -87,8 +95,12 @@ class RunBinding:
                 _warn_unrecorded(problem)
 
     def close(self) -> None:
+        """After the ``end`` event: the follower reads the rest and ends the tracker run on
+        its own (``fit`` does not wait for the tracker)."""
         if self.events is not None:
             self.events.close()
+        if self.follower is not None:
+            self.follower.done()
 
 
 def _register(name: str, dist: DistContext, params: dict, notebook: str | None) -> str:

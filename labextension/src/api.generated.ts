@@ -53,6 +53,7 @@ export type Event =
       resumed_from?: string | null;
       from_notebook?: string | null;
       stall_timeout?: number | null;
+      track?: string | null;
     }
   | {
       kind: 'step';

@@ -133,6 +133,8 @@ export interface ISubmission {
   gpus?: number;
   /** Seconds without a step before the job is flagged stalled (0: off); absent: the rule. */
   stall_timeout?: number;
+  /** Trackers to follow the run in: `tensorboard[:DIR]`, `mlflow[:URI]`, a comma list. */
+  track?: string;
 }
 
 /** One group of ranks with identical stacks (`GET /jiyu/api/runs/{id}/stacks`, views/stack_view.py). */

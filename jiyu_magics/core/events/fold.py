@@ -71,6 +71,7 @@ class RunState:
     resumed_from: str | None = None
     from_notebook: str | None = None  # what %%train took from the notebook, not its cell
     stall_timeout: float | None = None  # the call's own (None: the job's default or the rule)
+    track: str | None = None  # the trackers the call asked for (``trackers.destinations``)
     # its progress, from the newest step event
     step: int | None = None
     step_at: float | None = None  # when the step last moved: the ``t`` of the step event that moved it

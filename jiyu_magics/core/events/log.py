@@ -72,7 +72,7 @@ class Events(list):
     skipped: int = 0
 
 
-def _parse_lines(lines: Iterable[bytes]) -> Events:
+def parse_lines(lines: Iterable[bytes]) -> Events:
     """The event objects among ``lines``; the rest (a torn line from a killed writer, a line
     someone appended by hand) is counted and left out, and the log stays readable."""
     events = Events()
@@ -98,7 +98,7 @@ def read_events(path: Path | str, offset: int = 0, limit_bytes: int | None = Non
     except FileNotFoundError:
         return Events(), offset
     end = data.rfind(b"\n") + 1
-    return _parse_lines(data[:end].splitlines()), offset + end
+    return parse_lines(data[:end].splitlines()), offset + end
 
 
 def tail_events(path: Path | str, tail_bytes: int = TAIL_BYTES) -> Events:
@@ -115,7 +115,7 @@ def tail_events(path: Path | str, tail_bytes: int = TAIL_BYTES) -> Events:
     if start:
         data = data[data.find(b"\n") + 1 :]
     data = data[: data.rfind(b"\n") + 1]
-    return _parse_lines(data.splitlines())
+    return parse_lines(data.splitlines())
 
 
 def last_start(path: Path | str, chunk: int = TAIL_BYTES) -> dict | None:
@@ -133,7 +133,7 @@ def last_start(path: Path | str, chunk: int = TAIL_BYTES) -> dict | None:
                 carry = lines.pop(0) if begin else b""  # maybe a partial line: joined to the next chunk
                 for line in reversed(lines):
                     if START_MARKER in line:
-                        found = _parse_lines([line])
+                        found = parse_lines([line])
                         if found and found[0]["kind"] == EventKind.START:
                             return found[0]
                 end = begin

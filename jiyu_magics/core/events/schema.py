@@ -18,7 +18,9 @@ here are allowed and passed on unchecked:
   made), ``start_step`` (> 0 when resumed), ``resumed_from`` (checkpoint path), ``from_notebook``
   (which optional objects ``%%train`` took from the notebook rather than its cell, e.g.
   ``from the notebook: val_loader (cell 7)``; None when none), ``stall_timeout`` (seconds the
-  step may stand still before the run's owner flags it stalled; None: the default rule, 0: off).
+  step may stand still before the run's owner flags it stalled; None: the default rule, 0: off),
+  ``track`` (the trackers the call asked for, a comma list: ``tensorboard:/abs/dir``,
+  ``mlflow:URI``; the run's owner follows them: ``jiyu_magics.trackers``).
 - ``step``: ``step`` (optimizer steps so far), ``epoch`` (1-based), ``loss`` (mean since the last
   log, over ranks), ``lr``, ``samples_per_s`` (all ranks), ``mem_alloc``/``mem_reserved``/
   ``mem_peak`` (bytes, CUDA only), ``data_wait`` (share 0..1 of wall time waiting for batches),
@@ -62,6 +64,7 @@ FIELDS: dict[EventKind, dict[str, type]] = {
         "resumed_from": str,
         "from_notebook": str,
         "stall_timeout": float,
+        "track": str,
     },
     EventKind.STEP: {
         "step": int,

@@ -21,6 +21,7 @@ INIT_WEIGHTS_ENV = "JIYU_INIT_WEIGHTS"
 FINAL_WEIGHTS_ENV = "JIYU_FINAL_WEIGHTS"
 NOTEBOOK_ENV = "JPY_SESSION_NAME"  # jupyter_server tells the kernel its notebook's path
 RESTART_ENV = "TORCHELASTIC_RESTART_COUNT"
+TRACK_ENV = "JIYU_TRACK"
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,7 @@ class LaunchContext:
     local_rank: int = 0
     error_file: str | None = None  # where a failing rank writes its error for torchrun
     visible_devices: str | None = None  # CUDA_VISIBLE_DEVICES as this process was started with it
+    track: str | None = None  # JIYU_TRACK: the trackers of a call that names none (trackers.destinations)
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] | None = None) -> LaunchContext:
@@ -53,6 +55,7 @@ class LaunchContext:
             local_rank=int(env.get("LOCAL_RANK", 0) or 0),
             error_file=env.get("TORCHELASTIC_ERROR_FILE") or None,
             visible_devices=env.get("CUDA_VISIBLE_DEVICES"),
+            track=env.get(TRACK_ENV),
         )
 
     @property

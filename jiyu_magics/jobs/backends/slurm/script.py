@@ -43,6 +43,7 @@ def render(run: Run, spec: LaunchSpec, files: RunFiles, options: SlurmOptions, p
         *(f"#SBATCH {directive}" for directive in directives(run, spec, files, options)),
         *_environment(run, files, python),
         *_attempt(options),
+        *_follower(run, spec),
         *_launch(spec, files, python),
         *_ending(options),
     ]
@@ -107,6 +108,20 @@ def _attempt(options: SlurmOptions) -> list[str]:
     ]
 
 
+def _follower(run: Run, spec: LaunchSpec) -> list[str]:
+    """The trackers' follower of this attempt, beside the ranks on the first node: a scheduled
+    run has no owner process while it runs, so the allocation feeds the trackers itself
+    (``--track`` of the submission, and whatever the notebook's ``%%train --track`` cells name).
+    It ends after the step (SIGTERM: it reads the rest of the log); the owner that records the
+    run's end brings the trackers up to it (``trackers.owner``)."""
+    tracks = "".join(f" --track {shlex.quote(track)}" for track in spec.track or [])
+    return [
+        "# the trackers' follower (python -m jiyu_magics.trackers): reads the event log, never the ranks",
+        f'"$python" -m jiyu_magics.trackers follow {shlex.quote(run.id)}{tracks} </dev/null &',
+        "follower=$!",
+    ]
+
+
 def _launch(spec: LaunchSpec, files: RunFiles, python: str) -> list[str]:
     cmd = torchrun.command(
         files.script,
@@ -135,6 +150,7 @@ def _launch(spec: LaunchSpec, files: RunFiles, python: str) -> list[str]:
 
 def _ending(options: SlurmOptions) -> list[str]:
     return [
+        'kill -TERM "$follower" 2>/dev/null; wait "$follower"',
         'if [ "$near_limit" = 1 ]; then',
         f'  if [ "$attempt" -lt {options.max_requeues} ]; then',
         f'    echo "[jiyu] $(date +%H:%M:%S) requeued ($((attempt + 1)) of {options.max_requeues})"',

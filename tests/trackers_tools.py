@@ -1,0 +1,162 @@
+"""The trackers' own readers and servers for the tracking tests: TensorBoard's
+``EventAccumulator`` and ``tensorboard --logdir``, ``MlflowClient`` and ``mlflow server`` on an
+SQLite store, all real and on 127.0.0.1; each server is ended by its pid."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from .ports import free_port
+
+BIN = Path(sys.executable).parent
+
+
+def wait_for(what: Callable[[], object], timeout: float = 60.0, every: float = 0.2, message: str = ""):
+    """``what()`` once it is truthy; fails after ``timeout`` seconds with ``message``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = what()
+        if found:
+            return found
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:g} s: {message}")
+        time.sleep(every)
+
+
+def tb_scalars(folder: Path) -> dict[str, list[tuple[int, float]]]:
+    """Every scalar series of one TensorBoard run folder, as TensorBoard's reader sees it."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    reader = EventAccumulator(str(folder), size_guidance={"scalars": 0, "tensors": 0})
+    reader.Reload()
+    return {tag: [(e.step, e.value) for e in reader.Scalars(tag)] for tag in reader.Tags()["scalars"]}
+
+
+def tb_folder(logdir: Path) -> Path:
+    folders = [p for p in Path(logdir).iterdir() if p.is_dir()]
+    assert len(folders) == 1, folders
+    return folders[0]
+
+
+def mlflow_run(uri: str, jiyu_run_id: str, experiment: str = "jiyu"):
+    """The MLflow run of a jiyu run (its tag ``jiyu.run_id``), through MlflowClient."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=uri)
+    found = client.get_experiment_by_name(experiment)
+    if found is None:
+        return client, None
+    runs = client.search_runs([found.experiment_id], filter_string=f"tags.`jiyu.run_id` = '{jiyu_run_id}'")
+    return client, runs[0] if runs else None
+
+
+def mlflow_finished(uri: str, jiyu_run_id: str):
+    client, run = mlflow_run(uri, jiyu_run_id)
+    return (client, run) if run is not None and run.info.status != "RUNNING" else None
+
+
+def get_json(url: str, timeout: float = 10.0):
+    with urllib.request.urlopen(url, timeout=timeout) as reply:
+        return json.loads(reply.read())
+
+
+@dataclass
+class Server:
+    url: str
+    process: subprocess.Popen
+
+
+def _answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as reply:
+            return reply.status == 200
+    except OSError:
+        return False
+
+
+@contextmanager
+def _server(
+    cmd: list[str], probe: str, port: int, timeout: float, log: Path, env: dict | None = None
+) -> Iterator[Server]:
+    with open(log, "ab") as out:
+        process = subprocess.Popen(
+            cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env={**os.environ, **(env or {})}
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + timeout
+        while not _answers(url + probe):
+            assert process.poll() is None, f"{cmd[0]} exited: {log.read_text()[-2000:]}"
+            assert time.monotonic() < deadline, f"{cmd[0]} did not answer in {timeout:g} s: {log.read_text()[-2000:]}"
+            time.sleep(0.5)
+        yield Server(url, process)
+    finally:
+        _end(process)
+
+
+def _end(process: subprocess.Popen) -> None:
+    """The server's whole process group (mlflow server runs uvicorn workers), by its pid."""
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(15)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(5)
+
+
+@contextmanager
+def tensorboard_server(logdir: Path, log: Path) -> Iterator[Server]:
+    port = free_port()
+    cmd = [str(BIN / "tensorboard"), "--logdir", str(logdir), "--host", "127.0.0.1", "--port", str(port)]
+    with _server(cmd + ["--reload_interval", "1"], "/data/runs", port, 90, log) as server:
+        yield server
+
+
+@contextmanager
+def mlflow_server(store: Path, log: Path) -> Iterator[Server]:
+    """``mlflow server`` on an SQLite store, its job workers off: 30-60 s to answer under load."""
+    port = free_port()
+    cmd = [
+        str(BIN / "mlflow"),
+        "server",
+        "--backend-store-uri",
+        f"sqlite:///{store}",
+        "--default-artifact-root",
+        str(store.parent / "artifacts"),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--workers",
+        "1",
+    ]
+    env = {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+    with _server(cmd, "/health", port, 240, log, env) as server:
+        yield server
+
+
+@contextmanager
+def chromium_page(width: int = 1400, height: int = 900):
+    from playwright.sync_api import sync_playwright
+
+    from .lab_runner import launch_chromium
+
+    with sync_playwright() as playwright:
+        browser = launch_chromium(playwright)
+        try:
+            page = browser.new_page(viewport={"width": width, "height": height})
+            page.set_default_timeout(120_000)  # the trackers' web apps draw slowly on 2 busy cores
+            yield page
+        finally:
+            browser.close()
