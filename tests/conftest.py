@@ -49,12 +49,26 @@ def pytest_collection_modifyitems(config, items):
 
 
 @pytest.fixture(autouse=True)
-def jiyu_home(tmp_path_factory, monkeypatch) -> Path:
+def jiyu_home(tmp_path_factory, monkeypatch):
     """Every test gets its own run store and run folders, inherited by the kernels, torchrun
     ranks and CLI processes it starts."""
     home = tmp_path_factory.mktemp("jiyu_home")
     monkeypatch.setenv("JIYU_HOME", str(home))
-    return home
+    yield home
+    _stop_scheduler_follower(home)
+
+
+def _stop_scheduler_follower(home: Path) -> None:
+    """A test's Slurm runs may stay active in its folder (a job never submitted): the follower
+    of its home would poll them on through every later test."""
+    from jiyu_magics.jobs import scheduler_follower
+
+    pid = scheduler_follower.running_pid(home)
+    if pid is not None:
+        try:
+            os.kill(pid, 15)
+        except OSError:
+            pass
 
 
 @pytest.fixture

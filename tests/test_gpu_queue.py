@@ -206,7 +206,7 @@ from jiyu_magics.core.processes.info import process_start_time
 from jiyu_magics.train.device_lease import record_device_lease
 run = RunStore().create("kernel", "notebook-training", status="running", pid=os.getpid(),
                         pid_started=process_start_time(os.getpid()), notebook="/lab/holder.ipynb")
-print(run.id, record_device_lease(run.id, torch.device("cuda", 0)))
+print(run.id, record_device_lease(run.id, torch.device("cuda", 0), os.environ.get("CUDA_VISIBLE_DEVICES")))
 """
 
 

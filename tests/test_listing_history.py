@@ -16,6 +16,7 @@ from jiyu_magics import jobs
 from jiyu_magics.core.events.log import EventLog
 from jiyu_magics.core.runs.files import RunFiles, store_path
 from jiyu_magics.core.store.run_store import RunStore
+from jiyu_magics.jobs.upkeep import upkeep
 
 from .cli_runner import jiyu
 from .jobs_workload import finished, write_notebook
@@ -54,14 +55,17 @@ def test_a_job_that_ended_is_listed_from_its_stored_summary_without_its_event_lo
     assert "6/6" in line and "succeeded" in line
 
 
-def test_runs_ended_before_summaries_were_stored_get_theirs_on_the_first_listing():
-    """A store migrated from schema 4 has finished runs without a summary: the first listing
-    folds each one's log once and stores it; later listings need no log."""
+def test_runs_ended_before_summaries_were_stored_get_theirs_at_the_next_upkeep():
+    """A store migrated from schema 4 has finished runs without a summary: a listing folds the
+    log in memory and writes nothing; the next upkeep (a run owner's) stores it once; later listings need no log."""
     old = finished_run("older", steps=5, total=10)
     with sqlite3.connect(store_path()) as db:
         db.execute("UPDATE runs SET summary = NULL")
     first = jiyu("jobs", "--all")
     assert "5/10" in first.stdout, first.stdout + first.stderr
+    with sqlite3.connect(store_path()) as db:
+        assert db.execute("SELECT summary FROM runs").fetchone() == (None,)
+    upkeep()
     forget_event_logs(old)
     again = jiyu("jobs", "--all", "--json")
     (record,) = json.loads(again.stdout)

@@ -49,13 +49,20 @@ def events_of(run_id: str) -> list[dict]:
 
 
 def listed_as_lost(run_id: str):
-    return wait_for(
+    """The run as listings show it once nothing of it is left (lost, derived by the read), then
+    as the store records it at the next upkeep of a run owner (the Jupyter server's every 10 s,
+    the next submit), which also ends its event log."""
+    wait_for(
         lambda: (lambda r: r if r.status == "lost" else None)(
             {r.id: r for r in jobs.list_runs(include_finished=True)}[run_id]
         ),
         60,
         what=f"run {run_id} lost",
     )
+    store = RunStore()
+    assert store.stored(run_id).status == "running", "a listing writes nothing"
+    assert store.record_lost(every=0) == [run_id]
+    return store.stored(run_id)
 
 
 def test_a_rank_killed_by_sigkill_is_the_failure_named(tmp_path):

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
 import time
 
 import pytest
@@ -17,7 +19,9 @@ from jiyu_magics.core.events.log import read_events, summarize
 from jiyu_magics.core.runs.files import RunFiles
 from jiyu_magics.core.store.run_row import Run
 from jiyu_magics.core.store.run_store import RunStore
+from jiyu_magics.jobs import scheduler_follower
 from jiyu_magics.jobs.backends.slurm import commands as slurm_commands
+from jiyu_magics.jobs.upkeep import upkeep
 
 from .cli_runner import jiyu
 from .jobs_workload import assert_no_processes, wait_for
@@ -34,7 +38,8 @@ def events(run_id: str, kind: str) -> list[dict]:
 
 
 def ended(run_id: str, timeout: float = 240) -> Run:
-    """The run once it ended, asking as a user would (``jobs.resolve`` follows Slurm)."""
+    """The run once it ended, asking as a user would (``jobs.resolve``: what the scheduler
+    follower recorded)."""
     return wait_for(
         lambda: (lambda r: None if r.active else r)(jobs.resolve(run_id)), timeout, every=1, what=f"run {run_id} to end"
     )
@@ -266,6 +271,13 @@ def test_an_unconfigured_slurm_says_how_and_a_script_submitted_by_hand_is_follow
 
     monkeypatch.setenv("SLURM_CONF", str(slurm.conf))
     slurm.run("sbatch", str(script), check=True)
+    # the follower the submit started reads Slurm with the environment it had (no config): it
+    # goes, as with the login session that started it, and the next upkeep of a run owner (the
+    # Jupyter server's, every 10 s) starts one that can
+    stale = wait_for(scheduler_follower.running_pid, 30, what="the follower the submit started")
+    os.kill(stale, signal.SIGTERM)
+    wait_for(lambda: scheduler_follower.running_pid() is None, 30, what="the old follower gone")
+    upkeep()
     finished = ended(run.id)
     assert (
         finished.status == "succeeded"
@@ -281,5 +293,7 @@ def test_a_job_slurm_forgot_without_accounting_is_lost_not_running_forever(slurm
     run = RunStore().create("job", "forgotten", backend="slurm", scheduler_id="987654", nproc=2)
     RunFiles.of(run.id).create()
     assert slurm_commands.show("987654") is None and slurm_commands.accounting("987654") is None
+    assert jobs.resolve(run.id).status == "queued", "a read writes nothing, nor asks Slurm"
+    scheduler_follower.follow_all(RunStore())  # one round of the follower, the run's owner
     found = jobs.resolve(run.id)
     assert found.status == "lost" and found.error.startswith("Slurm no longer knows job 987654")

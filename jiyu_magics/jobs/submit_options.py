@@ -16,6 +16,7 @@ import argparse
 import dataclasses
 import shlex
 import shutil
+import types
 import typing
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
@@ -399,9 +400,10 @@ def params_of(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _value_type(hint: Any) -> type:
-    args = [a for a in typing.get_args(hint) if a is not type(None)]
-    base = args[0] if args else hint
-    return typing.get_origin(base) or base
+    """The value's type: ``int`` of ``int | None``, ``list`` of ``list[str]``."""
+    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
+        hint = next(a for a in typing.get_args(hint) if a is not type(None))
+    return typing.get_origin(hint) or hint
 
 
 def _slurm_fields() -> list[str]:

@@ -1,6 +1,7 @@
 """The explicit step in which run owners bring the stored state up to date with the world, so
 that no reader has to: the runs whose processes are gone are recorded ``lost`` (their leases
-end, their logs say so), and the runs a scheduler holds have their follower running.
+end, their logs say so), ended runs from before summaries were stored get theirs, and the runs
+a scheduler holds have their follower running.
 
 Taken by the processes that own runs, never by a listing: the Jupyter server's sampler (every
 ``usage_sample_interval``, 10 s), the next submit, a job's supervisor as it starts, and a
@@ -15,10 +16,11 @@ from . import scheduler_follower
 
 
 def upkeep(store: RunStore | None = None) -> list[str]:
-    """Records lost runs and starts the scheduler follower where scheduled runs are active;
-    the ids it recorded lost."""
+    """Records lost runs, stores the summaries an older store lacks, and starts the scheduler
+    follower where scheduled runs are active; the ids it recorded lost."""
     store = store or RunStore()
     lost = store.record_lost()
+    store.store_missing_summaries()
     if any(scheduler_follower.followed(run, store.host) for run in store.list(include_finished=False, annotate=False)):
         scheduler_follower.ensure_running()
     return lost

@@ -244,6 +244,22 @@ class RunStore:
             marked.append(run.id)
         return marked
 
+    def store_missing_summaries(self) -> builtins.list[str]:
+        """Stores the summary of each ended run that has none (recorded before summaries were
+        stored: a store migrated from schema 4), folding its log once, so that later listings
+        need no log. Taken by upkeep; a listing derives the same summary in memory meanwhile."""
+        with self._read() as db:
+            ids = [
+                row["id"]
+                for row in db.execute("SELECT id, status FROM runs WHERE summary IS NULL")
+                if RunStatus(row["status"]) in states.FINAL
+            ]
+        for run_id in ids:
+            with self._write() as db:
+                summary = self.stored_summary(run_id)
+                db.execute("UPDATE runs SET summary = ? WHERE id = ? AND summary IS NULL", (summary, run_id))
+        return ids
+
     # -- reading (writes nothing) ----------------------------------------------------------------
     def stored(self, run_id: str) -> Run:
         """The row as stored, with its GPUs: what a writer reads back."""
