@@ -20,6 +20,7 @@ from ..core.processes.info import process_start_time
 from ..core.runs.files import RunFiles, jiyu_home
 from ..core.runs.launch_context import LaunchContext
 from ..core.runs.model import EventKind, RunStatus
+from ..core.runs.names import name_from
 from ..core.runs.states import TransitionRefused, ended_as
 from ..core.store.database import StoreUnusable
 from ..core.store.run_row import new_run_id
@@ -137,8 +138,10 @@ def _warn_unrecorded(problem: StoreUnusable) -> None:
 
 
 def default_name(model: object, notebook: str | None) -> str:
+    """``notebook:ModelClass``, by the one name rule (a file named with a newline, a class
+    named oddly, are made printable)."""
     stem = Path(notebook).stem if notebook else None
-    return f"{stem}:{type(model).__name__}" if stem else type(model).__name__
+    return name_from(f"{stem}:{type(model).__name__}" if stem else type(model).__name__)
 
 
 def resume_path(requested: str | None, run: RunBinding, name: str) -> Path | None:

@@ -280,8 +280,8 @@ class RunStore:
         their GPUs and queue positions. Finished runs carry their stored summaries."""
         where, values = _filters(include_finished, since)
         query = f"SELECT * FROM runs{where} ORDER BY created DESC"
-        if limit:
-            query += f" LIMIT {int(limit)}"
+        if limit:  # SQLite's integers are 64-bit: a larger limit is no limit
+            query += f" LIMIT {min(int(limit), 2**62)}"
         with self._read() as db:
             rows = db.execute(query, values).fetchall()
         runs = self._derived(self._with_summaries([Run.from_row(r) for r in rows]))
