@@ -33,3 +33,12 @@ def utf8_path(path: str | os.PathLike, what: str = "file") -> str:
     except UnicodeEncodeError:
         raise BadPath(f"the {what} name {shown(text)} is not valid UTF-8; rename it (e.g. with convmv)") from None
     return text
+
+
+def bounded(text: str, head: int = 4096, tail: int = 4096) -> str:
+    """``text`` with its middle left out when it is longer than ``head + tail`` characters:
+    a 300 KB exception message keeps its start (the type, what failed) and its end (often the
+    line that says why), and says how much it left out."""
+    if len(text) <= head + tail:
+        return text
+    return f"{text[:head]} … [{len(text) - head - tail} characters left out] … {text[-tail:]}"
