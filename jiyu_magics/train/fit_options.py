@@ -100,9 +100,10 @@ class FitOptions:
     save_ckpts: bool = option(True, "Save no checkpoints.", flag="--no-ckpt")
     resume: str | None = option(
         None,
-        "Continue from a checkpoint: a path, or 'last' (the newest checkpoint of "
-        "the last run with the same name in this notebook, wherever it was written).",
-        metavar="PATH|last",
+        "Continue from a checkpoint: a path; 'last': the newest checkpoint of the last run with the same "
+        "name in this notebook, wherever it was written (refused when that run left none, e.g. it ran "
+        "with --no-ckpt); 'last-checkpoint': the newest checkpoint of any earlier run of that name.",
+        metavar="PATH|last|last-checkpoint",
     )
     strategy: str = option("auto", "Under torchrun: ddp or fsdp (auto: ddp).", choices=STRATEGIES)
     fast_data: bool = option(
