@@ -9,6 +9,7 @@ block it prints first (a wrong value in a long command line hid under it; ``--he
 from __future__ import annotations
 
 import argparse
+import errno
 import sys
 
 from ._version import __version__
@@ -25,6 +26,9 @@ from .commands import (
 )
 from .core.store.database import StoreUnusable
 
+# what a disk says when it cannot take a write (read-only, full, over quota, failing, not ours):
+# one line with the reason, exit code 1, as for a store that cannot be used
+DISK_ERRORS = frozenset({errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EACCES, errno.EPERM})
 COMMAND_MODULES = (
     gpu_commands,
     job_commands,
@@ -66,6 +70,11 @@ def main(argv: list[str] | None = None) -> int:
         parser.exit(2, f"jiyu {args.command}: error: {error}\n")
     except StoreUnusable as error:
         parser.exit(1, f"jiyu {args.command}: error: {error}\n")
+    except OSError as error:
+        if error.errno not in DISK_ERRORS:
+            raise
+        where = f": {error.filename}" if error.filename else ""
+        parser.exit(1, f"jiyu {args.command}: error: {error.strerror or error}{where}\n")
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:

@@ -54,7 +54,7 @@ def test_options_not_typed_are_fits_defaults():
 def test_a_bad_value_names_the_flag_the_user_typed():
     from IPython.core.error import UsageError
 
-    with pytest.raises(UsageError, match="^--log-interval must be positive, got 0$"):
+    with pytest.raises(UsageError, match="^--log-interval must be seconds above 0 and at most 86400, got 0$"):
         fit_kwargs(parse_options("--log-interval 0"), {"model": 0, "optimizer": 1, "train_loader": 2})
 
 

@@ -81,6 +81,9 @@ def add_commands(commands) -> None:
     )
     p.add_argument("notebook", help="the .ipynb to export")
     p.add_argument("-o", "--output", required=True, metavar="FILE", help="where to write the script ('-' for stdout)")
+    p.add_argument(
+        "--force", action="store_true", help="write through a symbolic link at FILE (to its target; refused otherwise)"
+    )
     for flags, options in PARAM_OPTIONS:
         p.add_argument(*flags, **options)
     p.set_defaults(handler=run_export)
@@ -181,6 +184,8 @@ def run_stop(args: argparse.Namespace) -> int:
 
 @_job_errors
 def run_export(args: argparse.Namespace) -> int:
+    from ..core.text import shown
+    from ..core.user_files import NotARegularFile, write_regular_file
     from ..jobs import JobError, export_notebook
     from ..jobs.submit_options import params_of
 
@@ -189,9 +194,11 @@ def run_export(args: argparse.Namespace) -> int:
         sys.stdout.write(export.script)
         return 0
     try:
-        export.write(args.output)
+        write_regular_file(args.output, export.script, follow_links=args.force)
+    except NotARegularFile as error:
+        raise JobError(f"cannot write {shown(error)}") from None
     except OSError as error:
-        raise JobError(f"cannot write {args.output}: {error.strerror or error}") from None
+        raise JobError(f"cannot write {shown(args.output)}: {error.strerror or error}") from None
     print(f"Wrote {args.output}: {export.code_cells} code cell(s) from {export.origin}")
     for note in export.left_out:
         print(f"  left out {note}")

@@ -25,6 +25,9 @@ def add_commands(commands) -> None:
         metavar="FILE",
         help="where to write the PNG (default: loss.png in the run's folder)",
     )
+    p.add_argument(
+        "--force", action="store_true", help="write through a symbolic link at FILE (to its target; refused otherwise)"
+    )
     p.set_defaults(handler=run_plot)
 
 
@@ -33,6 +36,8 @@ def run_plot(args: argparse.Namespace) -> int:
     from ..core.runs.files import RunFiles
     from ..core.store.run_row import UnknownRun
     from ..core.store.run_store import RunStore
+    from ..core.text import shown
+    from ..core.user_files import NotARegularFile, write_regular_file
     from ..views.loss_plot import events_loss_png
     from . import CliError
 
@@ -45,13 +50,10 @@ def run_plot(args: argparse.Namespace) -> int:
     if png is None:
         raise CliError(f"run {run.id} ({run.name}) has logged no loss yet")
     try:
-        path = files.write_loss_plot(png) if args.output is None else _write(args.output, png)
+        path = files.write_loss_plot(png) if args.output is None else write_regular_file(args.output, png, args.force)
+    except NotARegularFile as error:
+        raise CliError(f"cannot write {shown(error)}") from None
     except OSError as error:
         raise CliError(f"cannot write {args.output or files.loss_plot}: {error.strerror or error}") from None
     print(path)
     return 0
-
-
-def _write(path: Path, png: bytes) -> Path:
-    path.write_bytes(png)
-    return path

@@ -13,11 +13,19 @@ SPAN = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*")
 
 
 def since_time(text: str) -> float:
-    """The unix time ``text`` names; ``ValueError`` with what was expected otherwise."""
+    """The unix time ``text`` names; ``ValueError`` with what was expected otherwise (a time
+    before 1970 too: no run is older, and the platform's clock cannot show it)."""
     match = SPAN.fullmatch(text)
-    if match:
-        return time.time() - float(match.group(1)) * UNITS[match.group(2)]
     try:
-        return datetime.fromisoformat(text.strip()).timestamp()
-    except ValueError:
-        raise ValueError(f"expected a span such as 7d, 12h, 30m, or a date (2026-11-01), got {text!r}") from None
+        when = (
+            time.time() - float(match.group(1)) * UNITS[match.group(2)]
+            if match
+            else datetime.fromisoformat(text.strip()).timestamp()
+        )
+    except (ValueError, OverflowError, OSError):
+        when = -1.0
+    if not 0 <= when < float("inf"):
+        raise ValueError(
+            f"expected a span such as 7d, 12h, 30m, or a date (2026-11-01), since 1970, got {text[:40]!r}"
+        ) from None
+    return when

@@ -12,8 +12,10 @@ from typing import Any
 
 from ..core.processes.info import process_start_time
 from ..core.runs.files import RunFiles
+from ..core.runs.names import name_from
 from ..core.store.run_row import Run
 from ..core.store.run_store import RunStore
+from ..core.text import BadPath, utf8_path
 from . import scheduler_follower
 from .backends import placement_for
 from .export import job_hazards
@@ -58,7 +60,7 @@ def submit(
     queue = spec.queue_fields() if backend == "local" else {}
     run = store.create(
         "job",
-        name or path.stem,
+        name or name_from(path.stem),
         nproc=nproc,
         nnodes=nnodes,
         notebook=str(path),
@@ -94,6 +96,10 @@ def _notebook_path(notebook: str | os.PathLike, cwd: str | None) -> Path:
     path = Path(notebook).expanduser()
     if not path.is_absolute() and cwd:
         path = Path(cwd).expanduser() / path
+    try:  # stored in the run row, shown in listings: it must be text
+        utf8_path(path, "notebook")
+    except BadPath as error:
+        raise JobError(str(error)) from None
     return path.resolve()
 
 

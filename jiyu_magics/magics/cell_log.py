@@ -23,13 +23,28 @@ class CellLog:
     def __init__(self) -> None:
         self._held = io.StringIO()
         self._file: TextIO | None = None
+        self._dropped = False  # the run's log could not be written: nothing more is kept
 
     def write(self, text: str) -> None:
+        if self._dropped:
+            return
         if self._file is not None:
-            self._file.write(text)
-            self._file.flush()
+            try:
+                self._file.write(text)
+                self._file.flush()
+            except OSError:  # a full disk: the cell's output goes on, its copy in the run stops
+                self._drop_file()
         else:
             self._held.write(text)
+
+    def _drop_file(self) -> None:
+        file, self._file = self._file, None
+        self._held, self._dropped = io.StringIO(), True
+        try:
+            if file is not None:
+                file.close()
+        except OSError:
+            pass
 
     def attach(self, run_id: str) -> None:
         """From now on into ``run_id``'s log (appended: a second fit into one run adds to it)."""
@@ -39,12 +54,16 @@ class CellLog:
             self._file = open(RunFiles.of(run_id).log, "a", encoding="utf-8")
         except OSError:
             return  # the log is a convenience: never a reason for training to fail
-        self._file.write(self._held.getvalue())
-        self._file.flush()
+        try:
+            self._file.write(self._held.getvalue())
+            self._file.flush()
+        except OSError:
+            self._drop_file()
 
     def close(self) -> None:
         if self._file is not None:
-            self._file.close()
+            self._drop_file()
+            self._dropped = False
 
 
 class _Tee:

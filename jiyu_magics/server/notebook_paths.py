@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path, PurePosixPath
 
+from ..core.text import BadPath, utf8_path
 from .http_errors import Forbidden, RequestError
 
 MAX_NAME_BYTES, MAX_PATH_BYTES = 255, 4096  # Linux's NAME_MAX and PATH_MAX
@@ -37,6 +38,10 @@ def _relative(relpath: object) -> PurePosixPath:
         raise RequestError("'notebook' must be a path relative to the server root, e.g. 'train.ipynb'")
     if "\x00" in relpath:
         raise RequestError("the notebook path contains a NUL character")
+    try:  # a lone surrogate (JSON's "\udce9"): the bytes of a name that is not UTF-8
+        utf8_path(relpath, "notebook")
+    except BadPath as error:
+        raise RequestError(str(error)) from None
     pure = PurePosixPath(relpath)
     if pure.is_absolute() or relpath.startswith("~"):
         raise RequestError(f"the notebook path must be relative to the server root, got {relpath!r}")

@@ -1,4 +1,5 @@
-"""Atomic checkpoints: a reader (a resume, another rank, a crash) never sees half a file.
+"""Atomic, checksummed checkpoints: a reader (a resume, another rank, a crash) never sees half a
+file, and a file whose bytes changed on disk is refused rather than loaded with a wrong weight.
 
 Each save writes a temporary file in the same folder, fsyncs it, ``os.replace``s it over the
 final name and fsyncs the folder. A writer killed mid-save leaves only a temporary file, which
@@ -8,12 +9,18 @@ A checkpoint is a file (``step-00000120.pt``, one process wrote it) or, under ``
 fsdp``, a folder (``step-00000120.dcp``: a torch.distributed.checkpoint with a shard per rank,
 see ``sharded_checkpoint``), made atomic the same way (names, discovery and removal of both:
 ``checkpoint_files``). ``load_checkpoint`` reads either whole into one process.
+
+The SHA-256 of a file's bytes is taken as torch writes them (no second pass) and kept beside it
+in ``sha256sum``'s format (``step-00000120.pt.sha256``: ``sha256sum -c`` checks it too; in a
+sharded checkpoint, its state file's). Loading verifies it; a file without one (saved by an
+older jiyu, or a crash between the two renames) loads as before.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import os
 import pickle
 import shutil
@@ -22,11 +29,12 @@ from typing import Any
 
 import torch
 
-from .checkpoint_files import STATE_FILE, fsync_folder, is_sharded, remove_stale_temps, temp_name
+from .checkpoint_files import STATE_FILE, checksum_path, fsync_folder, is_sharded, remove_stale_temps, temp_name
 from .checkpoint_files import newest_checkpoint as newest_checkpoint  # where callers have always found it
 from .train_errors import TrainConfigError
 
 FORMAT = "jiyu-checkpoint/1"
+READ_CHUNK = 8 * 1024 * 1024
 
 
 class CheckpointWriteError(OSError):
@@ -38,20 +46,42 @@ class CheckpointWriteError(OSError):
         return [f"CheckpointWriteError: {self}"]
 
 
+class _Hashing:
+    """The file torch writes into, hashing the bytes on their way (torch's writer only writes
+    and flushes a file object: it never seeks back)."""
+
+    def __init__(self, file):
+        self.file, self.digest = file, hashlib.sha256()
+
+    def write(self, data) -> int:
+        self.digest.update(data)
+        return self.file.write(data)
+
+    def flush(self) -> None:
+        self.file.flush()
+
+
 def save_atomic(state: dict[str, Any], path: Path | str) -> Path:
     path = Path(path)
     temp = temp_name(path, os.getpid())
+    sums = checksum_path(path)
+    sums_temp = temp_name(sums, os.getpid())
     try:
         path.parent.mkdir(parents=True, exist_ok=True)  # a folder that cannot be made: one line too
         remove_stale_temps(path.parent)
         with open(temp, "wb") as f:
-            torch.save(state, f)
+            hashing = _Hashing(f)
+            torch.save(state, hashing)  # type: ignore[arg-type]  # a writable binary file: write and flush
             f.flush()
             os.fsync(f.fileno())
+        sums_temp.write_text(f"{hashing.digest.hexdigest()}  {path.name}\n")
+        sums.unlink(missing_ok=True)  # a checkpoint saved again under its name: never beside the old sum
         os.replace(temp, path)
+        os.replace(sums_temp, sums)
     except BaseException as error:
-        with contextlib.suppress(OSError):  # no folder (or a file in its place): no temp file either
-            temp.unlink()
+        for leftover in (temp, sums_temp):
+            with contextlib.suppress(OSError):  # no folder (or a file in its place): no temp file either
+                leftover.unlink()
         cause = os_error_in(error)
         if cause is None:
             raise
@@ -72,6 +102,23 @@ def checkpoint_folder_usable(folder: Path) -> None:
         ) from None
     if not writable:
         raise TrainConfigError(f"ckpt_dir must be a folder checkpoints can be written to; {folder}: Permission denied")
+
+
+def run_folder_usable(root: Path) -> None:
+    """Without ``--ckpt-dir`` checkpoints go to the run's folder under ``root`` (the home's
+    ``runs``): one that cannot be written (a read-only home) is refused before training
+    starts, with what to do instead."""
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        writable = os.access(root, os.W_OK | os.X_OK)
+        reason = "Permission denied"
+    except OSError as error:
+        writable, reason = False, error.strerror or str(error)
+    if not writable:
+        raise TrainConfigError(
+            f"checkpoints go to the run's folder under {root}, which cannot be written ({reason}): "
+            "pass --ckpt-dir DIR on a disk you can write, or --no-ckpt"
+        )
 
 
 def os_error_in(error: BaseException | None) -> OSError | None:
@@ -144,7 +191,31 @@ def load_state_file(path: Path | str) -> dict[str, Any]:
     return _load_file(path, "cpu")
 
 
+def verify_checksum(path: Path | str, name: Path | str | None = None) -> None:
+    """``TrainConfigError`` when the file's SHA-256 differs from the one saved beside it."""
+    sums = checksum_path(path)
+    try:
+        recorded = sums.read_text().split()[0]
+    except (OSError, IndexError):
+        return  # none saved: an older jiyu's checkpoint
+    digest = hashlib.sha256()
+    try:
+        with open(path, "rb") as f:
+            while block := f.read(READ_CHUNK):
+                digest.update(block)
+    except OSError as error:
+        raise TrainConfigError(f"cannot read checkpoint {name or path}: {error.strerror or error}") from None
+    if digest.hexdigest() != recorded.lower():
+        raise TrainConfigError(
+            f"checkpoint {name or path} is damaged: its SHA-256 differs from the one saved with it "
+            f"({sums.name}); resume from an earlier checkpoint"
+        )
+
+
 def _load_file(path: Path | str, map_location: Any, name: Path | str | None = None) -> dict[str, Any]:
+    """One checkpoint file, its checksum verified first: a file whose bytes changed on disk
+    is bad input, said in one line, never a model with a wrong weight."""
+    verify_checksum(path, name)
     name = name or path
     try:
         state = torch.load(path, map_location=map_location, weights_only=True)

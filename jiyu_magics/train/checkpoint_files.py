@@ -21,6 +21,7 @@ SUFFIX = ".pt"
 SHARDED_SUFFIX = ".dcp"  # a folder: torch.distributed.checkpoint's files and STATE_FILE
 STATE_FILE = "jiyu-state.pt"  # in a sharded checkpoint: everything that is not model or optimizer
 TEMP_MARK = ".tmp-"
+CHECKSUM_SUFFIX = ".sha256"  # beside a checkpoint file: its SHA-256, in sha256sum's format
 
 
 def checkpoint_name(step: int, label: str = "", sharded: bool = False) -> str:
@@ -31,6 +32,11 @@ def temp_name(path: Path, pid: int) -> Path:
     """Where a checkpoint is written before it is complete: hidden, and named by its writer's
     pid, so a temporary of a writer that died is known and removed (``remove_stale_temps``)."""
     return path.with_name(f".{path.name}{TEMP_MARK}{pid}")
+
+
+def checksum_path(path: Path | str) -> Path:
+    """Where a checkpoint file's SHA-256 is kept (``step-00000120.pt.sha256``)."""
+    return Path(f"{path}{CHECKSUM_SUFFIX}")
 
 
 def is_sharded(path: Path) -> bool:
@@ -91,6 +97,7 @@ def remove_checkpoint(path: Path) -> None:
         remove_path(doomed)
     else:
         path.unlink(missing_ok=True)
+        checksum_path(path).unlink(missing_ok=True)
 
 
 def remove_path(path: Path) -> None:

@@ -43,7 +43,12 @@ def load_model_optimizer_state(
     distributed: bool = False,
 ) -> None:
     """Puts the checkpoint at ``source`` (its contents ``state``; for a sharded checkpoint, the
-    state file only) into ``model`` and ``optimizer``. ``sharded``: the model is FSDP-sharded."""
+    state file only) into ``model`` and ``optimizer``. ``sharded``: the model is FSDP-sharded.
+    A file checkpoint is checked first (``check_fits``): ``load_state_dict`` copies whatever
+    fits before it complains about the rest, so a refusal after it would leave the kernel's
+    model half overwritten."""
+    if not is_sharded(Path(source)):
+        check_fits(model, optimizer, state, source, sharded)
     try:
         if is_sharded(Path(source)):
             from .sharded_checkpoint import load_sharded
@@ -64,6 +69,63 @@ def load_model_optimizer_state(
             optimizer.load_state_dict(state["optimizer"])
     except (RuntimeError, KeyError, ValueError) as error:
         raise TrainConfigError(f"checkpoint {source} does not fit this model: {failure_line(error)}") from None
+
+
+def check_fits(
+    model: torch.nn.Module, optimizer: torch.optim.Optimizer, state: dict[str, Any], source: str, sharded: bool
+) -> None:
+    """``TrainConfigError`` saying what differs when the checkpoint's model state (keys and
+    shapes) or optimizer state (its class, parameter groups, per-parameter state shapes) does
+    not fit ``model`` and ``optimizer``. Reads both, changes neither."""
+    problem = _model_mismatch(model, state.get("model"))
+    if problem is None and not sharded:
+        problem = _optimizer_mismatch(optimizer, state.get("optimizer"), state.get("optimizer_class"))
+    if problem is not None:
+        raise TrainConfigError(f"checkpoint {source} does not fit this model: {problem}")
+
+
+def _model_mismatch(model: torch.nn.Module, saved: Any) -> str | None:
+    if not isinstance(saved, dict):
+        return "it holds no model state"
+    own = model.state_dict()
+    missing, unexpected = sorted(set(own) - set(saved)), sorted(set(saved) - set(own))
+    if missing or unexpected:
+        differences = (("missing", missing), ("unexpected", unexpected))
+        return "; ".join(f"{label} {_names(keys)}" for label, keys in differences if keys)
+    for key, tensor in own.items():
+        theirs = saved[key]
+        if isinstance(tensor, torch.Tensor) and isinstance(theirs, torch.Tensor) and theirs.shape != tensor.shape:
+            return f"{key} has shape {tuple(theirs.shape)} in the checkpoint, {tuple(tensor.shape)} in the model"
+    return None
+
+
+def _optimizer_mismatch(optimizer: torch.optim.Optimizer, saved: Any, saved_class: Any) -> str | None:
+    if not isinstance(saved, dict) or not isinstance(saved.get("param_groups"), list):
+        return "it holds no optimizer state"
+    if isinstance(saved_class, str) and saved_class != type(optimizer).__name__:
+        return f"it was saved with a {saved_class} optimizer, this one is a {type(optimizer).__name__}"
+    groups = saved["param_groups"]
+    sizes = [len(group["params"]) for group in optimizer.param_groups]
+    theirs = [len(group.get("params", ())) for group in groups if isinstance(group, dict)]
+    if theirs != sizes:
+        return f"the optimizer's parameter groups hold {sizes} parameters, the checkpoint's {theirs}"
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    ids = [i for group in groups for i in group["params"]]
+    for index, per_param in (saved.get("state") or {}).items():
+        if index not in ids or not isinstance(per_param, dict):
+            continue
+        param = params[ids.index(index)]
+        for name, value in per_param.items():
+            if isinstance(value, torch.Tensor) and value.dim() > 0 and value.shape != param.shape:
+                return (
+                    f"its optimizer state {name!r} of parameter {index} has shape {tuple(value.shape)}, "
+                    f"the parameter {tuple(param.shape)}"
+                )
+    return None
+
+
+def _names(keys: list[str], shown: int = 3) -> str:
+    return ", ".join(keys[:shown]) + (f" and {len(keys) - shown} more" if len(keys) > shown else "")
 
 
 def other_states(scaler, scheduler) -> dict[str, Any]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gc
 import math
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -17,12 +18,13 @@ from typing import Any
 import torch
 
 from ..core.processes import job_stop
+from ..core.runs.files import runs_root
 from ..core.runs.launch_context import LaunchContext
 from ..core.runs.model import RunStatus
 from . import rng_state as rng
 from .batch_source import training_batches, validation_batches
 from .batches import BatchLoss
-from .checkpoint import checkpoint_folder_usable, load_checkpoint, load_state_file
+from .checkpoint import checkpoint_folder_usable, load_checkpoint, load_state_file, run_folder_usable
 from .checkpoint_files import is_sharded
 from .checkpoint_keeper import CheckpointKeeper
 from .checkpoint_state import (
@@ -211,8 +213,11 @@ class Trainer:
         self.precision = resolve_precision(opts.amp, self.device)
         self.sharded = self.dist.distributed and opts.strategy == "fsdp"
         self.data.place(self.device)
-        if opts.save_ckpts and opts.ckpt_dir and self.dist.is_writer:
-            checkpoint_folder_usable(Path(opts.ckpt_dir).expanduser())
+        if opts.save_ckpts and self.dist.is_writer:
+            if opts.ckpt_dir:
+                checkpoint_folder_usable(Path(opts.ckpt_dir).expanduser())
+            else:
+                run_folder_usable(runs_root())
         if not self.dist.distributed:
             check_resume_request(opts.resume, self.name, self.context)
         self.track = tracked(opts.track, self.context.track)  # the call's, else the default (JIYU_TRACK)
@@ -529,6 +534,8 @@ class Trainer:
             "run_id": self.run_binding.run_id,
             "total_steps": self.plan.total_steps,
             "call": self.run_binding.call.as_state(),
+            "optimizer_class": type(self.optimizer).__name__,  # a resume checks it before loading
+            "accum": self.opts.accum,  # what a step was: a resume with another --accum converts
         }
 
     def _resume(self) -> None:
@@ -536,10 +543,14 @@ class Trainer:
         path = self.dist.broadcast(str(path) if path else None)
         if path is None:
             return
-        state = load_state_file(path) if is_sharded(Path(path)) else load_checkpoint(path, map_location=self.device)
+        # a file checkpoint is checked on the CPU before anything loads: a refusal costs no GPU memory
+        state = load_state_file(path) if is_sharded(Path(path)) else load_checkpoint(path, map_location="cpu")
         load_model_optimizer_state(self.raw_model, self.optimizer, state, path, self.sharded, self.dist.distributed)
         load_other_states(state, self.precision.scaler, self.scheduler)
         self.position.restore(state, self.dist.world_size)
+        converted = self.position.convert_accum(state.get("accum", self.opts.accum), self.opts.accum, self.plan)
+        if converted and self.dist.is_writer:
+            print(f"jiyu: {converted}", file=sys.stderr)
         self.data.seed = self.data_seed = state["data_seed"]
         self.resumed_from = path
         self.restored_final = self.plan.finished(self.position) and is_own_after_restart(

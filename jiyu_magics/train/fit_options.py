@@ -22,6 +22,8 @@ AMP_MODES = ("auto", "bf16", "fp16", "off")
 STRATEGIES = ("auto", "ddp", "fsdp")
 SCHEDULER_INTERVALS = ("step", "epoch")
 DEFAULT_LOG_INTERVAL_S = 0.5
+MAX_LOG_INTERVAL_S = 86400.0  # a day: longer than any loss read is worth waiting for, and finite
+MAX_SEED = 2**63 - 1  # torch's generators take a 64-bit seed (the data order adds the epoch to it)
 
 
 def option(
@@ -98,9 +100,10 @@ class FitOptions:
     save_ckpts: bool = option(True, "Save no checkpoints.", flag="--no-ckpt")
     resume: str | None = option(
         None,
-        "Continue from a checkpoint: a path, or 'last' (the newest checkpoint of "
-        "the last run with the same name in this notebook, wherever it was written).",
-        metavar="PATH|last",
+        "Continue from a checkpoint: a path; 'last': the newest checkpoint of the last run with the same "
+        "name in this notebook, wherever it was written (refused when that run left none, e.g. it ran "
+        "with --no-ckpt); 'last-checkpoint': the newest checkpoint of any earlier run of that name.",
+        metavar="PATH|last|last-checkpoint",
     )
     strategy: str = option("auto", "Under torchrun: ddp or fsdp (auto: ddp).", choices=STRATEGIES)
     fast_data: bool = option(
@@ -162,8 +165,17 @@ class FitOptions:
             self.stall_timeout = check_stall_timeout(self.stall_timeout)
         except BadStallTimeout as error:
             raise TrainConfigError(f"stall_timeout must be {error}, got {self.stall_timeout!r}") from None
-        if not self.log_interval_s > 0:
-            raise TrainConfigError(f"log_interval_s must be positive, got {self.log_interval_s:g}")
+        if isinstance(self.log_interval_s, bool) or not isinstance(self.log_interval_s, (int, float)):
+            raise TrainConfigError(f"log_interval_s must be a number of seconds, got {self.log_interval_s!r}")
+        if not 0 < self.log_interval_s <= MAX_LOG_INTERVAL_S:
+            raise TrainConfigError(
+                f"log_interval_s must be seconds above 0 and at most {MAX_LOG_INTERVAL_S:g}, "
+                f"got {self.log_interval_s:g}"
+            )
+        if self.seed is not None:
+            whole = isinstance(self.seed, int) and not isinstance(self.seed, bool)
+            if not whole or not -MAX_SEED - 1 <= self.seed <= MAX_SEED:
+                raise TrainConfigError(f"seed must be a whole number from -2**63 to 2**63-1, got {self.seed!r}")
         self.track = _tracking(self.track)
         try:  # the one rule for run names: they end up in tables, terminals and batch scripts
             self.name = check_run_name(self.name)

@@ -28,6 +28,26 @@ class LoopPosition:
         self.epoch_rng, self.resume_rng = state["epoch_rng"], state["rng"]
         self.last_ckpt_step = self.step
 
+    def convert_accum(self, saved: int, accum: int, plan) -> str | None:
+        """A resume with another ``--accum``: a step is one optimizer step, ``accum``
+        micro-batches, so the checkpoint's step count is converted to this call's steps at the
+        same place in the data (its epoch and micro-batch). None when nothing changed, else
+        the line that says so."""
+        if not isinstance(saved, int) or saved < 1 or saved == accum:
+            return None
+        before = self.step
+        per_epoch = -(-plan.batches_per_epoch // accum) if plan.batches_per_epoch else None
+        if per_epoch is not None:
+            self.step = (self.epoch - 1) * per_epoch + -(-self.batch_in_epoch // accum)
+        else:
+            self.step = self.step * saved // accum
+        self.last_ckpt_step = self.step
+        return (
+            f"the checkpoint counted steps of --accum {saved}; this call's of --accum {accum}: its step {before} "
+            f"is step {self.step} here, at the same place in the data (epoch {self.epoch}, "
+            f"micro-batch {self.batch_in_epoch})"
+        )
+
     def next_epoch(self) -> None:
         self.epoch += 1
         self.batch_in_epoch = 0

@@ -20,6 +20,7 @@ from ..core.runs.launch_context import LaunchContext
 from .train_errors import TrainConfigError
 
 GLOO_DRAIN_S = 0.05
+TRAINABLE_DEVICE_TYPES = ("cpu", "cuda", "mps", "xpu")
 
 
 def resolve_device(requested: str | None, local_rank: int = 0) -> torch.device:
@@ -46,6 +47,8 @@ def _parse_device(requested: str) -> torch.device:
 def _check_available(device: torch.device) -> None:
     """A device this process cannot use, said in one line before anything moves to it (torch's
     own answer is an assertion from deep inside ``Module.to``)."""
+    if device.type not in TRAINABLE_DEVICE_TYPES:  # meta holds no data: the model would be emptied
+        raise TrainConfigError(f"device {device}: cannot train there; use cpu, cuda, cuda:N or mps")
     if device.type == "cuda" and not torch.cuda.is_available():
         why = "this torch is a CPU-only build" if torch.version.cuda is None else "no CUDA device is visible"
         raise TrainConfigError(f"device {device}: {why}; run %gpu_doctor (jiyu doctor) to see why, or use --device cpu")

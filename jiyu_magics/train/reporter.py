@@ -30,7 +30,14 @@ class Reporter:
 
     def emit(self, kind: str, **fields: Any) -> dict:
         log = self.run.events
-        event = log.append(kind, **fields) if log is not None else {"kind": kind, **fields}
+        event = None
+        if log is not None:
+            try:
+                event = log.append(kind, **fields)
+            except OSError as error:  # a full disk: the history and the monitor go on without the log
+                self.run.drop_log(error)
+        if event is None:
+            event = {"t": round(time.time(), 3), "kind": kind, **fields}
         add_to_history(self.history, event)
         self.monitor.feed([event])
         return event

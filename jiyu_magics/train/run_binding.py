@@ -10,6 +10,7 @@ first), and resumes from the run's newest checkpoint when the launcher set ``JIY
 from __future__ import annotations
 
 import os
+import re
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -20,9 +21,10 @@ from ..core.processes.info import process_start_time
 from ..core.runs.files import RunFiles, jiyu_home
 from ..core.runs.launch_context import LaunchContext
 from ..core.runs.model import EventKind, RunStatus
+from ..core.runs.names import name_from
 from ..core.runs.states import TransitionRefused, ended_as
 from ..core.store.database import StoreUnusable
-from ..core.store.run_row import new_run_id
+from ..core.store.run_row import Run, new_run_id
 from ..core.store.run_store import RunStore
 from ..trackers.destinations import parse_track
 from ..trackers.follow_process import FollowerProcess
@@ -42,6 +44,7 @@ class RunBinding:
     events: EventLog | None = None  # rank 0 only
     call: FitCall = FitCall(0, "")  # which call of the run this is (its first, unless launched)
     unrecorded: bool = False  # the run store was unusable: trained, but not in %jobs
+    log_lost: bool = False  # its event log could not be written: progress is not recorded either
     context: LaunchContext = LaunchContext()  # what the process's launcher said
     follower: FollowerProcess | None = None  # the trackers' follower of a run this call owns
 
@@ -56,11 +59,32 @@ class RunBinding:
         call = FitCall.next_in(run_id, name, context) if attached else FitCall(0, name)
         binding = cls(run_id, files, owned=not attached, call=call, unrecorded=unrecorded, context=context)
         if dist.is_writer:
-            files.create()
-            binding.events = EventLog(files.events)
-            if track and binding.owned:  # a launcher's run is followed by its owner (jobs.lifecycle)
+            try:
+                files.create()
+                binding.events = EventLog(files.events)
+            except OSError as error:
+                binding.drop_log(error)
+            if track and binding.owned and binding.events is not None:  # a launcher's run: its owner follows
                 binding.follower = FollowerProcess.start(run_id, parse_track(track))
         return binding
+
+    def drop_log(self, error: OSError) -> None:
+        """The run's folder or event log cannot be written (a read-only home, a full disk):
+        training goes on, unrecorded, and says so once."""
+        if self.events is not None:
+            try:
+                self.events.close()
+            except OSError:
+                pass
+            self.events = None
+        if not self.log_lost:
+            self.log_lost = True
+            if self.unrecorded:
+                return  # the store's warning said it: the home cannot take this run
+            where = f"{error.strerror or error}: {error.filename or self.files.root}"
+            print(
+                f"jiyu: this run's event log cannot be written ({where}); training goes on, unrecorded", file=sys.stderr
+            )
 
     def hold_device(self, device, distributed: bool) -> None:
         """A run this call registered in a kernel records a lease on the GPU it trains on
@@ -98,7 +122,10 @@ class RunBinding:
         """After the ``end`` event: the follower reads the rest and ends the tracker run on
         its own (``fit`` does not wait for the tracker)."""
         if self.events is not None:
-            self.events.close()
+            try:
+                self.events.close()
+            except OSError:
+                pass
         if self.follower is not None:
             self.follower.done()
 
@@ -137,20 +164,28 @@ def _warn_unrecorded(problem: StoreUnusable) -> None:
 
 
 def default_name(model: object, notebook: str | None) -> str:
+    """``notebook:ModelClass``, by the one name rule (a file named with a newline, a class
+    named oddly, are made printable)."""
     stem = Path(notebook).stem if notebook else None
-    return f"{stem}:{type(model).__name__}" if stem else type(model).__name__
+    return name_from(f"{stem}:{type(model).__name__}" if stem else type(model).__name__)
+
+
+LAST, LAST_CHECKPOINT = "last", "last-checkpoint"  # --resume's words: see FitOptions.resume
 
 
 def resume_path(requested: str | None, run: RunBinding, name: str) -> Path | None:
-    """The checkpoint to start from. ``requested`` is a path or ``last``; without it a
-    launcher's ``JIYU_RESUME`` (``LaunchContext.resume``) means ``last``. (A torchrun restart
-    resumes each call from its own checkpoints: ``fit_calls.own_checkpoint``, asked first.)"""
+    """The checkpoint to start from. ``requested`` is a path, ``last`` (the newest earlier run
+    of the same name, which must have left a checkpoint) or ``last-checkpoint`` (the newest
+    checkpoint of any earlier run of that name); without it a launcher's ``JIYU_RESUME``
+    (``LaunchContext.resume``) means ``last``. (A torchrun restart resumes each call from its
+    own checkpoints: ``fit_calls.own_checkpoint``, asked first.) Says which run and step a
+    ``last`` resumes."""
     implicit = requested is None
     if implicit:
         requested = run.context.resume
     if requested is None:
         return None
-    if requested != "last":
+    if requested not in (LAST, LAST_CHECKPOINT):
         path = Path(requested).expanduser()
         if not is_checkpoint(path):
             raise TrainConfigError(_missing(requested, path))
@@ -159,10 +194,13 @@ def resume_path(requested: str | None, run: RunBinding, name: str) -> Path | Non
     # itself; an explicit ``last`` then falls back to the last run of the same name, as in a kernel
     found = newest_checkpoint(run.files.ckpt) if not run.owned else None
     if found is None and not (implicit and not run.owned):
-        found = _last_of_name(name, run.run_id, run.context.notebook)
+        past = _last_of_name(name, run.run_id, run.context.notebook, any_run=requested == LAST_CHECKPOINT)
+        if past is not None:
+            found = past[1]
+            print(f"jiyu: --resume {requested}: {_described(*past)}", file=sys.stderr)
     if found is None and not implicit:
         raise TrainConfigError(
-            f"--resume last: no checkpoint of an earlier run named {name!r}; give a checkpoint path instead"
+            f"--resume {requested}: no checkpoint of an earlier run named {name!r}; give a checkpoint path instead"
         )
     return found
 
@@ -173,27 +211,46 @@ def check_resume_request(requested: str | None, name: str, context: LaunchContex
     behind and says so once."""
     if requested is None or context.run_id:
         return
-    if requested != "last":
+    if requested not in (LAST, LAST_CHECKPOINT):
         path = Path(requested).expanduser()
         if not is_checkpoint(path):
             raise TrainConfigError(_missing(requested, path))
-    elif _last_of_name(name, "", context.notebook) is None:
+    elif _last_of_name(name, "", context.notebook, any_run=requested == LAST_CHECKPOINT) is None:
         raise TrainConfigError(
-            f"--resume last: no checkpoint of an earlier run named {name!r}; give a checkpoint path instead"
+            f"--resume {requested}: no checkpoint of an earlier run named {name!r}; give a checkpoint path instead"
         )
 
 
-def _last_of_name(name: str, current: str, notebook: str | None) -> Path | None:
+def _last_of_name(name: str, current: str, notebook: str | None, any_run: bool) -> tuple[Run, Path] | None:
+    """The newest earlier run named ``name`` (from the same notebook) and its newest
+    checkpoint. Unless ``any_run``, that run must have left one: resuming an older run behind
+    the newest one's back (it ran with ``--no-ckpt``, or failed before its first checkpoint)
+    would silently undo it, so it is refused, naming the run ``last-checkpoint`` would take."""
     try:
         runs = RunStore().list()
     except StoreUnusable as problem:
         raise TrainConfigError(f"--resume last needs the run store: {problem}") from None
+    newest = None
     for past in runs:
         if past.id != current and past.name == name and past.notebook == notebook:
+            newest = newest or past
             found = _newest_of(RunFiles.of(past.id), name)
             if found is not None:
-                return found
+                if past is not newest and not any_run:
+                    raise TrainConfigError(
+                        f"--resume last: the newest run named {name!r}, {newest.id} ({newest.status}), left no "
+                        f"checkpoint (--no-ckpt, or it ended before its first); --resume last-checkpoint resumes "
+                        f"the newest one there is, {_described(past, found)}"
+                    )
+                return past, found
     return None
+
+
+def _described(run: Run, path: Path) -> str:
+    """``run 3fa2c1d0 (succeeded), its checkpoint of step 40: /path``."""
+    step = re.search(r"step-(\d+)\.(pt|dcp)$", path.name)
+    at = f" of step {int(step.group(1))}" if step else ""
+    return f"run {run.id} ({run.status}), its checkpoint{at}: {path}"
 
 
 def _newest_of(files: RunFiles, name: str) -> Path | None:

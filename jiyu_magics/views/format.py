@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
+from ..core.text import shown
+
 NA = "n/a"
 
 
@@ -35,7 +37,11 @@ def duration(seconds: float | None) -> str:
 
 
 def text_table(headers: list[str], rows: list[list[str]], right: Collection[int] = frozenset()) -> str:
-    """An aligned plain-text table; columns in ``right`` are right-aligned (numbers)."""
+    """An aligned plain-text table; columns in ``right`` are right-aligned (numbers). Each cell
+    is one printable line (``core.text.shown``): a name with a newline or an escape code
+    cannot forge rows or move the cursor."""
+    headers = [shown(h) for h in headers]
+    rows = [[shown(c) for c in r] for r in rows]
     widths = [max(len(str(c)) for c in col) for col in zip(headers, *rows, strict=False)]
 
     def line(cells: list[str]) -> str:

@@ -10,6 +10,7 @@ from ..core.events.log import summarize
 from ..core.runs.files import RunFiles
 from ..core.runs.model import RunStatus
 from ..core.store.run_row import Run
+from ..core.text import shown
 from .format import NA, bar, duration, text_table
 from .status_palette import status_colour
 
@@ -99,12 +100,12 @@ def render_text(runs: list[Run], everything: bool = False) -> str:
     return text_table(HEADERS, [[r[h] for h in HEADERS] for r in rows], right={4, 7})
 
 
-def page_note(shown: int, total: int) -> str:
+def page_note(listed: int, total: int) -> str:
     """The line under a paged listing: what it left out and how to see it."""
-    if total <= shown:
+    if total <= listed:
         return ""
     return (
-        f"The {shown} newest of {total} runs; --limit N shows more, --since WHEN (7d, 2026-11-01) an earlier stretch."
+        f"The {listed} newest of {total} runs; --limit N shows more, --since WHEN (7d, 2026-11-01) an earlier stretch."
     )
 
 
@@ -142,7 +143,7 @@ def summary_lines(run: Run) -> list[tuple[str, str]]:
     s = progress_of(run)
     r = row(run, s)
     lines = [
-        ("run", f"{run.id}  {run.name}  ({run.kind}, {run.nproc * run.nnodes} process(es))"),
+        ("run", f"{run.id}  {shown(run.name)}  ({run.kind}, {run.nproc * run.nnodes} process(es))"),
         ("status", r["status"] + (f", exit code {run.exit_code}" if run.exit_code else "")),
         ("progress", f"{bar(s['progress'], 20)} {r['progress']}" if s["progress"] is not None else r["progress"]),
         ("loss", r["loss"] + (f"  {sparkline(s['losses'])}" if s["losses"] else "")),
@@ -151,12 +152,12 @@ def summary_lines(run: Run) -> list[tuple[str, str]]:
         *([("scheduler", f"{run.backend} job {run.scheduler_id}")] if run.scheduler_id else []),
         ("started", _clock(run.started)),
         ("duration", r["duration"]),
-        ("notebook", run.notebook or NA),
+        ("notebook", shown(run.notebook) if run.notebook else NA),
         ("folder", str(RunFiles.of(run.id).root)),
     ]
     error = run.error or s.get("error")
     if error:
-        lines.append(("error", error))
+        lines.append(("error", shown(error)))
     return lines
 
 
@@ -180,10 +181,14 @@ def submitted_message(run: Run, control: str, notes) -> str:
     stop = control.format(action="stop", id=run.id)
     if run.backend != "local":
         said, _, more = (notes.handover or "no spec written").partition("\n")
-        lines = [f"Run {run.id} ({run.name}) for {run.backend}: {said}", f"Follow it: {follow}    Stop it: {stop}"]
+        lines = [
+            f"Run {run.id} ({shown(run.name)}) for {run.backend}: {said}",
+            f"Follow it: {follow}    Stop it: {stop}",
+        ]
         return "\n".join(lines) + (f"\n{more}" if more else "")
     lines = [
-        f"Submitted run {run.id} ({run.name}): {run.nproc * run.nnodes} process(es){_wants(run)} from {run.notebook}",
+        f"Submitted run {run.id} ({shown(run.name)}): {run.nproc * run.nnodes} process(es){_wants(run)} "
+        f"from {shown(run.notebook)}",
         f"Follow it: {follow}    Stop it: {stop}",
     ]
     if notes.left_out:

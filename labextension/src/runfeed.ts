@@ -20,15 +20,19 @@ export class RunFeed {
   ranks: IRankRecord[] = [];
   done = false;
 
-  /** One refresh: the record, then every event written since the last one. */
+  /**
+   * One refresh: the record, then every event written since the last one. Reads on while the
+   * offset moves: a chunk of lines that are not events (skipped by the server) moves it with
+   * no events, and stopping there would mark a finished run done before its end was read.
+   */
   async update(): Promise<void> {
     const run = await this.api.run(this.runId);
     for (;;) {
       const chunk = await this.api.events(this.runId, this._offset);
       foldEvents(this.history, chunk.events);
-      const moved = chunk.offset !== this._offset;
-      this._offset = chunk.offset;
-      if (!moved || chunk.events.length === 0) {
+      const moved = chunk.offset > this._offset;
+      this._offset = Math.max(this._offset, chunk.offset);
+      if (!moved) {
         break;
       }
     }

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ..runs.model import EventKind
+from ..text import bounded
 from .fold import SPARKLINE_POINTS, RunState, RunSummary
 from .schema import KINDS, is_event
 
@@ -28,11 +29,18 @@ TAIL_BYTES = 64 * 1024
 START_MARKER = f'"kind": "{EventKind.START}"'.encode()  # as json.dumps writes it
 
 
+MAX_TEXT_CHARS = 4096  # of a text field's head, and as many of its tail (``core.text.bounded``)
+MAX_LINE_BYTES = 64 * 1024 * 1024  # a reader gives up on a line longer than this (a log not ours)
+
+
 def _finite(value: Any) -> Any:
     """JSON has no NaN/Inf (browsers reject it); a non-finite number is written as null and
-    the event carries the reason in its message instead."""
+    the event carries the reason in its message instead. Text is bounded: a line of the log
+    stays a few KB whatever a message holds, so every reader keeps up."""
     if isinstance(value, float) and not math.isfinite(value):
         return None
+    if isinstance(value, str):
+        return bounded(value, MAX_TEXT_CHARS, MAX_TEXT_CHARS)
     return value
 
 
@@ -90,15 +98,47 @@ def parse_lines(lines: Iterable[bytes]) -> Events:
 
 def read_events(path: Path | str, offset: int = 0, limit_bytes: int | None = None) -> tuple[Events, int]:
     """Events from byte ``offset`` up to the last complete line, and the offset to continue
-    from. A line still being written is left for the next call."""
+    from. A line still being written is left for the next call. A line longer than
+    ``limit_bytes`` (written by an older jiyu, or by hand) is read whole, its text bounded
+    as a writer bounds it now: a follower never stands still at its start."""
     try:
         with open(path, "rb") as f:
             f.seek(offset)
             data = f.read() if limit_bytes is None else f.read(limit_bytes)
+            end = data.rfind(b"\n") + 1
+            if not end and limit_bytes is not None and len(data) == limit_bytes:
+                return _long_line(f, offset, data)
     except FileNotFoundError:
         return Events(), offset
-    end = data.rfind(b"\n") + 1
     return parse_lines(data[:end].splitlines()), offset + end
+
+
+def _long_line(f, offset: int, head: bytes, chunk: int = 1024 * 1024) -> tuple[Events, int]:
+    """The one line starting at ``offset`` (``head`` already read), as an event with its text
+    bounded, and the offset after it; nothing yet while it is still being written. A line past
+    ``MAX_LINE_BYTES`` is skipped (counted), not held in memory."""
+    parts: list[bytes] | None = [head]
+    size = len(head)
+    while True:
+        block = f.read(chunk)
+        if not block:
+            return Events(), offset
+        cut = block.find(b"\n")
+        taken = block if cut < 0 else block[: cut + 1]
+        size += len(taken)
+        if parts is not None and size <= MAX_LINE_BYTES:
+            parts.append(taken)
+        else:
+            parts = None
+        if cut >= 0:
+            break
+    if parts is None:
+        events = Events()
+        events.skipped = 1
+    else:
+        events = parse_lines([b"".join(parts)])
+        events[:] = [{k: _finite(v) for k, v in event.items()} for event in events]
+    return events, offset + size
 
 
 def tail_events(path: Path | str, tail_bytes: int = TAIL_BYTES) -> Events:

@@ -30,6 +30,14 @@ def check_run_name(name: object) -> str | None:
     return stripped or None
 
 
+def name_from(text: str) -> str:
+    """A default name made from a file name or a class name, following the rule: characters
+    that are not printable (a newline, an escape, a byte that was not UTF-8) become ``?``,
+    and the name is cut to ``MAX_LENGTH``."""
+    cleaned = "".join(c if c.isprintable() else "?" for c in text).strip()[:MAX_LENGTH].strip()
+    return cleaned or "run"
+
+
 def scheduler_slug(name: str, limit: int = 63) -> str:
     """The name as schedulers and Kubernetes accept it in job names and labels (letters,
     digits, ``.``, ``_``, ``-``)."""

@@ -10,12 +10,13 @@ saying what is wrong and what to do, never a traceback from sqlite3.
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from ..runs.files import StoreUnusable  # the home folder's failure too: one type for both
+from ..runs.files import HOME_ENV, StoreUnusable  # the home folder's failure too: one type for both
 
 SCHEMA_VERSION = 8
 # to version: the statements that bring the one before to it (new tables come from SCHEMA's
@@ -127,8 +128,27 @@ _wal: set[Path] = set()  # files this process has seen in WAL mode (it persists 
 _keepers: dict[Path, sqlite3.Connection] = {}
 
 
-def explain(path: Path, error: sqlite3.Error) -> StoreUnusable:
+def read_only(folder: Path) -> bool:
+    """Whether ``folder`` is on a file system mounted read-only (a root user's permission bits
+    say nothing about that)."""
+    try:
+        return bool(os.statvfs(folder).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
+
+
+def read_only_store(path: Path) -> StoreUnusable:
+    return StoreUnusable(
+        f"the run store {path} is on a read-only file system: set {HOME_ENV} to a folder you can write"
+    )
+
+
+def explain(path: Path, error: sqlite3.Error | OSError) -> StoreUnusable:
+    if read_only(path.parent):
+        return read_only_store(path)
     text = str(error)
+    if isinstance(error, OSError):
+        return StoreUnusable(f"the run store {path} cannot be written ({error.strerror or error}): check the disk")
     if "full" in text:
         return StoreUnusable(f"the disk holding the run store {path} is full ({text}): free some space")
     if "disk I/O" in text or "unable to open" in text or "readonly" in text:
@@ -172,7 +192,10 @@ class StoreDatabase:
         server) must not take the write lock each time."""
         _wal.discard(self.path)  # a new or replaced file: check its journal mode again
         _let_go(self.path)
-        _drop_orphans(self.path)
+        try:
+            _drop_orphans(self.path)
+        except OSError as error:  # a read-only or failing disk: one line, as for sqlite3's errors
+            raise explain(self.path, error) from None
         with self.read() as db:
             if db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION:
                 return

@@ -20,7 +20,7 @@ from ..events.fold import RunState
 from ..events.log import read_events
 from ..runs.files import jiyu_home, runs_root, store_path
 from ..runs.model import RunKind, RunStatus
-from .database import SCHEMA_VERSION
+from .database import SCHEMA_VERSION, read_only, read_only_store
 from .run_row import RECORD_FILE, Run
 from .run_store import RunStore
 
@@ -44,6 +44,8 @@ def check_store(home: Path | None = None) -> StoreCheck:
     store does not know (what a repair would bring back)."""
     home = home or jiyu_home()
     check = StoreCheck(store_path(home))
+    if read_only(home):
+        check.problems.append(f"{home} is on a read-only file system: no run can be recorded there")
     if not check.path.exists():
         check.problems.append(f"{check.path} does not exist (deleted?)")
         check.file_unusable = True
@@ -99,6 +101,8 @@ def repair_store(home: Path | None = None) -> RepairReport:
     run's record is its row when it was created), so only folders without a row come back."""
     home = home or jiyu_home()
     path = store_path(home)
+    if read_only(home):
+        raise read_only_store(path)
     aside = _set_aside(path) if path.exists() and check_store(home).file_unusable else None
     store = RunStore(path)
     with store.db.read() as db:

@@ -25,11 +25,12 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from ..events.log import summarize
+from ..events.log import MAX_TEXT_CHARS, summarize
 from ..processes.info import process_alive, process_start_time
 from ..runs import states
 from ..runs.files import RunFiles, store_path
 from ..runs.model import ACTIVE, RunKind, RunStatus
+from ..text import bounded
 from . import lost_runs
 from .database import StoreDatabase
 from .leases import LeaseBook
@@ -296,8 +297,8 @@ class RunStore:
         their GPUs and queue positions. Finished runs carry their stored summaries."""
         where, values = _filters(include_finished, since)
         query = f"SELECT * FROM runs{where} ORDER BY created DESC"
-        if limit:
-            query += f" LIMIT {int(limit)}"
+        if limit:  # SQLite's integers are 64-bit: a larger limit is no limit
+            query += f" LIMIT {min(int(limit), 2**62)}"
         with self._read() as db:
             rows = db.execute(query, values).fetchall()
         runs = self._derived(self._with_summaries([Run.from_row(r) for r in rows]))
@@ -389,8 +390,11 @@ def _check_columns(values: dict[str, Any]) -> None:
 
 
 def _encoded(values: dict[str, Any]) -> dict[str, Any]:
-    """Values as the columns hold them (JSON text for params and summary)."""
+    """Values as the columns hold them (JSON text for params and summary; an error bounded as
+    the event log bounds its text: a listing of runs stays small whatever a run raised)."""
     values = dict(values)
+    if isinstance(values.get("error"), str):
+        values["error"] = bounded(values["error"], MAX_TEXT_CHARS, MAX_TEXT_CHARS)
     if "params" in values:
         values["params"] = json.dumps(values["params"])
     if values.get("summary") is not None and not isinstance(values["summary"], str):

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ...core.text import BadPath, utf8_path
 from ..job_error import JobError
 from . import cell_rules, job_hazards
 from . import script_text as script
@@ -90,7 +91,10 @@ class Export:
 
 def export_notebook(path: str | os.PathLike, params: Mapping[str, Any] | None = None) -> Export:
     """The job script of a ``.ipynb`` file; ``params`` override the ``parameters`` cell."""
-    path = Path(path).expanduser()
+    try:
+        path = Path(utf8_path(Path(path).expanduser(), "notebook"))
+    except BadPath as error:
+        raise JobError(str(error)) from None
     export = build(read_notebook(path), params, origin=str(path.resolve()))
     if not export.code_cells:
         raise JobError(f"{path} has no code to run (a new notebook not saved yet? save it, then submit)")

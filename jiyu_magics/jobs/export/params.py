@@ -17,7 +17,9 @@ from __future__ import annotations
 import ast
 import functools
 import keyword
+import os
 import re
+import stat
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -25,6 +27,7 @@ from typing import Any
 from ..job_error import JobError
 
 QUOTES = ("'", '"')
+MAX_PARAMS_FILE_BYTES = 1024 * 1024  # parameters, not data: a model's sizes and rates
 EXPONENT_NUMBER = re.compile(r"^[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)[eE][-+]?[0-9]+$")
 
 # Text that starts like a container or a quoted string was meant as a literal: a typo in it
@@ -134,12 +137,21 @@ def parse_yaml(text: str, origin: str = "-y") -> dict[str, Any]:
 
 
 def read_params_file(path: str) -> dict[str, Any]:
-    """``-f params.yaml``."""
+    """``-f params.yaml``: a file or a pipe (``-f <(make-params)``), at most
+    ``MAX_PARAMS_FILE_BYTES``; a device (``/dev/zero`` would be read forever) or a folder is
+    refused in one line."""
     file = Path(path).expanduser()
     if not file.is_file() and len(path) > 1 and path[0] == path[-1] and path[0] in QUOTES:
         file = Path(path[1:-1]).expanduser()
     try:
-        text = file.read_text(encoding="utf-8")
+        with open(file, "rb") as stream:
+            kind = os.fstat(stream.fileno()).st_mode
+            if not (stat.S_ISREG(kind) or stat.S_ISFIFO(kind)):
+                raise JobError(f"-f {path}: not a parameters file (a device or a folder); give a YAML file")
+            data = stream.read(MAX_PARAMS_FILE_BYTES + 1)
+        if len(data) > MAX_PARAMS_FILE_BYTES:
+            raise JobError(f"-f {path}: larger than {MAX_PARAMS_FILE_BYTES // 1024} KiB; pass paths to data instead")
+        text = data.decode("utf-8")
     except (OSError, UnicodeDecodeError) as error:
         raise JobError(f"-f {path}: cannot read it ({getattr(error, 'strerror', None) or error})") from None
     return parse_yaml(text, f"-f {path}")

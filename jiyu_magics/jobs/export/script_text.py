@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 
 from ..._version import __version__
+from ...core.text import shown
 
 HEADER = """\
 #!/usr/bin/env python3
@@ -51,7 +52,9 @@ REBIND_AFTER_RESET = (
 
 
 def header(origin: str) -> str:
-    return HEADER.format(version=__version__, origin=origin)
+    """The script's first lines; ``origin`` (a file name, which may hold a newline) is shown
+    escaped: it must stay inside its comment."""
+    return HEADER.format(version=__version__, origin=shown(origin))
 
 
 def readable_literal(text: str) -> str:
@@ -73,7 +76,8 @@ def stop_point(label: str) -> str:
 
 
 def cell_marker(title: str, kind: str = "") -> str:
-    return f"# %% {('[' + kind + '] ') if kind else ''}{title}".rstrip()
+    """``# %% cell 3 (tags: ...)``: one comment line, whatever a tag holds."""
+    return f"# %% {('[' + kind + '] ') if kind else ''}{shown(title)}".rstrip()
 
 
 def best_effort_cell(code: str, label: str) -> str:

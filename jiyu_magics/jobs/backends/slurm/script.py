@@ -21,6 +21,8 @@ import sys
 from ....core.runs.files import HOME_ENV, RUN_ID_ENV, RunFiles, jiyu_home
 from ....core.runs.names import scheduler_slug
 from ....core.store.run_row import Run
+from ....core.text import shown
+from ...job_error import JobError
 from ...launch_spec import LaunchSpec
 from ...process import torchrun_command as torchrun
 from .options import SlurmOptions
@@ -57,9 +59,9 @@ def directives(run: Run, spec: LaunchSpec, files: RunFiles, options: SlurmOption
         f"--nodes={spec.nnodes}",
         "--ntasks-per-node=1",
         f"--gres=gpu:{gpus}" if gpus else f"--cpus-per-task={spec.nproc}",
-        f"--output={files.log}",
+        f"--output={_path_value(files.log)}",
         "--open-mode=append",
-        f"--chdir={run.cwd}",
+        f"--chdir={_path_value(run.cwd)}",
         f"--signal=B:USR1@{options.checkpoint_grace}",
         "--requeue" if options.max_requeues else "--no-requeue",
     ]
@@ -74,6 +76,16 @@ def directives(run: Run, spec: LaunchSpec, files: RunFiles, options: SlurmOption
         if value is not None:
             found.append(f"--{flag}={value}")
     return found + list(options.sbatch_args)
+
+
+def _path_value(path: object) -> str:
+    """A folder or file in an ``#SBATCH`` line: a newline in it would end the comment and run
+    the rest as the batch script's code, so a path with control characters is refused; one
+    with spaces is double-quoted, as sbatch reads its directives."""
+    text = str(path)
+    if not text.isprintable():
+        raise JobError(f"the path {shown(text)} cannot go into a Slurm batch script (it holds control characters)")
+    return f'"{text}"' if any(c.isspace() for c in text) and '"' not in text else text
 
 
 def _environment(run: Run, files: RunFiles, python: str) -> list[str]:
