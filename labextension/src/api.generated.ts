@@ -53,6 +53,18 @@ export type Event =
       resumed_from?: string | null;
       from_notebook?: string | null;
       stall_timeout?: number | null;
+      model?: string | null;
+      optimizer?: string | null;
+      optimizer_groups?: unknown[] | null;
+      scheduler?: string | null;
+      config?: {
+        [k: string]: unknown;
+      } | null;
+      options?: {
+        [k: string]: unknown;
+      } | null;
+      parent_run?: string | null;
+      parent_step?: number | null;
     }
   | {
       kind: 'step';
@@ -101,6 +113,8 @@ export type Event =
       since?: number | null;
       timeout?: number | null;
       stacks?: string | null;
+      cleared?: number | null;
+      lasted?: number | null;
     }
   | {
       kind: 'end';
@@ -144,6 +158,8 @@ export interface RunSummary {
   error: string | null;
   losses: number[];
   progress: number | null;
+  parent_run: string | null;
+  parent_step: number | null;
 }
 /**
  * This interface was referenced by `JiyuRESTAPI`'s JSON-Schema
@@ -156,6 +172,15 @@ export interface RunGpu {
   since: number;
   ended: number | null;
   shared: boolean;
+}
+/**
+ * This interface was referenced by `JiyuRESTAPI`'s JSON-Schema
+ * via the `definition` "RunCheckpoint".
+ */
+export interface RunCheckpoint {
+  step: number | null;
+  path: string;
+  bytes: number;
 }
 /**
  * This interface was referenced by `JiyuRESTAPI`'s JSON-Schema
