@@ -19,11 +19,13 @@ from .commands import (
     job_commands,
     plot_commands,
     queue_commands,
+    run_commands,
     store_commands,
     track_commands,
     usage_commands,
     weights_commands,
 )
+from .core.did_you_mean import with_suggestion
 from .core.store.database import StoreUnusable
 
 # what a disk says when it cannot take a write (read-only, full, over quota, failing, not ours):
@@ -32,6 +34,7 @@ DISK_ERRORS = frozenset({errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.EIO, err
 COMMAND_MODULES = (
     gpu_commands,
     job_commands,
+    run_commands,
     plot_commands,
     queue_commands,
     store_commands,
@@ -46,7 +49,29 @@ class OneLineParser(argparse.ArgumentParser):
     this class too (``add_subparsers`` makes them the parent's class)."""
 
     def error(self, message: str):
+        message = with_suggestion(message, _flags(self), _commands(self))
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _flags(parser: argparse.ArgumentParser) -> list[str]:
+    return [flag for action in parser._actions for flag in action.option_strings]
+
+
+def _commands(parser: argparse.ArgumentParser) -> list[str]:
+    return [
+        name for action in parser._actions if isinstance(action, argparse._SubParsersAction) for name in action.choices
+    ]
+
+
+def parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    """argparse's parse, with an unknown option reported by the sub-command it was given to:
+    ``jiyu logs --tial 3`` says ``jiyu logs: error: unrecognized arguments: --tial 3 (did you
+    mean --tail?)``."""
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[args.command]
+        sub.error(f"unrecognized arguments: {' '.join(extra)}")
+    return args
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -63,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     if not (sys.argv[1:] if argv is None else argv):  # `jiyu` alone: what it can do, not an error line
         parser.print_help(sys.stderr)
         return 2
-    args = parser.parse_args(argv)
+    args = parse(parser, argv)
     try:
         return int(args.handler(args) or 0)
     except CliError as error:

@@ -47,7 +47,7 @@ def test_committed_notebooks_are_stripped_and_parameterised(path):
 
 
 def test_quickstart_trains_digits_to_95_percent(workdir):
-    nb = run(workdir, "01_quickstart.ipynb", epochs=8)
+    nb = run(workdir, "01_quickstart.ipynb", epochs=8, amp="bf16")
     report = output_of(nb, "model.eval()")
     accuracy = float(re.search(r"test accuracy ([\d.]+)%", report).group(1))
     assert accuracy >= 95.0, report

@@ -270,7 +270,7 @@ def test_train_dashboard_renders_live_in_a_lab_notebook(page, lab, artifacts):
     )
     expect(output.get_by_role("button", name="Stop")).to_be_visible()
     expect(bar).to_be_visible()
-    expect(output).to_contain_text("from the notebook: train_step (cell 3)")
+    expect(output).to_contain_text("from the notebook: train_step (In [3])")
     row = page.locator(PANEL).locator("li.jp-JiyuRun", has_text="lab-digits")
     expect(row.locator(".jp-JiyuChip")).to_have_text("running", timeout=30_000)
     page.screenshot(path=artifacts / "lab_train_dashboard.png")

@@ -42,10 +42,10 @@ def test_runs_compare_draws_both_curves_and_marks_the_differing_option(ip, two_r
     assert all(f"data-run='cmp ({run_id})'" in page for run_id in two_runs)
     assert (
         "class='jiyu-differs' style='font-weight:bold;box-shadow:inset 4px 0 var(--jp-warn-color1,#f57c00)' "
-        "data-row='param.max_steps'" in page
+        "data-row='option.max_steps'" in page
     )
-    assert "data-row='param.seed'" not in page.split("jiyu-differs")[-1].split("</tr>")[0]
-    assert "* param.max_steps" in output.data["text/plain"]
+    assert "data-row='option.seed'" not in page.split("jiyu-differs")[-1].split("</tr>")[0]
+    assert "* option.max_steps" in output.data["text/plain"]
     with pytest.raises(UsageError, match="no run with id 'zzz'"):
         ip.run_line_magic("runs", "compare zzz")
     with pytest.raises(UsageError, match="usage: %runs compare"):
@@ -55,7 +55,7 @@ def test_runs_compare_draws_both_curves_and_marks_the_differing_option(ip, two_r
 def test_runs_returns_a_dataframe_with_pandas(two_runs):
     table = jiyu_magics.runs(*two_runs)
     assert type(table).__name__ == "DataFrame"
-    assert list(table["param.max_steps"]) == [20, 30] and list(table["steps"]) == [20, 30]
+    assert list(table["option.max_steps"]) == [20, 30] and list(table["steps"]) == [20, 30]
     assert (table["final_loss"] > 0).all() and (table["best_loss"] <= table["final_loss"]).all()
 
 
@@ -74,4 +74,4 @@ def test_runs_returns_dicts_without_pandas(two_runs, jiyu_home):
     )
     assert done.returncode == 0, done.stderr
     rows = json.loads(done.stdout)
-    assert [r["id"] for r in rows] == two_runs and [r["param.max_steps"] for r in rows] == [20, 30]
+    assert [r["id"] for r in rows] == two_runs and [r["option.max_steps"] for r in rows] == [20, 30]

@@ -50,6 +50,9 @@ async def test_the_newest_dump_grouped_by_identical_stacks(jp_fetch):
         "file": "/venv/site-packages/torch/distributed/distributed_c10d.py",
         "line": 4159,
         "func": "barrier",
+        "kind": "library",  # the user's code, a library's, or jiyu's plumbing (folded by the views)
+        "cell": None,  # no line map (this run exported no notebook): named by file
+        "source": None,
     }
 
 

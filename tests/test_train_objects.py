@@ -49,9 +49,10 @@ def start_of(shell) -> dict:
 def test_objects_from_earlier_cells_are_named_with_their_cell(shell, capsys):
     made = cell(shell, LEFTOVERS)
     cell(shell, "%%train --epochs 1" + MODEL)
-    note = f"from the notebook: val_loader (cell {made}), loss_fn (cell {made})"
+    note = f"from the notebook: val_loader (In [{made}]), loss_fn (In [{made}])"
     assert start_of(shell)["from_notebook"] == note
-    assert capsys.readouterr().out.splitlines()[0] == note
+    header = capsys.readouterr().out.splitlines()[0]  # terminal IPython: the run's header, its id first
+    assert header.startswith(f"run {shell.user_ns['train_result'].run_id} · ") and header.endswith(note)
     assert shell.user_ns["train_result"].val_acc is not None
 
 
@@ -71,7 +72,7 @@ def test_a_leftover_scheduler_of_another_optimizer_is_left_out_and_named(shell, 
     result = shell.user_ns["train_result"]
     assert result.status == "succeeded" and result.step == 16
     assert {row["lr"] for row in result.history if row["lr"] is not None} == {0.01}, "no scheduler stepped"
-    assert f"left out: scheduler (cell {made}), which steps another optimizer" in start_of(shell)["from_notebook"]
+    assert f"left out: scheduler (In [{made}]), which steps another optimizer" in start_of(shell)["from_notebook"]
 
 
 def test_a_scheduler_of_another_optimizer_named_by_this_cell_is_refused(shell):
@@ -94,7 +95,7 @@ def test_a_scheduler_of_this_optimizer_from_an_earlier_cell_is_used_and_named(sh
     cell(shell, "%train --max-steps 3 --log-every 1")
     lrs = [row["lr"] for row in shell.user_ns["train_result"].history if row["lr"] is not None]
     assert lrs[:3] == [0.005, 0.0025, 0.00125]
-    assert f"scheduler (cell {made})" in start_of(shell)["from_notebook"]
+    assert f"scheduler (In [{made}])" in start_of(shell)["from_notebook"]
 
 
 def test_loss_fn_none_uses_the_models_own_loss(shell):
@@ -125,7 +126,7 @@ def test_no_val_leaves_a_leftover_val_loader_out(shell):
     cell(shell, "%%train --epochs 1 --no-val" + MODEL)
     assert not [e for e in events_of(shell) if e["kind"] == "val"]
     assert shell.user_ns["train_result"].val_acc is None
-    assert start_of(shell)["from_notebook"].startswith("from the notebook: loss_fn (cell")
+    assert start_of(shell)["from_notebook"].startswith("from the notebook: loss_fn (In [")
 
 
 def test_the_loss_this_cell_defines_wins_over_a_leftover_train_step(shell):
@@ -170,7 +171,7 @@ def test_the_dashboard_header_names_them_in_a_real_kernel(tmp_path):
 
     nb = execute(notebook("%load_ext jiyu_magics\n" + SETUP, LEFTOVERS, "%%train --epochs 1" + MODEL), tmp_path)
     summary = html_of(nb.cells[2])
-    assert "from the notebook: val_loader (cell 2), loss_fn (cell 2)" in summary, summary
+    assert "from the notebook: val_loader (In [2]), loss_fn (In [2])" in summary, summary
 
 
 @pytest.mark.parametrize(

@@ -38,10 +38,13 @@ def test_the_stop_message_prints_a_resume_command_that_works(shell):
     assert start_of(resumed)["resumed_from"] == stopped.checkpoints[-1]
 
 
-def test_without_a_name_the_command_leaves_it_out(shell):
+def test_without_a_name_the_command_names_the_default_one(shell):
+    """The command always names the run (as the run page's does): pasted into another notebook,
+    or after a --name run of the same model, it still finds this run's checkpoint."""
     shell.run_cell("%%train --max-steps 30" + BODY.replace("interrupt_at=-1", "interrupt_at=5"))
-    message = shell.user_ns["train_result"].message
-    assert "Continue with %train --resume last --max-steps 30 (or fit" in message
+    result = shell.user_ns["train_result"]
+    name = start_of(result)["name"]
+    assert f"Continue with %train --resume last --name {name} --max-steps 30 (or fit" in result.message
 
 
 def test_resume_last_finds_the_checkpoint_written_to_a_ckpt_dir(shell, tmp_path, monkeypatch):

@@ -180,7 +180,9 @@ def test_dashboard_and_text_follow_another_process_run_to_its_end():
     assert dashboard.progress.value == 1.0 and "192/192" in dashboard.progress_label.value
     assert dashboard.renders >= 2 and dashboard.stop_button.disabled
     assert text_offset == events.stat().st_size
-    assert text.view.status == "succeeded" and text.out.getvalue().startswith("Trained 192 steps (3 epochs)")
+    printed = text.out.getvalue().splitlines()
+    assert text.view.status == "succeeded" and printed[0].startswith(f"run {text.view.run_id} · ")
+    assert printed[1].startswith("Trained 192 steps (3 epochs)"), printed
 
 
 def test_dashboard_stop_button_in_follow_mode_calls_back():
@@ -276,7 +278,8 @@ def test_text_progress_spaces_its_lines_by_its_own_clock():
     for step in range(1, 50):
         text.feed([{"kind": "step", "step": step, "loss": 1.0 / step}])
         text.poll()
-    assert text.lines == 1 and out.getvalue().startswith("step 1/100")
+    header, progress = out.getvalue().splitlines()  # the run's header as it starts, then one line
+    assert text.lines == 2 and header.startswith("run n/a") and progress.startswith("step 1/100")
 
 
 # -- the loss PNG: drawn by whoever shows the summary, never by the engine --------------------

@@ -148,10 +148,14 @@ def run_logs(args: argparse.Namespace) -> int:
     text, offset = logs.tail(run.id, args.tail, logs.derived_end(run))
     sys.stdout.write(text)
     sys.stdout.flush()
+    printed = bool(text)
     if args.follow:
         for chunk in logs.follow(run.id, offset):
+            printed = printed or bool(chunk)
             sys.stdout.write(chunk)
             sys.stdout.flush()
+    if not printed and offset == 0:
+        print(logs.no_output_note(jobs.resolve(run.id)), file=sys.stderr)
     return 0
 
 
@@ -159,6 +163,8 @@ def run_logs(args: argparse.Namespace) -> int:
 def run_stacks(args: argparse.Namespace) -> int:
     from .. import jobs
     from ..core.runs import stack_groups as stacks
+    from ..core.runs.files import RunFiles
+    from ..core.runs.line_map import LineMap
     from ..views import stack_view as view
     from . import CliError, print_json
 
@@ -167,10 +173,11 @@ def run_stacks(args: argparse.Namespace) -> int:
     if not folders:
         raise CliError(f"run {run.id} has no stack dump (one is taken when it stalls)")
     groups = stacks.group(stacks.read_dump(folders[-1]))
+    line_map = LineMap.read(RunFiles.of(run.id).line_map)
     if args.json:
-        print_json({"run_id": run.id, "dumped": folders[-1].name, "groups": view.as_json(groups)})
+        print_json({"run_id": run.id, "dumped": folders[-1].name, "groups": view.as_json(groups, line_map)})
     else:
-        sys.stdout.write(view.render_text(run.id, folders[-1], groups, full=args.full))
+        sys.stdout.write(view.render_text(run.id, folders[-1], groups, full=args.full, line_map=line_map))
     return 0
 
 

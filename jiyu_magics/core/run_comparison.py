@@ -1,7 +1,11 @@
-"""Runs side by side, as data: one record per run with its ``-p`` parameters, the training
-options of its last ``fit`` call, and its final and best metrics, plus which parameters differ
-between the runs. ``%runs compare`` draws it, ``jiyu_magics.runs()`` returns it for the user's
-own analysis, and the panel's Compare page shows the same rows (labextension/src/comparison.ts).
+"""Runs side by side, as data: one record per run with what a tracker records of its last
+``fit`` call, grouped by the column's prefix: ``param.`` its parameters (the notebook's
+``parameters`` cell, ``-p`` values), ``model.`` (class, parameter count), ``optimizer.`` (class,
+hyperparameters per parameter group, scheduler), ``data.`` (batch size, steps per epoch,
+processes) and ``option.`` (every ``fit`` option), then its final and best metrics; plus which
+columns differ between the runs. ``%runs compare`` and ``jiyu compare`` draw it,
+``jiyu_magics.runs()`` returns it for the user's own analysis, and the panel's Compare page
+shows the same rows (labextension/src/comparison.ts).
 """
 
 from __future__ import annotations
@@ -14,7 +18,26 @@ from .runs.files import RunFiles
 from .store.run_row import Run
 from .store.run_store import RunStore
 
-OPTIONS = ("epochs", "total_steps", "batch_size", "accum", "amp", "device", "strategy", "nproc")
+GROUPS: tuple[tuple[str, str], ...] = (
+    ("parameters", "param."),
+    ("model", "model."),
+    ("optimizer", "optimizer."),
+    ("data", "data."),
+    ("fit options", "option."),
+)
+# options every run has and nobody compares: shown with the rows that are the same everywhere
+INTERNAL_OPTIONS = frozenset(
+    {"keep_ckpts", "log_interval_s", "log_every", "ckpt_every", "ckpt_dir", "save_ckpts", "stall_timeout"}
+    | {"fast_data", "name", "resume", "val_every", "scheduler_interval"}
+)
+DATA: tuple[tuple[str, str], ...] = (
+    ("batch_size", "batch_size"),
+    ("steps_per_epoch", "steps_per_epoch"),
+    ("accum", "accum"),
+    ("nproc", "nproc"),
+    ("kind", "data"),
+    ("total_steps", "total_steps"),
+)
 
 
 @dataclass
@@ -48,16 +71,43 @@ def _finite(value) -> bool:
     return isinstance(value, (int, float)) and math.isfinite(value)
 
 
+def tracked(start: dict, params: dict) -> dict:
+    """What a tracker records of a call, from its ``start`` event (and the run's ``-p``
+    parameters), as grouped columns."""
+    config = {**params, **(start.get("config") or {})}
+    columns: dict = {f"param.{k}": v for k, v in sorted(config.items())}
+    columns["model.class"] = start.get("model")
+    columns["model.parameters"] = start.get("params")
+    columns["optimizer.class"] = start.get("optimizer")
+    groups = start.get("optimizer_groups") or []
+    for index, group in enumerate(groups):
+        for key, value in group.items():
+            columns[f"optimizer.{key}" + (f"[{index}]" if index else "")] = value
+    columns["optimizer.scheduler"] = start.get("scheduler")
+    for column, key in DATA:
+        columns[f"data.{column}"] = start.get(key)
+    for key, value in sorted((start.get("options") or {}).items()):
+        columns[f"option.{key}"] = value
+    return {k: v for k, v in columns.items() if v is not None or k.startswith(("param.", "option."))}
+
+
+def group_of(column: str) -> str:
+    return next((name for name, prefix in GROUPS if column.startswith(prefix)), "metrics")
+
+
+def is_internal(column: str) -> bool:
+    return column.startswith("option.") and column.split(".", 1)[1] in INTERNAL_OPTIONS
+
+
 def record(run: Run, curves: RunCurves) -> dict:
-    """One row: id, name, status, the parameters, the options, final/best metrics."""
+    """One row: id, name, status, what the tracker recorded (``tracked``), final/best metrics."""
     last = lambda series: series[-1][2] if series else None  # noqa: E731
     lowest = lambda series: min(v for *_, v in series) if series else None  # noqa: E731
     return {
         "id": run.id,
         "name": run.name,
         "status": str(run.status),
-        **{f"param.{k}": v for k, v in sorted(run.params.items())},
-        **{k: curves.start.get(k) for k in OPTIONS if curves.start.get(k) is not None},
+        **tracked(curves.start, run.params),
         "steps": curves.loss[-1][0] if curves.loss else None,
         "final_loss": last(curves.loss),
         "best_loss": lowest(curves.loss),
@@ -69,8 +119,8 @@ def record(run: Run, curves: RunCurves) -> dict:
 
 
 def differing(records: list[dict]) -> list[str]:
-    """The parameter and option columns whose values are not the same in every record."""
-    columns = [c for c in dict.fromkeys(k for r in records for k in r) if c.startswith("param.") or c in OPTIONS]
+    """The tracked columns (all but the metrics) whose values are not the same in every record."""
+    columns = [c for c in dict.fromkeys(k for r in records for k in r) if group_of(c) != "metrics"]
     return [c for c in columns if len({repr(r.get(c)) for r in records}) > 1]
 
 

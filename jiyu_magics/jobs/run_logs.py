@@ -23,6 +23,14 @@ def derived_end(run: Run) -> str:
     return lost_runs.log_line(run.id) if run.derived and run.status == RunStatus.LOST else ""
 
 
+def no_output_note(run: Run) -> str:
+    """What ``jiyu logs`` says of a log with nothing in it: that it is empty, not a failure
+    to read, and where the run's progress is (an in-kernel run prints into its cell)."""
+    where = RunFiles.of(run.id).events
+    state = "has printed nothing yet" if run.active else "printed nothing"
+    return f"run {run.id} {state} to its log; its progress is in {where} (jiyu show {run.id})"
+
+
 def tail(run_id: str, lines: int | None = None, end: str = "") -> tuple[str, int]:
     """The last ``lines`` lines (all when None) and the byte offset to follow from. A run whose
     folder is gone has no log to show: a ``JobError``, not an empty answer that looks fine."""

@@ -1,7 +1,9 @@
 """The run owner's eye on a stall: a run whose step has not moved for its stall timeout while
 its ranks live is flagged ``stalled`` in the run store (beside ``running``: not a status),
 every rank's stack is dumped (``stack_dump``) and a ``stall`` event names the folder. When the
-step moves again the flag goes.
+step moves again the flag goes, and a second ``stall`` event says when it cleared and how long
+it lasted, so the run page still tells of it afterwards. Both go into the run's log too, as
+``[jiyu]`` lines.
 
 The owner calls ``check`` from its follow loop; it does its work at most every ``CHECK_S``,
 reading only what the event log gained since (``core.stall_clock`` folds it).
@@ -40,12 +42,15 @@ class StallWatch:
         if since == self.flagged:
             return
         self.store.mark_stalled(self.run_id, since)
-        self.flagged = since
+        flagged, self.flagged = self.flagged, since
         if since is not None:
             self._record_stall(since)
+        elif flagged is not None:
+            self._record_cleared(flagged)
 
     def _record_stall(self, since: float) -> None:
         folder = dump_stacks(self.run_id)
+        self.stalled_step = self.clock.step
         with EventLog(self.files.events) as log:
             log.append(
                 "stall",
@@ -54,3 +59,30 @@ class StallWatch:
                 timeout=self.clock.timeout,
                 stacks=str(folder) if folder else None,
             )
+        self._say(
+            f"stalled: no step since step {self.clock.step} for {self._span(time.time() - since)}; "
+            f"every rank's stack: jiyu stacks {self.run_id}"
+        )
+
+    def _record_cleared(self, since: float) -> None:
+        """The step moved (or the call ended) after a stall: when, and how long it stood."""
+        cleared = self.clock.moved if self.clock.moved is not None and self.clock.moved > since else time.time()
+        step = getattr(self, "stalled_step", None)
+        with EventLog(self.files.events) as log:
+            log.append("stall", step=step, since=since, cleared=cleared, lasted=round(cleared - since, 3))
+        clock = lambda t: time.strftime("%H:%M:%S", time.localtime(t))  # noqa: E731
+        self._say(
+            f"the stall at step {step} cleared after {self._span(cleared - since)} ({clock(since)} to {clock(cleared)})"
+        )
+
+    @staticmethod
+    def _span(seconds: float) -> str:
+        minutes, secs = divmod(int(seconds), 60)
+        return f"{minutes} min {secs} s" if minutes else f"{secs} s"
+
+    def _say(self, text: str) -> None:
+        try:
+            with open(self.files.log, "a") as f:
+                f.write(f"[jiyu] {time.strftime('%H:%M:%S')} {text}\n")
+        except OSError:
+            pass  # the event log has it; a log that cannot be written loses only the line

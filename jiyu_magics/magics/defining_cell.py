@@ -1,7 +1,7 @@
 """Which earlier cell bound a variable, read from what the kernel executed.
 
 ``%%train`` names the objects it took from the notebook rather than its own cell, with the cell
-that made them ("val_loader (cell 7)"), so a leftover is recognised at a glance. The answer comes
+that made them ("val_loader (In [7])"), so a leftover is recognised at a glance. The answer comes
 from the cell sources in the kernel's history (``CellHistory``): the newest cell that binds the
 name at its top level (an assignment, ``for``/``with`` target, import, ``def`` or ``class``; a
 ``%%train`` cell's body counts). Cells that raised count too: a ``%%train`` cell whose training

@@ -23,7 +23,7 @@ from ..train.train_errors import TrainConfigError
 from .cell_history import CellHistory
 from .defining_cell import defining_cells
 from .frontend import in_notebook
-from .magic_line import parse_line
+from .magic_line import check_braced, parse_line, raw_magic_line
 from .train_objects import NONE, OBJECTS, choose, identities, rebound, watched
 from .user_traceback import raise_without_jiyu_frames
 
@@ -186,7 +186,7 @@ class TrainMagics(Magics):
         ``optimizer``, ``train_loader`` and, when present, ``loss_fn``, ``val_loader``,
         ``scheduler``, ``train_step`` from it (rename with --model etc.). Those optional objects
         come from this cell, or else from the notebook, and the run's header then names them
-        with the cell that made them ("from the notebook: val_loader (cell 7)"); a scheduler
+        with the cell that made them ("from the notebook: val_loader (In [7])"); a scheduler
         of another optimizer is left out when it is a leftover, refused when this cell or
         --scheduler names it; --loss-fn NONE, --no-val etc. leave one out. The dashboard shows
         the loss curve, progress and ETA, samples/s, LR, GPU memory and a Stop button; Stop
@@ -203,7 +203,10 @@ class TrainMagics(Magics):
             %train --resume last --epochs 6     # line form: no set-up code, same options
         """
         __tracebackhide__ = True  # noqa: F841 (IPython hides this frame: an error shows the user's)
+        raw = raw_magic_line(self.shell, "train", line)
+        check_braced("train", line, raw, self.ipython.user_ns)
         args = parse_line(self.train, line)
+        self._raw_line = raw
         launching = self._check(args)
         pool = self._pool(args) if launching else None
         if pool is not None:
@@ -246,9 +249,19 @@ class TrainMagics(Magics):
             )
         if body:  # whatever fails next, the kernel keeps what the body bound: --nproc replays it
             CellHistory.of(self.shell).setup_ran = True
-        return fit_kwargs(
+        kwargs = fit_kwargs(
             args, namespace, rebound(namespace, before) if body else frozenset(), defining_cells(self.shell)
         )
+        return {**kwargs, "config": self._config(namespace)}
+
+    def _config(self, namespace: dict) -> dict:
+        """The notebook's parameters as the run records them (``run_config``)."""
+        from ..core.runs.launch_context import LaunchContext
+        from .run_config import parameter_names, run_config
+
+        context = self.launch_context or LaunchContext.from_environ()
+        names = parameter_names(context.notebook, context.run_id, getattr(self, "_raw_line", None))
+        return run_config(namespace, names)
 
     def _pool(self, args: Namespace):
         """The kernel's ranks pool, when one runs: ``--nproc N`` trains there (N must be its size)."""

@@ -6,7 +6,7 @@ model's own ``.loss``, an old ``val_loader`` was validated and reported as this 
 a scheduler of another optimizer was stepped. So an optional object comes from this cell's
 body, or from the notebook's namespace only where it fits the run (a scheduler must step the
 optimizer being trained), and every one taken from the namespace is named in the run's header:
-``from the notebook: val_loader (cell 7)``. ``--loss-fn NONE``, ``--no-val`` and the like leave
+``from the notebook: val_loader (In [7])``. ``--loss-fn NONE``, ``--no-val`` and the like leave
 one out.
 """
 
@@ -44,8 +44,8 @@ class Chosen:
 
     objects: dict[str, Any] = field(default_factory=dict)
     variables: dict[str, str] = field(default_factory=dict)  # option -> the variable it came from
-    from_notebook: list[str] = field(default_factory=list)  # "val_loader (cell 7)"
-    left_out: list[str] = field(default_factory=list)  # "scheduler (cell 3), which steps another optimizer"
+    from_notebook: list[str] = field(default_factory=list)  # "val_loader (In [7])"
+    left_out: list[str] = field(default_factory=list)  # "scheduler (In [3]), which steps another optimizer"
 
     def fit_arguments(self) -> dict[str, Any]:
         return {FIT_ARGUMENT.get(option, option): value for option, value in self.objects.items()}
@@ -154,4 +154,4 @@ def _scheduler_of_this_optimizer(
 
 def _origin(name: str, defined_in: Callable[[str], int | None]) -> str:
     cell = defined_in(name)
-    return f"{name} (cell {cell})" if cell is not None else name
+    return f"{name} (In [{cell}])" if cell is not None else name

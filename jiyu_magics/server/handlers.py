@@ -128,6 +128,15 @@ class RunStacksHandler(JiyuHandler):
         self.reply(await self.blocking(self.app.runs.stacks, run_id))
 
 
+class RunCheckpointsHandler(JiyuHandler):
+    @web.authenticated
+    @answers_errors
+    async def get(self, run_id: str) -> None:
+        """The run's checkpoints on disk (step, path, bytes), oldest first, and ``rotated``:
+        how many it recorded that are gone."""
+        self.reply(await self.blocking(self.app.runs.checkpoints, run_id))
+
+
 class RunRanksHandler(JiyuHandler):
     @web.authenticated
     @answers_errors
@@ -198,6 +207,7 @@ ROUTES = [
     (RUN + r"/log", RunLogHandler),
     (RUN + r"/stacks", RunStacksHandler),
     (RUN + r"/ranks", RunRanksHandler),
+    (RUN + r"/checkpoints", RunCheckpointsHandler),
     (RUN + r"/stop", RunStopHandler),
     (r"/jiyu/metrics", MetricsHandler),
 ]

@@ -16,6 +16,7 @@ import types
 from enum import Enum
 from typing import Any, Union, get_args, get_origin, get_type_hints, is_typeddict
 
+from ..core.events.checkpoints import RunCheckpoint
 from ..core.events.fold import RunSummary
 from ..core.events.schema import COMMON, FIELDS
 from ..core.runs.model import ACTIVE, EventKind, RunKind, RunStatus
@@ -23,17 +24,19 @@ from ..core.store.run_row import RunGpu
 from ..views.run_record import OPTIONAL_KEYS, RunRecord
 
 SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
-SCALARS = {str: "string", bool: "boolean", int: "integer", float: "number", dict: "object"}
+SCALARS = {str: "string", bool: "boolean", int: "integer", float: "number", dict: "object", list: "array"}
 ENUMS = (RunStatus, RunKind, EventKind)
 
 
 def api_schema() -> dict:
     """One document: ``$defs`` holds ``Run``, ``RunSummary``, ``Event``, the enums and
-    ``ActiveStatus`` (the statuses of a run that has not ended)."""
+    ``ActiveStatus`` (the statuses of a run that has not ended) and ``RunCheckpoint`` (one
+    checkpoint on disk, of ``GET .../checkpoints``)."""
     defs: dict[str, dict[str, Any]] = {enum.__name__: {"type": "string", "enum": list(enum.values())} for enum in ENUMS}
     defs["ActiveStatus"] = {"type": "string", "enum": [status.value for status in ACTIVE]}
     defs["RunSummary"] = _object(get_type_hints(RunSummary))
     defs["RunGpu"] = _object(get_type_hints(RunGpu))
+    defs["RunCheckpoint"] = _object(get_type_hints(RunCheckpoint))
     defs["Run"] = _object(get_type_hints(RunRecord), optional=OPTIONAL_KEYS)
     defs["Event"] = {"oneOf": [_event(kind) for kind in EventKind]}
     return {"$schema": SCHEMA_DIALECT, "title": "jiyu REST API", "$defs": defs}

@@ -16,10 +16,12 @@ import json
 import threading
 from pathlib import Path
 
+from ..core.events import checkpoints as run_checkpoints
 from ..core.events.fold import RunSummary
 from ..core.events.log import read_events, summarize
 from ..core.runs import stack_groups
 from ..core.runs.files import RunFiles, store_path
+from ..core.runs.line_map import LineMap
 from ..core.store.run_row import Run
 from ..core.store.run_store import RunStore
 from ..views.run_record import RunRecord, run_record
@@ -62,7 +64,14 @@ class RunViews:
         run = self.store.get(run_id)
         folders = stack_groups.dump_folders(run.id)
         groups = stack_groups.group(stack_groups.read_dump(folders[-1])) if folders else []
-        return {"run_id": run.id, "dumped": folders[-1].name if folders else None, "groups": as_json(groups)}
+        line_map = LineMap.read(self.files(run.id).line_map)
+        return {"run_id": run.id, "dumped": folders[-1].name if folders else None, "groups": as_json(groups, line_map)}
+
+    def checkpoints(self, run_id: str) -> dict:
+        """The run's checkpoints that exist on disk, and how many it recorded that are gone
+        (``--keep-ckpts`` rotated them out); raises for an unknown run."""
+        run = self.store.get(run_id)
+        return {"run_id": run.id, **run_checkpoints.on_disk(self.files(run.id).events).to_json()}
 
     def gpu_seconds(self) -> dict[str, tuple[float, float]]:
         """Per GPU uuid: seconds runs or kernels held it, and of those idle (``core.gpu_usage``), in all."""

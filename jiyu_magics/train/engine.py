@@ -54,6 +54,7 @@ from .precision import resolve_precision
 from .process_group import join_process_group
 from .reporter import Reporter
 from .run_binding import RunBinding, check_resume_request, default_name, resume_path
+from .run_facts import class_name, optimizer_groups, options_of, plain
 from .schedule_check import schedule_mismatch
 from .stack_signal import stacks_on_signal
 from .step_cadence import StepCadence
@@ -80,6 +81,7 @@ def fit(
     monitor=None,
     stop: StopSignal | None = None,
     from_notebook: str | None = None,
+    config: dict | None = None,
     context: LaunchContext | None = None,
     **options,
 ) -> FitResult:
@@ -92,6 +94,8 @@ def fit(
     max_steps, amp, accum, clip, compile, device, seed, log_every, val_every, ckpt_every,
     ckpt_dir, resume, strategy, ...). ``from_notebook``: a line for the run's header naming the
     objects the caller took from a notebook's namespace rather than its own cell (``%%train``).
+    ``config``: the values that describe this run (``%%train`` passes the notebook's
+    ``parameters`` cell), recorded as the run's parameters for comparison with other runs.
     ``context``: what this process's launcher said (its run, a resume, weights handed over, its
     place in a torchrun world); read from the environment here, once, when not given.
 
@@ -115,6 +119,7 @@ def fit(
         stop=stop,
         options=opts,
         from_notebook=from_notebook,
+        config=config,
         context=context or LaunchContext.from_environ(),
     )
     result = trainer.run()
@@ -141,10 +146,12 @@ class Trainer:
         stop=None,
         options: FitOptions | None = None,
         from_notebook: str | None = None,
+        config: dict | None = None,
         context: LaunchContext | None = None,
     ):
         check_objects(model, optimizer, train_data, scheduler, loss_fn, train_step)
         self.from_notebook = from_notebook
+        self.config = {str(k): plain(v) for k, v in (config or {}).items()}
         self.raw_model, self.optimizer, self.scheduler = model, optimizer, scheduler
         self.train_data, self.val_data = train_data, val_data
         self.batch_loss = BatchLoss(loss_fn, train_step)
@@ -157,6 +164,7 @@ class Trainer:
         self.stop_agreed = False
         self.advised = False
         self.resumed_from: str | None = None
+        self.parent: tuple[str, int] | None = None  # resumed from another run's checkpoint: (run id, step)
         self.restored_final = False  # resumed from its own final checkpoint: nothing to train
 
     # -- set-up ----------------------------------------------------------------------------
@@ -233,7 +241,9 @@ class Trainer:
         self.meter = StepMeter(self.device)
 
     def _params(self) -> dict:
-        return {k: v for k, v in vars(self.opts).items() if v is not None}
+        """What the run store lists as the run's parameters: the ``config`` (the notebook's
+        parameters cell); the options go into the ``start`` event."""
+        return dict(self.config)
 
     def _execute(self) -> FitResult:
         try:
@@ -321,6 +331,14 @@ class Trainer:
             from_notebook=self.from_notebook,
             stall_timeout=self.opts.stall_timeout,
             track=",".join(self.track) or None,
+            model=class_name(self.raw_model),
+            optimizer=class_name(self.optimizer),
+            optimizer_groups=optimizer_groups(self.optimizer),
+            scheduler=class_name(self.scheduler),
+            config=self.config,
+            options=options_of(self.opts),
+            parent_run=self.parent[0] if self.parent else None,
+            parent_step=self.parent[1] if self.parent else None,
         )
 
     def _strategy_name(self) -> str:
@@ -553,6 +571,9 @@ class Trainer:
             print(f"jiyu: {converted}", file=sys.stderr)
         self.data.seed = self.data_seed = state["data_seed"]
         self.resumed_from = path
+        writer = state.get("run_id")
+        if isinstance(writer, str) and writer != self.run_binding.run_id:  # not a restart of this run
+            self.parent = (writer, int(state["step"]))
         self.restored_final = self.plan.finished(self.position) and is_own_after_restart(
             state, self.run_binding.call, self.context.relaunched
         )
@@ -623,7 +644,7 @@ class Trainer:
         )
 
     def _resume_command(self) -> str:
-        return resume_command(self.opts.name, self.plan.epochs, self.opts.max_steps)
+        return resume_command(self.name, self.plan.epochs, self.opts.max_steps)
 
     def _nonfinite(self, error: NonFiniteLoss) -> str:
         return nonfinite_message(

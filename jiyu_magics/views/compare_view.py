@@ -8,7 +8,7 @@ from __future__ import annotations
 import html
 import math
 
-from ..core.run_comparison import RunCurves, differing
+from ..core.run_comparison import GROUPS, RunCurves, differing, group_of, is_internal
 from .format import NA
 from .loss_chart import wants_log
 
@@ -69,28 +69,55 @@ def compare_svg(curves: list[tuple[str, RunCurves]], by: str = "step") -> str:
     )
 
 
-def compare_table(records: list[dict]) -> str:
-    """One column per run, one row per parameter/option/metric; differing rows marked."""
+def layout(records: list[dict]) -> tuple[list[str], list[str], list[str]]:
+    """The rows as Compare shows them: the tracked columns that differ (by group: parameters,
+    model, optimizer, data, fit options), the metrics, and the rest (the same in every run, or
+    an internal option, such as ``keep_ckpts``), which views fold away. A single run shows all
+    but the internal ones."""
     marked = set(differing(records))
     columns = [c for c in dict.fromkeys(k for r in records for k in r) if c not in ("id", "name")]
+    order = {name: i for i, (name, _) in enumerate(GROUPS)}
+    tracked = sorted((c for c in columns if group_of(c) != "metrics"), key=lambda c: order[group_of(c)])
+    if len(records) < 2:
+        shown = [c for c in tracked if not is_internal(c)]
+    else:
+        shown = [c for c in tracked if c in marked and not is_internal(c)]
+    metrics = [c for c in columns if group_of(c) == "metrics"]
+    return shown, metrics, [c for c in tracked if c not in shown]
+
+
+def compare_table(records: list[dict]) -> str:
+    """One column per run, one row per differing parameter/option (grouped), then the
+    metrics; the rows that are the same in every run in a folded section."""
+    marked = set(differing(records))
+    shown, metrics, folded = layout(records)
     head = "".join(
         f"<th style='border-bottom:3px solid {PALETTE[i % len(PALETTE)]}'>{html.escape(r['name'])}"
         f"<br><small>{r['id']}</small></th>"
         for i, r in enumerate(records)
     )
-    rows = []
-    for c in columns:
+
+    def row(c: str) -> str:
         style = (
             " class='jiyu-differs' style='font-weight:bold;box-shadow:inset 4px 0 var(--jp-warn-color1,#f57c00)'"
             if c in marked
             else ""
         )
         cells = "".join(f"<td>{html.escape(_shown(r.get(c)))}</td>" for r in records)
-        rows.append(
+        return (
             f"<tr{style} data-row='{html.escape(c)}'><th style='text-align:left;padding-left:8px'>"
             f"{html.escape(c)}</th>{cells}</tr>"
         )
-    return f"<table class='jiyu-compare'><thead><tr><th></th>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+
+    body = "".join(map(row, shown + metrics))
+    table = f"<table class='jiyu-compare'><thead><tr><th></th>{head}</tr></thead><tbody>{body}</tbody></table>"
+    if not folded:
+        return table
+    same = "".join(map(row, folded))
+    return (
+        f"{table}<details class='jiyu-compare-same'><summary>Same in every run, and internal options "
+        f"({len(folded)})</summary><table class='jiyu-compare'><tbody>{same}</tbody></table></details>"
+    )
 
 
 def compare_html(records: list[dict], curves: dict[str, RunCurves]) -> str:
@@ -99,12 +126,28 @@ def compare_html(records: list[dict], curves: dict[str, RunCurves]) -> str:
 
 
 def compare_text(records: list[dict]) -> str:
+    """The table as text: a header of names and ids, the differing rows (marked ``*``) under
+    their group, the metrics, then one line per group of what is the same in every run."""
     marked = set(differing(records))
-    columns = [c for c in dict.fromkeys(k for r in records for k in r) if c not in ("id",)]
-    width = max(len(c) for c in columns) + 2
-    return "\n".join(
-        f"{'*' if c in marked else ' '} {c:<{width}}" + "  ".join(_shown(r.get(c)) for r in records) for c in columns
-    )
+    shown, metrics, folded = layout(records)
+    width = max([len(c) for c in shown + metrics] + [8]) + 2
+    cells = [[_shown(r.get(c)) for r in records] for c in shown + metrics]
+    widths = [max([len(r["name"]), len(r["id"])] + [len(row[i]) for row in cells]) for i, r in enumerate(records)]
+
+    def line(label: str, values: list[str], mark: str = " ") -> str:
+        return f"{mark} {label:<{width}}" + "  ".join(f"{v:<{w}}" for v, w in zip(values, widths, strict=True))
+
+    lines = [line("", [r["name"] for r in records]), line("", [r["id"] for r in records])]
+    group = None
+    for c, values in zip(shown + metrics, cells, strict=True):
+        if group_of(c) != group:
+            group = group_of(c)
+            lines.append(group)
+        lines.append(line(c, values, "*" if c in marked else " "))
+    same = [c for c in folded if not is_internal(c) or c in marked]
+    if same:
+        lines.append("same in every run: " + ", ".join(f"{c}={_shown(records[0].get(c))}" for c in same))
+    return "\n".join(line.rstrip() for line in lines)
 
 
 def _shown(value) -> str:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any, TypedDict
 
-from ..core.events.fold import RunSummary
+from ..core.events.fold import RunSummary, complete
 from ..core.runs.model import RunKind, RunStatus
 from ..core.store.run_row import Run, RunGpu
 from .run_table import progress_of
@@ -92,7 +92,7 @@ def run_record(run: Run, summary: RunSummary, params: dict[str, Any] | None = No
         queue_reason=run.queue_reason,
         priority=run.priority,
         share=run.share,
-        summary=summary,
+        summary=complete(summary),
     )
     if params is not None:
         record["params"] = params

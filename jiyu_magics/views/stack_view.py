@@ -1,35 +1,70 @@
-"""One stack dump as text: a headline per group of ranks with identical stacks, then each
-group's stack once (innermost frame last, as Python prints tracebacks)."""
+"""One stack dump as text and as JSON: a headline per group of ranks with identical stacks,
+then each group's stack once. A job's frames are named by their notebook cell (``cell 3, line
+9``, with the line's text) where its line map says (``core.runs.line_map``); the user's frames
+come first, library frames after them, and the frames of jiyu, IPython, runpy and torchrun
+that only carry the user's code to the rank are folded (counted; ``--full`` shows them)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from ..core.runs.stack_groups import StackGroup
+from ..core.runs.line_map import LineMap
+from ..core.runs.stack_groups import ShownFrame, StackGroup, shown_frames
 
 
-def render_text(run_id: str, folder: Path, groups: list[StackGroup], full: bool = False) -> str:
+def render_text(
+    run_id: str, folder: Path, groups: list[StackGroup], full: bool = False, line_map: LineMap | None = None
+) -> str:
     lines = [f"Stacks of run {run_id}, dumped {folder.name} ({folder}):"]
-    lines += [f"  {g.headline()}" for g in groups]
+    lines += [f"  {g.headline(line_map)}" for g in groups]
     for g in groups:
         who = "rank" if len(g.ranks) == 1 else "ranks"
         lines += ["", f"== {who} {', '.join(map(str, g.ranks))} =="]
         if full:
             lines.append(g.text.rstrip())
             continue
-        lines += [f'  File "{f.file}", line {f.line} in {f.func}' for f in reversed(g.frames)]
+        shown = shown_frames(g.frames, line_map)
+        user = [f for f in reversed(shown) if f.kind == "user"]
+        library = [f for f in reversed(shown) if f.kind == "library"]
+        folded = len(shown) - len(user) - len(library)
+        if user:
+            lines.append("  your code (outermost first):")
+            lines += [_line(f) for f in user]
+        if library:
+            lines.append("  then, in libraries (innermost last):")
+            lines += [_line(f) for f in library]
+        if folded:
+            lines.append(f"  ({folded} frames of jiyu, IPython, runpy and torchrun folded: --full shows them)")
     return "\n".join(lines) + "\n"
 
 
-def as_json(groups: list[StackGroup]) -> list[dict]:
-    """For the REST API and ``--json``: each group's ranks, headline, frames (innermost first) and text."""
+def _line(f: ShownFrame) -> str:
+    if f.cell is not None:
+        return f"    {f.cell.where}, in {f.frame.func}\n        {f.cell.text}"
+    return f'    File "{f.frame.file}", line {f.frame.line} in {f.frame.func}'
+
+
+def as_json(groups: list[StackGroup], line_map: LineMap | None = None) -> list[dict]:
+    """For the REST API and ``--json``: each group's ranks, headline, frames (innermost first,
+    each with its notebook ``cell`` and ``source`` where mapped, and its ``kind``: user,
+    library or jiyu) and text."""
     return [
         {
             "ranks": g.ranks,
-            "headline": g.headline(),
+            "headline": g.headline(line_map),
             "native": g.native,
             "text": g.text,
-            "frames": [{"file": f.file, "line": f.line, "func": f.func} for f in g.frames],
+            "frames": [
+                {
+                    "file": f.frame.file,
+                    "line": f.frame.line,
+                    "func": f.frame.func,
+                    "kind": f.kind,
+                    "cell": f.cell.where if f.cell else None,
+                    "source": f.cell.text if f.cell else None,
+                }
+                for f in shown_frames(g.frames, line_map)
+            ],
         }
         for g in groups
     ]

@@ -8,7 +8,7 @@ import sys
 import time
 from typing import TextIO
 
-from ..views.train_text import TEXT_INTERVAL_S, progress_line
+from ..views.train_text import TEXT_INTERVAL_S, header_text, progress_line
 from ..views.training_view import TrainingView
 from .summary_plot import summary_png
 
@@ -31,9 +31,9 @@ class TextProgress:
         self.lines = 0
 
     def feed(self, events: list[dict]) -> None:
-        self.view.feed(events)
         for event in events:
-            notice = _notice(event)
+            self.view.feed([event])
+            notice = _notice(event, self.view)
             if notice:
                 self._write(notice)
 
@@ -86,12 +86,13 @@ def _is_terminal(stream: TextIO) -> bool:
         return False
 
 
-def _notice(event: dict) -> str | None:
+def _notice(event: dict, view: TrainingView) -> str | None:
     """What a terminal prints at once, as the dashboard shows it in its header and notes: the
-    objects taken from the notebook, and advice (a schedule that does not fit the run, input-bound)."""
+    run's header as a call starts (its id, for ``jiyu show ID``; the objects taken from the
+    notebook), and advice (a schedule that does not fit the run, input-bound)."""
     kind = event.get("kind") if isinstance(event, dict) else None
-    if kind == "start" and event.get("from_notebook"):
-        return event["from_notebook"]
+    if kind == "start":
+        return header_text(view)
     if kind == "advice" and event.get("message"):
         return f"advice: {event['message']}"
     return None

@@ -54,6 +54,18 @@ export type Event =
       from_notebook?: string | null;
       stall_timeout?: number | null;
       track?: string | null;
+      model?: string | null;
+      optimizer?: string | null;
+      optimizer_groups?: unknown[] | null;
+      scheduler?: string | null;
+      config?: {
+        [k: string]: unknown;
+      } | null;
+      options?: {
+        [k: string]: unknown;
+      } | null;
+      parent_run?: string | null;
+      parent_step?: number | null;
     }
   | {
       kind: 'step';
@@ -102,6 +114,8 @@ export type Event =
       since?: number | null;
       timeout?: number | null;
       stacks?: string | null;
+      cleared?: number | null;
+      lasted?: number | null;
     }
   | {
       kind: 'end';
@@ -145,6 +159,8 @@ export interface RunSummary {
   error: string | null;
   losses: number[];
   progress: number | null;
+  parent_run: string | null;
+  parent_step: number | null;
 }
 /**
  * This interface was referenced by `JiyuRESTAPI`'s JSON-Schema
@@ -157,6 +173,15 @@ export interface RunGpu {
   since: number;
   ended: number | null;
   shared: boolean;
+}
+/**
+ * This interface was referenced by `JiyuRESTAPI`'s JSON-Schema
+ * via the `definition` "RunCheckpoint".
+ */
+export interface RunCheckpoint {
+  step: number | null;
+  path: string;
+  bytes: number;
 }
 /**
  * This interface was referenced by `JiyuRESTAPI`'s JSON-Schema

@@ -48,6 +48,17 @@ class RunSummary(TypedDict):
     error: str | None  # the current call's first error, across ranks
     losses: list[float]  # the newest training losses, for a sparkline
     progress: float | None  # step / total_steps, 0..1
+    parent_run: str | None  # the run this call resumed from (its checkpoint's), or None
+    parent_step: int | None  # the step of that checkpoint
+
+
+LINEAGE_KEYS = ("parent_run", "parent_step")
+
+
+def complete(summary: RunSummary) -> RunSummary:
+    """A stored summary with the keys added since it was stored (as "not known")."""
+    missing = [key for key in LINEAGE_KEYS if key not in summary]
+    return summary if not missing else RunSummary(**{**summary, **dict.fromkeys(missing)})  # type: ignore[typeddict-item]
 
 
 @dataclass
@@ -72,6 +83,14 @@ class RunState:
     from_notebook: str | None = None  # what %%train took from the notebook, not its cell
     stall_timeout: float | None = None  # the call's own (None: the job's default or the rule)
     track: str | None = None  # the trackers the call asked for (``trackers.destinations``)
+    model: str | None = None  # what a tracker records (train.run_facts): the model's class,
+    optimizer: str | None = None  # the optimizer's,
+    optimizer_groups: list | None = None  # its hyperparameters per parameter group,
+    scheduler: str | None = None  # the scheduler's class,
+    config: dict | None = None  # the notebook's parameters (or fit(config=)),
+    options: dict | None = None  # and every fit option of the call
+    parent_run: str | None = None  # resumed: the run that wrote the checkpoint,
+    parent_step: int | None = None  # at this step
     # its progress, from the newest step event
     step: int | None = None
     step_at: float | None = None  # when the step last moved: the ``t`` of the step event that moved it
@@ -231,6 +250,8 @@ class RunState:
             error=self.first_error,
             losses=[loss for _, loss in self.losses[-sparkline_points:]],
             progress=self.progress,
+            parent_run=self.parent_run,
+            parent_step=self.parent_step,
         )
 
 

@@ -17,10 +17,16 @@ here are allowed and passed on unchecked:
   ``strategy`` (single|ddp|fsdp), ``backend`` (the process group's), ``data`` (how batches are
   made), ``start_step`` (> 0 when resumed), ``resumed_from`` (checkpoint path), ``from_notebook``
   (which optional objects ``%%train`` took from the notebook rather than its cell, e.g.
-  ``from the notebook: val_loader (cell 7)``; None when none), ``stall_timeout`` (seconds the
+  ``from the notebook: val_loader (In [7])``; None when none), ``stall_timeout`` (seconds the
   step may stand still before the run's owner flags it stalled; None: the default rule, 0: off),
   ``track`` (the trackers the call asked for, a comma list: ``tensorboard:/abs/dir``,
-  ``mlflow:URI``; the run's owner follows them: ``jiyu_magics.trackers``).
+  ``mlflow:URI``; the run's owner follows them: ``jiyu_magics.trackers``);
+  what a tracker records of the call (``train.run_facts``): ``model`` and ``optimizer`` (class
+  names), ``optimizer_groups`` (a list: per parameter group its ``lr``, ``weight_decay``,
+  ``betas``, ``momentum``, ``eps``... as set when the call starts), ``scheduler`` (class name),
+  ``config`` (an object: the values of the notebook's ``parameters`` cell, or ``fit(config=)``),
+  ``options`` (an object: every ``fit`` option of the call); and its lineage when resumed:
+  ``parent_run`` (the run that wrote the checkpoint) and ``parent_step`` (its step).
 - ``step``: ``step`` (optimizer steps so far), ``epoch`` (1-based), ``loss`` (mean since the last
   log, over ranks), ``lr``, ``samples_per_s`` (all ranks), ``mem_alloc``/``mem_reserved``/
   ``mem_peak`` (bytes, CUDA only), ``data_wait`` (share 0..1 of wall time waiting for batches),
@@ -29,7 +35,9 @@ here are allowed and passed on unchecked:
 - ``ckpt``: ``step``, ``path``.  ``advice``: ``step``, ``message``.  ``gpu``: reserved.
 - ``stall`` (written by the run's owner, not a rank, when the step stood still for ``timeout``
   seconds while the ranks lived): ``step`` (the last one logged), ``since`` (its time),
-  ``timeout``, ``stacks`` (the folder holding every rank's stack dumped then).
+  ``timeout``, ``stacks`` (the folder holding every rank's stack dumped then). When the step
+  moves again the owner writes a second one with ``cleared`` (the time it moved) and
+  ``lasted`` (seconds it stood still).
 - ``end``: ``status`` (succeeded|stopped|failed), ``step``, ``message``, ``elapsed``; a run's
   launcher (a job's supervisor) may add its own after it, with ``exit_code`` and ``source``.
 - ``error``: ``message``, ``step``, ``rank`` (the failing rank writes it: the one exception to
@@ -65,6 +73,14 @@ FIELDS: dict[EventKind, dict[str, type]] = {
         "from_notebook": str,
         "stall_timeout": float,
         "track": str,
+        "model": str,
+        "optimizer": str,
+        "optimizer_groups": list,
+        "scheduler": str,
+        "config": dict,
+        "options": dict,
+        "parent_run": str,
+        "parent_step": int,
     },
     EventKind.STEP: {
         "step": int,
@@ -84,7 +100,14 @@ FIELDS: dict[EventKind, dict[str, type]] = {
     EventKind.CKPT: {"step": int, "path": str},
     EventKind.GPU: {},
     EventKind.ADVICE: {"step": int, "message": str},
-    EventKind.STALL: {"step": int, "since": float, "timeout": float, "stacks": str},
+    EventKind.STALL: {
+        "step": int,
+        "since": float,
+        "timeout": float,
+        "stacks": str,
+        "cleared": float,
+        "lasted": float,
+    },
     EventKind.END: {
         "status": RunStatus,
         "step": int,
@@ -100,9 +123,11 @@ KINDS = EventKind.values()
 
 def _json_types(declared: type) -> frozenset:
     """The Python types ``json.loads`` gives for a declared type: a number may come as an int
-    or a float (a step written as 3.0 harms nobody; a bool or a string would), and ``None``
-    (``null``) is always "not known"."""
-    return frozenset({int, float, type(None)} if declared in (int, float) else {str, type(None)})
+    or a float (a step written as 3.0 harms nobody; a bool or a string would), a list or an
+    object comes as itself, and ``None`` (``null``) is always "not known"."""
+    if declared in (int, float):
+        return frozenset({int, float, type(None)})
+    return frozenset({declared if declared in (list, dict) else str, type(None)})
 
 
 _TYPES = {

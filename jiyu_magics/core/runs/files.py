@@ -75,6 +75,11 @@ class RunFiles:
         return self.root / "job.py"
 
     @property
+    def line_map(self) -> Path:
+        """``job.map.json``: the notebook cell and line of each line of ``job.py`` (``line_map``)."""
+        return self.root / "job.map.json"
+
+    @property
     def params(self) -> Path:
         return self.root / "params.json"
 

@@ -16,11 +16,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .files import RunFiles
+from .line_map import CellLine, LineMap
 
 FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<func>\S+)')
 THREAD = re.compile(r"^(?P<current>Current thread|Thread) (?P<id>0x[0-9a-f]+)")
 NATIVE_MARKER = "--- py-spy dump"
 LIBRARY_PARTS = ("/site-packages/", "/dist-packages/", "/lib/python3", "/jiyu_magics/")
+# what carries the user's code to a rank: folded away in the stack views
+PLUMBING_PARTS = (
+    "/jiyu_magics/",
+    "<frozen runpy>",
+    "/runpy.py",
+    "/IPython/",
+    "/ipykernel/",
+    "/torch/distributed/elastic/",
+    "/torch/distributed/run.py",
+    "/threading.py",
+)
 
 
 @dataclass(frozen=True)
@@ -38,6 +50,37 @@ class Frame:
         return not any(part in self.file for part in LIBRARY_PARTS)
 
 
+@dataclass(frozen=True)
+class ShownFrame:
+    """A frame as the stack views show it: where it is in the notebook, when it is the user's
+    code of an exported job, and whether it is the user's, a library's or the plumbing's."""
+
+    frame: Frame
+    cell: CellLine | None
+    kind: str  # "user" | "library" | "jiyu"
+
+    @property
+    def where(self) -> str:
+        return f"{self.frame.func} ({self.cell.where})" if self.cell else self.frame.where
+
+
+def shown_frames(frames: tuple[Frame, ...], line_map: LineMap | None) -> list[ShownFrame]:
+    """``frames`` (innermost first) with their cells (``line_map``) and kinds, innermost first."""
+    outer_first = list(reversed(frames))
+    cells = line_map.frames([(f.file, f.line) for f in outer_first]) if line_map else [None] * len(frames)
+    shown = []
+    for frame, cell in zip(outer_first, cells, strict=True):
+        script = line_map is not None and Path(frame.file).name == line_map.script
+        if cell is not None:
+            kind = "user"
+        elif script or any(part in frame.file for part in PLUMBING_PARTS):
+            kind = "jiyu"  # the script's own header and stop points, or what runs it
+        else:
+            kind = "user" if frame.is_user_code else "library"
+        shown.append(ShownFrame(frame, cell, kind))
+    return list(reversed(shown))
+
+
 @dataclass
 class RankStack:
     rank: int
@@ -52,12 +95,14 @@ class StackGroup:
     text: str = ""
     native: bool = field(default=False)
 
-    def headline(self) -> str:
-        """``ranks 0, 2 are in all_reduce (distributed_c10d.py:2806), from train_step (job.py:17)``."""
+    def headline(self, line_map: LineMap | None = None) -> str:
+        """``ranks 0, 2 are in all_reduce (distributed_c10d.py:2806), from train_step (cell 3,
+        line 9)``: the notebook cell where the job's line map names it, else the file."""
         who = f"rank {self.ranks[0]} is" if len(self.ranks) == 1 else f"ranks {', '.join(map(str, self.ranks))} are"
         if not self.frames:
             return f"{who} outside Python (no frames dumped)"
-        inner, user = self.frames[0], next((f for f in self.frames if f.is_user_code), None)
+        shown = shown_frames(self.frames, line_map)
+        inner, user = shown[0], next((f for f in shown if f.kind == "user"), None)
         tail = f", from {user.where}" if user is not None and user != inner else ""
         return f"{who} in {inner.where}{tail}"
 

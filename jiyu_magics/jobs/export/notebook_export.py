@@ -13,6 +13,7 @@ this module cheaply, and the exporter never starts a kernel.
 from __future__ import annotations
 
 import ast
+import difflib
 import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -20,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ...core.runs.line_map import LineMap, MappedCell
 from ...core.text import BadPath, utf8_path
 from ..job_error import JobError
 from . import cell_rules, job_hazards
@@ -77,16 +79,24 @@ class Export:
     code_cells: int  # code cells that made it into the script
     left_out: list[str] = field(default_factory=list)  # one line per cell or command left out
     params: dict[str, Any] = field(default_factory=dict)
+    pending: Any = None  # the code cell being rendered, for the line map
     warnings: list[str] = field(default_factory=list)  # what will likely block or fail in a job
     trains: bool = False  # a %%train/%train cell or a fit(...) call is in it
+    line_map: list[MappedCell] = field(default_factory=list)  # where each code cell's lines went
+    parameter_names: list[str] = field(default_factory=list)  # what the parameters cell sets
 
     def write(self, path: str | os.PathLike) -> Path:
-        """Written whole (temp file + rename): a job never starts from half a script."""
+        """Written whole (temp file + rename): a job never starts from half a script. The line
+        map goes beside it (``job.map.json`` for ``job.py``): stacks and tracebacks name cells."""
         path = Path(path)
         tmp = path.with_name(f".{path.name}.tmp")
         tmp.write_text(self.script, encoding="utf-8")
         os.replace(tmp, path)
+        self.lines().write(path.with_suffix(".map.json"))
         return path
+
+    def lines(self, script: str = "job.py") -> LineMap:
+        return LineMap(script, self.line_map, self.parameter_names)
 
 
 def export_notebook(path: str | os.PathLike, params: Mapping[str, Any] | None = None) -> Export:
@@ -156,11 +166,22 @@ def build(cells: Sequence[SourceCell], params: Mapping[str, Any] | None, origin:
     parameters_cell = next((c for c in cells if cell_rules.PARAMETERS_TAG in c.tags and c.kind == "code"), None)
     if params and parameters_cell is None:
         out += _injected(params, "no cell is tagged 'parameters': injected first, as papermill does")
+    if parameters_cell is not None:
+        export.parameter_names = sorted(assigned_names(parameters_cell.source, transformer))
+    export.parameter_names += sorted(set(params) - set(export.parameter_names))
+    lines = sum(part.count("\n") + 1 for part in out)  # the script's lines so far
     for cell in cells:
-        out += _render(cell, transformer, export)
+        rendered = _render(cell, transformer, export)
+        if export.pending is not None:
+            export.line_map.append(_mapped(cell, export.pending, lines))
+            export.pending = None
+        out += rendered
+        lines += sum(part.count("\n") + 1 for part in rendered)
         if cell is parameters_cell and params:
             _check_known(params, cell, transformer)
-            out += _injected(params, f"overrides of {cell.label} (jiyu -p)")
+            injected = _injected(params, f"overrides of {cell.label} (jiyu -p)")
+            out += injected
+            lines += sum(part.count("\n") + 1 for part in injected)
     export.script = "\n".join(out).rstrip() + "\n"
     _check_compiles(export.script, origin)
     return export
@@ -189,6 +210,7 @@ def _render(cell: SourceCell, transformer, export: Export) -> list[str]:
     stop = [script.stop_point(cell.label)] if export.code_cells > 1 else []
     rebind = [script.REBIND_AFTER_RESET] if cell_rules.clears_namespace(code) else []
     if cell.best_effort:
+        export.pending = _Pending(code, 0, compiled_as=cell.label)
         return [
             "",
             script.cell_marker(title + " (best effort)"),
@@ -196,7 +218,34 @@ def _render(cell: SourceCell, transformer, export: Export) -> list[str]:
             script.best_effort_cell(code, cell.label),
             *rebind,
         ]
+    export.pending = _Pending(code, 2 + len(stop))
     return ["", script.cell_marker(title), *stop, code.rstrip("\n"), *rebind]
+
+
+@dataclass
+class _Pending:
+    """A code cell just rendered: its Python, and where in the rendered parts its code begins."""
+
+    code: str
+    lines_before: int  # script lines of the rendered parts before the code
+    compiled_as: str | None = None  # its own file name (a best-effort cell's label)
+
+
+def _mapped(cell: SourceCell, pending: _Pending, lines_so_far: int) -> MappedCell:
+    """Each line of the cell's Python, back to the cell line it came from: equal lines pair up,
+    a rewritten run of lines (a magic turned into a call) pairs line by line where the counts
+    agree, else with its first line."""
+    source, code = cell.source.splitlines(), pending.code.splitlines()
+    cell_lines: list[int | None] = [None] * len(code)
+    matcher = difflib.SequenceMatcher(None, source, code, autojunk=False)
+    for tag, s0, s1, c0, c1 in matcher.get_opcodes():
+        if tag == "delete":
+            continue
+        for i in range(c0, c1):
+            same_size = tag == "equal" or (s1 - s0) == (c1 - c0)
+            cell_lines[i] = (s0 + (i - c0) if same_size else s0) + 1 if s1 > s0 else None
+    start = 1 if pending.compiled_as else lines_so_far + pending.lines_before + 1
+    return MappedCell(cell.label, start, cell_lines, cell.source, file=pending.compiled_as)
 
 
 def _left_out(export: Export, cell: SourceCell, why: str) -> list[str]:
@@ -303,20 +352,44 @@ def _injected(params: Mapping[str, Any], why: str) -> list[str]:
     return ["", script.cell_marker(f"injected parameters: {why}"), *assignment_lines(params)]
 
 
-def _check_known(params: Mapping[str, Any], cell: SourceCell, transformer) -> None:
-    """A ``-p`` name the parameters cell does not define is almost always a typo, and a typo
-    found at submit time saves a wasted run."""
+def assigned_names(source: str, transformer=None) -> set[str]:
+    """The names a cell assigns at its top level (``lr = 0.1``, ``epochs: int = 2``): what a
+    ``parameters`` cell sets. Empty for a cell that is not valid Python."""
     try:
-        tree = ast.parse(transformer.transform_cell(cell.source))
+        tree = ast.parse((transformer or _transformer()).transform_cell(source))
     except SyntaxError:
-        return  # the script's compile reports it, by cell and line
+        return set()
     targets = [
         t
         for node in tree.body
         if isinstance(node, (ast.Assign, ast.AnnAssign))
         for t in (node.targets if isinstance(node, ast.Assign) else [node.target])
     ]
-    defined = {n.id for target in targets for n in ast.walk(target) if isinstance(n, ast.Name)}
+    return {n.id for target in targets for n in ast.walk(target) if isinstance(n, ast.Name)}
+
+
+def notebook_parameter_names(path: Path) -> list[str] | None:
+    """The names the notebook's cell tagged ``parameters`` sets, in its order; None when the
+    notebook cannot be read or has no such cell."""
+    try:
+        _, cells = read_cells(path)
+    except JobError:
+        return None
+    cell = next((c for c in cells if cell_rules.PARAMETERS_TAG in c["tags"] and c["cell_type"] == "code"), None)
+    if cell is None:
+        return None
+    names = assigned_names(cell["source"])
+    return sorted(names, key=lambda name: cell["source"].find(name))
+
+
+def _check_known(params: Mapping[str, Any], cell: SourceCell, transformer) -> None:
+    """A ``-p`` name the parameters cell does not define is almost always a typo, and a typo
+    found at submit time saves a wasted run."""
+    try:
+        ast.parse(transformer.transform_cell(cell.source))
+    except SyntaxError:
+        return  # the script's compile reports it, by cell and line
+    defined = assigned_names(cell.source, transformer)
     unknown = sorted(set(params) - defined)
     if unknown:
         raise JobError(

@@ -22,11 +22,13 @@ import signal
 import sys
 import time
 import traceback
+from pathlib import Path
 from typing import NamedTuple
 
 from ...core.processes import job_stop
 from ...core.processes.info import process_start_time
 from ...core.runs.files import RUN_ID_ENV, store_path
+from ...core.runs.line_map import LineMap, map_traceback
 from ...core.store.database import StoreUnusable
 from ...core.store.run_row import UnknownRun
 from ...core.store.run_store import RunStore
@@ -87,7 +89,7 @@ def _run(script: str, argv: list[str], run_id: str | None) -> Ending:
         if job_stop.noted():  # the error came from the stop (a peer that stopped first)
             return _stopped(job_stop.JobStopped())
         _print_user_traceback(error, script)
-        _write_elastic_error_file(error)
+        _write_elastic_error_file(error, script)
         return Ending(130 if isinstance(error, KeyboardInterrupt) else 1, one_line(error))
     finally:
         sys.stdout.flush()
@@ -148,21 +150,32 @@ def _start_record() -> ranks.RankRecord:
 
 
 def _print_user_traceback(error: BaseException, script: str) -> None:
-    """The traceback from the script's first frame on: runpy's and our frames are noise."""
+    """The traceback from the script's first frame on: runpy's and our frames are noise. The
+    script's frames are named by their notebook cell where its export left a line map
+    (``cell 3, line 9, in train_step``)."""
     tb = error.__traceback__
     while tb is not None and tb.tb_frame.f_code.co_filename != script:
         tb = tb.tb_next
-    traceback.print_exception(type(error), error, tb or error.__traceback__)
+    text = "".join(traceback.format_exception(type(error), error, tb or error.__traceback__))
+    line_map = LineMap.read(Path(script).with_suffix(".map.json"))
+    print("\n".join(map_traceback(text.rstrip("\n").splitlines(), line_map)), file=sys.stderr)
 
 
-def _write_elastic_error_file(error: BaseException) -> None:
+def _write_elastic_error_file(error: BaseException, script: str) -> None:
+    """torchrun's error file (or the one ``fit`` wrote): the call stack torchrun prints at the
+    end names the notebook's cells too."""
     path = os.environ.get("TORCHELASTIC_ERROR_FILE")
-    if not path or os.path.exists(path):
-        return  # no torchrun, or the script's own @record already wrote it
+    if not path:
+        return  # no torchrun
+    line_map = LineMap.read(Path(script).with_suffix(".map.json"))
+    if os.path.exists(path):  # fit's own record wrote it
+        _map_error_file(path, line_map)
+        return
+    stack = "\n".join(map_traceback(traceback.format_exc().splitlines(), line_map)) + "\n"
     data = {
         "message": {
             "message": f"{type(error).__name__}: {error}",
-            "extraInfo": {"py_callstack": traceback.format_exc(), "timestamp": str(int(time.time()))},
+            "extraInfo": {"py_callstack": stack, "timestamp": str(int(time.time()))},
         }
     }
     try:
@@ -170,6 +183,20 @@ def _write_elastic_error_file(error: BaseException) -> None:
             json.dump(data, f)
     except OSError:
         pass
+
+
+def _map_error_file(path: str, line_map: LineMap | None) -> None:
+    if line_map is None:
+        return
+    try:
+        with open(path) as f:
+            data = json.load(f)
+        info = data["message"]["extraInfo"]
+        info["py_callstack"] = "\n".join(map_traceback(str(info["py_callstack"]).splitlines(), line_map)) + "\n"
+        with open(path, "w") as f:
+            json.dump(data, f)
+    except (OSError, ValueError, KeyError, TypeError):
+        pass  # not the layout torchrun writes: left as it is
 
 
 if __name__ == "__main__":
