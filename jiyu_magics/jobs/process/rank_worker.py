@@ -19,6 +19,7 @@ import json
 import os
 import runpy
 import signal
+import socket
 import sys
 import time
 import traceback
@@ -137,6 +138,7 @@ def _exit_status(code) -> Ending:
 def _start_record() -> ranks.RankRecord:
     env = os.environ
     rank = int(env.get("RANK", "0"))
+    world, local_world = int(env.get("WORLD_SIZE", "1")), int(env.get("LOCAL_WORLD_SIZE", "1"))
     return ranks.RankRecord(
         rank=rank,
         local_rank=int(env.get("LOCAL_RANK", rank)),
@@ -144,6 +146,8 @@ def _start_record() -> ranks.RankRecord:
         restart=int(env.get("TORCHELASTIC_RESTART_COUNT", "0")),
         started=process_start_time(os.getpid()) or time.time(),
         cuda_visible_devices=env.get("CUDA_VISIBLE_DEVICES"),
+        host=socket.gethostname(),
+        nnodes=max(1, -(-world // max(1, local_world))),  # torchrun gives every node the same nproc
     )
 
 
