@@ -24,7 +24,12 @@ from ..core.events.stall_clock import BadStallTimeout, check_stall_timeout
 from ..core.runs.names import BadRunName, check_run_name
 from ..trackers.destinations import TrackSpecError, as_strings, parse_track
 from ..trackers.extras import check_installed
-from .backends.slurm.options import DEFAULT_CHECKPOINT_GRACE_S, DEFAULT_MAX_REQUEUES, SlurmOptions
+from .backends.slurm.options import (
+    DEFAULT_CHECKPOINT_GRACE_S,
+    DEFAULT_JOIN_TIMEOUT_S,
+    DEFAULT_MAX_REQUEUES,
+    SlurmOptions,
+)
 from .export.params import parse_pairs, parse_yaml, read_params_file
 from .job_error import JobError
 from .launch_spec import BACKENDS, K8S_KINDS, LaunchSpec
@@ -163,6 +168,13 @@ class SubmitOptions:
         None,
         f"Slurm: seconds before the time limit at which the ranks are told to checkpoint (SIGUSR1; "
         f"default {DEFAULT_CHECKPOINT_GRACE_S})",
+        metavar="S",
+        backend=SLURM,
+    )
+    join_timeout: int | None = option(
+        None,
+        f"Slurm: seconds every node has to reach the first node's rendezvous before the job fails naming "
+        f"the nodes that never came (default {DEFAULT_JOIN_TIMEOUT_S})",
         metavar="S",
         backend=SLURM,
     )
