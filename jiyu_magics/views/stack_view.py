@@ -12,8 +12,7 @@ def render_text(run_id: str, folder: Path, groups: list[StackGroup], full: bool 
     lines = [f"Stacks of run {run_id}, dumped {folder.name} ({folder}):"]
     lines += [f"  {g.headline()}" for g in groups]
     for g in groups:
-        who = "rank" if len(g.ranks) == 1 else "ranks"
-        lines += ["", f"== {who} {', '.join(map(str, g.ranks))} =="]
+        lines += ["", f"== {g.who()} =="]
         if full:
             lines.append(g.text.rstrip())
             continue
@@ -26,6 +25,7 @@ def as_json(groups: list[StackGroup]) -> list[dict]:
     return [
         {
             "ranks": g.ranks,
+            "hosts": {str(rank): host for rank, host in g.hosts.items()},
             "headline": g.headline(),
             "native": g.native,
             "text": g.text,
