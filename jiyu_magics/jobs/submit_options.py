@@ -74,7 +74,13 @@ class SubmitOptions:
         bounds=(1, MAX_PROCESSES),
         request=True,
     )
-    nnodes: int = option(1, "nodes (default 1); more needs --rdzv-endpoint", metavar="N", bounds=(1, MAX_NODES))
+    nnodes: int = option(
+        1,
+        "nodes (default 1); more needs --rdzv-endpoint, or a scheduler (--backend slurm, kubernetes)",
+        metavar="N",
+        bounds=(1, MAX_NODES),
+        request=True,
+    )
     gpus: int | None = option(
         None,
         "GPUs per node to lease (default: one per process where GPUs are visible, else 0; 0 runs on the CPU); "
@@ -108,6 +114,7 @@ class SubmitOptions:
         "printed with the command to submit it; either way the run is followed in %%jobs / jiyu jobs and "
         "stopped with jiyu stop",
         choices=BACKENDS,
+        request=True,
     )
     stall_timeout: float | None = option(
         None,
@@ -210,9 +217,16 @@ class SubmitOptions:
     @classmethod
     def from_request(cls, body: dict[str, Any], params: dict[str, Any]) -> SubmitOptions:
         """From a request's JSON body (the fields a request may set; ``params`` already read),
-        checked with the request's names (``'nproc'``)."""
+        checked with the request's names (``'nproc'``). The Slurm options come as one ``slurm``
+        object of ``SlurmOptions`` fields (``{"time": "1:00:00", "gpus_per_node": 0}``)."""
         values = {name: body[name] for name in _REQUEST_FIELDS if name in body and body[name] is not None}
-        return cls(**values, params=params).validated(request=True)
+        slurm = body.get("slurm") or {}
+        if not isinstance(slurm, dict):
+            raise JobError('\'slurm\' must be an object of Slurm options, e.g. {"time": "1:00:00"}')
+        unknown = sorted(set(slurm) - set(_slurm_fields()))
+        if unknown:
+            raise JobError(f"'slurm': unknown Slurm option(s) {', '.join(map(repr, unknown))}")
+        return cls(**values, **slurm, params=params).validated(request=True)
 
     # -- the one check ----------------------------------------------------------------------------
     def validated(self, request: bool = False) -> SubmitOptions:
