@@ -247,8 +247,9 @@ def test_a_node_that_never_starts_fails_the_rendezvous_after_the_join_timeout(sl
         done = ended_within(run.id, began + 10)  # the failure: n2 not there when the join timeout ran out
     (n1,) = node_records.read_all(run.id)
     assert done.status == "failed" and done.error == (
-        f"node n1: the rendezvous at {n1.rdzv} timed out: 1 of 2 nodes came (n1); the other node(s) of n[1-2] "
-        "never started their launcher (a node that hangs before the job's first line: its log says nothing)"
+        f"node n1: the rendezvous at {n1.rdzv} timed out after 10 s (the join timeout): 1 of 2 nodes came (n1); "
+        "the other node(s) of n[1-2] never started their launcher (a node that hangs before the job's first line: "
+        "its log says nothing)"
     )
     assert_no_processes(run.id)
 

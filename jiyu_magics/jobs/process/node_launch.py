@@ -14,11 +14,15 @@ node) waits there; its TCPStore client gives up after 60 s, or the first node wa
 - on every node but the first, to no address of this node itself (those of ``localhost`` and of
   its own hostname): the check tells a wrong /etc/hosts from nodes that are legitimately on
   loopback addresses of their own, as the test cluster's are;
-- on every node but the first, something answers at HOST:PORT within the join timeout (the
-  first node's agent hosts the store there). Where the addresses differ from those the first
-  node resolved its own name to (its record, on the shared run folder), the node says so in the
-  log: a multi-homed first node may be reachable at both, but when the rendezvous then times
-  out, that difference is why (``node_records.error_line``).
+- where the addresses differ from those the first node resolved its own name to (its record,
+  on the shared run folder), the node says so in the log: a multi-homed first node may be
+  reachable at both, but when the rendezvous then fails, that difference is why
+  (``node_records.error_line``).
+
+The checks take milliseconds: no node waits for another here, so every node imports torch at
+the same time. Waiting is torchrun's, bounded by the join timeout the job script gives it (its
+store client's ``read_timeout`` too, so a node whose first node starts late waits as long as the
+first node waits for it).
 
 It records itself (``node_records``) and ``exec``s torchrun, so signals from Slurm or the kubelet
 reach torchrun as before, with torchrun's own failure going to the node's error file. A failed
@@ -42,7 +46,6 @@ from .node_records import NodeRecord
 
 CHECK_FAILED_EXIT = 78  # sysexits' EX_CONFIG: the cluster's configuration, not the training, failed
 RETRY_S = 0.5
-CONNECT_TIMEOUT_S = 2.0
 FIRST_RECORD_WAIT_S = 2.0  # a shared folder may show a file written on another node a moment late
 NODE_RANK_VARIABLES = ("SLURM_NODEID", "PET_NODE_RANK", "GROUP_RANK")
 NNODES_VARIABLES = ("SLURM_NNODES", "PET_NNODES")
@@ -66,11 +69,12 @@ def main(argv: list[str] | None = None) -> int:
         nnodes=_first_int(NNODES_VARIABLES, 1),
         attempt=int(env.get("SLURM_RESTART_COUNT") or 0),
         rdzv=args.rdzv,
+        join_timeout=args.join_timeout,
         started=time.time(),
         allocation=env.get("SLURM_JOB_NODELIST") if _first_int(NODE_RANK_VARIABLES, 0) == 0 else None,
     )
     try:
-        record.addresses = check(record, args.join_timeout, args.resolve_timeout, run_id)
+        record.addresses = check(record, args.resolve_timeout, run_id)
     except CheckFailed as failed:
         record.error = str(failed)
         if run_id:
@@ -93,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0  # not reached
 
 
-def check(record: NodeRecord, join_timeout: float, resolve_timeout: float, run_id: str | None) -> list[str]:
+def check(record: NodeRecord, resolve_timeout: float, run_id: str | None) -> list[str]:
     """The checks of this node before torchrun; the addresses the rendezvous host resolved to."""
     host, _, port = record.rdzv.rpartition(":")
     if not host or not port.isdigit():
@@ -111,7 +115,6 @@ def check(record: NodeRecord, join_timeout: float, resolve_timeout: float, run_i
             f"{record.node} itself, not of the first node: this node would wait alone for a rendezvous "
             f"(fix {host}'s entry in DNS or /etc/hosts on {record.node})"
         )
-    _wait_for_listener(host, int(port), addresses, record, join_timeout)
     first = _first_node_record(run_id, record) if run_id else None
     said = nodes.disagreement(first, NodeRecord(**{**record.__dict__, "addresses": addresses})) if first else None
     if said:
@@ -147,24 +150,6 @@ def _resolve(host: str, record: NodeRecord, timeout: float) -> list[str]:
             time.sleep(RETRY_S)
 
 
-def _wait_for_listener(host: str, port: int, addresses: list[str], record: NodeRecord, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        for address in addresses:
-            try:
-                with socket.create_connection((address, port), timeout=CONNECT_TIMEOUT_S):
-                    return
-            except OSError:
-                continue
-        if time.monotonic() >= deadline:
-            raise CheckFailed(
-                f"node {record.node}: nothing answered at the rendezvous {host}:{port} ({', '.join(addresses)}) "
-                f"within the join timeout ({timeout:.0f} s): the first node's agent never started, or it is not at "
-                f"that address"
-            )
-        time.sleep(RETRY_S)
-
-
 def _first_node_record(run_id: str, me: NodeRecord) -> NodeRecord | None:
     """The first node's record of this attempt, once it appears on the shared folder (it is
     written before that node's agent listens); None if it does not appear: no comparison."""
@@ -193,7 +178,7 @@ def _ipv4_first(address: str) -> tuple[int, str]:
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m jiyu_magics.jobs.process.node_launch")
     p.add_argument("--rdzv", required=True, metavar="HOST:PORT", help="the first node's rendezvous endpoint")
-    p.add_argument("--join-timeout", type=float, required=True, metavar="S")
+    p.add_argument("--join-timeout", type=float, required=True, metavar="S", help="as torchrun was given it (recorded)")
     p.add_argument("--resolve-timeout", type=float, default=0.0, metavar="S")
     p.add_argument("torchrun", nargs=argparse.REMAINDER, help="-- then torchrun's command line")
     return p

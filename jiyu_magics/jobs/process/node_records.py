@@ -28,6 +28,7 @@ class NodeRecord:
     nnodes: int
     attempt: int = 0  # the job's attempt (a requeued Slurm job's SLURM_RESTART_COUNT)
     rdzv: str = ""  # HOST:PORT, as every node was told
+    join_timeout: float | None = None  # seconds torchrun waits for the other nodes (and its store client)
     addresses: list[str] = field(default_factory=list)  # what the rendezvous host resolved to here
     started: float = 0.0
     pid: int | None = None  # torchrun's, once the checks passed
@@ -119,8 +120,15 @@ def error_line(run_id: str) -> str | None:
             return line
     for record in records:
         text = said[record.node]
-        if text and ("RendezvousTimeoutError" in text or "timed out" in text.lower()):
+        if text and record.node_rank == 0 and ("RendezvousTimeoutError" in text or "timed out" in text.lower()):
             return _rendezvous_timed_out(record, records)
+    for record in records:
+        text = said[record.node]
+        if text and record.node_rank > 0 and "RendezvousConnectionError" in text:
+            return (
+                f"node {record.node}: could not reach the rendezvous at {record.rdzv} ({', '.join(record.addresses)})"
+                f"{_within(record)}: the first node's agent never listened there"
+            )
     node, text = next((node, text) for node, text in said.items() if text)
     return f"node {node}: torchrun: {text}"
 
@@ -130,7 +138,11 @@ def _rendezvous_timed_out(record: NodeRecord, records: list[NodeRecord]) -> str:
     allocation = next((r.allocation for r in records if r.allocation), None)
     missing = f" of {allocation}" if allocation else ""
     return (
-        f"node {record.node}: the rendezvous at {record.rdzv} timed out: {len(records)} of {record.nnodes} nodes "
-        f"came ({', '.join(started)}); the other node(s){missing} never started their launcher "
-        "(a node that hangs before the job's first line: its log says nothing)"
+        f"node {record.node}: the rendezvous at {record.rdzv} timed out{_within(record)}: {len(records)} of "
+        f"{record.nnodes} nodes came ({', '.join(started)}); the other node(s){missing} never started their "
+        "launcher (a node that hangs before the job's first line: its log says nothing)"
     )
+
+
+def _within(record: NodeRecord) -> str:
+    return f" after {record.join_timeout:.0f} s (the join timeout)" if record.join_timeout else ""

@@ -14,9 +14,9 @@ every node; volumes come in through ``runtimePatches`` (the container's env thro
 
 A job of several nodes starts each pod with the same checks as a Slurm job's nodes
 (``jobs.process.node_launch``): the first pod's name resolves in this pod (waiting a minute for
-the cluster's DNS to list a new pod) and not to this pod itself, something answers at the
-rendezvous within the join timeout, then torchrun, whose static rendezvous waits at most that
-long for every node (``--rdzv-conf timeout``, 600 s by default). No Kubernetes API server can run
+the cluster's DNS to list a new pod) and not to this pod itself; then torchrun, whose static
+rendezvous waits at most the join timeout for every node (``--rdzv-conf timeout``, 600 s by
+default). No Kubernetes API server can run
 on the machines the tests run on: the manifests are checked against the CRDs' own schemas.
 """
 
