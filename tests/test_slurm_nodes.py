@@ -110,7 +110,7 @@ def test_jiyu_submit_on_two_nodes_needs_no_scontrol_in_the_job_and_stop_ends_bot
 
 
 async def test_a_stalled_two_node_job_from_the_rest_api_shows_every_ranks_stack_and_node(
-    slurm_nodes, jp_fetch, jp_root_dir, torchrun_tmp
+    slurm_nodes, jp_fetch, jp_root_dir, torchrun_tmp, artifacts
 ):
     """The panel's Submit (POST /jiyu/api/runs) with a backend, nodes and Slurm options; rank 1
     on n2 stalls. The server follows the job and flags the stall; the ranks, on other hosts than
@@ -136,6 +136,7 @@ async def test_a_stalled_two_node_job_from_the_rest_api_shows_every_ranks_stack_
     assert record["status"] == "running" and record["stalled_since"] is not None, record
     shown = jiyu("stacks", run_id)
     assert shown.returncode == 0, shown.stderr
+    (artifacts / "slurm_nodes_stacks.txt").write_text(shown.stdout)  # for docs/guide/slurm.md
     headlines = shown.stdout.splitlines()[1:3]
     assert any(line.strip().startswith("rank 1 on n2 is in train_step") for line in headlines), shown.stdout
     assert any(line.strip().startswith("rank 0 on n1 is in ") for line in headlines), shown.stdout
