@@ -36,6 +36,7 @@ from . import rank_records as ranks
 from .error_line import one_line
 
 SIGTERM_REASON = "a stop request (SIGTERM)"
+TIME_LIMIT_OUTSIDE_FIT = "the scheduler's time limit (SIGUSR1) came outside training: ending for the requeue"
 
 
 class Ending(NamedTuple):
@@ -55,6 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     if run_id and record:
         ranks.write(run_id, record)
     signal.signal(signal.SIGTERM, _stop_now)
+    signal.signal(signal.SIGUSR1, _time_limit_now)
     if run_id and record and int(os.environ.get("WORLD_SIZE", "1")) > 1:
         peer_failure.watch(run_id, record)
     try:
@@ -65,6 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     # the interpreter's exit midway, which torchrun would report as a failure. Ignored, not
     # handled: Python resets handlers, not SIG_IGN, while it finalizes.
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGUSR1, signal.SIG_IGN)
     if run_id and record:
         record.ended, record.exit_code, record.error, record.stopped = time.time(), *ending
         ranks.write(run_id, record)
@@ -102,6 +105,16 @@ def _stop_now(signum, frame) -> None:
     and the sender's SIGKILL bounds the wait."""
     if job_stop.noted() is None:
         raise job_stop.stop_now(SIGTERM_REASON)
+
+
+def _time_limit_now(signum, frame) -> None:
+    """SIGUSR1 outside ``fit``: a scheduler's time limit came before training started (a slow
+    start) or between training calls. Its default action would kill the rank (torchrun reports
+    a failed worker, the rank's record never ends); the rank ends cleanly instead, and the
+    requeued attempt resumes from the run's last checkpoint. Inside ``fit`` the engine's own
+    handler checkpoints first."""
+    print(f"[jiyu] rank {os.environ.get('RANK', '0')}: {TIME_LIMIT_OUTSIDE_FIT}", file=sys.stderr, flush=True)
+    raise SystemExit(0)
 
 
 def _note_stop(signum, frame) -> None:
