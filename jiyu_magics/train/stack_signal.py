@@ -60,7 +60,7 @@ def _watch_requests(request: Path, signum: int, done: threading.Event) -> None:
     (its text is read, not its mtime: opening a file on NFS revalidates it, a ``stat`` may not)."""
     seen = _read(request)
     main = threading.main_thread().ident
-    while not done.wait(REQUEST_CHECK_S):
+    while main is not None and not done.wait(REQUEST_CHECK_S):
         now = _read(request)
         if now != seen:
             seen = now

@@ -128,7 +128,7 @@ def own_addresses() -> set[str]:
     found = {"127.0.0.1", "::1"}
     for name in ("localhost", socket.gethostname()):
         try:
-            found |= {info[4][0] for info in socket.getaddrinfo(name, None, proto=socket.IPPROTO_TCP)}
+            found |= {str(info[4][0]) for info in socket.getaddrinfo(name, None, proto=socket.IPPROTO_TCP)}
         except OSError:
             continue
     return found
@@ -139,7 +139,7 @@ def _resolve(host: str, record: NodeRecord, timeout: float) -> list[str]:
     while True:
         try:
             infos = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
-            return sorted({info[4][0] for info in infos}, key=_ipv4_first)
+            return sorted({str(info[4][0]) for info in infos}, key=_ipv4_first)
         except OSError as error:
             if time.monotonic() >= deadline:
                 why = getattr(error, "strerror", None) or str(error)

@@ -114,8 +114,8 @@ def error_line(run_id: str) -> str | None:
     if not any(said.values()):
         return None
     first = next((r for r in records if r.node_rank == 0), None)
-    for other in records if first is not None else ():
-        line = disagreement(first, other) if other is not first else None
+    for other in records:
+        line = disagreement(first, other) if first is not None and other is not first else None
         if line:
             return line
     for record in records:
