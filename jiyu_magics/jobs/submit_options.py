@@ -425,6 +425,10 @@ def params_of(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _value_type(hint: Any) -> type:
+    """``int`` for ``int | None``, ``list`` for ``list[str]`` (not its items' ``str``: then
+    ``--sbatch-arg=--exclusive`` was read one character at a time)."""
+    if typing.get_origin(hint) in (list, dict):
+        return typing.get_origin(hint)
     args = [a for a in typing.get_args(hint) if a is not type(None)]
     base = args[0] if args else hint
     return typing.get_origin(base) or base
