@@ -64,15 +64,17 @@ image-check: setup test-system-deps
 	JIYU_REQUIRE_SERVICES=1 $(BIN)/python -m pytest -m image
 
 # Programs the tests drive for real, as PATH:package: sshd (the image's entrypoint), Slurm and munge
-# (tests/slurm_cluster.py starts a one-node cluster as root), kubectl (answers without a cluster),
-# prometheus and promtool (tests/test_monitoring.py: the shipped config and alerts, a real scrape), podman with
-# debootstrap and runc (tests/test_image_build.py builds and runs the image).
+# (tests/slurm_cluster.py starts a one-node and a two-node cluster as root; the nodes' namespaces need
+# util-linux's unshare and nsenter), kubectl (answers without a cluster), prometheus and promtool
+# (tests/test_monitoring.py: the shipped config and alerts, a real scrape), podman with debootstrap and runc
+# (tests/test_image_build.py builds and runs the image).
 # A temporary policy-rc.d keeps apt from starting system-wide services (sshd on port 22, munged).
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 SYSTEM_DEPS := /usr/sbin/sshd:openssh-server /usr/sbin/slurmctld:slurm-wlm /usr/sbin/slurmd:slurm-wlm \
 	/usr/sbin/munged:munge /usr/bin/kubectl:kubernetes-client /usr/bin/prometheus:prometheus \
 	/usr/bin/promtool:prometheus /usr/bin/podman:podman /usr/sbin/debootstrap:debootstrap /usr/sbin/runc:runc \
-	/usr/bin/buildah:buildah /usr/bin/newuidmap:uidmap /usr/lib/cni/bridge:containernetworking-plugins
+	/usr/bin/buildah:buildah /usr/bin/newuidmap:uidmap /usr/lib/cni/bridge:containernetworking-plugins \
+	/usr/bin/unshare:util-linux /usr/bin/nsenter:util-linux
 test-system-deps:
 	@missing=$$(for dep in $(SYSTEM_DEPS); do test -x "$${dep%%:*}" || echo "$${dep##*:}"; done | sort -u); \
 	test -z "$$missing" || { \
@@ -83,7 +85,7 @@ test-system-deps:
 	    apt-get install -y -qq --no-install-recommends $$missing; rc=$$?; \
 	  if [ -n "$$added" ]; then $(SUDO) rm -f /usr/sbin/policy-rc.d; fi; exit $$rc; }
 
-# The Slurm part of the suite alone, against the real one-node cluster (about 2.5 minutes).
+# The Slurm part of the suite alone, against the real one-node and two-node clusters.
 test-slurm: setup test-system-deps
 	JIYU_REQUIRE_SERVICES=1 $(BIN)/python -m pytest -m slurm
 

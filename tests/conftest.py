@@ -150,24 +150,33 @@ def no_schedulers(monkeypatch, tmp_path_factory):
 REQUIRE_SERVICES_ENV = "JIYU_REQUIRE_SERVICES"  # set by `make test`: a missing service fails, not skips
 
 
-@pytest.fixture(scope="session")
-def slurm_cluster():
-    """A real single-node Slurm (tests/slurm_cluster.py), started once for every Slurm test and
-    stopped and removed after the last. Where Slurm is not installed (or not as root) the tests
-    skip with the reason, and fail with it under ``make test`` (JIYU_REQUIRE_SERVICES=1)."""
+def _start_slurm(nodes: int):
+    """A real Slurm of ``nodes`` nodes (tests/slurm_cluster.py), or the test skipped with the
+    reason where it cannot run here, failed with it under ``make test`` (JIYU_REQUIRE_SERVICES=1)."""
     from .slurm_cluster import SlurmCluster, unavailable
 
-    reason = unavailable()
+    reason = unavailable(nodes)
     if reason:
         if os.environ.get(REQUIRE_SERVICES_ENV) == "1":
             pytest.fail(f"{reason} ({REQUIRE_SERVICES_ENV}=1)", pytrace=False)
         pytest.skip(reason)
-    cluster = SlurmCluster.start()
-    _note_timing("slurm_cluster_start_s", cluster.started_in)
-    yield cluster
+    return SlurmCluster.start(nodes=nodes)
+
+
+def _stop_slurm(cluster, name: str) -> None:
     began = time.monotonic()
     cluster.stop()
-    _note_timing("slurm_cluster_stop_s", time.monotonic() - began)
+    _note_timing(f"{name}_stop_s", time.monotonic() - began)
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster():
+    """A real single-node Slurm, started once for every Slurm test and stopped and removed
+    after the last."""
+    cluster = _start_slurm(1)
+    _note_timing("slurm_cluster_start_s", cluster.started_in)
+    yield cluster
+    _stop_slurm(cluster, "slurm_cluster")
 
 
 @pytest.fixture
@@ -178,6 +187,33 @@ def slurm(slurm_cluster, monkeypatch):
     slurm_cluster.cancel_all()
     yield slurm_cluster
     slurm_cluster.cancel_all()
+
+
+@pytest.fixture(scope="session")
+def slurm_nodes_cluster():
+    """A real two-node Slurm on this machine (nodes n1 and n2, each a slurmd with its own
+    loopback address, hostname and /etc/hosts), beside the one-node cluster: its own ports,
+    state and log folders, the same munged."""
+    cluster = _start_slurm(2)
+    _note_timing("slurm_nodes_start_s", cluster.started_in)
+    yield cluster
+    _stop_slurm(cluster, "slurm_nodes")
+
+
+@pytest.fixture
+def slurm_nodes(slurm_nodes_cluster, monkeypatch):
+    """This test sees the two-node cluster and starts with both nodes idle and resolving names
+    as configured; after it, its jobs are cancelled, a slurmd it killed is back in service and
+    each node's hosts file is restored."""
+    cluster = slurm_nodes_cluster
+    monkeypatch.setenv("SLURM_CONF", str(cluster.conf))
+    cluster.cancel_all()
+    yield cluster
+    cluster.cancel_all()
+    for node in cluster.nodes:
+        cluster.set_hosts(node.name)
+        cluster.restart_slurmd(node.name)
+    cluster.end_orphaned_steps()
 
 
 def _note_timing(name: str, seconds: float) -> None:

@@ -1,6 +1,7 @@
-"""A real single-node Slurm cluster for the tests: Debian's ``slurm-wlm`` (slurmctld + slurmd)
-and ``munge``, started as root on this machine with a generated ``slurm.conf`` under a
-temporary folder, and stopped and removed afterwards.
+"""A real Slurm cluster for the tests: Debian's ``slurm-wlm`` (slurmctld + slurmd) and
+``munge``, started as root on this machine with a generated ``slurm.conf`` under a temporary
+folder, and stopped and removed afterwards. One node (the machine itself), or several
+(``SlurmCluster.start(nodes=2)``, below).
 
 What it takes to run Slurm here (no systemd, no cgroups, no accounting database):
 
@@ -19,12 +20,23 @@ What it takes to run Slurm here (no systemd, no cgroups, no accounting database)
   by default); ``SchedulerParameters=sched_interval=2``: pending jobs are looked at every 2 s.
   Both only make the time-limit test quicker.
 
-``python -m tests.slurm_cluster`` starts one and prints its ``SLURM_CONF`` for trying things
-by hand (Ctrl-C stops it).
+Several nodes on this one machine (Debian's build has ``MULTIPLE_SLURMD = Yes``): node ``nI``
+is a ``slurmd -N nI`` with its own port and its own loopback address ``127.0.1.I``
+(``NodeAddr``; all of 127/8 is loopback), started under ``unshare --uts --mount`` with its own
+hostname ``nI`` and its own ``/etc/hosts`` bind-mounted over the machine's. Job steps inherit
+both, so torchrun's rendezvous and gloo on node ``nI`` see a machine called ``nI`` at
+``127.0.1.I``, and a test can give one node a hosts file of its own (``set_hosts``: the head
+node's name resolving wrongly there, as on a misconfigured cluster). Their spool, log and pid
+files carry the node's name (``%n``). ``SlurmdTimeout`` is short, so a node whose slurmd died
+is declared down within seconds, not Slurm's five minutes.
+
+``python -m tests.slurm_cluster [NODES]`` starts one and prints its ``SLURM_CONF`` for trying
+things by hand (Ctrl-C stops it).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import shutil
@@ -34,7 +46,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from .ports import free_port
@@ -48,13 +60,34 @@ STOP_TIMEOUT_S = 15.0
 INSTALL_HINT = "install it with `make test-system-deps` (apt-get install slurm-wlm munge)"
 
 
-def unavailable() -> str | None:
-    """Why a test cluster cannot run here, or None when it can."""
+def unavailable(nodes: int = 1) -> str | None:
+    """Why a test cluster of ``nodes`` nodes cannot run here, or None when it can."""
     missing = [p for p in PROGRAMS if shutil.which(p, path=_sbin_path()) is None]
     if missing:
         return f"Slurm is not installed here (missing {', '.join(missing)}): {INSTALL_HINT}"
     if os.geteuid() != 0:
         return "the Slurm test cluster runs slurmctld/slurmd as root (SlurmUser=root); run the tests as root"
+    if nodes > 1:
+        if shutil.which("nsenter") is None:
+            return "several Slurm nodes need nsenter (util-linux) to act inside one node"
+        try:
+            done = subprocess.run(
+                [
+                    _program("unshare"),
+                    "--uts",
+                    "--mount",
+                    "sh",
+                    "-c",
+                    "hostname n1 && mount --bind /etc/hosts /etc/hosts",
+                ],
+                capture_output=True,
+                text=True,
+                timeout=30,
+            )
+        except OSError as error:
+            return f"several Slurm nodes need unshare (util-linux): {error}"
+        if done.returncode:
+            return f"several Slurm nodes need a UTS and mount namespace of their own: {done.stderr.strip()}"
     return None
 
 
@@ -66,22 +99,45 @@ def _program(name: str) -> str:
     return shutil.which(name, path=_sbin_path()) or name
 
 
+NODE_ADDRESS = "127.0.1.{}"  # node nI's loopback address
+# several nodes: one whose slurmd stops answering is down after this (Slurm's default: 300 s)
+SLURMD_TIMEOUT_S = 5
+MESSAGE_TIMEOUT_S = 5  # the ping of a dead slurmd gives up after this
+
+
+@dataclass
+class SlurmNode:
+    name: str  # its Slurm node name, and its hostname inside its namespaces (several nodes)
+    address: str  # where slurmctld reaches its slurmd (NodeAddr)
+    port: int
+    hosts: Path | None = None  # its own /etc/hosts (several nodes)
+    daemon: subprocess.Popen | None = None  # its slurmd
+
+
 @dataclass
 class SlurmCluster:
     root: Path
     conf: Path
-    node: str
+    nodes: list[SlurmNode]
     cpus: int
-    daemons: list[subprocess.Popen] = field(default_factory=list)
+    controller: subprocess.Popen | None = None
     munged_pid: int | None = None  # the munged started here (None: one was already running)
-    started_in: float = 0.0  # seconds from nothing to an idle node
+    started_in: float = 0.0  # seconds from nothing to idle nodes
 
     @classmethod
-    def start(cls, timeout: float = START_TIMEOUT_S) -> SlurmCluster:
+    def start(cls, nodes: int = 1, timeout: float = START_TIMEOUT_S) -> SlurmCluster:
+        """One node (the machine itself, under its own hostname), or ``nodes`` nodes n1..nN."""
         began = time.monotonic()
         root = Path(tempfile.mkdtemp(prefix="jiyu-slurm-"))
-        node, cpus = socket.gethostname().split(".")[0], os.cpu_count() or 1
-        cluster = cls(root, root / "slurm.conf", node, cpus)
+        cpus = os.cpu_count() or 1
+        if nodes == 1:
+            members = [SlurmNode(socket.gethostname().split(".")[0], "", free_port())]
+        else:
+            members = [
+                SlurmNode(f"n{i}", NODE_ADDRESS.format(i), free_port(), root / f"hosts.n{i}")
+                for i in range(1, nodes + 1)
+            ]
+        cluster = cls(root, root / "slurm.conf", members, cpus)
         try:
             cluster.munged_pid = _ensure_munged()
             cluster._write_conf()
@@ -92,6 +148,11 @@ class SlurmCluster:
             raise
         cluster.started_in = time.monotonic() - began
         return cluster
+
+    @property
+    def node(self) -> str:
+        """The first node's name (a one-node cluster's only node)."""
+        return self.nodes[0].name
 
     @property
     def env(self) -> dict[str, str]:
@@ -107,8 +168,13 @@ class SlurmCluster:
         """Ids of the jobs this cluster still has pending or running."""
         return self.run("squeue", "-h", "-o", "%i").stdout.split()
 
+    def node_states(self) -> dict[str, str]:
+        """Each node's state as ``sinfo`` says it (idle, allocated, down*...)."""
+        rows = self.run("sinfo", "-h", "-N", "-o", "%N %T").stdout.split("\n")
+        return dict(row.split() for row in rows if len(row.split()) == 2)
+
     def cancel_all(self, timeout: float = 20.0) -> None:
-        """Cancels every job and waits until the queue is empty: each test starts on an idle node."""
+        """Cancels every job and waits until the queue is empty: each test starts on idle nodes."""
         if self.jobs():
             self.run("scancel", "--user", "root")
         deadline = time.monotonic() + timeout
@@ -116,39 +182,150 @@ class SlurmCluster:
             time.sleep(0.2)
 
     def stop(self) -> None:
-        if self.daemons:
+        if self.controller is not None:
             self.cancel_all()
             self.run("scontrol", "shutdown")
-        for proc in self.daemons:
+        for proc in [n.daemon for n in self.nodes] + [self.controller]:
+            if proc is None:
+                continue
             try:
                 proc.wait(STOP_TIMEOUT_S)
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
+        self.end_orphaned_steps()
         if self.munged_pid is not None:
             _end(self.munged_pid)
         shutil.rmtree(self.root, ignore_errors=True)
 
+    def orphaned_steps(self) -> list[int]:
+        """Pids of this cluster's ``slurmstepd``s whose slurmd is gone (killed by a test): a
+        step daemon outlives its slurmd, as on a real node, and is known by the log file of
+        its node it holds open."""
+        import psutil
+
+        found = []
+        for proc in psutil.process_iter(["name"]):
+            if not (proc.info["name"] or "").startswith("slurmstepd"):
+                continue
+            try:
+                if any(f.path.startswith(str(self.root)) for f in proc.open_files()):
+                    found.append(proc.pid)
+            except psutil.Error:
+                continue
+        return found
+
+    def end_orphaned_steps(self) -> None:
+        """SIGKILL to each orphaned step daemon and what it started (they ignore SIGTERM)."""
+        import psutil
+
+        for pid in self.orphaned_steps():
+            try:
+                step = psutil.Process(pid)
+                tree = [step, *step.children(recursive=True)]
+            except psutil.Error:
+                continue
+            for proc in tree:
+                with contextlib.suppress(psutil.Error):
+                    proc.kill()
+            psutil.wait_procs(tree, timeout=STOP_TIMEOUT_S)
+
+    # -- several nodes -------------------------------------------------------------------------
+    def hosts_text(self, overrides: dict[str, str] | None = None) -> str:
+        """An ``/etc/hosts`` naming this machine and every node at its address, with
+        ``overrides`` (name → address; None drops the name: it does not resolve)."""
+        names = {"localhost": "127.0.0.1", socket.gethostname(): "127.0.0.1"}
+        names.update({n.name: n.address for n in self.nodes})
+        names.update(overrides or {})
+        return "".join(f"{address} {name}\n" for name, address in names.items() if address)
+
+    def set_hosts(self, node: str, overrides: dict[str, str] | None = None) -> None:
+        """What ``node`` resolves from now on (its bind-mounted hosts file is rewritten in
+        place: the mount follows the file, not a new one)."""
+        path = self._node(node).hosts
+        with open(path, "r+") as hosts:
+            hosts.truncate(0)
+            hosts.write(self.hosts_text(overrides))
+
+    def kill_slurmd(self, node: str) -> None:
+        """SIGKILL to the node's slurmd alone: its job steps (slurmstepd) live on, as on a
+        node whose daemon crashed; Slurm declares it down after ``SlurmdTimeout``."""
+        member = self._node(node)
+        os.kill(member.daemon.pid, signal.SIGKILL)
+        member.daemon.wait()
+
+    def restart_slurmd(self, node: str, timeout: float = START_TIMEOUT_S) -> None:
+        """The node's slurmd again, until the node is back in service (``ReturnToService=2``)."""
+        member = self._node(node)
+        if member.daemon is not None and member.daemon.poll() is None:
+            return
+        self._start_slurmd(member)
+        self._wait_idle(timeout)
+
+    @contextlib.contextmanager
+    def hanging(self, node: str, program: str):
+        """On ``node`` only, ``program`` hangs instead of running (a script that sleeps is
+        bind-mounted over it in that node's mount namespace): a node whose software never
+        starts, as with a stale shared mount. Undone, and what hung ended by its pid, after."""
+        member = self._node(node)
+        target = os.path.realpath(program)
+        pids = self.root / f"hung-{node}.pids"
+        hang = self.root / f"hang-{node}.sh"
+        hang.write_text(f"#!/bin/sh\necho $$ >> {pids}\nexec sleep 3600\n")
+        hang.chmod(0o755)
+        self._on_node(member, "mount", "--bind", str(hang), target)
+        try:
+            yield
+        finally:
+            self._on_node(member, "umount", target)
+            for pid in pids.read_text().split() if pids.exists() else ():
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(int(pid), signal.SIGKILL)
+            pids.unlink(missing_ok=True)
+
+    def _on_node(self, member: SlurmNode, *cmd: str) -> None:
+        """A command inside the node's namespaces (those of its slurmd)."""
+        subprocess.run(
+            [_program("nsenter"), "--target", str(member.daemon.pid), "--mount", "--uts", *cmd],
+            check=True,
+            capture_output=True,
+            timeout=30,
+        )
+
+    def _node(self, name: str) -> SlurmNode:
+        return next(n for n in self.nodes if n.name == name)
+
+    # -- start-up ------------------------------------------------------------------------------
     def _write_conf(self) -> None:
         for folder in ("state", "spool", "log"):
             (self.root / folder).mkdir()
-        memory_mb = int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**20 * 0.8)
-        r = self.root
+        several = len(self.nodes) > 1
+        total_mb = int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**20 * 0.8)
+        memory_mb = total_mb // len(self.nodes)
+        r, per_node = self.root, "-%n" if several else ""
+        nodes = []
+        for n in self.nodes:
+            where = f"NodeAddr={n.address} NodeHostname={n.name} Port={n.port} " if several else ""
+            nodes.append(f"NodeName={n.name} {where}CPUs={self.cpus} RealMemory={memory_mb} State=UNKNOWN")
+            if n.hosts is not None:
+                n.hosts.write_text(self.hosts_text())
+        controller = socket.gethostname().split(".")[0]
+        node_timeouts = f"SlurmdTimeout={SLURMD_TIMEOUT_S}\nMessageTimeout={MESSAGE_TIMEOUT_S}" if several else ""
         self.conf.write_text(f"""\
-ClusterName=jiyutest
-SlurmctldHost={self.node}
+ClusterName={"jiyunodes" if several else "jiyutest"}
+SlurmctldHost={controller}{"(127.0.0.1)" if several else ""}
 SlurmUser=root
 SlurmdUser=root
 SlurmctldPort={free_port()}
-SlurmdPort={free_port()}
+SlurmdPort={self.nodes[0].port}
 AuthType=auth/munge
 AuthInfo=cred_expire=10
 StateSaveLocation={r}/state
-SlurmdSpoolDir={r}/spool
+SlurmdSpoolDir={r}/spool/slurmd{per_node}
 SlurmctldPidFile={r}/slurmctld.pid
-SlurmdPidFile={r}/slurmd.pid
+SlurmdPidFile={r}/slurmd{per_node}.pid
 SlurmctldLogFile={r}/log/slurmctld.log
-SlurmdLogFile={r}/log/slurmd.log
+SlurmdLogFile={r}/log/slurmd{per_node}.log
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 JobAcctGatherType=jobacct_gather/none
@@ -160,37 +337,54 @@ SelectTypeParameters=CR_CPU
 SchedulerParameters=sched_interval=2
 MpiDefault=none
 ReturnToService=2
+{node_timeouts}
 MinJobAge=300
 KillWait=5
-NodeName={self.node} CPUs={self.cpus} RealMemory={memory_mb} State=UNKNOWN
+{chr(10).join(nodes)}
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 """)
 
     def _start_daemons(self) -> None:
-        env = {**os.environ, **self.env}
-        for daemon in ("slurmctld", "slurmd"):
-            with open(self.root / "log" / f"{daemon}.out", "wb") as out:
-                self.daemons.append(
-                    subprocess.Popen(
-                        [_program(daemon), "-D", "-f", str(self.conf)],
-                        env=env,
-                        stdin=subprocess.DEVNULL,
-                        stdout=out,
-                        stderr=subprocess.STDOUT,
-                        start_new_session=True,
-                    )
-                )
+        self.controller = self._daemon("slurmctld", [_program("slurmctld"), "-D", "-f", str(self.conf)])
+        for member in self.nodes:
+            self._start_slurmd(member)
+
+    def _start_slurmd(self, member: SlurmNode) -> None:
+        slurmd = [_program("slurmd"), "-D", "-f", str(self.conf)]
+        if member.hosts is None:
+            member.daemon = self._daemon("slurmd", slurmd)
+            return
+        # its own hostname and /etc/hosts, inherited by every job step it starts; the shell
+        # execs slurmd, so the pid recorded is slurmd's
+        inside = (
+            f"hostname {member.name} && mount --bind {member.hosts} /etc/hosts && "
+            f"exec {' '.join(slurmd)} -N {member.name}"
+        )
+        member.daemon = self._daemon(
+            f"slurmd-{member.name}", [_program("unshare"), "--uts", "--mount", "sh", "-c", inside]
+        )
+
+    def _daemon(self, name: str, cmd: list[str]) -> subprocess.Popen:
+        with open(self.root / "log" / f"{name}.out", "ab") as out:
+            return subprocess.Popen(
+                cmd,
+                env={**os.environ, **self.env},
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
 
     def _wait_idle(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            dead = [p.args[0] for p in self.daemons if p.poll() is not None]
-            if dead:
-                raise RuntimeError(f"{', '.join(dead)} exited at start-up: {self._log_tail()}")
-            if self.run("sinfo", "-h", "-o", "%T").stdout.strip() == "idle":
+            if any(p.poll() is not None for p in [self.controller] + [n.daemon for n in self.nodes]):
+                raise RuntimeError(f"a Slurm daemon exited at start-up: {self._log_tail()}")
+            states = self.node_states()
+            if len(states) == len(self.nodes) and set(states.values()) == {"idle"}:
                 return
             time.sleep(0.1)
-        raise RuntimeError(f"the Slurm node was not idle after {timeout:.0f} s: {self._log_tail()}")
+        raise RuntimeError(f"the Slurm nodes were not idle after {timeout:.0f} s: {self._log_tail()}")
 
     def _log_tail(self) -> str:
         lines = []
@@ -236,7 +430,7 @@ def main() -> int:
     if reason:
         print(reason, file=sys.stderr)
         return 1
-    cluster = SlurmCluster.start()
+    cluster = SlurmCluster.start(nodes=int(sys.argv[1]) if len(sys.argv) > 1 else 1)
     print(f"Slurm is up in {cluster.started_in:.1f} s: export SLURM_CONF={cluster.conf}  (Ctrl-C stops it)", flush=True)
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, _interrupt)

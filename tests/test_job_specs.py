@@ -57,7 +57,7 @@ def test_slurm_batch_script_runs_one_torchrun_per_node(tmp_path, no_schedulers):
         "open-mode": "append",
         "chdir": str(tmp_path),
         "signal": "B:USR1@120",
-        "requeue": None,
+        "no-requeue": None,  # a failed node ends the run; the time limit's requeue is the script's own
         "time": "2:00:00",
         "partition": "gpu",
         "account": "lab",
@@ -73,15 +73,24 @@ def test_slurm_batch_script_runs_one_torchrun_per_node(tmp_path, no_schedulers):
     assert exports["JIYU_RUN_ID"] == run.id and exports["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1"
     assert exports["TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"] == "[rank${rank}]: "
     assert "SIGUSR1" in exports["TORCHELASTIC_SIGNALS_TO_HANDLE"].split(",")
-    assert 'head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)' in script
+    # the first node is where the batch script runs: no scontrol needed to name it
+    assert 'head_node="${SLURMD_NODENAME:-$(hostname -s)}"' in script and "scontrol show hostnames" not in script
     srun = shlex.split(next(line for line in script.splitlines() if line.strip().startswith("srun ")))
-    assert srun[:5] == ["srun", "--kill-on-bad-exit=1", "$python", "-m", "torch.distributed.run"]
+    # each node checks its way to the rendezvous (node_launch), then becomes torchrun
+    split = srun.index("--") + 1
+    assert srun[:split] == [
+        *("srun", "--kill-on-bad-exit=1", "$python", "-m", "jiyu_magics.jobs.process.node_launch"),
+        *("--rdzv", "$head_node:$port", "--join-timeout", "180", "--"),
+    ]
+    srun = srun[split - 2 :]  # the torchrun command, as it was before the checks: srun's two words first
+    assert srun[2:5] == ["$python", "-m", "torch.distributed.run"]
     flags = dict(zip(srun[5:-4:2], srun[6:-4:2], strict=False))
     assert flags == {
         "--nnodes": "$SLURM_NNODES",
         "--rdzv-backend": "c10d",
         "--rdzv-endpoint": "$head_node:$port",
         "--rdzv-id": "$SLURM_JOB_ID",
+        "--rdzv-conf": "join_timeout=180,read_timeout=180",  # not torch's 600 s and 60 s
         "--nproc-per-node": "8",
         "--max-restarts": "2",
         "--log-dir": str(files.root / "torchrun"),
@@ -92,7 +101,7 @@ def test_slurm_batch_script_runs_one_torchrun_per_node(tmp_path, no_schedulers):
     assert not handover.submitted and f"sbatch {files.root}/job.sbatch" in handover.message
 
 
-def test_a_cpu_slurm_job_asks_for_cpus_and_no_requeue_when_told_so(tmp_path, no_schedulers):
+def test_a_cpu_slurm_job_asks_for_cpus_and_is_never_requeued_when_told_so(tmp_path, no_schedulers):
     run = jobs.submit(
         write_notebook(tmp_path / "train.ipynb"),
         backend="slurm",
@@ -100,8 +109,9 @@ def test_a_cpu_slurm_job_asks_for_cpus_and_no_requeue_when_told_so(tmp_path, no_
         slurm={"gpus_per_node": 0, "max_requeues": 0},
     )
     options = sbatch_options((RunFiles.of(run.id).root / "job.sbatch").read_text())
+    script = (RunFiles.of(run.id).root / "job.sbatch").read_text()
     assert options["cpus-per-task"] == "3" and "gres" not in options
-    assert "no-requeue" in options and "requeue" not in options
+    assert "no-requeue" in options and "requeue" not in options and "scontrol requeue" not in script
 
 
 def test_a_run_not_submitted_waits_saying_how_and_a_stop_withdraws_it(tmp_path, no_schedulers):

@@ -13,6 +13,9 @@ import json
 import os
 import re
 import shutil
+import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import jsonschema
@@ -24,6 +27,7 @@ from jiyu_magics.core.runs.files import RunFiles
 from jiyu_magics.core.runs.model import RunStatus
 from jiyu_magics.core.store.run_store import RunStore
 from jiyu_magics.jobs.backends.kubernetes.states import state_of
+from jiyu_magics.jobs.process import node_records, rank_records
 
 from .cli_runner import jiyu
 from .conftest import REQUIRE_SERVICES_ENV
@@ -106,9 +110,15 @@ def test_trainjob_is_the_default_field_by_field(tmp_path, no_schedulers, monkeyp
     trainer = spec["trainer"]
     assert (trainer["image"], trainer["numNodes"], trainer["numProcPerNode"]) == ("registry.example/jiyu:1", 3, 4)
     assert trainer["resourcesPerNode"] == {"limits": {"nvidia.com/gpu": 4}}
-    # the runtime's torch plugin gives torchrun its nodes, ranks and master through PET_* variables
-    assert trainer["command"] == ["torchrun"] and "--nnodes" not in trainer["args"]
-    assert trainer["args"] == ["--max-restarts", "1", "-m", "jiyu_magics.jobs.process.rank_worker", "/jiyu-job/job.py"]
+    # the runtime's torch plugin gives torchrun its nodes, ranks and master through PET_* variables;
+    # each pod checks its way to the first pod (node_launch) and torchrun waits at most 180 s for the others
+    assert trainer["command"] == ["python"] and "--nnodes" not in trainer["args"]
+    assert trainer["args"] == [
+        *("-m", "jiyu_magics.jobs.process.node_launch", "--rdzv", "$(PET_MASTER_ADDR):$(PET_MASTER_PORT)"),
+        *("--join-timeout", "180", "--resolve-timeout", "60", "--"),
+        *("torchrun", "--rdzv-conf", "timeout=180", "--max-restarts", "1"),
+        *("-m", "jiyu_magics.jobs.process.rank_worker", "/jiyu-job/job.py"),
+    ]
     env = {e["name"]: e["value"] for e in trainer["env"]}
     assert env["JIYU_RUN_ID"] == run_id and env["JIYU_HOME"] == "/jiyu"
     (patch,) = spec["runtimePatches"]
@@ -133,9 +143,14 @@ def test_pytorchjob_field_by_field(tmp_path, no_schedulers, monkeypatch):
     for replica in replicas.values():
         (container,) = replica["template"]["spec"]["containers"]
         assert container["name"] == "pytorch" and container["image"] == "registry.example/jiyu:1"
-        assert container["resources"]["limits"] == {"nvidia.com/gpu": 4} and container["command"] == ["torchrun"]
-        args = container["args"]
+        assert container["resources"]["limits"] == {"nvidia.com/gpu": 4} and container["command"] == ["python"]
+        split = container["args"].index("--") + 1
+        checks, torchrun = container["args"][:split], container["args"][split:]
+        assert checks[:4] == ["-m", "jiyu_magics.jobs.process.node_launch", "--rdzv", "$(MASTER_ADDR):$(MASTER_PORT)"]
+        assert torchrun[0] == "torchrun"
+        args = torchrun[1:]
         assert dict(zip(args[:-3:2], args[1:-3:2], strict=False)) == {
+            "--rdzv-conf": "timeout=180",
             "--nnodes": "3",
             "--rdzv-backend": "static",
             "--rdzv-endpoint": "$(MASTER_ADDR):$(MASTER_PORT)",
@@ -222,3 +237,26 @@ def test_kubernetes_job_states_map_to_run_statuses():
     assert pytorch(condition("Created"), condition("Running"), condition("Succeeded")).exit_code == 0
     deleted = state_of("TrainJob", None)
     assert deleted.status is RunStatus.STOPPED and deleted.cancelled and deleted.over
+
+
+def test_a_trainjob_pod_checks_its_way_to_the_first_pod_before_torchrun(tmp_path, no_schedulers):
+    """A pod's command line as the kubelet runs it ($(VAR) expanded from the variables the
+    runtime's torch plugin sets), run on this machine: the second pod of a TrainJob to which the
+    first pod's address resolves to itself fails at once, with one line naming it, in its node
+    record and its log, and torchrun never starts (it would wait alone for the join timeout)."""
+    _, job, files = submitted(tmp_path, nnodes=2, nproc=1)
+    trainer = job["spec"]["trainer"]
+    pod_env = {e["name"]: e["value"] for e in trainer["env"]}
+    pod_env.update(PET_MASTER_ADDR="localhost", PET_MASTER_PORT="29400", PET_NODE_RANK="1", PET_NNODES="2")
+    pod_env["JIYU_HOME"] = os.environ["JIYU_HOME"]  # the shared volume, mounted at /jiyu in the pod
+    words = [re.sub(r"\$\((\w+)\)", lambda m: pod_env[m[1]], word) for word in trainer["command"] + trainer["args"]]
+    assert words[0] == "python"
+    done = subprocess.run(
+        [sys.executable, *words[1:]], env={**os.environ, **pod_env}, capture_output=True, text=True, timeout=60
+    )
+    host = socket.gethostname()
+    said = f"node {host}: the rendezvous host localhost resolves to 127.0.0.1"
+    assert done.returncode == 78 and said in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    (record,) = node_records.read_all(files.root.name)
+    assert record.node_rank == 1 and record.error.startswith(said) and f"an address of {host} itself" in record.error
+    assert not (files.root / "torchrun").exists() and not rank_records.read_all(files.root.name)

@@ -291,3 +291,27 @@ def test_a_rank_the_agent_killed_itself_is_not_the_cause(tmp_path):
     )
     assert torchrun_report.exit_codes(log) == {gone.pid: -9} and torchrun_report.signals(log) == {}
     assert rank_records.first_failure(records).describe() == "rank 1: RuntimeError: [gloo] Connection reset by peer"
+
+
+def test_a_time_limit_signal_before_training_ends_the_rank_cleanly_for_the_requeue(tmp_path, monkeypatch):
+    """Slurm's time-limit signal (SIGUSR1, passed on by torchrun) can come while a slow rank is
+    still starting, before its fit handles it (seen on a loaded machine with a 1-minute limit):
+    the rank ends with status 0, its record and a line saying why, instead of dying of the
+    signal's default action, which torchrun reported as a failed worker and left the rank's
+    record without its end."""
+    run = RunStore().create("job", "time-limit")
+    monkeypatch.setenv("JIYU_RUN_ID", run.id)
+    script, started = tmp_path / "slow_start.py", tmp_path / "started"
+    script.write_text(f"import time\nopen({str(started)!r}, 'w').close()\ntime.sleep(60)\n")
+    rank = subprocess.Popen(
+        [sys.executable, "-m", "jiyu_magics.jobs.process.rank_worker", str(script)],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    wait_for(started.exists, 30, what="the script to start")
+    rank.send_signal(signal.SIGUSR1)
+    _, err = rank.communicate(timeout=30)
+    assert rank.returncode == 0, err
+    assert "rank 0: the scheduler's time limit (SIGUSR1) came outside training: ending for the requeue" in err
+    (record,) = rank_records.read_all(run.id)
+    assert (record.exit_code, record.error) == (0, None)

@@ -15,9 +15,8 @@ import time
 import pytest
 
 from jiyu_magics import jobs
-from jiyu_magics.core.events.log import read_events, summarize
+from jiyu_magics.core.events.log import summarize
 from jiyu_magics.core.runs.files import RunFiles
-from jiyu_magics.core.store.run_row import Run
 from jiyu_magics.core.store.run_store import RunStore
 from jiyu_magics.jobs import scheduler_follower
 from jiyu_magics.jobs.backends.slurm import commands as slurm_commands
@@ -27,26 +26,10 @@ from .cli_runner import jiyu
 from .jobs_workload import assert_no_processes, wait_for
 from .notebook_runner import execute, html_of, notebook, screenshot_html, text_of
 from .server_fixtures import body
-from .slurm_workload import write_notebook
+from .slurm_workload import ended, events, job_state, write_notebook
 
 pytestmark = pytest.mark.slurm
 CPU_JOB = {"gpus_per_node": 0}  # the test node has no GPU: ranks on gloo, --cpus-per-task instead of --gres
-
-
-def events(run_id: str, kind: str) -> list[dict]:
-    return [e for e in read_events(RunFiles.of(run_id).events)[0] if e["kind"] == kind]
-
-
-def ended(run_id: str, timeout: float = 240) -> Run:
-    """The run once it ended, asking as a user would (``jobs.resolve``: what the scheduler
-    follower recorded)."""
-    return wait_for(
-        lambda: (lambda r: None if r.active else r)(jobs.resolve(run_id)), timeout, every=1, what=f"run {run_id} to end"
-    )
-
-
-def job_state(slurm, job_id: str) -> str:
-    return slurm_commands.parse_fields(slurm.run("scontrol", "show", "job", "-o", job_id).stdout)["JobState"]
 
 
 async def test_a_notebook_job_on_slurm_is_followed_to_its_end_everywhere(

@@ -103,7 +103,7 @@ class RunLifecycle:
         self._stopper: threading.Thread | None = None
         self.stop_result: StopResult | None = None
         self._store_checked = -float("inf")
-        self.stall_watch: StallWatch | None = None  # made when local ranks run
+        self.stall_watch: StallWatch | None = None  # made when local ranks run; a follower's is given
         self.tracking = RunTracking(run_id, [*track, *(spec.track or [])])
 
     @classmethod
@@ -191,6 +191,8 @@ class RunLifecycle:
         job = self._job(run)
         state = job.state()
         run = self._record(run, job, state)
+        if state.status is RunStatus.RUNNING and self.stall_watch is not None:
+            self.stall_watch.check()  # the scheduler's ranks, watched by whoever follows them
         if state.over:
             self.stop_requested |= state.cancelled  # a scancel / kubectl delete by anyone is a stop
             self.end(lost=state.lost)

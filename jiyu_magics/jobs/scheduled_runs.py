@@ -19,7 +19,11 @@ if TYPE_CHECKING:  # imported where a scheduled run is followed: a listing of lo
     # jobs``, 45 ms of its start-up) never needs the lifecycle chain
     from .final_status import Outcome
     from .lifecycle import RunLifecycle
+    from .stall_watch import StallWatch
 
+# The follower's stall watch per run: it reads only what the event log gained since its last
+# look (the follower lives as long as the host has scheduled runs, and never rereads a long log)
+_stall_watches: dict[str, StallWatch] = {}
 END_WAIT_S = 60.0  # after a stop, how long the scheduler may take to report the job's end
 END_CHECK_S = 1.0
 
@@ -38,7 +42,7 @@ def owner_of(run: Run, store: RunStore) -> RunLifecycle:
         spec = LaunchSpec.load(RunFiles.of(run.id))
     except (OSError, ValueError, TypeError):
         spec = LaunchSpec(nproc=run.nproc, nnodes=run.nnodes, backend=run.backend)
-    return RunLifecycle(
+    owner = RunLifecycle(
         run.id,
         spec,
         placement=placement_for(run.backend),
@@ -46,6 +50,23 @@ def owner_of(run: Run, store: RunStore) -> RunLifecycle:
         owner=f"{run.backend} follower",
         announce=log_end(run),
     )
+    owner.stall_watch = _stall_watch(run, store, spec.stall_timeout)
+    return owner
+
+
+def _stall_watch(run: Run, store: RunStore, timeout: float | None) -> StallWatch | None:
+    """The run's stall watch in this process, while it is active: a stalled scheduled run is
+    flagged and its ranks' stacks dumped (over the shared folder) by the host's follower."""
+    if not run.active:
+        _stall_watches.pop(run.id, None)
+        return None
+    if run.id not in _stall_watches:
+        from .stall_watch import StallWatch
+
+        _stall_watches[run.id] = StallWatch(run.id, store, timeout)
+    watch = _stall_watches[run.id]
+    watch.store = store
+    return watch
 
 
 def stop(run: Run, store: RunStore, grace: float) -> Run:

@@ -6,10 +6,16 @@ the signal to every live rank that registered (never to one that did not: the si
 would end it), waits until the files stop growing, and copies what each rank appended. Where
 ``py-spy`` is installed (an optional extra; it needs ptrace permission) its ``dump --native``
 follows, for the frames faulthandler cannot see (C++ inside a collective).
+
+Ranks on other machines (the nodes of a Slurm or Kubernetes job) cannot be signalled from here:
+the owner writes a new request into ``stacks/request`` on the shared run folder instead, which
+each rank watches (``train.stack_signal``), and waits a little longer for their dumps. The dump
+folder's ``hosts.json`` says which host each rank ran on.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -20,9 +26,11 @@ from pathlib import Path
 
 from ..core.runs.files import STACK_SIGNAL_NAME, RunFiles
 from ..core.runs.model import RankState
+from ..core.runs.stack_groups import HOSTS_FILE
 from .process import rank_records
 
 WAIT_S = 3.0  # for every rank's dump to arrive
+REMOTE_WAIT_S = 6.0  # ranks elsewhere look for a request once a second, over a shared folder
 SETTLE_S = 0.3  # files unchanged this long: the dumps are complete
 PY_SPY_TIMEOUT_S = 20.0
 
@@ -36,12 +44,21 @@ def dump_stacks(run_id: str, now: float | None = None) -> Path | None:
     if not ranks:
         return None
     offsets = {r.rank: files.stack_live(r.rank).stat().st_size for r in ranks}
-    asked = [r for r in ranks if _signal(r.pid)]
-    _wait_until_settled({files.stack_live(r.rank): offsets[r.rank] for r in asked})
+    elsewhere = [r for r in ranks if not r.here]
+    if elsewhere:
+        files.stack_request.write_text(f"{time.time_ns()} {os.getpid()}\n")
+    asked = elsewhere + [r for r in ranks if r.here and _signal(r.pid)]
+    wait = REMOTE_WAIT_S if elsewhere else WAIT_S
+    _wait_until_settled({files.stack_live(r.rank): offsets[r.rank] for r in asked}, wait)
     folder = _new_folder(files.stacks, now or time.time())
     for record in asked:
-        text = _appended(files.stack_live(record.rank), offsets[record.rank]) + _native_frames(record.pid)
-        (folder / f"rank{record.rank}.txt").write_text(text)
+        text = _appended(files.stack_live(record.rank), offsets[record.rank])
+        if record.here:
+            text += _native_frames(record.pid)
+        if text:
+            (folder / f"rank{record.rank}.txt").write_text(text)
+    if elsewhere:  # where each rank ran, for a dump across machines
+        (folder / HOSTS_FILE).write_text(json.dumps({str(r.rank): r.host for r in asked if r.host}))
     return folder
 
 
@@ -53,9 +70,9 @@ def _signal(pid: int) -> bool:
         return False  # it ended since its record was read
 
 
-def _wait_until_settled(offsets: dict[Path, int]) -> None:
-    """Until every file grew past its offset and none changed for ``SETTLE_S``, at most ``WAIT_S``."""
-    deadline, last, steady_since = time.monotonic() + WAIT_S, None, time.monotonic()
+def _wait_until_settled(offsets: dict[Path, int], wait: float = WAIT_S) -> None:
+    """Until every file grew past its offset and none changed for ``SETTLE_S``, at most ``wait``."""
+    deadline, last, steady_since = time.monotonic() + wait, None, time.monotonic()
     while time.monotonic() < deadline:
         sizes = [path.stat().st_size for path in offsets]
         grown = all(size > offset for size, offset in zip(sizes, offsets.values(), strict=False))

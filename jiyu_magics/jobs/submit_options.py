@@ -25,7 +25,12 @@ from ..core.events.stall_clock import BadStallTimeout, check_stall_timeout
 from ..core.runs.names import BadRunName, check_run_name
 from ..trackers.destinations import TrackSpecError, as_strings, parse_track
 from ..trackers.extras import check_installed
-from .backends.slurm.options import DEFAULT_CHECKPOINT_GRACE_S, DEFAULT_MAX_REQUEUES, SlurmOptions
+from .backends.slurm.options import (
+    DEFAULT_CHECKPOINT_GRACE_S,
+    DEFAULT_JOIN_TIMEOUT_S,
+    DEFAULT_MAX_REQUEUES,
+    SlurmOptions,
+)
 from .export.params import parse_pairs, parse_yaml, read_params_file
 from .job_error import JobError
 from .launch_spec import BACKENDS, K8S_KINDS, LaunchSpec
@@ -70,7 +75,13 @@ class SubmitOptions:
         bounds=(1, MAX_PROCESSES),
         request=True,
     )
-    nnodes: int = option(1, "nodes (default 1); more needs --rdzv-endpoint", metavar="N", bounds=(1, MAX_NODES))
+    nnodes: int = option(
+        1,
+        "nodes (default 1); more needs --rdzv-endpoint, or a scheduler (--backend slurm, kubernetes)",
+        metavar="N",
+        bounds=(1, MAX_NODES),
+        request=True,
+    )
     gpus: int | None = option(
         None,
         "GPUs per node to lease (default: one per process where GPUs are visible, else 0; 0 runs on the CPU); "
@@ -104,6 +115,7 @@ class SubmitOptions:
         "printed with the command to submit it; either way the run is followed in %%jobs / jiyu jobs and "
         "stopped with jiyu stop",
         choices=BACKENDS,
+        request=True,
     )
     stall_timeout: float | None = option(
         None,
@@ -167,6 +179,13 @@ class SubmitOptions:
         metavar="S",
         backend=SLURM,
     )
+    join_timeout: int | None = option(
+        None,
+        f"Slurm: seconds every node has to reach the first node's rendezvous before the job fails naming "
+        f"the nodes that never came (default {DEFAULT_JOIN_TIMEOUT_S})",
+        metavar="S",
+        backend=SLURM,
+    )
     k8s_kind: str | None = option(
         None,
         "Kubernetes: trainjob (Kubeflow Trainer v2, the default) or pytorchjob (the older training operator)",
@@ -199,9 +218,16 @@ class SubmitOptions:
     @classmethod
     def from_request(cls, body: dict[str, Any], params: dict[str, Any]) -> SubmitOptions:
         """From a request's JSON body (the fields a request may set; ``params`` already read),
-        checked with the request's names (``'nproc'``)."""
+        checked with the request's names (``'nproc'``). The Slurm options come as one ``slurm``
+        object of ``SlurmOptions`` fields (``{"time": "1:00:00", "gpus_per_node": 0}``)."""
         values = {name: body[name] for name in _REQUEST_FIELDS if name in body and body[name] is not None}
-        return cls(**values, params=params).validated(request=True)
+        slurm = body.get("slurm") or {}
+        if not isinstance(slurm, dict):
+            raise JobError('\'slurm\' must be an object of Slurm options, e.g. {"time": "1:00:00"}')
+        unknown = sorted(set(slurm) - set(_slurm_fields()))
+        if unknown:
+            raise JobError(f"'slurm': unknown Slurm option(s) {', '.join(map(repr, unknown))}")
+        return cls(**values, **slurm, params=params).validated(request=True)
 
     # -- the one check ----------------------------------------------------------------------------
     def validated(self, request: bool = False) -> SubmitOptions:

@@ -36,6 +36,9 @@ SUBMIT_FIELDS = (
     "name",
     "stall_timeout",
     "track",
+    "backend",
+    "nnodes",
+    "slurm",
 )
 
 

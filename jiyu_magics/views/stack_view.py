@@ -18,8 +18,7 @@ def render_text(
     lines = [f"Stacks of run {run_id}, dumped {folder.name} ({folder}):"]
     lines += [f"  {g.headline(line_map)}" for g in groups]
     for g in groups:
-        who = "rank" if len(g.ranks) == 1 else "ranks"
-        lines += ["", f"== {who} {', '.join(map(str, g.ranks))} =="]
+        lines += ["", f"== {g.who()} =="]
         if full:
             lines.append(g.text.rstrip())
             continue
@@ -51,6 +50,7 @@ def as_json(groups: list[StackGroup], line_map: LineMap | None = None) -> list[d
     return [
         {
             "ranks": g.ranks,
+            "hosts": {str(rank): host for rank, host in g.hosts.items()},
             "headline": g.headline(line_map),
             "native": g.native,
             "text": g.text,

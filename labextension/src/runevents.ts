@@ -28,6 +28,10 @@ export interface IRankRecord {
   /** The signal that killed it (number and name, e.g. 9 and 'SIGKILL'), as torchrun reported it. */
   signal: number | null;
   signal_name: string | null;
+  /** The host it ran on (a node of a multi-node job); null in records from before hosts. */
+  host: string | null;
+  /** Nodes its world spans. */
+  nnodes: number;
 }
 
 export interface ICheckpoint {

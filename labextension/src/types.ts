@@ -135,6 +135,12 @@ export interface ISubmission {
   stall_timeout?: number;
   /** Trackers to follow the run in: `tensorboard[:DIR]`, `mlflow[:URI]`, a comma list. */
   track?: string;
+  /** Where it runs: 'local' (absent), 'slurm' or 'kubernetes'. */
+  backend?: string;
+  /** Nodes (a Slurm or Kubernetes job); absent: one. */
+  nnodes?: number;
+  /** jiyu submit's Slurm options by field name, e.g. { gpus_per_node: 0, time: '1:00:00' }. */
+  slurm?: Record<string, unknown>;
 }
 
 /** One group of ranks with identical stacks (`GET /jiyu/api/runs/{id}/stacks`, views/stack_view.py). */

@@ -109,6 +109,18 @@ class RunFiles:
         return self.stacks / f"rank{rank}.live"
 
     @property
+    def stack_request(self) -> Path:
+        """``stacks/request``: written by an owner that cannot signal the ranks (they run on
+        other machines); each rank watching it dumps its stack when it says something new."""
+        return self.stacks / "request"
+
+    @property
+    def nodes(self) -> Path:
+        """``nodes/``: each node of a multi-node job's ``<node>.json`` (its checks before
+        torchrun, ``jobs.process.node_records``) and ``<node>.error.json`` (torchrun's failure)."""
+        return self.root / "nodes"
+
+    @property
     def loss_plot(self) -> Path:
         """``loss.png``: left by whoever showed the run's summary (the engine draws nothing)."""
         return self.root / "loss.png"

@@ -11,6 +11,7 @@ between ranks that wait in the same place.
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +22,7 @@ from .line_map import CellLine, LineMap
 FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<func>\S+)')
 THREAD = re.compile(r"^(?P<current>Current thread|Thread) (?P<id>0x[0-9a-f]+)")
 NATIVE_MARKER = "--- py-spy dump"
+HOSTS_FILE = "hosts.json"  # in a dump folder: {rank: host}, where the ranks ran
 LIBRARY_PARTS = ("/site-packages/", "/dist-packages/", "/lib/python3", "/jiyu_magics/")
 # what carries the user's code to a rank: folded away in the stack views
 PLUMBING_PARTS = (
@@ -86,6 +88,7 @@ class RankStack:
     rank: int
     frames: tuple[Frame, ...]  # the main thread's, innermost first
     text: str  # the whole dump, every thread (and py-spy's native frames)
+    host: str | None = None  # where it ran, when the dump says
 
 
 @dataclass
@@ -94,11 +97,21 @@ class StackGroup:
     frames: tuple[Frame, ...]
     text: str = ""
     native: bool = field(default=False)
+    hosts: dict[int, str] = field(default_factory=dict)  # rank → host, for a dump across several hosts
+
+    def who(self) -> str:
+        """``rank 1``, ``ranks 0, 2``; with their hosts when the dump spans several:
+        ``rank 1 on n2``, ``ranks 0 (n1), 2 (n2)``."""
+        if len(self.ranks) == 1:
+            host = self.hosts.get(self.ranks[0])
+            return f"rank {self.ranks[0]}" + (f" on {host}" if host else "")
+        named = [f"{r} ({self.hosts[r]})" if r in self.hosts else str(r) for r in self.ranks]
+        return f"ranks {', '.join(named)}"
 
     def headline(self, line_map: LineMap | None = None) -> str:
         """``ranks 0, 2 are in all_reduce (distributed_c10d.py:2806), from train_step (cell 3,
         line 9)``: the notebook cell where the job's line map names it, else the file."""
-        who = f"rank {self.ranks[0]} is" if len(self.ranks) == 1 else f"ranks {', '.join(map(str, self.ranks))} are"
+        who = f"{self.who()} {'is' if len(self.ranks) == 1 else 'are'}"
         if not self.frames:
             return f"{who} outside Python (no frames dumped)"
         shown = shown_frames(self.frames, line_map)
@@ -124,10 +137,13 @@ def group(stacks: list[RankStack]) -> list[StackGroup]:
     """Ranks with the same main-thread frames together; the smallest group first (the odd one
     out is usually the culprit), then by first rank."""
     groups: dict[tuple[Frame, ...], StackGroup] = {}
+    several_hosts = len({s.host for s in stacks if s.host}) > 1
     for stack in sorted(stacks, key=lambda s: s.rank):
         found = groups.setdefault(stack.frames, StackGroup([], stack.frames, stack.text))
         found.ranks.append(stack.rank)
         found.native |= NATIVE_MARKER in stack.text
+        if several_hosts and stack.host:
+            found.hosts[stack.rank] = stack.host
     return sorted(groups.values(), key=lambda g: (len(g.ranks), g.ranks[0]))
 
 
@@ -138,8 +154,14 @@ def dump_folders(run_id: str) -> list[Path]:
 
 
 def read_dump(folder: Path) -> list[RankStack]:
+    try:
+        hosts = json.loads((folder / HOSTS_FILE).read_text())
+    except (OSError, ValueError):
+        hosts = {}
     stacks = []
     for path in folder.glob("rank*.txt"):
         if path.stem[4:].isdigit():
-            stacks.append(parse_dump(int(path.stem[4:]), path.read_text(errors="replace")))
+            stack = parse_dump(int(path.stem[4:]), path.read_text(errors="replace"))
+            stack.host = hosts.get(str(stack.rank)) if isinstance(hosts, dict) else None
+            stacks.append(stack)
     return sorted(stacks, key=lambda s: s.rank)

@@ -6,7 +6,12 @@ starts and its exit code and one-line error when it ends. A rank killed by a sig
 its end: its record still says ``running`` while its pid is gone, which is how we tell it was
 killed; which signal killed it only its parent, torchrun's agent, can say (``torchrun_report``).
 A rank that ended because its job was asked to stop says so (``stopped``): it exits with status
-0 but did not finish."""
+0 but did not finish.
+
+Each record names the host the rank ran on. A pid means something only on its own host: a rank
+on another machine (a Slurm or Kubernetes node, seen from a login node or a notebook server) is
+``running`` until it records its end or its torchrun agent reports the signal that killed it;
+its pid is never looked up here, where it may be another process's."""
 
 from __future__ import annotations
 
@@ -14,6 +19,7 @@ import json
 import math
 import os
 import signal as signals
+import socket
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -36,14 +42,29 @@ class RankRecord:
     cuda_visible_devices: str | None = None  # the GPUs this rank saw (its lease), None when unset
     stopped: bool = False  # it ended because its job was asked to stop
     signal: int | None = None  # what killed it, as torchrun reported (never written by the rank)
+    host: str | None = None  # the machine it ran on (its hostname); None: a record from before hosts
+    nnodes: int = 1  # nodes its world spans: a failure names the host when there are several
+
+    @property
+    def here(self) -> bool:
+        """Whether it ran on this machine, where its pid can be looked up."""
+        return self.host is None or self.host == socket.gethostname()
 
     @property
     def state(self) -> RankState:
         """Derived when read: exited once it wrote its end, else running while its process
-        lives, killed once it is gone."""
+        lives, killed once it is gone (a rank on another host: once its node's torchrun
+        reported the signal that killed it)."""
         if self.ended is not None:
             return RankState.EXITED
+        if not self.here:  # only its own record or its agent's report can say it ended
+            return RankState.KILLED if self.signal is not None else RankState.RUNNING
         return RankState.RUNNING if process_alive(self.pid, self.started) else RankState.KILLED
+
+    @property
+    def who(self) -> str:
+        """``rank 1``, or ``rank 1 on n2`` when its world spans several nodes."""
+        return f"rank {self.rank} on {self.host}" if self.nnodes > 1 and self.host else f"rank {self.rank}"
 
     @property
     def failed(self) -> bool:
@@ -62,12 +83,12 @@ class RankRecord:
 
     def describe(self) -> str:
         if self.killed_by_signal and self.signal is not None:
-            return f"rank {self.rank}: killed by {signal_name(self.signal)}" + (
+            return f"{self.who}: killed by {signal_name(self.signal)}" + (
                 " (out of memory?)" if self.signal == signals.SIGKILL else ""
             )
         if self.state is RankState.EXITED:
-            return f"rank {self.rank}: " + (self.error or f"exited with code {self.exit_code}")
-        return f"rank {self.rank}: {self.state}"
+            return f"{self.who}: " + (self.error or f"exited with code {self.exit_code}")
+        return f"{self.who}: {self.state}"
 
     def to_dict(self) -> dict:
         """The record, its state and the name of the signal that killed it (``SIGKILL``)."""
@@ -102,10 +123,11 @@ def read_all(run_id: str) -> list[RankRecord]:
 
 
 def read_with_signals(run_id: str) -> list[RankRecord]:
-    """The records with the signal that killed a rank, from torchrun's report in the run's log;
-    the log's tail is read only when a rank was killed, not on every poll of the run page."""
+    """The records with the signal that killed a rank, from torchrun's report in the run's log
+    (every node's agent writes there); the log's tail is read only when a rank was killed or
+    one on another host has not recorded its end, not on every poll of a local run's page."""
     records = read_all(run_id)
-    if any(record.state is RankState.KILLED for record in records):
+    if any(record.state is RankState.KILLED or (not record.here and record.ended is None) for record in records):
         from . import torchrun_report
 
         records = with_signals(records, torchrun_report.signals(RunFiles.of(run_id).log))

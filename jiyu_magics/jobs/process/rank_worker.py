@@ -19,6 +19,7 @@ import json
 import os
 import runpy
 import signal
+import socket
 import sys
 import time
 import traceback
@@ -37,6 +38,7 @@ from . import rank_records as ranks
 from .error_line import one_line
 
 SIGTERM_REASON = "a stop request (SIGTERM)"
+TIME_LIMIT_OUTSIDE_FIT = "the scheduler's time limit (SIGUSR1) came outside training: ending for the requeue"
 
 
 class Ending(NamedTuple):
@@ -56,6 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     if run_id and record:
         ranks.write(run_id, record)
     signal.signal(signal.SIGTERM, _stop_now)
+    signal.signal(signal.SIGUSR1, _time_limit_now)
     if run_id and record and int(os.environ.get("WORLD_SIZE", "1")) > 1:
         peer_failure.watch(run_id, record)
     try:
@@ -66,6 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     # the interpreter's exit midway, which torchrun would report as a failure. Ignored, not
     # handled: Python resets handlers, not SIG_IGN, while it finalizes.
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGUSR1, signal.SIG_IGN)
     if run_id and record:
         record.ended, record.exit_code, record.error, record.stopped = time.time(), *ending
         ranks.write(run_id, record)
@@ -105,6 +109,16 @@ def _stop_now(signum, frame) -> None:
         raise job_stop.stop_now(SIGTERM_REASON)
 
 
+def _time_limit_now(signum, frame) -> None:
+    """SIGUSR1 outside ``fit``: a scheduler's time limit came before training started (a slow
+    start) or between training calls. Its default action would kill the rank (torchrun reports
+    a failed worker, the rank's record never ends); the rank ends cleanly instead, and the
+    requeued attempt resumes from the run's last checkpoint. Inside ``fit`` the engine's own
+    handler checkpoints first."""
+    print(f"[jiyu] rank {os.environ.get('RANK', '0')}: {TIME_LIMIT_OUTSIDE_FIT}", file=sys.stderr, flush=True)
+    raise SystemExit(0)
+
+
 def _note_stop(signum, frame) -> None:
     job_stop.note(SIGTERM_REASON)
 
@@ -139,6 +153,7 @@ def _exit_status(code) -> Ending:
 def _start_record() -> ranks.RankRecord:
     env = os.environ
     rank = int(env.get("RANK", "0"))
+    world, local_world = int(env.get("WORLD_SIZE", "1")), int(env.get("LOCAL_WORLD_SIZE", "1"))
     return ranks.RankRecord(
         rank=rank,
         local_rank=int(env.get("LOCAL_RANK", rank)),
@@ -146,6 +161,8 @@ def _start_record() -> ranks.RankRecord:
         restart=int(env.get("TORCHELASTIC_RESTART_COUNT", "0")),
         started=process_start_time(os.getpid()) or time.time(),
         cuda_visible_devices=env.get("CUDA_VISIBLE_DEVICES"),
+        host=socket.gethostname(),
+        nnodes=max(1, -(-world // max(1, local_world))),  # torchrun gives every node the same nproc
     )
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from ...core.runs.files import HOME_ENV, RUN_ID_ENV, jiyu_home
 
 WORKER_MODULE = "jiyu_magics.jobs.process.rank_worker"
+NODE_LAUNCH_MODULE = "jiyu_magics.jobs.process.node_launch"  # each node of a scheduler's job, before torchrun
 # torch >= 2.4 shares the rendezvous TCPStore with the workers; after a restart the ranks then
 # read the previous attempt's addresses and gloo/NCCL fail to connect or hang
 # (pytorch/pytorch#135712, seen here with torch 2.13). Each attempt's rank 0 hosting its own
@@ -52,6 +53,7 @@ def command(
     rdzv_endpoint: str | None = None,
     node_rank: int | None = None,
     rdzv_id: str | None = None,
+    rdzv_conf: str | None = None,
     max_restarts: int = 0,
     log_dir: str | os.PathLike | None = None,
     args: Sequence[str] = (),
@@ -76,10 +78,30 @@ def command(
             cmd += ["--node-rank", str(node_rank)]
         if rdzv_id is not None:
             cmd += ["--rdzv-id", rdzv_id]
+        if rdzv_conf is not None:
+            cmd += ["--rdzv-conf", rdzv_conf]
     cmd += ["--nproc-per-node", str(nproc), "--max-restarts", str(max_restarts)]
     if log_dir is not None:
         cmd += ["--log-dir", str(log_dir), "--tee", "3"]
     return cmd + ["-m", WORKER_MODULE, str(script), *args]
+
+
+def join_timeout_conf(seconds: int, static: bool = False) -> str:
+    """torchrun's ``--rdzv-conf`` bounding how long the nodes wait for each other: c10d's
+    ``join_timeout`` (600 s by default) and its store client's ``read_timeout`` (60 s by default:
+    a node whose first node starts late gave up before the join timeout); the static
+    rendezvous's ``timeout`` (its store's, 600 s by default)."""
+    if static:
+        return f"timeout={seconds}"
+    return f"join_timeout={seconds},read_timeout={seconds}"
+
+
+def node_launch(rdzv_endpoint: str, join_timeout: int, launcher: Sequence[str], resolve_timeout: int = 0) -> list[str]:
+    """The per-node launcher's command, to which torchrun's is appended (``process.node_launch``)."""
+    cmd = [*launcher, "-m", NODE_LAUNCH_MODULE, "--rdzv", rdzv_endpoint, "--join-timeout", str(join_timeout)]
+    if resolve_timeout:
+        cmd += ["--resolve-timeout", str(resolve_timeout)]
+    return [*cmd, "--"]
 
 
 def environment(

@@ -34,7 +34,7 @@ CLOSING_LINE = re.compile(r"(?:Sending process|Unable to shutdown process) (\d+)
 
 def exit_codes(log: Path | str) -> dict[int, int]:
     """pid → exit code of every failed worker torchrun reported in the tail of ``log``."""
-    text = _tail(Path(log))
+    text = tail(Path(log))
     found: dict[int, int] = {}
     for pattern in (AGENT_LINE, TABLE_LINE):
         for code, pid in pattern.findall(text):
@@ -45,11 +45,12 @@ def exit_codes(log: Path | str) -> dict[int, int]:
 def signals(log: Path | str) -> dict[int, int]:
     """pid → the number of the signal that killed it, for the workers killed by one that the
     agent did not send itself."""
-    closed = {int(pid) for pid in CLOSING_LINE.findall(_tail(Path(log)))}
+    closed = {int(pid) for pid in CLOSING_LINE.findall(tail(Path(log)))}
     return {pid: -code for pid, code in exit_codes(log).items() if code < 0 and pid not in closed}
 
 
-def _tail(path: Path) -> str:
+def tail(path: Path) -> str:
+    """The last ``TAIL_BYTES`` of the log, where the agents' and Slurm's last words are."""
     try:
         with open(path, "rb") as f:
             size = f.seek(0, os.SEEK_END)

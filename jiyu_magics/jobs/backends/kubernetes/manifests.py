@@ -11,6 +11,13 @@ sets torchrun's ``PET_NNODES``/``PET_NPROC_PER_NODE``/``PET_NODE_RANK``/``PET_MA
 every node; volumes come in through ``runtimePatches`` (the container's env through
 ``spec.trainer.env``, as the runtime requires). ``PyTorchJob`` has one Master and
 ``nnodes - 1`` Workers, the operator setting ``MASTER_ADDR``/``MASTER_PORT``/``PET_NODE_RANK``.
+
+A job of several nodes starts each pod with the same checks as a Slurm job's nodes
+(``jobs.process.node_launch``): the first pod's name resolves in this pod (waiting a minute for
+the cluster's DNS to list a new pod) and not to this pod itself; then torchrun, whose static
+rendezvous waits at most the join timeout for every node (``--rdzv-conf timeout``, 600 s by
+default). No Kubernetes API server can run
+on the machines the tests run on: the manifests are checked against the CRDs' own schemas.
 """
 
 from __future__ import annotations
@@ -31,6 +38,8 @@ TRAINJOB_API, PYTORCHJOB_API = "trainer.kubeflow.org/v1alpha1", "kubeflow.org/v1
 RUNTIME = "torch-distributed"  # the ClusterTrainingRuntime Kubeflow Trainer installs
 PATCH_MANAGER = "jiyu.dev/jiyu-magics"
 KINDS = {"trainjob": "TrainJob", "pytorchjob": "PyTorchJob"}
+JOIN_TIMEOUT_S = 180  # every pod of a multi-node job reaches the rendezvous within this
+RESOLVE_TIMEOUT_S = 60  # a new pod's name reaches the cluster's DNS within this
 
 
 def job_name(run_id: str) -> str:
@@ -58,6 +67,10 @@ def labels(run: Run) -> dict[str, str]:
 
 def trainjob(run: Run, spec: LaunchSpec, image: str, claim: str) -> dict:
     args = ["--max-restarts", str(spec.max_restarts), "-m", torchrun.WORKER_MODULE, f"{POD_SCRIPT_DIR}/job.py"]
+    command = ["torchrun"]
+    if spec.nnodes > 1:  # the runtime's PET_* variables name the first pod; each pod checks its way there
+        checks = _node_checks("$(PET_MASTER_ADDR):$(PET_MASTER_PORT)")
+        command, args = checks[:1], [*checks[1:], "torchrun", "--rdzv-conf", _static_timeout(), *args]
     pod = {"containers": [{"name": "node", "volumeMounts": _mounts()}], "volumes": _volumes(run, claim)}
     patch = {
         "manager": PATCH_MANAGER,
@@ -75,7 +88,7 @@ def trainjob(run: Run, spec: LaunchSpec, image: str, claim: str) -> dict:
             "runtimeRef": {"apiGroup": "trainer.kubeflow.org", "kind": "ClusterTrainingRuntime", "name": RUNTIME},
             "trainer": {
                 "image": image,
-                "command": ["torchrun"],
+                "command": command,
                 "args": args,
                 "env": _env(run),
                 "numNodes": spec.nnodes,
@@ -118,6 +131,8 @@ def _replica(count: int, image: str, claim: str, run: Run, spec: LaunchSpec) -> 
             launcher=["torchrun"],
         )
         cmd[cmd.index("--node-rank") + 1] = "$(PET_NODE_RANK)"
+        cmd[1:1] = ["--rdzv-conf", _static_timeout()]
+        cmd = [*_node_checks("$(MASTER_ADDR):$(MASTER_PORT)"), *cmd]
     container = {
         "name": "pytorch",  # the operator finds the training container by this name
         "image": image,
@@ -136,6 +151,15 @@ def _replica(count: int, image: str, claim: str, run: Run, spec: LaunchSpec) -> 
             "spec": {"containers": [container], "volumes": _volumes(run, claim)},
         },
     }
+
+
+def _node_checks(rdzv_endpoint: str) -> list[str]:
+    """The pod's checks before torchrun (``process.node_launch``), as a command line."""
+    return torchrun.node_launch(rdzv_endpoint, JOIN_TIMEOUT_S, launcher=["python"], resolve_timeout=RESOLVE_TIMEOUT_S)
+
+
+def _static_timeout() -> str:
+    return torchrun.join_timeout_conf(JOIN_TIMEOUT_S, static=True)
 
 
 def _env(run: Run) -> list[dict]:

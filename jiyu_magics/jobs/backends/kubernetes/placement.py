@@ -23,7 +23,7 @@ from ....core.store.run_row import Run
 from ....core.store.run_store import RunStore
 from ...gpu_queue import Grant
 from ...launch_spec import LaunchSpec
-from ...process import rank_records
+from ...process import failure_line, rank_records
 from ...process.process_tree import StopResult
 from ...rank_placement import SchedulerGrantsAtOnce, SchedulerState
 from ..handover import Handover
@@ -144,5 +144,4 @@ class KubernetesJob:
         state = self.state()
         if not state.over or state.exit_code == 0:
             return None
-        failed = rank_records.errors_in_order(self.ranks())
-        return failed[0].describe() if failed else state.error
+        return failure_line.ranks_or_nodes(self.run_id) or state.error

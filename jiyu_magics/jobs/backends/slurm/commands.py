@@ -42,6 +42,7 @@ class SlurmJobInfo:
     restarts: int = 0  # how many times it was requeued
     started: float | None = None  # when its current attempt started (epoch seconds), if it ran
     source: str = "scontrol"  # who said so: scontrol, sacct or jobcomp
+    nodes: str | None = None  # its nodes as Slurm lists them (n[1-2]), once it ran
 
 
 def sbatch(script: Path, env: Mapping[str, str] | None = None) -> str:
@@ -122,6 +123,19 @@ def scancel(job_id: str, signal: str | None = None) -> str | None:
     return _errors(done) if done.returncode else None
 
 
+def unhealthy_nodes(nodes: str) -> list[str]:
+    """Those of ``nodes`` (a Slurm node list: n[1-4]) that Slurm has down, drained or not
+    responding now, each as ``n2 (down*: Not responding)``; [] when none or Slurm cannot say."""
+    done = _run("sinfo", "-h", "-N", "-n", nodes, "-o", "%N|%T|%E")
+    found = []
+    for line in dict.fromkeys(done.stdout.splitlines() if done.returncode == 0 else []):
+        name, _, rest = line.partition("|")
+        state, _, reason = rest.partition("|")
+        if any(word in state for word in ("down", "drain", "fail", "*")):
+            found.append(f"{name} ({state}" + (f": {reason}" if reason and reason != "none" else "") + ")")
+    return found
+
+
 def parse_fields(line: str) -> dict[str, str]:
     """``Key=value`` pairs of ``scontrol -o`` and the job-completion log (values may hold spaces)."""
     return dict(part.split("=", 1) for part in _FIELD.split(line) if "=" in part)
@@ -138,6 +152,7 @@ def _info(job_id: str, fields: dict[str, str], source: str) -> SlurmJobInfo:
         int(fields.get("Restarts") or 0),
         _epoch(fields.get("StartTime")) if ran else None,
         source,
+        fields.get("NodeList") if ran else None,
     )
 
 

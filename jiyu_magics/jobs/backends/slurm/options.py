@@ -15,6 +15,9 @@ from ...job_error import JobError
 
 DEFAULT_MAX_REQUEUES = 3
 DEFAULT_CHECKPOINT_GRACE_S = 120
+# Seconds every node has to reach the rendezvous: Slurm starts a job's nodes together, so this
+# bounds how long they may wait for each other (torch's default is 600)
+DEFAULT_JOIN_TIMEOUT_S = 180
 MAX_SIGNAL_LEAD_S = 65535  # the largest @time sbatch --signal takes
 # --time: minutes, minutes:seconds, hours:minutes:seconds, days-hours[:minutes[:seconds]]
 _TIME = re.compile(
@@ -58,6 +61,7 @@ class SlurmOptions:
     sbatch_args: list[str] = field(default_factory=list)
     max_requeues: int = DEFAULT_MAX_REQUEUES
     checkpoint_grace: int = DEFAULT_CHECKPOINT_GRACE_S
+    join_timeout: int = DEFAULT_JOIN_TIMEOUT_S
 
     @classmethod
     def from_dict(cls, data: dict | None) -> SlurmOptions:
@@ -83,6 +87,7 @@ class SlurmOptions:
         _count("--gpus-per-node", self.gpus_per_node, 0, allow_none=True)
         _count("--max-requeues", self.max_requeues, 0)
         _count("--checkpoint-grace", self.checkpoint_grace, 1)
+        _count("--join-timeout", self.join_timeout, 1)
         if self.checkpoint_grace > MAX_SIGNAL_LEAD_S:
             raise JobError(f"--checkpoint-grace {self.checkpoint_grace}: at most {MAX_SIGNAL_LEAD_S} seconds")
         if limit is not None and self.checkpoint_grace >= limit:

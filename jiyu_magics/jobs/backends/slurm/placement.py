@@ -9,6 +9,7 @@ look at the run costs one ``scontrol`` call).
 from __future__ import annotations
 
 import os
+import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -21,8 +22,8 @@ from ....core.store.run_row import Run
 from ....core.store.run_store import RunStore
 from ...gpu_queue import Grant
 from ...launch_spec import LaunchSpec
+from ...process import failure_line, rank_records, torchrun_report
 from ...process import process_tree as processes
-from ...process import rank_records
 from ...process.process_tree import StopResult
 from ...rank_placement import SchedulerGrantsAtOnce, SchedulerState
 from ..handover import Handover
@@ -100,7 +101,7 @@ class SlurmJob:
             )
         else:
             info = slurm.job_info(self.scheduler_id)
-            state = states.state_of(info) if info else states.lost(self.scheduler_id)
+            state = states.state_of(info, self._failed_nodes(info)) if info else states.lost(self.scheduler_id)
         self._state, self._asked = state, time.monotonic()
         return state
 
@@ -141,15 +142,29 @@ class SlurmJob:
         return rank_records.read_all(self.run_id)
 
     def error_line(self) -> str | None:
-        """The first rank that failed with an error, as for a local run; else Slurm's own
-        line (a node failed, out of memory, the time limit); else the exit code."""
+        """Slurm's own line where it knows the cause better than any rank (a node failed, out
+        of memory, the time limit: the ranks only saw themselves killed); else the rank that
+        failed first, as for a local run, named with its node (one killed by a signal, as its
+        node's torchrun reported it, before the errors of the ranks it left behind); else why
+        the nodes never trained together (``node_records``); else the exit code."""
         state = self.state()
         if not state.over or state.exit_code == 0:
             return None
-        failed = rank_records.errors_in_order(self.ranks())
-        if failed:
-            return failed[0].describe()
-        return state.error or f"Slurm job {self.scheduler_id} ended with exit code {state.exit_code}"
+        if state.error:
+            return state.error
+        return failure_line.ranks_or_nodes(self.run_id, self.files.log) or (
+            f"Slurm job {self.scheduler_id} ended with exit code {state.exit_code}"
+        )
+
+    def _failed_nodes(self, info: slurm.SlurmJobInfo) -> list[str]:
+        """The nodes a NODE_FAIL ended the job for: as srun said in the job's log (the time
+        it happened), else those Slurm has down now."""
+        if info.state != "NODE_FAIL":
+            return []
+        said = re.findall(r"srun: error: Node failure on (\S+)", torchrun_report.tail(self.files.log))
+        if said:
+            return list(dict.fromkeys(said))
+        return slurm.unhealthy_nodes(info.nodes) if info.nodes else []
 
     def _id_the_job_wrote(self) -> str | None:
         """A batch script submitted by hand writes its job id into the run folder."""

@@ -1,5 +1,11 @@
-"""The Slurm batch script of a run: one ``srun`` task per node, each running ``torchrun`` for
-that node's ranks, all meeting at a c10d rendezvous on the first node of the allocation.
+"""The Slurm batch script of a run: one ``srun`` task per node, each checking its way to the
+rendezvous (``jobs.process.node_launch``) and then running ``torchrun`` for that node's ranks,
+all meeting at a c10d rendezvous on the first node of the allocation, within the join timeout.
+
+The first node is where the batch script runs (Slurm runs it on the allocation's first node),
+so its name is ``$SLURMD_NODENAME`` there: no ``scontrol`` is needed to find it (a container
+without Slurm's tools would otherwise leave it empty, and every node would rendezvous with
+itself). Each node's rank is read by its own task, never expanded by the batch shell.
 
 The job writes into the run's folder on the shared path (``JIYU_HOME``): its output is the
 run's ``stdout.log`` (appended, so a requeued attempt adds to it), rank 0 writes the event log
@@ -10,7 +16,9 @@ Time limit and preemption: Slurm signals the batch shell (``--signal=B:USR1@GRAC
 seconds before the limit. The shell passes USR1 to the ranks through srun and torchrun (told to
 forward it, not to die of it); the engine checkpoints at the next step both ranks agree on and
 ends the rank; the shell then requeues the job (``scontrol requeue``), whose next attempt resumes
-from that checkpoint (``JIYU_RESUME=last``), up to ``--max-requeues`` times.
+from that checkpoint (``JIYU_RESUME=last``), up to ``--max-requeues`` times. The job is submitted
+``--no-requeue`` and made requeueable only for that moment: a node that fails ends the run with
+Slurm's line naming the node, instead of leaving it pending for a node that may not return.
 """
 
 from __future__ import annotations
@@ -46,7 +54,7 @@ def render(run: Run, spec: LaunchSpec, files: RunFiles, options: SlurmOptions, p
         *_environment(run, files, python),
         *_attempt(options),
         *_follower(run, spec),
-        *_launch(spec, files, python),
+        *_launch(spec, files, python, options.join_timeout),
         *_ending(options),
     ]
     return "\n".join(lines) + "\n"
@@ -63,7 +71,7 @@ def directives(run: Run, spec: LaunchSpec, files: RunFiles, options: SlurmOption
         "--open-mode=append",
         f"--chdir={_path_value(run.cwd)}",
         f"--signal=B:USR1@{options.checkpoint_grace}",
-        "--requeue" if options.max_requeues else "--no-requeue",
+        "--no-requeue",  # a node failure ends the run; the time limit's requeue is the script's own
     ]
     for flag, value in (
         ("time", options.time),
@@ -108,10 +116,13 @@ def _environment(run: Run, files: RunFiles, python: str) -> list[str]:
 def _attempt(options: SlurmOptions) -> list[str]:
     return [
         "attempt=${SLURM_RESTART_COUNT:-0}",
-        "# a requeued attempt resumes from the newest checkpoint of this run",
-        'if [ "$attempt" -gt 0 ]; then export JIYU_RESUME=last; fi',
-        "# the first node of the allocation hosts the rendezvous, on a port free there",
-        'head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
+        "# a requeued attempt resumes from the newest checkpoint of this run, and is not requeueable again",
+        'if [ "$attempt" -gt 0 ]; then',
+        "  export JIYU_RESUME=last",
+        '  scontrol update JobId="$SLURM_JOB_ID" Requeue=0 2>/dev/null',
+        "fi",
+        "# the first node of the allocation runs this script and hosts the rendezvous, on a port free there",
+        'head_node="${SLURMD_NODENAME:-$(hostname -s)}"',
         f'port=$("$python" -c {shlex.quote(FREE_PORT)})',
         'echo "[jiyu] $(date +%H:%M:%S) Slurm job $SLURM_JOB_ID, attempt $((attempt + 1)), on $SLURM_JOB_NODELIST"',
         "near_limit=0 step=",
@@ -134,21 +145,23 @@ def _follower(run: Run, spec: LaunchSpec) -> list[str]:
     ]
 
 
-def _launch(spec: LaunchSpec, files: RunFiles, python: str) -> list[str]:
+def _launch(spec: LaunchSpec, files: RunFiles, python: str, join_timeout: int) -> list[str]:
     cmd = torchrun.command(
         files.script,
         spec.nproc,
         nnodes=spec.nnodes,
         rdzv_endpoint="$head_node:$port",
         rdzv_id="$SLURM_JOB_ID",
+        rdzv_conf=torchrun.join_timeout_conf(join_timeout),
         max_restarts=spec.max_restarts,
         log_dir=files.root / "torchrun",
         launcher=["$python", "-m", "torch.distributed.run"],
     )
     cmd[cmd.index("--nnodes") + 1] = "$SLURM_NNODES"
+    node = torchrun.node_launch("$head_node:$port", join_timeout, launcher=["$python"])
     return [
         'if [ "$near_limit" = 0 ]; then',
-        "  srun --kill-on-bad-exit=1 " + " ".join(map(_quote, cmd)) + " &",
+        "  srun --kill-on-bad-exit=1 " + " ".join(map(_quote, node + cmd)) + " &",
         "  step=$!",
         "fi",
         "code=0",
@@ -161,13 +174,19 @@ def _launch(spec: LaunchSpec, files: RunFiles, python: str) -> list[str]:
 
 
 def _ending(options: SlurmOptions) -> list[str]:
+    requeue = [
+        f'  if [ "$attempt" -lt {options.max_requeues} ]; then',
+        f'    echo "[jiyu] $(date +%H:%M:%S) requeued ($((attempt + 1)) of {options.max_requeues})"',
+        "    # requeueable for this requeue only (the job is submitted --no-requeue); the next attempt",
+        "    # makes it not requeueable again",
+        '    scontrol update JobId="$SLURM_JOB_ID" Requeue=1 && scontrol requeue "$SLURM_JOB_ID" && exit 0',
+        '    echo "[jiyu] $(date +%H:%M:%S) the requeue failed (scontrol above)"',
+        "  fi",
+    ]
     return [
         'kill -TERM "$follower" 2>/dev/null; wait "$follower"',
         'if [ "$near_limit" = 1 ]; then',
-        f'  if [ "$attempt" -lt {options.max_requeues} ]; then',
-        f'    echo "[jiyu] $(date +%H:%M:%S) requeued ($((attempt + 1)) of {options.max_requeues})"',
-        '    scontrol requeue "$SLURM_JOB_ID" && exit 0',
-        "  fi",
+        *(requeue if options.max_requeues else []),
         f'  echo "[jiyu] $(date +%H:%M:%S) time limit reached, no requeue left (--max-requeues '
         f'{options.max_requeues})"',
         f"  exit {OUT_OF_REQUEUES_EXIT}",

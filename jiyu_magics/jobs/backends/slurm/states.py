@@ -30,13 +30,15 @@ FAILURE_LINES = {
 }
 
 
-def state_of(info: SlurmJobInfo) -> SchedulerState:
+def state_of(info: SlurmJobInfo, failed_nodes: list[str] | None = None) -> SchedulerState:
+    """``failed_nodes``: the job's nodes that failed, as the caller found them (a NODE_FAIL's
+    line names them)."""
     if info.state in QUEUED:
         return SchedulerState(RunStatus.QUEUED, _reason(info), started=None)
     if info.state in RUNNING:
         return SchedulerState(RunStatus.RUNNING, started=info.started)
     return SchedulerState.ended(
-        _exit_code(info), cancelled=info.state == CANCELLED, started=info.started, error=_error(info)
+        _exit_code(info), cancelled=info.state == CANCELLED, started=info.started, error=_error(info, failed_nodes)
     )
 
 
@@ -61,8 +63,10 @@ def _exit_code(info: SlurmJobInfo) -> int:
     return info.exit_code or 1
 
 
-def _error(info: SlurmJobInfo) -> str | None:
+def _error(info: SlurmJobInfo, failed_nodes: list[str] | None = None) -> str | None:
     line = FAILURE_LINES.get(info.state)
+    if line and failed_nodes:
+        return f"Slurm job {info.job_id}: {line} ({info.state}): {', '.join(failed_nodes)}"
     if line:
         return f"Slurm job {info.job_id}: {line} ({info.state})"
     if info.exit_code == OUT_OF_REQUEUES_EXIT:
