@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from jiyu_magics.jobs import scheduler_follower  # imported before a test hides the jobs layer
+
 # jp_fetch, jp_serverapp, ...: a real jupyter_server per test for the server-extension tests.
 # (The GPU machine runs only gpu-marked tests and has no jupyter_server: don't fail there.)
 pytest_plugins = (
@@ -61,8 +63,6 @@ def jiyu_home(tmp_path_factory, monkeypatch):
 def _stop_scheduler_follower(home: Path) -> None:
     """A test's Slurm runs may stay active in its folder (a job never submitted): the follower
     of its home would poll them on through every later test."""
-    from jiyu_magics.jobs import scheduler_follower
-
     pid = scheduler_follower.running_pid(home)
     if pid is not None:
         try:

@@ -169,7 +169,9 @@ def test_train_track_puts_the_run_in_tensorboard_and_mlflow_as_it_logged_it(shel
     assert [(m.step, m.value) for m in history] == [(e["step"], e["loss"]) for e in steps]
     assert [m.timestamp for m in history] == [int(e["t"] * 1000) for e in steps]
     assert run.info.status == "FINISHED" and run.info.run_name == "digits"
-    assert run.data.params["fit.epochs"] == "3" and run.data.params["log_every"] == "4", "fit options too"
+    params = run.data.params
+    assert params["fit.epochs"] == "3" and params["fit.log_every"] == "4", "fit options too"
+    assert (params["fit.optimizer"], params["optimizer.lr"], params["fit.model"]) == ("AdamW", "0.01", "Sequential")
     assert run.data.tags["jiyu.kind"] == "kernel" and run.data.tags["jiyu.status"] == "succeeded"
     assert run.data.metrics["val/accuracy"] == pytest.approx(vals[-1]["accuracy"])
     assert logged(result.run_id, "start")[0]["track"] == f"tensorboard:{tb},mlflow:{uri}"

@@ -106,7 +106,9 @@ def test_two_rank_ddp_shards_the_loader_and_only_rank_zero_writes(tmp_path):
     assert len(start) == 1 and (start[0]["nproc"], start[0]["strategy"], start[0]["backend"]) == (2, "ddp", "gloo")
     steps = [e["step"] for e in events if e["kind"] == "step"]
     assert steps == sorted(set(steps)), "each step is logged once, by rank 0"
-    assert sorted(p.name for p in files.ckpt.iterdir()) == ["step-00000008.pt", "step-00000012.pt", "step-00000016.pt"]
+    assert sorted(p.name for p in files.ckpt.iterdir()) == [
+        name for step in (8, 12, 16) for name in (f"step-{step:08d}.pt", f"step-{step:08d}.pt.sha256")
+    ], "the newest three, each with its checksum"
     assert ranks[1]["last"] == ranks[0]["last"] == str(files.ckpt / "step-00000016.pt")
     assert RunStore().get(run.id).status == "running", "the launcher owns the status"
 

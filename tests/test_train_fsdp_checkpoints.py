@@ -136,7 +136,13 @@ def test_every_rank_writes_its_shard_into_one_folder_and_old_ones_rotate_out(ran
     a = ranks.folder / "A"
     assert sorted(p.name for p in a.iterdir()) == ["step-00000008.dcp", "step-00000012.dcp"], "--keep-ckpts 2"
     last = a / "step-00000012.dcp"
-    assert sorted(p.name for p in last.iterdir()) == [".metadata", "__0_0.distcp", "__1_0.distcp", "jiyu-state.pt"]
+    assert sorted(p.name for p in last.iterdir()) == [
+        ".metadata",
+        "__0_0.distcp",
+        "__1_0.distcp",
+        "jiyu-state.pt",
+        "jiyu-state.pt.sha256",
+    ]
     state = load_state_file(last)
     assert (state["step"], state["world_size"], len(state["rng"]), len(state["epoch_rng"])) == (12, 2, 2, 2)
     run = ranks.result("a")["run_id"]
@@ -186,6 +192,7 @@ def test_two_to_one_rank_loads_exactly_and_continues_as_an_unsharded_resume(one_
         ".metadata",
         "__0_0.distcp",
         "jiyu-state.pt",
+        "jiyu-state.pt.sha256",
     ]
 
 
@@ -269,7 +276,13 @@ def test_export_weights_of_a_run_and_its_one_line_refusals(ranks, tmp_path, monk
     for args, line in refusals.items():
         refused = jiyu("export-weights", *args, cwd=tmp_path)
         assert (refused.returncode, refused.stderr) == (2, f"jiyu export-weights: error: {line}\n"), args
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["folder", "w8.pt", "whole.pt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "folder",
+        "w8.pt",
+        "w8.pt.sha256",
+        "whole.pt",
+        "whole.pt.sha256",
+    ]
 
 
 def test_a_save_cut_short_is_never_picked_and_goes_once_its_writer_is_gone(tmp_path):

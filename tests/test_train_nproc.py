@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import signal
 import time
 
@@ -216,8 +217,8 @@ def test_a_failing_rank_is_one_line_and_nothing_is_left(tmp_path):
         traceback[0] == "Traceback (most recent call last):"
         and traceback[-1] == "RuntimeError: rank one is out of coffee"
     ), "the first failing rank's traceback, in full"
-    frames = [line for line in traceback if line.lstrip().startswith("File ")]
-    assert frames and all("jiyu_magics" not in f and "torch/distributed/elastic" not in f for f in frames), frames
+    frames = [line for line in traceback if re.match(r'\s*(File "|(cell \d+|the current cell), line \d+)', line)]
+    assert frames and all("jiyu_magics" not in f and "torch/distributed/elastic" not in f for f in frames), traceback
     assert "in train_step" in frames[-1] and "raise RuntimeError('rank one is out of coffee')" in "\n".join(traceback)
     (run,) = [r for r in RunStore().list() if r.name == "ddp-fail"]
     assert run.status == "failed" and "rank one is out of coffee" in run.error

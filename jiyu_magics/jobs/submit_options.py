@@ -311,7 +311,8 @@ def _tracks(label: str, value: Any) -> list[str]:
         destinations = parse_track([value] if isinstance(value, str) else list(value or []))
         check_installed(destinations)
     except (TrackSpecError, TypeError) as error:
-        raise JobError(f"{label} {value!r:.60}: {error}") from None
+        written = ",".join(map(str, value)) if isinstance(value, (list, tuple)) else value  # as given
+        raise JobError(f"{label} {written!r:.60}: {error}") from None
     return as_strings(destinations)
 
 

@@ -149,10 +149,23 @@ class Translator:
 
 
 def start_params(event: dict) -> dict[str, Param]:
-    """The first call's settings as parameters (``fit.amp``: bf16, as it resolved)."""
+    """The first call's settings as parameters (``fit.amp``: bf16, as it resolved), every fit
+    option it recorded (``fit.log_every``), the model's, optimizer's and scheduler's classes
+    (``fit.optimizer``: AdamW) and the optimizer's hyperparameters (``optimizer.lr``; per group,
+    ``optimizer.group1.lr``, when it has several)."""
     found = {PARAM_PREFIX + key: _scalar(event[key]) for key in START_PARAMS if event.get(key) is not None}
     if event.get("params") is not None:
         found[MODEL_PARAMS] = _scalar(event["params"])
+    for key, value in (event.get("options") or {}).items():
+        if value is not None:
+            found.setdefault(PARAM_PREFIX + str(key), _scalar(value))
+    for key in ("model", "optimizer", "scheduler"):
+        if event.get(key) is not None:
+            found[PARAM_PREFIX + key] = _scalar(event[key])
+    groups = event.get("optimizer_groups") or []
+    for index, group in enumerate(groups):
+        prefix = "optimizer." if len(groups) == 1 else f"optimizer.group{index}."
+        found.update({prefix + str(k): _scalar(v) for k, v in group.items() if v is not None})
     return found
 
 
