@@ -33,7 +33,7 @@ def checked_target(path: str | os.PathLike, follow_links: bool = False) -> Path:
             raise NotARegularFile(f"{path} is a symbolic link; pass --force to write to its target")
         return checked_target(path.resolve(), follow_links=False)
     if not stat.S_ISREG(mode):
-        raise NotARegularFile(f"{path} is {_kind(mode)}, not a regular file; give a file path")
+        raise NotARegularFile(f"{path} is {file_kind(mode)}, not a regular file; give a file path")
     return path
 
 
@@ -57,7 +57,8 @@ def write_regular_file(path: str | os.PathLike, data: bytes | str, follow_links:
     return target
 
 
-def _kind(mode: int) -> str:
+def file_kind(mode: int) -> str:
+    """What a path that is not a regular file is, for a one-line refusal (``a device``)."""
     if stat.S_ISDIR(mode):
         return "a folder"
     if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):

@@ -19,6 +19,7 @@ from pathlib import Path
 from ..core.events.log import read_events
 from ..core.runs.files import RunFiles
 from ..core.runs.model import EventKind
+from ..core.user_files import file_kind
 from .checkpoint_files import is_checkpoint, is_sharded, newest_checkpoint
 from .train_errors import TrainConfigError
 
@@ -83,22 +84,10 @@ def writable_target(to: Path, source: Path) -> Path:
     except OSError as error:
         raise TrainConfigError(f"--to {to}: {error.strerror or error}") from None
     if mode is not None and not stat.S_ISREG(mode):
-        raise TrainConfigError(f"--to {to} is {_kind(mode)}, not a file: refusing to write over it")
+        raise TrainConfigError(f"--to {to} is {file_kind(mode)}, not a file: refusing to write over it")
     if target == Path(os.path.realpath(source)) or Path(os.path.realpath(source)) in target.parents:
         raise TrainConfigError(f"--to {to} is the checkpoint being exported (or inside it)")
     return target
-
-
-def _kind(mode: int) -> str:
-    if stat.S_ISDIR(mode):
-        return "a folder"
-    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-        return "a device"
-    if stat.S_ISFIFO(mode):
-        return "a named pipe"
-    if stat.S_ISSOCK(mode):
-        return "a socket"
-    return "a special file"
 
 
 def run_checkpoints(run_id: str) -> list[tuple[int | None, Path]]:
