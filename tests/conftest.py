@@ -11,9 +11,8 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
-
-from jiyu_magics.jobs import scheduler_follower  # imported before a test hides the jobs layer
 
 # jp_fetch, jp_serverapp, ...: a real jupyter_server per test for the server-extension tests.
 # (The GPU machine runs only gpu-marked tests and has no jupyter_server: don't fail there.)
@@ -26,6 +25,7 @@ pytest_plugins = (
 ROOT = Path(__file__).resolve().parent.parent
 NVML_DOUBLE_DIR = Path(__file__).resolve().parent / "nvml_double"
 ARTIFACTS = ROOT / "test-artifacts"
+FOLLOWER_MODULE = "jiyu_magics.jobs.scheduler_follower"  # python -m, as ensure_running starts it
 
 
 def _gpu_present() -> bool:
@@ -62,13 +62,14 @@ def jiyu_home(tmp_path_factory, monkeypatch):
 
 def _stop_scheduler_follower(home: Path) -> None:
     """A test's Slurm runs may stay active in its folder (a job never submitted): the follower
-    of its home would poll them on through every later test."""
-    pid = scheduler_follower.running_pid(home)
-    if pid is not None:
+    of its home would poll them on through every later test. Found by its command line and home,
+    not its lock: a follower still starting has not taken the lock yet."""
+    for proc in psutil.process_iter(["cmdline"]):
         try:
-            os.kill(pid, 15)
-        except OSError:
-            pass
+            if FOLLOWER_MODULE in (proc.info["cmdline"] or []) and proc.environ().get("JIYU_HOME") == str(home):
+                proc.kill()
+        except psutil.Error:
+            continue
 
 
 @pytest.fixture
