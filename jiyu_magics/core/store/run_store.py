@@ -249,15 +249,17 @@ class RunStore:
         """Stores the summary of each ended run that has none (recorded before summaries were
         stored: a store migrated from schema 4), folding its log once, so that later listings
         need no log. Taken by upkeep; a listing derives the same summary in memory meanwhile."""
+        final = [status.value for status in states.FINAL]
         with self._read() as db:
             ids = [
                 row["id"]
-                for row in db.execute("SELECT id, status FROM runs WHERE summary IS NULL")
-                if RunStatus(row["status"]) in states.FINAL
+                for row in db.execute(
+                    f"SELECT id FROM runs WHERE summary IS NULL AND status IN ({', '.join('?' * len(final))})", final
+                )
             ]
         for run_id in ids:
+            summary = self.stored_summary(run_id)  # the log folded before the write lock is taken
             with self._write() as db:
-                summary = self.stored_summary(run_id)
                 db.execute("UPDATE runs SET summary = ? WHERE id = ? AND summary IS NULL", (summary, run_id))
         return ids
 
