@@ -47,6 +47,12 @@ VARIABLES = (
         "Where `--track mlflow` without a URI goes (else `sqlite:///$JIYU_HOME/mlflow.db`).",
     ),
     Variable("MLFLOW_EXPERIMENT_NAME", "you (MLflow's own)", "The MLflow experiment of tracked runs (else `jiyu`)."),
+    Variable(
+        "JIYU_POOL_HOST",
+        "you",
+        "The kernel's address the nodes of a ranks pool's Slurm allocation reach (default: the address on "
+        "the route to the allocation's first node).",
+    ),
     Variable("JIYU_IMAGE", "you", "The container image Kubernetes runs a job in (--backend kubernetes)."),
     Variable("JIYU_K8S_CLAIM", "you", "The PersistentVolumeClaim mounted as JIYU_HOME in Kubernetes jobs."),
     Variable(

@@ -63,6 +63,11 @@ START.add_argument("nproc", type=int)
 START.add_argument("--device", default=None, help="cpu: gloo ranks that lease no GPU")
 START.add_argument("--gpus", type=int, default=None)
 START.add_argument("--name", default=None)
+START.add_argument("--backend", choices=("local", "slurm"), default="local")
+START.add_argument("--nodes", type=int, default=1)
+START.add_argument("--partition", default=None)
+START.add_argument("--time", default=None)
+START.add_argument("--gpus-per-node", type=int, default=None)
 PUSH = _parser("%ranks push")
 PUSH.add_argument("names", nargs="+")
 PULL = _parser("%ranks pull")
@@ -102,6 +107,11 @@ class RanksMagics(Magics):
                                  start N ranks under torchrun (gloo on the CPU, NCCL on GPUs);
                                  the pool is a run: it leases its GPUs through the queue and
                                  shows in %jobs, jiyu jobs and the lab panel
+            %ranks start N --backend slurm --nodes M [--partition P] [--time T]
+                           [--gpus-per-node G] [--device cpu]
+                                 N ranks on each of M nodes of a Slurm allocation (waits while
+                                 Slurm holds the job); the kernel lets in the allocation's
+                                 nodes only, and interrupts reach the ranks over the channel
             %ranks [status]      the pool: its run, each rank's pid and device
             %ranks push NAME ... send the kernel's objects to every rank (pickled)
             %ranks pull NAME [--from K] [--as LOCAL]
@@ -142,7 +152,21 @@ class RanksMagics(Magics):
         args = START.parse_args(words)
         if self.pool is not None and self.pool.alive():
             raise UsageError(f"a pool runs already: {self.pool.describe()}; %ranks stop first")
-        self.pool = self._new_pool(args.nproc, device=args.device, gpus=args.gpus, name=args.name)
+        slurm = {"partition": args.partition, "time": args.time, "gpus_per_node": args.gpus_per_node}
+        slurm = {name: value for name, value in slurm.items() if value is not None}
+        if args.backend == "local" and (slurm or args.nodes != 1):
+            named = [*slurm, *(["nodes"] if args.nodes != 1 else [])]
+            given = ", ".join(f"--{name.replace('_', '-')}" for name in named)
+            raise UsageError(f"%ranks start: {given} take(s) --backend slurm (a local pool runs on this machine)")
+        self.pool = self._new_pool(
+            args.nproc,
+            device=args.device,
+            gpus=args.gpus,
+            name=args.name,
+            nodes=args.nodes,
+            backend=args.backend,
+            slurm=slurm or None,
+        )
         print(f"jiyu: {self.pool.describe()}: ready in {time.time() - self.pool.started:.1f} s")
 
     def _new_pool(self, nproc: int, **options) -> RanksPool:
@@ -188,7 +212,8 @@ class RanksMagics(Magics):
     def _restart(self, reason: str) -> None:
         old = self.pool
         assert old is not None
-        self.pool = self._new_pool(old.nproc, **{k: old.options[k] for k in ("device", "gpus", "name")})
+        keep = ("device", "gpus", "name", "nodes", "backend", "slurm")
+        self.pool = self._new_pool(old.nproc // old.options["nodes"], **{k: old.options[k] for k in keep})
         print(
             f"jiyu: ranks pool {old.run_id} was restarted as {self.pool.run_id} ({reason}); "
             "the ranks' state (variables, models) was lost",

@@ -13,7 +13,9 @@ error with the cell's own traceback, the end of the request) goes out through on
 thread, in order; the output also goes to the rank's own stdout (the run's log).
 
 A kernel interrupt reaches the rank as SIGINT: a ``KeyboardInterrupt`` in the running cell,
-or inside ``fit`` a stop at the next step with a checkpoint. The rank never ends by itself:
+or inside ``fit`` a stop at the next step with a checkpoint. On this machine the kernel sends
+the signal; on an allocation's nodes it sends an interrupt on the rank's control socket, whose
+thread raises the signal in the rank. The rank never ends by itself:
 it ends when the kernel says so, when a stop request's SIGTERM reaches it, or with its agent.
 """
 
@@ -35,6 +37,7 @@ from ..core.runs.launch_context import LaunchContext
 from ..jobs.ranks.channel import ADDRESS_ENV, Address, Message, RankEnd
 
 STREAM_FLUSH_S = 0.02
+ADDRESS_WAIT_S = 600.0  # a rank on an allocation waits this long for its kernel to write the address
 
 
 class Sender(threading.Thread):
@@ -112,11 +115,11 @@ class ForwardedStream:
 
 
 class Worker:
-    def __init__(self, context: LaunchContext, address: Address):
+    def __init__(self, context: LaunchContext, address: Address, source: str | None = None):
         self.context = context
         self.rank = context.rank if context.rank is not None else 0
         self.pool_id = context.run_id
-        self.end = RankEnd(address, self.rank)
+        self.end = RankEnd(address, self.rank, source)
         self.sender = Sender(self.end)
         self.request: str | None = None
         self.shell: Any = None
@@ -125,6 +128,7 @@ class Worker:
     # -- start -------------------------------------------------------------------------------
     def start(self) -> None:
         self.sender.start()
+        self.end.listen_for_interrupts()
         device, backend = self._join_group()
         self.shell = self._shell()
         self._stacks_on_signal()
@@ -279,12 +283,31 @@ class Worker:
 
 
 def serve() -> None:
-    """The pool's ``ranks.py``: join, say hello, take requests until the kernel says stop."""
+    """The pool's ``ranks.py``: join, say hello, take requests until the kernel says stop. On
+    an allocation the kernel writes the pool's address once Slurm runs the job: wait for it."""
     context = LaunchContext.from_environ()
     os.environ.pop(RUN_ID_ENV, None)  # a fit in a cell registers a run of its own, not into the pool's
-    worker = Worker(context, Address.load(os.environ[ADDRESS_ENV]))
+    on_allocation = bool(os.environ.get("SLURM_JOB_ID"))
+    address = Address.load(os.environ[ADDRESS_ENV], wait=ADDRESS_WAIT_S if on_allocation else 0.0)
+    worker = Worker(context, address, source=node_source_address() if on_allocation else None)
     try:
         worker.start()
         worker.serve()
     finally:
         worker.close()
+
+
+def node_source_address() -> str | None:
+    """The address a rank on an allocation connects from: its node's, as the node resolves its
+    own Slurm name, so the kernel's allowlist (Slurm's ``NodeAddr`` of each node) recognises it.
+    None where that address is not one of this machine's (the route's is used then)."""
+    name = os.environ.get("SLURMD_NODENAME")
+    if not name:
+        return None
+    try:
+        address = socket.gethostbyname(name)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            probe.bind((address, 0))
+    except OSError:
+        return None
+    return address

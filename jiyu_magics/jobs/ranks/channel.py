@@ -13,6 +13,15 @@ an unverified sender.
 ZMQ queues what is sent before the other end connects, so no first message is lost (a rank's
 hello waits for the kernel, the kernel binds before it starts the ranks), and nothing here polls
 on a fixed period: the kernel waits on its PULL socket until something comes.
+
+Ranks on other machines (a pool on a Slurm allocation, ``jobs.ranks.allocation``): the kernel
+binds on the address that reaches them, and only once the allocation's nodes are known; ZMQ's
+own authentication handler (ZAP, pyzmq's ``ThreadAuthenticator``) then lets in connections from
+those nodes' addresses alone, so nothing else on the network reaches the sockets, and the
+signature still guards every message. Each rank connects from the address its node has there
+(ZMQ's ``source;destination`` form). A rank also connects a second DEALER, its control socket,
+read by a thread of its own: an interrupt sent there raises SIGINT in the rank's main thread,
+as the kernel's ``kill`` does for ranks on its own machine.
 """
 
 from __future__ import annotations
@@ -22,6 +31,8 @@ import hmac
 import json
 import os
 import secrets
+import signal
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -29,10 +40,12 @@ from pathlib import Path
 from typing import Any
 
 import zmq
+from zmq.auth.thread import ThreadAuthenticator
 
 LOOPBACK = "tcp://127.0.0.1"
 ADDRESS_ENV = "JIYU_POOL"  # where a rank finds its pool's address file
 KEY_BYTES = 32
+ZAP_DOMAIN = "jiyu-ranks"
 
 
 @dataclass
@@ -58,13 +71,25 @@ class Address:
     key: str  # hex
 
     def save(self, path: Path) -> None:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        """Written whole, then renamed into place: a rank that waits for the file (on another
+        node) never reads half of it."""
+        partial = path.with_name(path.name + ".partial")
+        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as out:
             json.dump({"requests": self.requests, "replies": self.replies, "key": self.key}, out)
+        os.replace(partial, path)
 
     @classmethod
-    def load(cls, path: Path | str) -> Address:
-        return cls(**json.loads(Path(path).read_text()))
+    def load(cls, path: Path | str, wait: float = 0.0) -> Address:
+        """The address in ``path``; waits up to ``wait`` seconds for the file to appear (a pool
+        on an allocation writes it once it knows the allocation's nodes)."""
+        path = Path(path)
+        deadline = time.monotonic() + wait
+        while not path.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if not path.exists():
+            raise SystemExit(f"jiyu: no ranks pool address in {path} after {wait:.0f} s (did its kernel end?)")
+        return cls(**json.loads(path.read_text()))
 
 
 class Signer:
@@ -92,22 +117,43 @@ class Signer:
 class KernelEnd:
     """The kernel's side: requests to a rank, everything the ranks send in one stream."""
 
-    def __init__(self) -> None:
+    def __init__(self, host: str | None = None, allowed: Sequence[str] = ()) -> None:
+        """On the loopback interface; or on ``host``, letting in connections from the
+        ``allowed`` addresses only (ranks on other machines)."""
         self.context = zmq.Context()
-        self.requests = self.context.socket(zmq.ROUTER)
+        self.authenticator: ThreadAuthenticator | None = None
+        if host is not None:
+            self.authenticator = ThreadAuthenticator(self.context)
+            self.authenticator.start()
+            self.authenticator.allow(*allowed)
+        self.requests = self._socket(zmq.ROUTER)
         self.requests.setsockopt(zmq.ROUTER_MANDATORY, 1)  # a rank that is not connected is an error, not a drop
-        self.requests.setsockopt(zmq.LINGER, 0)
-        self.replies = self.context.socket(zmq.PULL)
-        self.replies.setsockopt(zmq.LINGER, 0)
-        requests_port = self.requests.bind_to_random_port(LOOPBACK)
-        replies_port = self.replies.bind_to_random_port(LOOPBACK)
+        self.replies = self._socket(zmq.PULL)
+        where = LOOPBACK if host is None else f"tcp://{host}"
+        requests_port = self.requests.bind_to_random_port(where)
+        replies_port = self.replies.bind_to_random_port(where)
         key = secrets.token_bytes(KEY_BYTES)
         self.signer = Signer(key)
-        self.address = Address(f"{LOOPBACK}:{requests_port}", f"{LOOPBACK}:{replies_port}", key.hex())
+        self.address = Address(f"{where}:{requests_port}", f"{where}:{replies_port}", key.hex())
         self.dropped = 0  # messages whose signature did not verify
+
+    def _socket(self, kind: int) -> zmq.Socket:
+        sock = self.context.socket(kind)
+        sock.setsockopt(zmq.LINGER, 0)
+        if self.authenticator is not None:
+            sock.setsockopt_string(zmq.ZAP_DOMAIN, ZAP_DOMAIN)  # NULL-mechanism connections go through the allowlist
+        return sock
 
     def send(self, rank: int, message: Message) -> None:
         self.requests.send_multipart([identity(rank), *self.signer.frames(message)], copy=False)
+
+    def interrupt(self, rank: int) -> bool:
+        """An interrupt on the rank's control socket; False when it is not connected."""
+        try:
+            self.requests.send_multipart([control_identity(rank), *self.signer.frames(Message("interrupt"))])
+        except zmq.ZMQError:  # EHOSTUNREACH: that rank's control socket is gone (or not there yet)
+            return False
+        return True
 
     def receive(self, timeout: float | None) -> Message | None:
         """The next verified message from any rank (its hello included), or None when nothing
@@ -132,22 +178,55 @@ class KernelEnd:
     def close(self) -> None:
         self.requests.close(0)
         self.replies.close(0)
+        if self.authenticator is not None:
+            self.authenticator.stop()
         self.context.term()
 
 
 class RankEnd:
     """A rank's side: requests in on the main thread, everything out through one sender."""
 
-    def __init__(self, address: Address, rank: int):
+    def __init__(self, address: Address, rank: int, source: str | None = None):
+        """``source``: the address to connect from (the node's own, which the kernel allows)."""
         self.context = zmq.Context()
         self.signer = Signer(bytes.fromhex(address.key))
+        self.address, self.rank, self.source = address, rank, source
         self.requests = self.context.socket(zmq.DEALER)
         self.requests.setsockopt(zmq.IDENTITY, identity(rank))
         self.requests.setsockopt(zmq.LINGER, 0)
-        self.requests.connect(address.requests)
+        self.requests.connect(self._from_source(address.requests))
         self.replies = self.context.socket(zmq.PUSH)
         self.replies.setsockopt(zmq.LINGER, 2000)  # the last replies reach the kernel before exit
-        self.replies.connect(address.replies)
+        self.replies.connect(self._from_source(address.replies))
+        self.control: threading.Thread | None = None
+
+    def _from_source(self, endpoint: str) -> str:
+        if self.source is None:
+            return endpoint
+        return f"tcp://{self.source}:0;{endpoint.removeprefix('tcp://')}"
+
+    def listen_for_interrupts(self) -> None:
+        """A thread on the rank's control socket: each interrupt becomes SIGINT in the main
+        thread (directed at it, so a ``sleep`` or a blocking read there wakes up)."""
+        main = threading.main_thread().ident
+        assert main is not None
+        control = self.context.socket(zmq.DEALER)
+        control.setsockopt(zmq.IDENTITY, control_identity(self.rank))
+        control.setsockopt(zmq.LINGER, 0)
+        control.connect(self._from_source(self.address.requests))
+
+        def serve() -> None:
+            while True:
+                try:
+                    message = self.signer.message(control.recv_multipart())
+                except zmq.ZMQError:  # the context ended: the rank is closing
+                    control.close(0)
+                    return
+                if message is not None and message.kind == "interrupt":
+                    signal.pthread_kill(main, signal.SIGINT)
+
+        self.control = threading.Thread(target=serve, name="jiyu-ranks-control", daemon=True)
+        self.control.start()
 
     def hello(self, message: Message) -> None:
         """The first message, on the request socket: the kernel's ROUTER learns the route."""
@@ -165,8 +244,12 @@ class RankEnd:
     def close(self) -> None:
         self.requests.close(0)
         self.replies.close()
-        self.context.term()
+        self.context.term()  # the control thread sees the context end and closes its socket
 
 
 def identity(rank: int) -> bytes:
     return f"rank{rank}".encode()
+
+
+def control_identity(rank: int) -> bytes:
+    return f"rank{rank}-control".encode()

@@ -70,9 +70,16 @@ class PoolTraining:
 
     @classmethod
     def start(cls, pool: RanksPool, run_id: str, cell: str, notebook: str | None) -> PoolTraining:
-        now = time.time()
+        now, nodes = time.time(), pool.options.get("nodes", 1)
         records = {
-            info.rank: rank_records.RankRecord(rank=info.rank, local_rank=info.rank, pid=info.pid, started=now)
+            info.rank: rank_records.RankRecord(
+                rank=info.rank,
+                local_rank=info.rank % (pool.nproc // nodes),
+                pid=info.pid,
+                started=now,
+                host=info.host,
+                nnodes=nodes,
+            )
             for info in pool.ranks
         }
         for record in records.values():

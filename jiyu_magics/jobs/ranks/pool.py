@@ -25,13 +25,16 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from ...core.runs.model import RunKind
 from ...core.store.database import StoreUnusable
+from ..backends import placement_for
 from ..job_error import JobError
 from ..launch_spec import visible_gpus
 from ..lifecycle import RunLifecycle
 from ..submit_options import SubmitOptions
+from .allocation import channel_on_allocation
 from .channel import ADDRESS_ENV, KernelEnd, Message
 
 POOL_SCRIPT = "ranks.py"
@@ -39,6 +42,7 @@ ADDRESS_FILE = "pool.json"
 RELEASE_S = 5.0  # how long ranks still busy get to come back once a peer failed or was interrupted
 PUMP_S = 0.2  # the longest a pump waits for a message before it looks at the ranks' processes
 SHUTDOWN_S = 10.0
+ALLOCATION_SHUTDOWN_S = 60.0  # on an allocation: each node's torchrun, then srun, then the batch script end
 WORKER_SOURCE = "from jiyu_magics.magics.ranks_worker import serve\n\nserve()\n"
 
 
@@ -140,12 +144,22 @@ class Request:
 
 
 class RanksPool:
-    def __init__(self, lifecycle: RunLifecycle, end: KernelEnd, nproc: int, options: dict):
-        self.lifecycle, self.end, self.nproc, self.options = lifecycle, end, nproc, options
+    def __init__(self, lifecycle: RunLifecycle, end: KernelEnd | None, nproc: int, options: dict):
+        """``end`` is None until an allocation's nodes are known (``allocation``)."""
+        self.lifecycle, self._end, self.nproc, self.options = lifecycle, end, nproc, options
         self.ranks: list[RankInfo] = []
         self.lock = threading.RLock()  # the lifecycle is followed by the kernel's thread and the watch
         self.ended = False
         self.started = time.time()
+
+    @property
+    def end(self) -> KernelEnd:
+        assert self._end is not None, "the pool's channel is made before any request"
+        return self._end
+
+    @end.setter
+    def end(self, end: KernelEnd | None) -> None:
+        self._end = end
 
     @property
     def run_id(self) -> str:
@@ -166,32 +180,68 @@ class RanksPool:
         name: str | None = None,
         notebook: str | None = None,
         on_wait: Callable[[str], None] | None = None,
+        nodes: int = 1,
+        backend: str = "local",
+        slurm: dict | None = None,
     ) -> RanksPool:
-        """A pool of ``nproc`` ranks, ready: every rank joined the process group and said
-        hello. Waits queued while its GPUs are taken (``on_wait`` hears why). ``device="cpu"``
-        (or a machine without GPUs): gloo ranks that lease no GPU."""
+        """A pool of ``nproc`` ranks (on each of ``nodes`` nodes), ready: every rank joined the
+        process group and said hello. Waits queued while its GPUs are taken (``on_wait`` hears
+        why). ``device="cpu"`` (or a machine without GPUs): gloo ranks that lease no GPU.
+        ``backend="slurm"``: the ranks run on a Slurm allocation of ``nodes`` nodes (``slurm``:
+        its ``SubmitOptions`` fields: partition, time, gpus_per_node...); the pool waits while
+        Slurm holds the job pending."""
         on_cpu = bool(device and device.startswith("cpu"))
-        options = SubmitOptions(nproc=nproc, gpus=0 if on_cpu else gpus, name=name).validated()
-        spec = options.launch_spec().with_gpus(visible_gpus())
+        scheduled = backend != "local"
+        if scheduled and on_cpu:
+            slurm = {**(slurm or {}), "gpus_per_node": 0}
+        options = SubmitOptions(
+            nproc=nproc,
+            nnodes=nodes,
+            gpus=None if scheduled else 0 if on_cpu else gpus,
+            name=name,
+            backend=backend,
+            **(slurm or {}),
+        ).validated()
+        spec = options.launch_spec()
+        placement = placement_for(backend) if scheduled else None
+        if placement is None:
+            spec = spec.with_gpus(visible_gpus())
         lifecycle = RunLifecycle.register(
-            RunKind.RANKS, options.name or f"ranks-{nproc}", spec, owner="kernel", notebook=notebook
+            RunKind.RANKS,
+            options.name or f"ranks-{nproc}" + (f"x{nodes}" if nodes > 1 else ""),
+            spec,
+            owner="kernel",
+            notebook=notebook,
+            placement=placement,
         )
-        pool = cls(lifecycle, KernelEnd(), nproc, {"device": device, "gpus": gpus, "name": name, "notebook": notebook})
+        settings: dict[str, Any] = {"device": device, "gpus": gpus, "name": name, "notebook": notebook}
+        settings.update(nodes=nodes, backend=backend, slurm=slurm)
+        pool = cls(lifecycle, None if scheduled else KernelEnd(), nproc * nodes, settings)
         try:
             with lifecycle:
                 files = lifecycle.files
-                pool.end.address.save(files.root / ADDRESS_FILE)
+                if pool._end is not None:
+                    pool.end.address.save(files.root / ADDRESS_FILE)
                 files.script.with_name(POOL_SCRIPT).write_text(WORKER_SOURCE)
                 if not lifecycle.start(
                     env={ADDRESS_ENV: str(files.root / ADDRESS_FILE)}, on_wait=on_wait, script=files.root / POOL_SCRIPT
                 ):
                     lifecycle.end()
                     raise JobError(f"ranks pool {lifecycle.run_id} was stopped before it started")
+                if pool._end is None:  # on an allocation: the channel once Slurm says where the ranks are
+                    pool.end = channel_on_allocation(lifecycle, on_wait)
+                    pool.end.address.save(files.root / ADDRESS_FILE)
                 pool._await_hellos()
         except BaseException:
-            pool.end.close()
+            if pool._end is not None:
+                pool.end.close()
             raise
         return pool
+
+    @property
+    def remote(self) -> bool:
+        """Whether the ranks run on other machines (a scheduler's allocation)."""
+        return self.lifecycle.placement.scheduled
 
     def _await_hellos(self) -> None:
         hellos: dict[int, RankInfo] = {}
@@ -224,9 +274,14 @@ class RanksPool:
         return request
 
     def interrupt(self, ranks: Iterable[int]) -> None:
-        """SIGINT to these ranks' processes (on this machine: the pool's ranks are the kernel's
-        grandchildren)."""
+        """SIGINT to these ranks' processes: on this machine (the pool's ranks are the kernel's
+        grandchildren) the kernel sends it; on an allocation each rank's control thread does,
+        told over the channel."""
         for rank in ranks:
+            if self.remote:
+                with self.lock:
+                    self.end.interrupt(rank)
+                continue
             try:
                 os.kill(self.ranks[rank].pid, signal.SIGINT)
             except (ProcessLookupError, IndexError):
@@ -239,9 +294,14 @@ class RanksPool:
             return not self.ended and self.lifecycle.running()
 
     def describe(self) -> str:
-        where = ", ".join(f"rank {r.rank}: pid {r.pid} on {r.device}" for r in self.ranks)
+        on_host = " on node {host}" if self.remote else ""
+        where = ", ".join(f"rank {r.rank}: pid {r.pid}{on_host.format(host=r.host)} on {r.device}" for r in self.ranks)
         backend = self.ranks[0].backend if self.ranks else "?"
-        return f"ranks pool {self.run_id} ({self.name}): {self.nproc} rank(s), {backend}; {where}"
+        allocation = ""
+        if self.remote:
+            run = self.lifecycle.store.stored(self.run_id)
+            allocation = f", Slurm job {run.scheduler_id}, {self.options['nodes']} node(s)"
+        return f"ranks pool {self.run_id} ({self.name}): {self.nproc} rank(s){allocation}, {backend}; {where}"
 
     # -- end ---------------------------------------------------------------------------------------
     def shutdown(self) -> str | None:
@@ -257,9 +317,9 @@ class RanksPool:
                 except Exception:  # noqa: BLE001 - a rank that is gone has nothing to hear
                     continue
             handle = self.lifecycle.handle
-            deadline = time.monotonic() + SHUTDOWN_S
+            deadline = time.monotonic() + (ALLOCATION_SHUTDOWN_S if self.remote else SHUTDOWN_S)
             while handle is not None and handle.poll() is None and time.monotonic() < deadline:
-                time.sleep(0.05)
+                time.sleep(0.5 if self.remote else 0.05)
             try:
                 outcome = self.lifecycle.end()
             except StoreUnusable as problem:  # the ranks are gone all the same; the store cannot say so

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import socket
 import subprocess
 import time
 from collections.abc import Mapping
@@ -133,6 +134,25 @@ def unhealthy_nodes(nodes: str) -> list[str]:
         state, _, reason = rest.partition("|")
         if any(word in state for word in ("down", "drain", "fail", "*")):
             found.append(f"{name} ({state}" + (f": {reason}" if reason and reason != "none" else "") + ")")
+    return found
+
+
+def node_addresses(nodes: str) -> dict[str, str]:
+    """Each of ``nodes`` (a Slurm node list: n[1-2]) with the IP address Slurm reaches it at
+    (its ``NodeAddr``, resolved here when it is a name). ``SlurmUnavailable`` when Slurm
+    cannot say."""
+    done = _run("scontrol", "show", "hostnames", nodes)
+    if done.returncode:
+        raise SlurmUnavailable(f"scontrol show hostnames {nodes}: {_errors(done, last=True)}")
+    found = {}
+    for name in done.stdout.split():
+        shown_node = _run("scontrol", "show", "node", "-o", name)
+        address = parse_fields(shown_node.stdout.strip()).get("NodeAddr") if shown_node.returncode == 0 else None
+        try:
+            found[name] = socket.gethostbyname(address or name)
+        except OSError as error:
+            where = address or name
+            raise SlurmUnavailable(f"node {name}'s address {where!r} does not resolve here: {error}") from None
     return found
 
 

@@ -57,7 +57,8 @@ class SlurmPlacement(SchedulerGrantsAtOnce):
         how); a refusal by ``sbatch`` raises ``JobError`` in Slurm's words."""
         files = RunFiles.of(run_id)
         path = files.root / SCRIPT_NAME
-        path.write_text(render(RunStore().get(run_id), spec, files, SlurmOptions.from_dict(spec.slurm)))
+        options = SlurmOptions.from_dict(spec.slurm)
+        path.write_text(render(RunStore().get(run_id), spec, files, options, script=Path(script)))
         path.chmod(0o755)
         try:
             job_id = slurm.sbatch(path, env)

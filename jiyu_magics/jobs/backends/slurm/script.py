@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import shlex
 import sys
+from pathlib import Path
 
 from ....core.runs.files import HOME_ENV, RUN_ID_ENV, RunFiles, jiyu_home
 from ....core.runs.names import scheduler_slug
@@ -42,9 +43,17 @@ FORWARDED_SIGNALS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1"  # torchrun's defaul
 FREE_PORT = "import socket; s = socket.socket(); s.bind(('', 0)); print(s.getsockname()[1])"
 
 
-def render(run: Run, spec: LaunchSpec, files: RunFiles, options: SlurmOptions, python: str | None = None) -> str:
+def render(
+    run: Run,
+    spec: LaunchSpec,
+    files: RunFiles,
+    options: SlurmOptions,
+    python: str | None = None,
+    script: Path | None = None,
+) -> str:
     """The batch script; ``python`` is the interpreter the ranks run (default: this one, which
-    on a cluster lives on the shared path like the run folder)."""
+    on a cluster lives on the shared path like the run folder); ``script`` what each rank runs
+    (default: the run's exported script; a ranks pool's ``ranks.py``)."""
     python = python or sys.executable
     lines = [
         "#!/bin/bash",
@@ -54,7 +63,7 @@ def render(run: Run, spec: LaunchSpec, files: RunFiles, options: SlurmOptions, p
         *_environment(run, files, python),
         *_attempt(options),
         *_follower(run, spec),
-        *_launch(spec, files, python, options.join_timeout),
+        *_launch(spec, script or files.script, files, python, options.join_timeout),
         *_ending(options),
     ]
     return "\n".join(lines) + "\n"
@@ -145,9 +154,9 @@ def _follower(run: Run, spec: LaunchSpec) -> list[str]:
     ]
 
 
-def _launch(spec: LaunchSpec, files: RunFiles, python: str, join_timeout: int) -> list[str]:
+def _launch(spec: LaunchSpec, script: Path, files: RunFiles, python: str, join_timeout: int) -> list[str]:
     cmd = torchrun.command(
-        files.script,
+        script,
         spec.nproc,
         nnodes=spec.nnodes,
         rdzv_endpoint="$head_node:$port",

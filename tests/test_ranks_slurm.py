@@ -1,0 +1,149 @@
+"""A ranks pool on a Slurm allocation, on a real two-node Slurm (tests/slurm_cluster.py: nodes
+n1 and n2 on this machine, each a slurmd with its own loopback address 127.0.1.I, hostname and
+/etc/hosts): ``%ranks start 1 --backend slurm --nodes 2`` from a real kernel, cells that run on
+both nodes with one process group, the channel letting in the allocation's nodes and nothing
+else, a failing rank and a kernel interrupt reaching the other node's rank over the channel
+(not by a signal from this machine), and ``%ranks stop`` ending the Slurm job with nothing left.
+``pytest -m slurm`` runs it with the other Slurm tests."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+import zmq
+from zmq.utils.monitor import recv_monitor_message
+
+from jiyu_magics.core.runs.files import RunFiles
+from jiyu_magics.core.store.run_store import RunStore
+from jiyu_magics.jobs.process import rank_records
+from jiyu_magics.jobs.ranks.pool import ADDRESS_FILE
+
+from .jobs_workload import assert_no_processes
+from .test_ranks import Kernel, pool_of
+
+pytestmark = pytest.mark.slurm
+HANDSHAKE_S = 5.0
+
+
+def handshake(endpoint: str, source: str, kind: int) -> str:
+    """Connects a socket of ``kind`` (the one a rank connects there) to ``endpoint`` from the
+    address ``source`` and says how ZMQ's handshake ended: ``accepted``, ``refused`` (the
+    kernel's ZAP handler said no) or ``none``."""
+    context = zmq.Context()
+    sock = context.socket(kind)
+    sock.setsockopt(zmq.LINGER, 0)
+    monitor = sock.get_monitor_socket()
+    sock.connect(f"tcp://{source}:0;{endpoint.removeprefix('tcp://')}")
+    outcome = "none"
+    deadline = time.monotonic() + HANDSHAKE_S
+    try:
+        while time.monotonic() < deadline and monitor.poll(int((deadline - time.monotonic()) * 1000)):
+            event = recv_monitor_message(monitor)["event"]
+            if event == zmq.EVENT_HANDSHAKE_SUCCEEDED:
+                outcome = "accepted"
+                break
+            if event == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
+                outcome = "refused"
+                break
+    finally:
+        sock.disable_monitor()
+        monitor.close(0)
+        sock.close(0)
+        context.term()
+    return outcome
+
+
+def test_a_pool_on_two_slurm_nodes_runs_cells_on_both_and_only_its_nodes_reach_the_kernel(
+    slurm_nodes, tmp_path, monkeypatch
+):
+    home = tmp_path / "home"
+    monkeypatch.setenv("JIYU_HOME", str(home))
+    kernel = Kernel(tmp_path, home, env={"TMPDIR": str(tmp_path)})
+    try:
+        loaded = kernel.run("%load_ext jiyu_magics\n%ranks start 2 --nodes 2 --device cpu")
+        assert loaded.status == "error" and loaded.text.strip() == (
+            "UsageError: %ranks start: --nodes take(s) --backend slurm (a local pool runs on this machine)"
+        ), loaded.text
+        no_nodes = kernel.run("%ranks start 1 --backend slurm --nodes 0 --device cpu")
+        assert no_nodes.status == "error" and no_nodes.text.startswith("UsageError: "), no_nodes.text
+        assert len(no_nodes.text.strip().splitlines()) == 1 and "nnodes" in no_nodes.text, no_nodes.text
+
+        started = time.monotonic()
+        ready = kernel.run("%ranks start 1 --backend slurm --nodes 2 --device cpu --name two-node-pool")
+        assert ready.status == "ok" and "ready in" in ready.text, ready.text + str(ready.errors)
+        print(f"pool on 2 Slurm nodes ready in {time.monotonic() - started:.1f} s")
+        pool = pool_of(home)
+        assert (pool.kind, pool.backend, pool.nnodes, pool.status) == ("ranks", "slurm", 2, "running")
+        assert pool.scheduler_id and slurm_nodes.jobs() == [pool.scheduler_id]
+        status = kernel.run("%ranks").text
+        assert f"2 rank(s), Slurm job {pool.scheduler_id}, 2 node(s), gloo" in status, status
+        assert "on node n1 on cpu" in status and "on node n2 on cpu" in status, status
+
+        both = kernel.run(
+            "%%ranks --all-output\nimport socket, torch, torch.distributed as dist\nrank = dist.get_rank()\n"
+            "x = torch.ones(1) * (rank + 1)\ndist.all_reduce(x)\nprint(rank, dist.get_world_size(), "
+            "socket.gethostname(), x.item())"
+        )
+        assert sorted(both.text.splitlines()) == ["[rank0] 0 2 n1 3.0", "[rank1] 1 2 n2 3.0"], both.text
+
+        # the kernel's sockets let in the allocation's nodes (n1 127.0.1.1, n2 127.0.1.2) only
+        address = json.loads((RunFiles.of(pool.id).root / ADDRESS_FILE).read_text())
+        for endpoint, kind in ((address["requests"], zmq.DEALER), (address["replies"], zmq.PUSH)):
+            assert handshake(endpoint, "127.0.1.2", kind) == "accepted"
+            assert handshake(endpoint, "127.0.0.1", kind) == "refused", "this machine is not a node of the allocation"
+            assert handshake(endpoint, "127.0.1.3", kind) == "refused", "an address that is no node of the allocation"
+
+        # rank 1 (on n2) fails while rank 0 (on n1) sleeps: rank 0 is interrupted over the channel
+        began = time.monotonic()
+        failed = kernel.run(
+            "%%ranks\nimport time\nif rank == 1:\n    raise ValueError('n2 gave up')\nfor _ in range(600):\n"
+            "    time.sleep(0.1)"
+        )
+        took = time.monotonic() - began
+        assert failed.status == "error" and failed.errors[0]["evalue"] == "rank 1: ValueError: n2 gave up"
+        assert took < 10 and "restarted" not in failed.text, f"{took:.1f} s: {failed.text}"
+
+        # a kernel interrupt reaches both nodes' ranks
+        msg = kernel.start("%%ranks\nimport time\nfor _ in range(600):\n    time.sleep(0.1)")
+        time.sleep(3)
+        interrupted = time.monotonic()
+        kernel.manager.interrupt_kernel()
+        cell = kernel.wait(msg, timeout=60)
+        took = time.monotonic() - interrupted
+        assert cell.errors and cell.errors[0]["evalue"].startswith("rank 0: KeyboardInterrupt"), cell.errors
+        assert took < 10, f"the interrupt took {took:.1f} s"
+
+        kept = kernel.run("%%ranks --all-output\nprint('still', rank, x.item())")
+        assert sorted(kept.text.splitlines()) == ["[rank0] still 0 3.0", "[rank1] still 1 3.0"], kept.text
+        assert pool_of(home).id == pool.id, "the same pool: nothing was restarted"
+
+        # %%train on the pool: DDP across both nodes on the objects the ranks hold, a run of its own
+        kernel.run(
+            "%%ranks\nfrom torch.utils.data import DataLoader, TensorDataset\ntorch.manual_seed(0)\n"
+            "X = torch.randn(256, 8); y = (X.sum(1) > 0).long()\n"
+            "model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))"
+        )
+        trained = kernel.run(
+            "%%train --nproc 2 --epochs 2 --name across-nodes\noptimizer = torch.optim.SGD(model.parameters(), 0.1)\n"
+            "loss_fn = torch.nn.CrossEntropyLoss()\ntrain_loader = DataLoader(TensorDataset(X, y), batch_size=32)"
+        )
+        assert trained.status == "ok", trained.text + str(trained.errors)
+        (run,) = [r for r in RunStore().list() if r.name == "across-nodes"]
+        assert (run.kind, run.status, run.params["pool"]) == ("ddp", "succeeded", pool.id)
+        assert sorted((r.rank, r.host) for r in rank_records.read_all(run.id)) == [(0, "n1"), (1, "n2")]
+        moved = kernel.run(
+            "%%ranks --all-output\nprint(socket.gethostname(), round(float(model[0].weight.detach().sum()), 5))"
+        )
+        weights = {line.split()[-1] for line in moved.text.splitlines()}
+        assert len(moved.text.splitlines()) == 2 and len(weights) == 1, "DDP kept both nodes' weights equal"
+
+        began = time.monotonic()
+        stopped = kernel.run("%ranks stop")
+        print(f"%ranks stop of a pool on 2 Slurm nodes: {time.monotonic() - began:.1f} s")
+        assert stopped.text.strip() == f"jiyu: ranks pool {pool.id} succeeded", stopped.text
+    finally:
+        kernel.close()
+    assert slurm_nodes.jobs() == [], "the pool's Slurm job left the queue"
+    assert_no_processes(pool.id)
