@@ -9,6 +9,8 @@ else, a failing rank and a kernel interrupt reaching the other node's rank over 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import time
 
 import pytest
@@ -20,7 +22,7 @@ from jiyu_magics.core.store.run_store import RunStore
 from jiyu_magics.jobs.process import rank_records
 from jiyu_magics.jobs.ranks.pool import ADDRESS_FILE
 
-from .jobs_workload import assert_no_processes
+from .jobs_workload import assert_no_processes, wait_for
 from .test_ranks import Kernel, pool_of
 
 pytestmark = pytest.mark.slurm
@@ -147,3 +149,28 @@ def test_a_pool_on_two_slurm_nodes_runs_cells_on_both_and_only_its_nodes_reach_t
         kernel.close()
     assert slurm_nodes.jobs() == [], "the pool's Slurm job left the queue"
     assert_no_processes(pool.id)
+
+
+def test_the_ranks_of_a_killed_kernel_end_and_give_back_the_allocation(slurm_nodes, tmp_path, monkeypatch):
+    """kill -9 of the kernel: nothing on the kernel's machine can end the ranks on the nodes; each
+    rank sees its kernel's connection gone and ends, so the Slurm job leaves the queue and the run
+    is recorded ended by the home's scheduler follower, which the pool started."""
+    home = tmp_path / "home"
+    monkeypatch.setenv("JIYU_HOME", str(home))
+    kernel = Kernel(tmp_path, home, env={"TMPDIR": str(tmp_path)})
+    try:
+        ready = kernel.run("%load_ext jiyu_magics\n%ranks start 1 --backend slurm --nodes 2 --device cpu")
+        assert ready.status == "ok" and "ready in" in ready.text, ready.text + str(ready.errors)
+        pool = pool_of(home)
+        os.kill(kernel.pid, signal.SIGKILL)
+        killed = time.monotonic()
+        wait_for(lambda: slurm_nodes.jobs() == [], 90, every=1, what="the pool's Slurm job leaving the queue")
+        print(f"kernel killed -> the pool's Slurm job gone in {time.monotonic() - killed:.1f} s")
+    finally:
+        kernel.close()
+    assert_no_processes(pool.id)
+    wait_for(lambda: not RunStore().stored(pool.id).active, 30, every=1, what="the pool's run recorded ended")
+    ended = RunStore().stored(pool.id)
+    assert ended.status == "failed" and "its kernel is gone" in (ended.error or ""), (ended.status, ended.error)
+    log = (RunFiles.of(pool.id).log).read_text()
+    assert "its kernel is gone" in log, log[-2000:]

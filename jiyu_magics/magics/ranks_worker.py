@@ -34,7 +34,7 @@ from typing import Any
 
 from ..core.runs.files import RUN_ID_ENV, STACK_SIGNAL_NAME, RunFiles
 from ..core.runs.launch_context import LaunchContext
-from ..jobs.ranks.channel import ADDRESS_ENV, Address, Message, RankEnd
+from ..jobs.ranks.channel import ADDRESS_ENV, KERNEL_GONE_SIGNAL, Address, KernelGone, Message, RankEnd
 
 STREAM_FLUSH_S = 0.02
 ADDRESS_WAIT_S = 600.0  # a rank on an allocation waits this long for its kernel to write the address
@@ -124,6 +124,7 @@ class Worker:
         self.request: str | None = None
         self.shell: Any = None
         self.stacks: Any = None
+        self.gone: str | None = None  # why the rank ends without its kernel's word
 
     # -- start -------------------------------------------------------------------------------
     def start(self) -> None:
@@ -184,7 +185,10 @@ class Worker:
 
     # -- requests ----------------------------------------------------------------------------
     def serve(self) -> None:
+        signal.signal(KERNEL_GONE_SIGNAL, self._kernel_gone)
         while True:
+            if self.gone:
+                raise KernelGone(self.gone)
             try:
                 message = self.end.receive()
             except KeyboardInterrupt:  # an interrupt meant for a cell that already ended
@@ -216,6 +220,12 @@ class Worker:
             )
             self.request = None
             self._stacks_on_signal()
+
+    def _kernel_gone(self, signum, frame) -> None:
+        """The channel's thread lost the kernel: end now, or after the cell that runs (a cell
+        that catches every exception must not keep the rank alive)."""
+        self.gone = "its kernel is gone: no connection to it; the ranks pool ends with it"
+        raise KernelGone(self.gone)
 
     def _handle(self, message: Message) -> tuple[str, dict]:
         if message.kind == "execute":

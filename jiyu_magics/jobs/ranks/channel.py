@@ -41,11 +41,20 @@ from typing import Any
 
 import zmq
 from zmq.auth.thread import ThreadAuthenticator
+from zmq.utils.monitor import recv_monitor_message
 
 LOOPBACK = "tcp://127.0.0.1"
 ADDRESS_ENV = "JIYU_POOL"  # where a rank finds its pool's address file
 KEY_BYTES = 32
 ZAP_DOMAIN = "jiyu-ranks"
+HEARTBEAT_S = 2  # ZMQ heartbeats on a rank's control socket: a silent peer is dropped after 3 of them
+KERNEL_GONE_S = 10.0  # a rank without its kernel this long ends (a restart of the kernel never comes back)
+EXIT_GRACE_S = 30.0  # what a rank's stop gets before it exits anyway
+KERNEL_GONE_SIGNAL = signal.SIGHUP  # a hangup: the rank's controlling end went away
+
+
+class KernelGone(Exception):
+    """Raised in a rank's main thread once its kernel is gone: the rank ends, recorded failed."""
 
 
 @dataclass
@@ -207,23 +216,46 @@ class RankEnd:
 
     def listen_for_interrupts(self) -> None:
         """A thread on the rank's control socket: each interrupt becomes SIGINT in the main
-        thread (directed at it, so a ``sleep`` or a blocking read there wakes up)."""
+        thread (directed at it, so a ``sleep`` or a blocking read there wakes up). It also
+        watches the connection: a kernel that is gone (killed, its machine lost: ZMQ's
+        heartbeat stops) for ``KERNEL_GONE_S`` ends the rank (``KERNEL_GONE_SIGNAL`` in its main
+        thread, whose handler the rank worker sets; for good ``EXIT_GRACE_S`` later), so no
+        rank of a dead kernel keeps its allocation and GPUs (on the kernel's own machine the
+        ranks also die with it)."""
         main = threading.main_thread().ident
         assert main is not None
         control = self.context.socket(zmq.DEALER)
         control.setsockopt(zmq.IDENTITY, control_identity(self.rank))
         control.setsockopt(zmq.LINGER, 0)
+        control.setsockopt(zmq.HEARTBEAT_IVL, HEARTBEAT_S * 1000)
+        control.setsockopt(zmq.HEARTBEAT_TIMEOUT, HEARTBEAT_S * 3000)
+        monitor = control.get_monitor_socket(zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_DISCONNECTED)
         control.connect(self._from_source(self.address.requests))
+        poller = zmq.Poller()
+        poller.register(control, zmq.POLLIN)
+        poller.register(monitor, zmq.POLLIN)
 
         def serve() -> None:
-            while True:
-                try:
-                    message = self.signer.message(control.recv_multipart())
-                except zmq.ZMQError:  # the context ended: the rank is closing
-                    control.close(0)
-                    return
-                if message is not None and message.kind == "interrupt":
-                    signal.pthread_kill(main, signal.SIGINT)
+            gone_since: float | None = None
+            try:
+                while True:
+                    ready = dict(poller.poll(1000))
+                    if monitor in ready:
+                        event = recv_monitor_message(monitor)["event"]
+                        connected = event == zmq.EVENT_HANDSHAKE_SUCCEEDED
+                        gone_since = None if connected else gone_since or time.monotonic()
+                    if control in ready:
+                        message = self.signer.message(control.recv_multipart())
+                        if message is not None and message.kind == "interrupt":
+                            signal.pthread_kill(main, signal.SIGINT)
+                    if gone_since is not None and time.monotonic() - gone_since > KERNEL_GONE_S:
+                        break
+            except zmq.ZMQError:  # the context ended: the rank is closing
+                gone_since = None
+            monitor.close(0)
+            control.close(0)  # before the stop: the rank's own close waits for every socket of its context
+            if gone_since is not None:
+                _end_rank(main, self.rank)
 
         self.control = threading.Thread(target=serve, name="jiyu-ranks-control", daemon=True)
         self.control.start()
@@ -245,6 +277,13 @@ class RankEnd:
         self.requests.close(0)
         self.replies.close()
         self.context.term()  # the control thread sees the context end and closes its socket
+
+
+def _end_rank(main: int, rank: int) -> None:
+    print(f"jiyu: rank {rank}: its kernel is gone ({KERNEL_GONE_S:.0f} s without a connection); ending", flush=True)
+    signal.pthread_kill(main, KERNEL_GONE_SIGNAL)
+    time.sleep(EXIT_GRACE_S)
+    os._exit(1)
 
 
 def identity(rank: int) -> bytes:

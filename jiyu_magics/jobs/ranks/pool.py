@@ -29,6 +29,7 @@ from typing import Any
 
 from ...core.runs.model import RunKind
 from ...core.store.database import StoreUnusable
+from .. import scheduler_follower
 from ..backends import placement_for
 from ..job_error import JobError
 from ..launch_spec import visible_gpus
@@ -229,6 +230,7 @@ class RanksPool:
                     lifecycle.end()
                     raise JobError(f"ranks pool {lifecycle.run_id} was stopped before it started")
                 if pool._end is None:  # on an allocation: the channel once Slurm says where the ranks are
+                    scheduler_follower.ensure_running()  # records the job's end should this kernel die
                     pool.end = channel_on_allocation(lifecycle, on_wait)
                     pool.end.address.save(files.root / ADDRESS_FILE)
                 pool._await_hellos()
