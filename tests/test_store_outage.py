@@ -107,3 +107,23 @@ def test_a_deleted_store_ends_no_job_and_gets_its_runs_back_as_they_are(tmp_path
     log = RunFiles.of(ids["a"]).log.read_text()
     assert "the store is out" in log and "the run is registered again as running" in log, log
     assert "Traceback" not in log
+
+
+def test_a_job_that_ends_while_the_store_is_corrupt_keeps_its_end_for_repair(tmp_path):
+    """The store file overwritten while a job runs: the job ends as it would, its supervisor
+    keeps the end in the run folder, and `jiyu store repair` (setting the broken file aside)
+    restores the run succeeded; the supervisor then finds it there and exits."""
+    run_id = submit(sleeper(tmp_path / "short.ipynb", 6), "short")
+    wait_for(lambda: statuses() == {"short": "running"}, 90, what="the job running")
+    path = store_path()
+    for suffix in ("-wal", "-shm"):
+        Path(f"{path}{suffix}").unlink(missing_ok=True)
+    path.write_bytes(b"this is not a database " * 200)
+    log = RunFiles.of(run_id).log
+    wait_for(lambda: "job succeeded" in log.read_text(), 90, what="the job's end in its log")
+    wait_for(lambda: '"succeeded"' in (RunFiles.of(run_id).root / "run.json").read_text(), 30, what="run.json")
+    repaired = jiyu("store", "repair")
+    assert repaired.returncode == 0 and "Set the broken store aside" in repaired.stdout, repaired.stdout
+    assert statuses() == {"short": "succeeded"}
+    wait_for(lambda: not processes_of(run_id), 30, what="the supervisor to exit")
+    assert "the store is out" in log.read_text() and "Traceback" not in log.read_text()
