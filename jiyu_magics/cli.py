@@ -26,11 +26,13 @@ from .commands import (
     weights_commands,
 )
 from .core.did_you_mean import with_suggestion
-from .core.store.database import StoreUnusable
+from .core.store import database
+from .core.store.database import StoreBusy, StoreUnusable
 
 # what a disk says when it cannot take a write (read-only, full, over quota, failing, not ours):
 # one line with the reason, exit code 1, as for a store that cannot be used
 DISK_ERRORS = frozenset({errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EACCES, errno.EPERM})
+BUSY_EXIT = 75  # EX_TEMPFAIL (sysexits.h): the store is busy, the same command may succeed later
 COMMAND_MODULES = (
     gpu_commands,
     job_commands,
@@ -89,10 +91,13 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help(sys.stderr)
         return 2
     args = parse(parser, argv)
+    database.busy_notice = lambda line: print(f"jiyu {args.command}: {line}", file=sys.stderr, flush=True)
     try:
         return int(args.handler(args) or 0)
     except CliError as error:
         parser.exit(2, f"jiyu {args.command}: error: {error}\n")
+    except StoreBusy as error:  # a healthy store another process holds: "try again", not "repair"
+        parser.exit(BUSY_EXIT, f"jiyu {args.command}: error: {error}\n")
     except StoreUnusable as error:
         parser.exit(1, f"jiyu {args.command}: error: {error}\n")
     except OSError as error:

@@ -62,6 +62,7 @@ from .process.error_line import one_line
 from .process.process_tree import StopResult
 from .rank_placement import LocalProcessGroup, RankHandle, RankPlacement, ScheduledHandle, SchedulerState
 from .stall_watch import StallWatch
+from .store_outage import END_WAIT_S, LOST, RETRY_S, StoreOutage
 
 STORE_CHECK_S = 2.0  # how often the run row is read for a stop request that came without a signal
 POLL_S = 0.5
@@ -80,6 +81,7 @@ class RunLifecycle:
         recorded_pid: int | None = None,
         announce: Callable[[Outcome], None] | None = None,
         track: Iterable[str] = (),
+        note: Callable[[str], None] | None = None,
     ):
         """``recorded_pid`` is the run row's ``pid`` while the ranks run: the process ``jiyu
         stop`` spares and waits for (the supervisor, which owns the run). None for an owner
@@ -88,7 +90,8 @@ class RunLifecycle:
         the moment between torchrun's exit and the kernel recording the end.
         ``announce`` hears the outcome before the run row says it (the supervisor's log line).
         ``track``: trackers the launch named besides its spec's (``%%train --nproc --track``);
-        those the run's ``start`` events name are followed too (``trackers.owner``)."""
+        those the run's ``start`` events name are followed too (``trackers.owner``).
+        ``note`` hears what the owner does while the store is out (``store_outage``)."""
         self.run_id, self.spec = run_id, spec
         self.store = store or RunStore()
         self.files = RunFiles.of(run_id).create()
@@ -105,6 +108,7 @@ class RunLifecycle:
         self._store_checked = -float("inf")
         self.stall_watch: StallWatch | None = None  # made when local ranks run; a follower's is given
         self.tracking = RunTracking(run_id, [*track, *(spec.track or [])])
+        self.outage = StoreOutage(run_id, self.store, note, leases=lambda: self.grant.leases if self.grant else ())
 
     @classmethod
     def register(
@@ -163,9 +167,12 @@ class RunLifecycle:
         False when a stop request (or ``stop_wanted()``) came first: then nothing starts."""
         if not self._wait_for_place(stop_wanted, on_wait):
             return False
-        run = self.store.stored(self.run_id)
+        run = self.outage.seen(self.store.stored(self.run_id))
         if run.status is RunStatus.QUEUED:  # no lease to take (a scheduler's place, no GPU wanted)
-            run = self.store.transition(self.run_id, {RunStatus.QUEUED}, RunStatus.STARTING, "its place was granted")
+            granted = "its place was granted"
+            run = self.outage.retry_busy(
+                lambda: self.store.transition(self.run_id, {RunStatus.QUEUED}, RunStatus.STARTING, granted)
+            )
         placement = self.placement
         if placement.scheduled:
             self.handle = self.job = placement.start(
@@ -177,7 +184,12 @@ class RunLifecycle:
             self.run_id, script or self.files.script, self.spec, cwd=run.cwd, env=env, grant=self.grant
         )
         self.handle = handle
-        self.store.mark_running(self.run_id, pid=self.recorded_pid or handle.pid, pgid=handle.pgid)
+        pid = self.recorded_pid or handle.pid
+        try:
+            self.outage.seen(self.store.mark_running(self.run_id, pid=pid, pgid=handle.pgid))
+        except LOST as problem:  # the ranks run all the same: recorded once the store is back
+            self.outage.ranks_started({"pid": pid, "pgid": handle.pgid, "started": time.time()})
+            self.outage.lost(problem)
         self.stall_watch = StallWatch(self.run_id, self.store, self.spec.stall_timeout)
         return True
 
@@ -227,17 +239,27 @@ class RunLifecycle:
         return self.store.update(self.run_id, **changes) if changes else run
 
     def _wait_for_place(self, stop_wanted: Callable[[], bool], on_wait: Callable[[str], None] | None) -> bool:
+        """While the store is out (deleted, busy), the run keeps its place in its folder and
+        waits for the store to come back rather than failing (``store_outage``)."""
         said = None
         while True:
-            run = self.store.stored(self.run_id)
-            self.stop_requested |= run.stop_requested or stop_wanted()
-            if self.stop_requested or run.status != RunStatus.QUEUED:
+            every, line = RETRY_S, None
+            if self.outage.back() and not self.outage.settling:
+                try:
+                    run = self.outage.seen(self.store.stored(self.run_id))
+                    self.stop_requested |= run.stop_requested
+                    if self.stop_requested or run.status != RunStatus.QUEUED:
+                        return False
+                    self.grant = self.placement.reserve(self.run_id)
+                    if self.grant is not None:
+                        return True
+                    every, line = self.placement.wait_hint(self.run_id)
+                except LOST as problem:
+                    self.outage.lost(problem)
+            self.stop_requested |= stop_wanted()
+            if self.stop_requested:
                 return False
-            self.grant = self.placement.reserve(self.run_id)
-            if self.grant is not None:
-                return True
-            every, line = self.placement.wait_hint(self.run_id)
-            if on_wait is not None and line != said:
+            if on_wait is not None and line is not None and line != said:
                 on_wait(line)
                 said = line
             time.sleep(every)
@@ -248,10 +270,15 @@ class RunLifecycle:
         watches for a stall (``stall_watch``)."""
         if self.handle is None or self.handle.poll() is not None:
             return False
-        self._honour_stored_stop()
-        if self.stall_watch is not None and self._stopper is None:
-            self.stall_watch.check()  # flags a stall, with every rank's stack; at most every few seconds
-        self.tracking.check()  # starts the trackers' follower once the run names one; at most every second
+        if not self.outage.back():
+            return True  # the store is out: the ranks go on, the store is tried again (``store_outage``)
+        try:
+            self._honour_stored_stop()
+            if self.stall_watch is not None and self._stopper is None:
+                self.stall_watch.check()  # flags a stall, with every rank's stack; at most every few seconds
+            self.tracking.check()  # starts the trackers' follower once the run names one; at most every second
+        except LOST as problem:
+            self.outage.lost(problem)
         return True
 
     def wait(
@@ -278,8 +305,11 @@ class RunLifecycle:
         """The owner's stop (Stop button, interrupt, a signal to the supervisor): recorded in
         the run row, then SIGTERM, SIGKILL after the grace, on a thread, so the caller keeps
         showing the ranks checkpoint and exit. A second request changes nothing: see ``kill``."""
-        if not self.store.stored(self.run_id).stop_requested:
-            self.store.request_stop(self.run_id, grace if grace is not None else self.stop_grace)
+        try:
+            if not self.store.stored(self.run_id).stop_requested:
+                self.store.request_stop(self.run_id, grace if grace is not None else self.stop_grace)
+        except LOST as problem:  # the stop needs no store: the ranks hear it all the same
+            self.outage.lost(problem)
         self._send_stop(grace)
 
     def kill(self) -> None:
@@ -292,7 +322,7 @@ class RunLifecycle:
         if self._stopper is not None or time.monotonic() - self._store_checked < STORE_CHECK_S:
             return
         self._store_checked = time.monotonic()
-        run = self.store.stored(self.run_id)
+        run = self.outage.seen(self.store.stored(self.run_id))
         if run.stop_requested:
             self._send_stop(run.stop_grace)
 
@@ -330,11 +360,19 @@ class RunLifecycle:
             return self.outcome
         self._leave_nothing_running()
         code = self.handle.wait() if self.handle is not None else None
-        run = self.store.stored(self.run_id)
-        self.stop_requested |= run.stop_requested
+        try:
+            run: Run | None = self.outage.known
+            if self.outage.back():
+                run = self.outage.seen(self.store.stored(self.run_id))
+        except LOST as problem:
+            self.outage.lost(problem)
+            run = self.outage.known
+        self.stop_requested |= run is not None and run.stop_requested
         events, _ = read_events(self.files.events)
         line = error or (self.handle.error_line() if self.handle is not None else None)
-        started = self.handle is not None and (not self.placement.scheduled or run.started is not None)
+        started = self.handle is not None and (
+            not self.placement.scheduled or (run is not None and run.started is not None)
+        )
         ranks_stopped = self.handle is not None and any(r.stopped for r in self.handle.ranks())
         self.outcome = (
             Outcome(RunStatus.LOST, None, line)
@@ -343,9 +381,29 @@ class RunLifecycle:
         )
         if self.announce is not None:
             self.announce(self.outcome)
-        record_end(self.store, self.run_id, self.outcome)
+        self._record_end(self.outcome)
         self.tracking.finish(scheduled=self.placement.scheduled)
         return self.outcome
+
+    def _record_end(self, outcome: Outcome) -> None:
+        """``record_end``; while the store is out, the end is kept in the run folder and
+        recorded in the store once it is back, waited for up to ``END_WAIT_S``."""
+        try:
+            record_end(self.store, self.run_id, outcome)
+            return
+        except LOST as problem:
+            self.outage.lost(problem)
+        self.outage.keep_end(outcome)
+        deadline = time.monotonic() + END_WAIT_S
+        while time.monotonic() < deadline:
+            if self.outage.back(force=True):
+                try:
+                    record_end(self.store, self.run_id, outcome)
+                    return
+                except LOST as problem:
+                    self.outage.lost(problem)
+            time.sleep(RETRY_S)
+        self.outage.note("the store did not come back: the run's end is in its folder; `jiyu store repair` records it")
 
     def _leave_nothing_running(self) -> None:
         """The stop under way finishes first; then whatever is still alive (torchrun, or a

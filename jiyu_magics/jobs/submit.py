@@ -13,7 +13,7 @@ from typing import Any
 from ..core.processes.info import process_start_time
 from ..core.runs.files import RunFiles
 from ..core.runs.names import name_from
-from ..core.store.run_row import Run
+from ..core.store.run_row import Run, save_record
 from ..core.store.run_store import RunStore
 from ..core.text import BadPath, utf8_path
 from . import scheduler_follower
@@ -108,7 +108,8 @@ def _hand_over(store: RunStore, run: Run, spec: LaunchSpec, files: RunFiles) -> 
         proc = start_supervisor(run.id, run.cwd, files)
         # the supervisor is the recorded process and the owner (it records the end)
         started = process_start_time(proc.pid)
-        store.update(run.id, pid=proc.pid, pid_started=started, owner_pid=proc.pid, owner_started=started)
+        run = store.update(run.id, pid=proc.pid, pid_started=started, owner_pid=proc.pid, owner_started=started)
+        save_record(run)  # who owns it, in its folder too: a repaired store knows the queued run lives
         return
     RunLifecycle(run.id, spec, placement=placement_for(spec.backend), store=store, owner="submit").start()
     scheduler_follower.ensure_running()  # from here on the follower records what the scheduler says

@@ -6,7 +6,9 @@ server. It waits in the queue while its GPUs are taken (the run store is the arb
 the stop procedure, the final status rule and its record), stops the run on SIGTERM/SIGINT,
 writes the job's log lines and runs the ``--notify`` command. If it is killed, the kernel tells
 torchrun to stop (parent-death signal); listings show the run ``lost`` at once and the next run
-owner's upkeep (``jobs.upkeep``) records it.
+owner's upkeep (``jobs.upkeep``) records it. A store that is deleted, replaced or busy under it
+ends nothing: the run goes on and is registered again once the store is back
+(``store_outage``).
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ class Supervisor:
             owner="supervisor",
             recorded_pid=os.getpid(),
             announce=self._announce,
+            note=self.say,
         )
         self.spec = self.lifecycle.spec
         self._sampled = -float("inf")
@@ -54,7 +57,10 @@ class Supervisor:
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
-        upkeep(self.lifecycle.store)
+        try:
+            upkeep(self.lifecycle.store)
+        except StoreUnusable:
+            pass  # housekeeping for others' runs; this one goes on (``store_outage``)
         with self.lifecycle as lifecycle:
             started = lifecycle.start(stop_wanted=lambda: self.stop_wanted, on_wait=self.say)
             grant, handle = lifecycle.grant, lifecycle.handle  # both set by a start that started the ranks
@@ -90,7 +96,11 @@ class Supervisor:
         if outcome.status is RunStatus.STOPPED:
             self.say(f"job {outcome.error}")
             return
-        started = RunStore().get(self.run_id).started
+        known = self.lifecycle.outage.known
+        try:
+            started = RunStore().get(self.run_id).started
+        except (StoreUnusable, UnknownRun):  # the store is out: what the owner knows of the run
+            started = known.started if known is not None else None
         took = f" after {time.time() - started:.0f} s" if started is not None else ""
         code = outcome.exit_code
         self.say(

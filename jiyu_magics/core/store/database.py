@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from ..runs.files import HOME_ENV, StoreUnusable  # the home folder's failure too: one type for both
+from .lock_holder import describe_holder
 
 SCHEMA_VERSION = 8
 # to version: the statements that bring the one before to it (new tables come from SCHEMA's
@@ -116,6 +118,12 @@ CREATE TABLE IF NOT EXISTS gpu_sampled (
     at REAL NOT NULL
 );
 """
+# How long a writer waits for another process's write lock before saying the store is busy
+# (a command gives up then; run owners keep retrying). The environment variable scales it down
+# in tests and up on a slow shared disk.
+BUSY_ENV = "JIYU_STORE_BUSY_S"
+DEFAULT_BUSY_S = 30.0
+BUSY_NOTICE_S = 2.0  # a writer still waiting after this long says who it waits for (``busy_notice``)
 REPAIR_HINT = "`jiyu doctor --store` checks it; `jiyu store repair` rebuilds it from the run folders"
 _ready: set[Path] = set()  # files this process has already created or migrated
 _wal: set[Path] = set()  # files this process has seen in WAL mode (it persists in the file)
@@ -126,6 +134,38 @@ _wal: set[Path] = set()  # files this process has seen in WAL mode (it persists 
 # every 1000 pages); it runs one read when opened and none after, so threads and forked
 # children cannot misuse it.
 _keepers: dict[Path, sqlite3.Connection] = {}
+
+
+class StoreBusy(StoreUnusable):
+    """Another process held the store's write lock for the whole busy timeout. The store is
+    healthy: nothing to repair, only to wait for (run owners retry; a command says who holds
+    it and exits)."""
+
+    def __init__(self, message: str, holder: str):
+        super().__init__(message)
+        self.holder = holder  # "the store is busy: PID 4242 (python x.py) holds it"
+
+
+# Told once per write that waits longer than ``BUSY_NOTICE_S`` (the CLI prints it to stderr),
+# so a command that waits says why before it succeeds or gives up.
+busy_notice: Callable[[str], None] | None = None
+
+
+def busy_timeout() -> float:
+    try:
+        seconds = float(os.environ.get(BUSY_ENV) or DEFAULT_BUSY_S)
+    except ValueError:
+        return DEFAULT_BUSY_S
+    return seconds if 0 < seconds < float("inf") else DEFAULT_BUSY_S
+
+
+def _is_busy(error: sqlite3.Error) -> bool:
+    text = str(error)
+    return "database is locked" in text or "database is busy" in text
+
+
+def busy_line(path: Path) -> str:
+    return f"the store is busy: {describe_holder(path)} holds it"
 
 
 def read_only(folder: Path) -> bool:
@@ -210,11 +250,17 @@ class StoreDatabase:
                 db.execute(statement)
             db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
+    def reopen(self) -> None:
+        """The file again, as a new process would find it: a deleted store is made anew (empty),
+        a replaced one migrated (a run owner that lost its store registers itself there again)."""
+        self.create_or_migrate()
+        _ready.add(self.path)
+
     def _connect(self, writing: bool = True) -> sqlite3.Connection:
         """A short connection; ``timeout`` is SQLite's busy timeout. Only a writer needs the
         synchronous setting, and WAL mode (kept in the file) is checked once per process:
         a panel poll opens a few of these."""
-        db = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
+        db = sqlite3.connect(self.path, timeout=busy_timeout(), isolation_level=None)
         db.row_factory = sqlite3.Row
         if self.path not in _wal:
             if db.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
@@ -230,7 +276,7 @@ class StoreDatabase:
         with self._translated():
             db = self._connect()
             try:
-                db.execute("BEGIN IMMEDIATE")
+                self._begin(db)
                 try:
                     yield db
                 except BaseException:
@@ -239,6 +285,27 @@ class StoreDatabase:
                 db.execute("COMMIT")
             finally:
                 db.close()
+
+    def _begin(self, db: sqlite3.Connection) -> None:
+        """``BEGIN IMMEDIATE``, waiting up to ``busy_timeout()`` for another writer; after
+        ``BUSY_NOTICE_S`` of it (half of it, if that is shorter), ``busy_notice`` hears who
+        holds the lock."""
+        total = busy_timeout()
+        deadline = time.monotonic() + total
+        told = False
+        while True:
+            left = deadline - time.monotonic()
+            wait = min(left, BUSY_NOTICE_S, total / 2) if busy_notice is not None and not told else left
+            db.execute(f"PRAGMA busy_timeout = {max(int(wait * 1000), 1)}")
+            try:
+                db.execute("BEGIN IMMEDIATE")
+                return
+            except sqlite3.OperationalError as error:
+                if not _is_busy(error) or time.monotonic() >= deadline - 0.01:
+                    raise
+            if busy_notice is not None and not told:
+                busy_notice(f"{busy_line(self.path)}; waiting up to {total:.0f} s")
+                told = True
 
     @contextmanager
     def read(self) -> Iterator[sqlite3.Connection]:
@@ -256,6 +323,13 @@ class StoreDatabase:
         try:
             yield
         except sqlite3.OperationalError as error:
+            if _is_busy(error):
+                holder = busy_line(self.path)
+                raise StoreBusy(
+                    f"{holder} (its write lock, for over {busy_timeout():.0f} s); "
+                    "the store is fine: try again once it lets go",
+                    holder,
+                ) from None
             if "no such table" in str(error) and self.path in _ready:
                 _ready.discard(self.path)
                 _wal.discard(self.path)

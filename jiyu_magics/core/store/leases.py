@@ -119,6 +119,20 @@ class LeaseBook:
             move(db, run_id, {RunStatus.QUEUED}, RunStatus.STARTING, "its GPUs were leased")
         return [Lease(s.uuid, s.index, run_id, now, shared=share) for s in chosen]
 
+    def restore(self, leases: Sequence[Lease]) -> None:
+        """Live leases written back as they were (an owner registering its run again in a
+        store that was lost): the GPUs its ranks still use are nobody else's."""
+        with self.db.write() as db:
+            for lease in leases:
+                if db.execute(
+                    f"SELECT 1 FROM gpu_leases WHERE uuid = ? AND run_id = ? AND {LIVE}", (lease.uuid, lease.run_id)
+                ).fetchone():
+                    continue
+                db.execute(
+                    "INSERT INTO gpu_leases (uuid, gpu_index, run_id, host, since, shared) VALUES (?, ?, ?, ?, ?, ?)",
+                    (lease.uuid, lease.index, lease.run_id, self.host, lease.since, int(lease.shared)),
+                )
+
     def admit(self, run_id: str, cpu_limit: int | None) -> bool:
         """A run that wants no GPU starts when it is first among those and fewer than
         ``cpu_limit`` of them run (no limit: at once); then it is ``starting``."""

@@ -138,7 +138,7 @@ COLUMNS = {f.name for f in fields(Run)} - DERIVED
 
 
 def save_record(run: Run) -> None:
-    """The row, copied into the run's folder when it is created and when it ends, so a lost or
+    """The row, copied into the run's folder when it is created and at each change of status, so a lost or
     corrupt store can be rebuilt (``repair``). Best effort: the store is the authority."""
     folder = run_dir(run.id)
     try:

@@ -132,8 +132,7 @@ class RunStore:
                 summary=lambda: self.stored_summary(run_id),
             )
         run = self.stored(run_id)
-        if target.final:
-            save_record(run)
+        save_record(run)  # the folder says the run's state too: a lost store is rebuilt from it
         return run
 
     def mark_running(self, run_id: str, pid: int, pgid: int | None = None) -> Run:
