@@ -45,9 +45,7 @@ def test_a_helper_process_does_not_keep_a_dead_runs_gpus(tmp_path, nvml_double):
     assert RunStore().get(waiting.id).status == "queued"
     os.kill(RunStore().get(held.id).pid, signal.SIGKILL)  # its supervisor: torchrun and the rank follow
     try:
-        lost = wait_for(
-            lambda: (lambda r: r if r.status == "lost" else None)(RunStore().get(held.id)), 60, what="lost"
-        )
+        lost = wait_for(lambda: (lambda r: r if r.status == "lost" else None)(RunStore().get(held.id)), 60, what="lost")
         assert lost.status == "lost" and psutil.pid_exists(helper), "the helper lives on: a leftover"
         assert processes_of(held.id) == [helper]
         started = wait_for(
@@ -57,6 +55,8 @@ def test_a_helper_process_does_not_keep_a_dead_runs_gpus(tmp_path, nvml_double):
         listing = jiyu("jobs", "--all")
         line = next(row for row in listing.stdout.splitlines() if row.startswith(held.id))
         assert f"1 leftover process ({helper} sleep)" in line, listing.stdout
+        shown = jiyu("show", held.id)
+        assert f"1 leftover process ({helper} sleep) still carry its id; jiyu stop" in shown.stdout, shown.stdout
         stopped = jiyu("stop", held.id, "--grace", "2")
         assert stopped.returncode == 0, stopped.stderr
         assert f"still carrying its id was running: stopped ({helper})" in stopped.stdout, stopped.stdout
