@@ -23,7 +23,7 @@ SLEEP = "time.sleep(600)  # rank 1 stalls here, before the all-reduce of its bac
 def submitted(tmp_path: Path, source: str, *options: str) -> str:
     path = tmp_path / "job.ipynb"
     nbformat.write(new_notebook(cells=[new_code_cell(source)]), path)
-    done = jiyu("submit", str(path), "--nproc", "2", "--gpus", "0", *options)
+    done = jiyu("submit", str(path), "--gpus", "0", *(options if "--nproc" in options else ("--nproc", "2", *options)))
     assert done.returncode == 0, done.stderr
     return done.stdout.split()[2]
 
@@ -51,3 +51,37 @@ def test_a_rank_stopped_with_sigstop_is_shown_stopped_not_outside_python(tmp_pat
     assert finished(run_id, 60).status in ("stopped", "failed")
     assert RunStore().get(run_id).stalled is False
     assert_no_processes(run_id)
+
+
+SLOW_VALIDATION = """\
+import time, torch
+from jiyu_magics.train.engine import fit
+
+
+class SlowValidation(torch.utils.data.Dataset):
+    def __len__(self):
+        return 30
+
+    def __getitem__(self, i):
+        time.sleep(0.2)  # 6 s per validation pass, twice the job's 3 s stall timeout
+        return torch.randn(8), torch.randn(1)
+
+
+torch.manual_seed(0)
+model = torch.nn.Linear(8, 1)
+fit(model, torch.optim.SGD(model.parameters(), lr=0.01), (torch.randn(64, 8), torch.randn(64, 1)),
+    batch_size=8, epochs=2, loss_fn=torch.nn.functional.mse_loss, log_every=1, save_ckpts=False,
+    val_data=torch.utils.data.DataLoader(SlowValidation(), batch_size=2))
+"""
+
+
+def test_a_validation_longer_than_the_stall_timeout_is_progress_not_a_stall(tmp_path, torchrun_tmp, no_schedulers):
+    """A scaled-down 60 s validation under --stall-timeout 30: 6 s under 3 s."""
+    run_id = submitted(tmp_path, SLOW_VALIDATION, "--nproc", "1", "--stall-timeout", "3", "--name", "slow-val")
+    run = finished(run_id, 120)
+    events = read_events(RunFiles.of(run_id).events)[0]
+    kinds = [e["kind"] for e in events]
+    assert run.status == "succeeded", (run.error, kinds)
+    assert kinds.count("val") == 2 and "val_progress" in kinds, kinds
+    assert "stall" not in kinds, [e for e in events if e["kind"] == "stall"]
+    assert "stalled" not in jiyu("logs", run_id).stdout
