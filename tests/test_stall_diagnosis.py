@@ -85,3 +85,19 @@ def test_a_validation_longer_than_the_stall_timeout_is_progress_not_a_stall(tmp_
     assert kinds.count("val") == 2 and "val_progress" in kinds, kinds
     assert "stall" not in kinds, [e for e in events if e["kind"] == "stall"]
     assert "stalled" not in jiyu("logs", run_id).stdout
+
+
+def test_jiyu_stacks_right_after_the_stall_flag_shows_every_ranks_stack(tmp_path, torchrun_tmp, no_schedulers):
+    """The flag follows the dump: whoever sees the run stalled finds the whole dump, never the
+    header alone (the dump takes seconds: the ranks write, py-spy attaches)."""
+    run_id = submitted(tmp_path, stall_script(timeout=None), "--stall-timeout", "3", "--name", "flag-then-stacks")
+    try:
+        wait_for(lambda: RunStore().get(run_id).stalled, 120, every=0.05, what="the stall flag")
+        stacks = jiyu("stacks", run_id)
+        assert stacks.returncode == 0, stacks.stderr
+        headlines = [line for line in stacks.stdout.splitlines() if line.startswith("  rank ")]
+        assert len(headlines) == 2 and "  rank 1 is in train_step" in stacks.stdout, stacks.stdout
+    finally:
+        stopped = jiyu("stop", run_id, "--grace", "2")
+    assert stopped.returncode == 0, stopped.stderr
+    assert_no_processes(run_id)

@@ -58,6 +58,9 @@ def dump_stacks(run_id: str, now: float | None = None) -> Path | None:
     wait = REMOTE_WAIT_S if elsewhere else WAIT_S
     _wait_until_settled({files.stack_live(r.rank): offsets[r.rank] for r in asked}, wait)
     folder = _new_folder(files.stacks, now or time.time())
+    partial = folder.with_name(f".{folder.name}.partial")  # renamed when whole: a reader never sees half
+    partial.mkdir(parents=True)
+    folder, final = partial, folder
     for rank, state in stopped.items():
         (folder / f"rank{rank}.txt").write_text(f"{STOPPED_MARK} {state}\n")
     for record in asked:
@@ -68,7 +71,8 @@ def dump_stacks(run_id: str, now: float | None = None) -> Path | None:
             (folder / f"rank{record.rank}.txt").write_text(text)
     if elsewhere:  # where each rank ran, for a dump across machines
         (folder / HOSTS_FILE).write_text(json.dumps({str(r.rank): r.host for r in asked if r.host}))
-    return folder
+    os.replace(partial, final)
+    return final
 
 
 def stopped_state(pid: int) -> str | None:
@@ -108,8 +112,7 @@ def _new_folder(stacks: Path, now: float) -> Path:
     while folder.exists():
         n += 1
         folder = stacks / f"{stamp}-{n}"
-    folder.mkdir(parents=True)
-    return folder
+    return folder  # the name of the next dump, made by renaming its partial folder
 
 
 def _appended(path: Path, offset: int) -> str:

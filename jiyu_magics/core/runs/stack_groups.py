@@ -158,7 +158,10 @@ def group(stacks: list[RankStack]) -> list[StackGroup]:
 def dump_folders(run_id: str) -> list[Path]:
     """The run's stack dumps, oldest first."""
     root = RunFiles.of(run_id).stacks
-    return sorted((p for p in root.iterdir() if p.is_dir()), key=lambda p: p.name) if root.is_dir() else []
+    if not root.is_dir():
+        return []
+    whole = (p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))  # not one being written
+    return sorted(whole, key=lambda p: p.name)
 
 
 def read_dump(folder: Path) -> list[RankStack]:
