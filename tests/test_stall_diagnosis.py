@@ -1,6 +1,8 @@
 """Stall diagnosis that does not mislead (issue 24, group 8), each through its real entry point
-on real 2-rank gloo torchrun runs: a rank stopped with SIGSTOP is shown stopped (process state
-T), not "outside Python"."""
+(``jiyu submit``/``jiyu stacks``/``jiyu stop``, ``%%train --nproc`` in a real kernel through
+nbclient) on real 2-rank gloo torchrun runs: a rank stopped with SIGSTOP is shown stopped
+(process state T), not "outside Python"; a long validation is progress; ``jiyu stacks`` right
+after the flag finds the dump; a stop of a stalled cell shows one line, not torchrun's report."""
 
 from __future__ import annotations
 
@@ -100,4 +102,72 @@ def test_jiyu_stacks_right_after_the_stall_flag_shows_every_ranks_stack(tmp_path
     finally:
         stopped = jiyu("stop", run_id, "--grace", "2")
     assert stopped.returncode == 0, stopped.stderr
+    assert_no_processes(run_id)
+
+
+NPROC_DATA = """%load_ext jiyu_magics
+import os, time, torch
+from torch.utils.data import DataLoader, TensorDataset
+torch.manual_seed(0)
+X = torch.randn(512, 8); y = X.sum(1, keepdim=True)
+model = torch.nn.Linear(8, 1)"""
+
+STALLING_CELL = """%%train --nproc 2 --epochs 1000 --log-every 1 --stall-timeout 3 --name stalls-in-cell
+optimizer = torch.optim.SGD(model.parameters(), 0.01)
+train_loader = DataLoader(TensorDataset(X, y), batch_size=8)
+calls = 0
+
+def train_step(model, batch):
+    global calls
+    calls += 1
+    if os.environ.get("RANK") == "1" and calls == 12:
+        time.sleep(600)  # rank 1 stalls before its backward's all-reduce
+    inputs, targets = batch
+    return torch.nn.functional.mse_loss(model(inputs), targets)
+"""
+
+
+def stalled_cell(tmp_path, jiyu_home, while_stalled):
+    """Runs the stalling ``%%train --nproc 2`` cell in a real kernel (nbclient, widget state
+    kept), calls ``while_stalled(run_id)`` once the run is flagged, and returns the cell."""
+    import asyncio
+
+    from nbclient import NotebookClient
+
+    from .notebook_runner import first_logged_step, notebook
+
+    nb = notebook(NPROC_DATA, STALLING_CELL)
+    client = NotebookClient(
+        nb, timeout=300, kernel_name="python3", store_widget_state=True, resources={"metadata": {"path": str(tmp_path)}}
+    )
+
+    async def run():
+        async with client.async_setup_kernel():
+            await client.async_execute_cell(nb.cells[0], 0)
+            training = asyncio.ensure_future(client.async_execute_cell(nb.cells[1], 1))
+            loop = asyncio.get_running_loop()
+            run_id = await loop.run_in_executor(None, first_logged_step, jiyu_home)
+            await loop.run_in_executor(
+                None, lambda: wait_for(lambda: RunStore().get(run_id).stalled, 120, what="the stall flag")
+            )
+            result = await loop.run_in_executor(None, while_stalled, run_id)
+            await training
+            client.set_widgets_metadata()  # the widgets' state (the ranks' pane) into the notebook
+            return run_id, result
+
+    run_id, result = asyncio.run(run())
+    return nb, run_id, result
+
+
+def test_jiyu_stop_of_a_stalled_train_nproc_cell_shows_one_line_not_torchruns_traceback(tmp_path, jiyu_home):
+    from .notebook_runner import text_of, widget_html
+
+    nb, run_id, stopped = stalled_cell(tmp_path, jiyu_home, lambda run_id: jiyu("stop", run_id, "--grace", "2"))
+    assert stopped.returncode == 0, stopped.stderr
+    pane = widget_html(nb, "jiyu-rank-output")
+    assert pane and "[rank0] run " in pane[0], "the ranks' pane, read from the saved widget state"
+    shown = text_of(nb.cells[1]) + "".join(pane)
+    assert "ChildFailedError" not in shown and "Traceback" not in shown, shown[-3000:]
+    assert "stopped at step 11 by request" in text_of(nb.cells[1]), shown[-3000:]
+    assert RunStore().get(run_id).status == "stopped"
     assert_no_processes(run_id)
