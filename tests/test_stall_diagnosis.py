@@ -129,7 +129,7 @@ def train_step(model, batch):
 
 def stalled_cell(tmp_path, jiyu_home, while_stalled):
     """Runs the stalling ``%%train --nproc 2`` cell in a real kernel (nbclient, widget state
-    kept), calls ``while_stalled(run_id)`` once the run is flagged, and returns the cell."""
+    kept), calls ``while_stalled(run_id, client)`` once the run is flagged, and returns the cell."""
     import asyncio
 
     from nbclient import NotebookClient
@@ -150,7 +150,7 @@ def stalled_cell(tmp_path, jiyu_home, while_stalled):
             await loop.run_in_executor(
                 None, lambda: wait_for(lambda: RunStore().get(run_id).stalled, 120, what="the stall flag")
             )
-            result = await loop.run_in_executor(None, while_stalled, run_id)
+            result = await loop.run_in_executor(None, while_stalled, run_id, client)
             await training
             client.set_widgets_metadata()  # the widgets' state (the ranks' pane) into the notebook
             return run_id, result
@@ -162,7 +162,7 @@ def stalled_cell(tmp_path, jiyu_home, while_stalled):
 def test_jiyu_stop_of_a_stalled_train_nproc_cell_shows_one_line_not_torchruns_traceback(tmp_path, jiyu_home):
     from .notebook_runner import text_of, widget_html
 
-    nb, run_id, stopped = stalled_cell(tmp_path, jiyu_home, lambda run_id: jiyu("stop", run_id, "--grace", "2"))
+    nb, run_id, stopped = stalled_cell(tmp_path, jiyu_home, lambda run_id, _: jiyu("stop", run_id, "--grace", "2"))
     assert stopped.returncode == 0, stopped.stderr
     pane = widget_html(nb, "jiyu-rank-output")
     assert pane and "[rank0] run " in pane[0], "the ranks' pane, read from the saved widget state"
@@ -170,4 +170,34 @@ def test_jiyu_stop_of_a_stalled_train_nproc_cell_shows_one_line_not_torchruns_tr
     assert "ChildFailedError" not in shown and "Traceback" not in shown, shown[-3000:]
     assert "stopped at step 11 by request" in text_of(nb.cells[1]), shown[-3000:]
     assert RunStore().get(run_id).status == "stopped"
+    assert_no_processes(run_id)
+
+
+def test_a_stalled_train_nproc_cells_dashboard_says_stalled_with_the_stacks_headline(tmp_path, jiyu_home):
+    """The dashboard froze at "running · ETA 0:01": it now says stalled, as the panel does."""
+
+    def html_values(client) -> list[str]:
+        """The live HTML widgets of the kernel, as the front-end holds them (nbclient keeps them)."""
+        states = [dict(state) for state in list(client.widget_state.values())]  # comm id -> the model's state
+        return [st.get("value", "") for st in states if st.get("_model_name") == "HTMLModel"]
+
+    def seen_while_stalled(run_id, client):
+        try:
+            return wait_for(
+                lambda: (
+                    [v for v in html_values(client) if "⚠ stalled: no step since step" in v]
+                    and [v for v in html_values(client) if v.startswith("<b>stalled</b>")]
+                ),
+                60,
+                what="the dashboard's stall line",
+            ) and html_values(client)
+        finally:
+            jiyu("stop", run_id, "--grace", "2")
+
+    _, run_id, values = stalled_cell(tmp_path, jiyu_home, seen_while_stalled)
+    note = next(v for v in values if "⚠ stalled: no step since step" in v)
+    assert "⚠ stalled: no step since step 11 · " in note, note
+    assert "rank 1 is in train_step (the current cell, line 10)" in note, note
+    assert any(v.startswith("<b>stalled</b> · ") for v in values), "the header says stalled, not running"
+    assert f"jiyu stacks {run_id}" in note
     assert_no_processes(run_id)
