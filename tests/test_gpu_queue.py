@@ -380,3 +380,39 @@ def test_train_nproc_waits_in_the_queue_runs_on_its_lease_and_an_interrupt_leave
     assert ran.status == "succeeded" and ip.user_ns["train_result"].status == "succeeded"
     assert [r.cuda_visible_devices for r in ranks.read_all(ran.id)] == [uuid_of(0)]
     assert ran.started >= RunStore().get(holder.id).gpus[0]["ended"]
+
+
+def test_a_run_waiting_for_gpus_held_outside_jiyu_says_who_holds_them(box, tmp_path):
+    """Issue 24, group 8: "waiting for 2 GPU(s)" alone sent the user hunting through nvidia-smi.
+    The processes come from the NVML double's process lists (no driver here); they are real."""
+    gpus = box(2)
+    trainer = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])  # someone's training
+    other = subprocess.Popen(["sleep", "600"])
+    try:
+        gpus.hold(0, trainer.pid, 2 * GIB)
+        gpus.hold(1, other.pid, 3 * GIB)
+        waiting = submit_cli(write_notebook(tmp_path / "train.ipynb"), "--gpus", "2", "--nproc", "1")
+        expected = (
+            f"GPU 0 held by PID {trainer.pid} ({os.path.basename(psutil_name(trainer.pid))}, not a jiyu run); "
+            f"GPU 1 held by PID {other.pid} (sleep, not a jiyu run)"
+        )
+        wait_for(lambda: expected in _log(waiting), 60, what="the waiting line naming the holders")
+        assert f"queued at position 1, waiting for 2 GPU(s): {expected}" in _log(waiting)
+        listing = jiyu("jobs")
+        line = next(row for row in listing.stdout.splitlines() if row.startswith(waiting))
+        assert f"queued #1 ({expected})" in line, listing.stdout
+        trainer.kill()
+        other.kill()
+        running(waiting)
+        assert RunStore().get(waiting).queue_reason is None, "the reason goes once the run starts"
+        jobs.stop(waiting, grace=5)
+    finally:
+        for proc in (trainer, other):
+            proc.kill()
+            proc.wait()
+
+
+def psutil_name(pid: int) -> str:
+    import psutil
+
+    return psutil.Process(pid).name()

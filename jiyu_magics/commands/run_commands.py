@@ -40,12 +40,13 @@ def details(run_id: str):
     from ..core.runs.files import RunFiles
     from ..core.store.run_row import UnknownRun
     from ..core.store.run_store import RunStore
+    from ..jobs.run_control import with_leftovers
     from ..views.run_show import RunDetails
     from . import CliError
 
     store = RunStore()
     try:
-        run = store.resolve(run_id)
+        run = with_leftovers([store.resolve(run_id)], store.host)[0]
     except UnknownRun as error:
         raise CliError(str(error)) from None
     events = RunFiles.of(run.id).events

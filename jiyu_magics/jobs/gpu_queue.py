@@ -23,6 +23,7 @@ from ..core.runs.model import RunStatus
 from ..core.store.leases import Lease
 from ..core.store.run_row import Run
 from ..core.store.run_store import RunStore
+from .gpu_holders import holders_line
 from .job_error import JobError
 
 CPU_LIMIT_ENV = "JIYU_MAX_CPU_JOBS"
@@ -79,6 +80,9 @@ class GpuQueue:
         snap = gpu.snapshot()
         slots = Attribution(active, self.store.leases.live(), own_pids=self.own_pids).usable(snap)
         leases = self.store.leases.acquire(run.id, slots)
+        reason = None if leases else holders_line(snap, slots, self.own_pids)
+        if reason != run.queue_reason:  # who holds the GPUs it waits for, written when it changes
+            self.store.update(run.id, queue_reason=reason)
         return Grant(leases, ",".join(lease.uuid for lease in leases)) if leases else None
 
     def _admit_cpu(self, run: Run) -> Grant | None:
@@ -95,4 +99,5 @@ class GpuQueue:
         run = self.store.get(run_id)
         what = f"{run.gpus_requested} GPU(s)" if run.gpus_requested else "a CPU job slot"
         place = f"position {run.queue_position}" if run.queue_position else "in line"
-        return f"queued at {place}, waiting for {what}"
+        held = f": {run.queue_reason}" if run.queue_reason and run.gpus_requested else ""
+        return f"queued at {place}, waiting for {what}{held}"

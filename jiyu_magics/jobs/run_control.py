@@ -6,6 +6,7 @@ import math
 import time
 from dataclasses import dataclass, field
 
+from ..core.processes import run_processes
 from ..core.processes.info import process_alive
 from ..core.runs.model import RunKind, RunStatus
 from ..core.store.run_row import Run, UnknownRun
@@ -21,7 +22,7 @@ def resolve(run_id: str, store: RunStore | None = None) -> Run:
     """A run by id or unique id prefix, as readers show it, as a ``JobError`` when there is none."""
     store = store or RunStore()
     try:
-        return store.resolve(str(run_id))
+        return with_leftovers([store.resolve(str(run_id))], store.host)[0]
     except UnknownRun as error:
         raise JobError(str(error)) from None
 
@@ -51,7 +52,29 @@ def list_runs(include_finished: bool = False, limit: int | None = None, since: f
     """Runs newest first (active ones only unless ``include_finished``; the ``limit`` newest,
     created at or after ``since``), as readers show them: a run whose processes vanished is
     ``lost``. Writes nothing."""
-    return RunStore().list(include_finished=include_finished, limit=limit, since=since)
+    store = RunStore()
+    return with_leftovers(store.list(include_finished=include_finished, limit=limit, since=since), store.host)
+
+
+def with_leftovers(runs: list[Run], host: str) -> list[Run]:
+    """The runs, each ended local run of this host with the processes still carrying its id
+    (``Run.leftovers``: a helper its notebook started outlived its ranks). One pass over the
+    process table, only when an ended run is listed."""
+    ended = [run for run in runs if not run.active and run.backend == "local" and run.host == host]
+    if not ended:
+        return runs
+    carrying = run_processes.carried()
+    for run in ended:
+        run.leftovers = [_described(proc) for proc in carrying.get(run.id, [])]
+    return runs
+
+
+def _described(proc) -> str:
+    """``1234 sleep``: a process's pid and name."""
+    try:
+        return f"{proc.pid} {proc.name()}"
+    except Exception:  # psutil.Error: it ended while listed
+        return str(proc.pid)
 
 
 def queued_runs() -> list[Run]:

@@ -11,6 +11,10 @@ Ranks on other machines (the nodes of a Slurm or Kubernetes job) cannot be signa
 the owner writes a new request into ``stacks/request`` on the shared run folder instead, which
 each rank watches (``train.stack_signal``), and waits a little longer for their dumps. The dump
 folder's ``hosts.json`` says which host each rank ran on.
+
+A rank stopped by SIGSTOP (Ctrl-Z, a debugger: state ``T`` in ``/proc/PID/stat``) runs no code,
+so it dumps nothing until it is continued: its file says it is stopped (``STOPPED_MARK``), and
+the views say so rather than "outside Python".
 """
 
 from __future__ import annotations
@@ -24,9 +28,11 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
+
 from ..core.runs.files import STACK_SIGNAL_NAME, RunFiles
 from ..core.runs.model import RankState
-from ..core.runs.stack_groups import HOSTS_FILE
+from ..core.runs.stack_groups import HOSTS_FILE, STOPPED_MARK
 from .process import rank_records
 
 WAIT_S = 3.0  # for every rank's dump to arrive
@@ -47,10 +53,16 @@ def dump_stacks(run_id: str, now: float | None = None) -> Path | None:
     elsewhere = [r for r in ranks if not r.here]
     if elsewhere:
         files.stack_request.write_text(f"{time.time_ns()} {os.getpid()}\n")
-    asked = elsewhere + [r for r in ranks if r.here and _signal(r.pid)]
+    stopped = {r.rank: state for r in ranks if r.here and (state := stopped_state(r.pid))}
+    asked = elsewhere + [r for r in ranks if r.here and r.rank not in stopped and _signal(r.pid)]
     wait = REMOTE_WAIT_S if elsewhere else WAIT_S
     _wait_until_settled({files.stack_live(r.rank): offsets[r.rank] for r in asked}, wait)
     folder = _new_folder(files.stacks, now or time.time())
+    partial = folder.with_name(f".{folder.name}.partial")  # renamed when whole: a reader never sees half
+    partial.mkdir(parents=True)
+    folder, final = partial, folder
+    for rank, state in stopped.items():
+        (folder / f"rank{rank}.txt").write_text(f"{STOPPED_MARK} {state}\n")
     for record in asked:
         text = _appended(files.stack_live(record.rank), offsets[record.rank])
         if record.here:
@@ -59,7 +71,18 @@ def dump_stacks(run_id: str, now: float | None = None) -> Path | None:
             (folder / f"rank{record.rank}.txt").write_text(text)
     if elsewhere:  # where each rank ran, for a dump across machines
         (folder / HOSTS_FILE).write_text(json.dumps({str(r.rank): r.host for r in asked if r.host}))
-    return folder
+    os.replace(partial, final)
+    return final
+
+
+def stopped_state(pid: int) -> str | None:
+    """``T`` (stopped: SIGSTOP, Ctrl-Z) or ``t`` (stopped by a tracer) when the process is
+    stopped, else None: the state field of ``/proc/PID/stat``, through psutil."""
+    try:
+        status = psutil.Process(pid).status()
+    except psutil.Error:
+        return None
+    return {psutil.STATUS_STOPPED: "T", psutil.STATUS_TRACING_STOP: "t"}.get(status)
 
 
 def _signal(pid: int) -> bool:
@@ -89,8 +112,7 @@ def _new_folder(stacks: Path, now: float) -> Path:
     while folder.exists():
         n += 1
         folder = stacks / f"{stamp}-{n}"
-    folder.mkdir(parents=True)
-    return folder
+    return folder  # the name of the next dump, made by renaming its partial folder
 
 
 def _appended(path: Path, offset: int) -> str:

@@ -12,6 +12,7 @@ reading only what the event log gained since (``core.stall_clock`` folds it).
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 from ..core.events.log import EventLog, read_events
 from ..core.events.stall_clock import StallClock
@@ -41,15 +42,17 @@ class StallWatch:
         since = self.clock.stalled_since(time.time())
         if since == self.flagged:
             return
+        # the stacks first, then the flag: whoever sees the run stalled (``jiyu stacks``, the
+        # panel's Stacks button) finds the whole dump
+        folder = dump_stacks(self.run_id) if since is not None else None
         self.store.mark_stalled(self.run_id, since)
         flagged, self.flagged = self.flagged, since
         if since is not None:
-            self._record_stall(since)
+            self._record_stall(since, folder)
         elif flagged is not None:
             self._record_cleared(flagged)
 
-    def _record_stall(self, since: float) -> None:
-        folder = dump_stacks(self.run_id)
+    def _record_stall(self, since: float, folder: Path | None) -> None:
         self.stalled_step = self.clock.step
         with EventLog(self.files.events) as log:
             log.append(

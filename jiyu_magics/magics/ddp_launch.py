@@ -93,7 +93,7 @@ class DdpLaunch:
             self.rank_output = self._rank_output()
             self._follow()
             outcome = self.lifecycle.end()
-        self._show_end()
+        self._show_end(outcome)
         self._bind(outcome)
 
     def _run_on_pool(self) -> None:
@@ -121,7 +121,7 @@ class DdpLaunch:
             self.rank_output = self._rank_output()
             self._follow()
             outcome = self.lifecycle.end()
-        self._show_end()
+        self._show_end(outcome)
         self._bind(outcome)
 
     def _track(self) -> list[str]:
@@ -216,15 +216,16 @@ class DdpLaunch:
                 self.lifecycle.request_stop()
 
     # -- after ---------------------------------------------------------------------------------
-    def _show_end(self) -> None:
+    def _show_end(self, outcome) -> None:
         """The events the owner added at the end (a failure's line, its end) reach the
-        dashboard before it closes."""
+        dashboard before it closes; a stop by request leaves out torchrun's report of the
+        ranks it killed (``RankOutput.finish``)."""
         events, self.offset = read_events(self.lifecycle.files.events, self.offset)
         self.monitor.feed(events)
         self.monitor.poll()
         if hasattr(self.monitor, "close"):
             self.monitor.close()
-        self.rank_output.finish()
+        self.rank_output.finish(stopped=outcome.status is RunStatus.STOPPED)
 
     def _bind(self, outcome) -> None:
         from ..train.fit_result import FitResult

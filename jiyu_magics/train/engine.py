@@ -498,7 +498,7 @@ class Trainer:
             self.precision,
             self.device,
             self.dist,
-            self.report.poll_if_due,
+            self.report.validating(self.position.step, self.opts.log_interval_s),
         )
         self.report.emit("val", step=self.position.step, epoch=self.position.epoch, loss=loss, accuracy=accuracy)
 

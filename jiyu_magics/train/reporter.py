@@ -50,6 +50,23 @@ class Reporter:
         if time.perf_counter() >= self.next_poll:
             self.poll()
 
+    def validating(self, step: int, every_s: float):
+        """What a validation pass calls after each batch: the monitor's poll when due, and a
+        ``val_progress`` event about every ``every_s`` (the log clock), so the run's stall watch
+        sees a long validation move. A clock read per batch; no device sync."""
+        batches, next_beat = 0, time.perf_counter() + every_s
+
+        def after_batch() -> None:
+            nonlocal batches, next_beat
+            batches += 1
+            self.poll_if_due()
+            now = time.perf_counter()
+            if now >= next_beat and self.dist.is_writer:
+                next_beat = now + every_s
+                self.emit("val_progress", step=step, batch=batches)
+
+        return after_batch
+
     def step(self, step: int, epoch: int, total: int | None, window: Window, lr: float | None) -> dict:
         return self.emit(
             "step",

@@ -33,6 +33,13 @@ def render_text(d: RunDetails) -> str:
     lines = [f"{run.name}  (run {run.id}, {run.kind}, {run.status})"]
     add = lambda label, text: lines.append(f"{label:<{LABEL}}{text}")  # noqa: E731
     add("notebook", f"{na(run.notebook)} · wall time {duration(run.duration)}")
+    if run.leftovers:
+        count = len(run.leftovers)
+        add(
+            "leftovers",
+            f"{count} leftover process{'es' if count > 1 else ''} ({', '.join(run.leftovers)}) still carry its id;"
+            f" jiyu stop {run.id} ends them",
+        )
     lineage = lineage_text(d)
     if lineage:
         add("lineage", lineage)

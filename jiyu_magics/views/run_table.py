@@ -51,6 +51,14 @@ def _kind(run: Run) -> str:
 
 
 def _status(run: Run, summary: RunSummary) -> str:
+    if run.leftovers:
+        count = len(run.leftovers)
+        noun = "process" if count == 1 else "processes"
+        return f"{_run_status(run, summary)}, {count} leftover {noun} ({', '.join(run.leftovers)})"
+    return _run_status(run, summary)
+
+
+def _run_status(run: Run, summary: RunSummary) -> str:
     if run.status == RunStatus.LOST and summary.get("step") is not None:
         return f"lost at step {summary['step']}"
     if run.status == RunStatus.QUEUED and (run.queue_position or run.queue_reason):

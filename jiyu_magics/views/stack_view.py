@@ -19,6 +19,9 @@ def render_text(
     lines += [f"  {g.headline(line_map)}" for g in groups]
     for g in groups:
         lines += ["", f"== {g.who()} =="]
+        if g.stopped:
+            lines.append("  stopped: it dumps its stack once continued (kill -CONT PID); jiyu stop ends it")
+            continue
         if full:
             lines.append(g.text.rstrip())
             continue
@@ -53,6 +56,7 @@ def as_json(groups: list[StackGroup], line_map: LineMap | None = None) -> list[d
             "hosts": {str(rank): host for rank, host in g.hosts.items()},
             "headline": g.headline(line_map),
             "native": g.native,
+            "stopped": g.stopped,
             "text": g.text,
             "frames": [
                 {

@@ -43,6 +43,7 @@ class RankOutput:
             layout=widgets.Layout(width="110px"),
         )
         self.pane = widgets.HTML(pane_html([]))
+        self.launcher = True  # torchrun's own lines shown (dropped once the run stopped by request)
         self.toggle.observe(lambda _change: self.render(), names="value")
         self.widget = widgets.VBox([self.toggle, self.pane])
 
@@ -52,8 +53,13 @@ class RankOutput:
         if not self.shown and self.ready():
             self._display()
 
-    def finish(self) -> None:
+    def finish(self, stopped: bool = False) -> None:
+        """The last lines. A run ``stopped`` by request drops torchrun's own lines: a rank
+        killed after the grace makes it print a 30-line ``ChildFailedError`` report about a
+        stop that went as asked (the run's end says how it ended, in one line)."""
+        self.launcher = not stopped
         self.poll()
+        self.render()
         if not self.shown and self.source.kept:
             self._display()
 
@@ -62,7 +68,7 @@ class RankOutput:
         display(self.widget)
 
     def render(self) -> None:
-        value = pane_html(self.source.lines(self.toggle.value))
+        value = pane_html(self.source.lines(self.toggle.value, launcher=self.launcher))
         if self.pane.value != value:
             self.pane.value = value
 
@@ -78,4 +84,5 @@ class RankEcho:
             if self.all_ranks or rank in (None, 0):
                 print(shown(rank, text), file=self.out or sys.stdout, flush=True)
 
-    finish = poll
+    def finish(self, stopped: bool = False) -> None:
+        self.poll()

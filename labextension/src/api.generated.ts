@@ -21,7 +21,7 @@ export type RunKind = 'kernel' | 'ddp' | 'job' | 'ranks';
  * via the `definition` "EventKind".
  */
 export type EventKind =
-  'start' | 'step' | 'val' | 'ckpt' | 'gpu' | 'advice' | 'stall' | 'end' | 'error';
+  'start' | 'step' | 'val' | 'val_progress' | 'ckpt' | 'gpu' | 'advice' | 'stall' | 'end' | 'error';
 /**
  * This interface was referenced by `JiyuRESTAPI`'s JSON-Schema
  * via the `definition` "ActiveStatus".
@@ -90,6 +90,12 @@ export type Event =
       epoch?: number | null;
       loss?: number | null;
       accuracy?: number | null;
+    }
+  | {
+      kind: 'val_progress';
+      t?: number | null;
+      step?: number | null;
+      batch?: number | null;
     }
   | {
       kind: 'ckpt';

@@ -32,6 +32,9 @@ here are allowed and passed on unchecked:
   ``mem_peak`` (bytes, CUDA only), ``data_wait`` (share 0..1 of wall time waiting for batches),
   ``grad_norm`` (before clipping, when clipping), ``elapsed`` and ``eta`` (seconds).
 - ``val``: ``step``, ``epoch``, ``loss``, ``accuracy`` (None when not a classification).
+- ``val_progress`` (while a validation pass runs, at the log interval): ``step`` (the training
+  step it validates), ``batch`` (validation batches done on rank 0). Progress for the stall watch:
+  a long validation is not a stall.
 - ``ckpt``: ``step``, ``path``.  ``advice``: ``step``, ``message``.  ``gpu``: reserved.
 - ``stall`` (written by the run's owner, not a rank, when the step stood still for ``timeout``
   seconds while the ranks lived): ``step`` (the last one logged), ``since`` (its time),
@@ -97,6 +100,7 @@ FIELDS: dict[EventKind, dict[str, type]] = {
         "eta": float,
     },
     EventKind.VAL: {"step": int, "epoch": int, "loss": float, "accuracy": float},
+    EventKind.VAL_PROGRESS: {"step": int, "batch": int},
     EventKind.CKPT: {"step": int, "path": str},
     EventKind.GPU: {},
     EventKind.ADVICE: {"step": int, "message": str},

@@ -5,7 +5,9 @@ The engine logs ``step`` events on a wall clock (about every half second, or eve
 steps are slower), each with its ``t``: the time of the last step logged is the time the step
 last moved, to within one log interval. A ``start`` event arms the clock (the step may not
 move before it: imports, data, ``torch.compile``) and says the call's ``stall_timeout``; its
-``end`` disarms it (whatever the script does after ``fit`` is not a stall).
+``end`` disarms it (whatever the script does after ``fit`` is not a stall). A validation pass
+moves too: its ``val_progress`` events (at the log interval, while batches complete) count as
+progress, so a validation longer than the timeout is not flagged, but one stuck is.
 
 The timeout: the call's own (``fit(stall_timeout=S)``), else the job's default (``%submit
 --stall-timeout S``), else the larger of 10x the median step time and five minutes; ``0`` turns
@@ -43,6 +45,8 @@ class StallClock:
                 self._start(event)
             elif kind == EventKind.STEP and self.armed and isinstance(event.get("step"), (int, float)):
                 self._step(event["t"], int(event["step"]))
+            elif kind == EventKind.VAL_PROGRESS and self.armed and isinstance(event.get("t"), (int, float)):
+                self.moved = max(self.moved or event["t"], event["t"])  # progress, not a step: no pace
             elif kind == EventKind.END:
                 self.armed = False
 

@@ -2,30 +2,37 @@
 (``JIYU_RUN_ID``): torchrun, its ranks, their data loader workers, and whatever a rank left
 behind when its parent died (re-parented processes leave every process tree).
 
-Here in ``core`` so that the run store, which marks a run ``lost`` only once nothing of it is
-left, and the jobs' stop procedure find them the same way.
+Not every process carrying the id is the run. The run is its torchrun agent and its ranks
+(``of_the_run``); a helper a notebook started (``subprocess.Popen(['sleep', '300'])``) carries
+the id too, but once the ranks and the run's owner are gone it is a leftover: reported, ended
+by ``jiyu stop``, never holding the run's GPUs.
+
+Here in ``core`` so that the run store, which marks a run ``lost`` only once nothing of the
+run is left, and the jobs' stop procedure find them the same way.
 """
 
 from __future__ import annotations
 
+import json
 import os
+from collections import defaultdict
 
 import psutil
 
-from ..runs.files import RUN_ID_ENV
+from ..runs.files import RUN_ID_ENV, RunFiles
+from .info import process_alive
+
+# command-line marks of torchrun's agent and of a rank (``jobs.process.rank_worker``, which
+# every launcher runs: jobs, ``%%train --nproc``, ranks pools); a rank's forked data loader
+# workers carry the same command line and die with it
+AGENT_MARKS = ("torch.distributed.run", "torchrun")
+RANK_MARK = "jiyu_magics.jobs.process.rank_worker"
 
 
 def tagged(run_id: str) -> list[psutil.Process]:
     """Every live process of ours that carries the run id, this one aside (a supervisor, or
     a rank that asks, carries the id too)."""
-    found = []
-    for proc in psutil.process_iter():
-        try:
-            if proc.pid != os.getpid() and proc.environ().get(RUN_ID_ENV) == run_id and alive(proc):
-                found.append(proc)
-        except (psutil.Error, OSError):
-            continue
-    return found
+    return carried().get(run_id, [])
 
 
 def alive(proc: psutil.Process) -> bool:
@@ -36,14 +43,62 @@ def alive(proc: psutil.Process) -> bool:
         return False
 
 
-def live_run_ids() -> set[str]:
-    """The run ids carried by live processes of ours, in one pass over the process table."""
-    found = set()
+def carried() -> dict[str, list[psutil.Process]]:
+    """Run id → the live processes of ours carrying it (this one aside), in one pass over the
+    process table."""
+    found: dict[str, list[psutil.Process]] = defaultdict(list)
     for proc in psutil.process_iter():
         try:
             run_id = proc.environ().get(RUN_ID_ENV)
             if run_id and proc.pid != os.getpid() and alive(proc):
-                found.add(run_id)
+                found[run_id].append(proc)
         except (psutil.Error, OSError):
             continue
     return found
+
+
+def live_run_ids() -> set[str]:
+    """The run ids of which torchrun or a rank still lives (``of_the_run``), in one pass."""
+    return {run_id for run_id, procs in carried().items() if of_the_run(run_id, procs)}
+
+
+def of_the_run(run_id: str, procs: list[psutil.Process]) -> list[psutil.Process]:
+    """Those of ``procs`` (carrying ``run_id``) that are the run itself: its torchrun agent or a
+    rank, by command line or by the pid and start time its rank record names. The others are
+    leftovers once the run's owner is gone."""
+    ranks = None
+    body = []
+    for proc in procs:
+        try:
+            command = proc.cmdline()
+        except (psutil.Error, OSError):
+            continue
+        if any(mark in part for part in command for mark in (*AGENT_MARKS, RANK_MARK)):
+            body.append(proc)
+            continue
+        if ranks is None:
+            ranks = recorded_ranks(run_id)
+        if proc.pid in ranks:
+            body.append(proc)
+    return body
+
+
+def leftovers(run_id: str, procs: list[psutil.Process] | None = None) -> list[psutil.Process]:
+    """The processes carrying the run id that are not the run (``of_the_run``)."""
+    procs = tagged(run_id) if procs is None else procs
+    body = {p.pid for p in of_the_run(run_id, procs)}
+    return [p for p in procs if p.pid not in body]
+
+
+def recorded_ranks(run_id: str) -> set[int]:
+    """The pids of the run's ranks still alive by their records (``runs/<id>/ranks/*.json``,
+    written by each rank: its pid and start time, so a recycled pid is not taken for it)."""
+    pids = set()
+    for path in (RunFiles.of(run_id).root / "ranks").glob("*.json"):
+        try:
+            record = json.loads(path.read_text())
+            if record.get("ended") is None and process_alive(record.get("pid"), record.get("started")):
+                pids.add(record["pid"])
+        except (OSError, ValueError, TypeError, AttributeError):
+            continue
+    return pids

@@ -65,6 +65,7 @@ class EventKind(_Word):
     START = "start"  # one per fit call; a run may hold several
     STEP = "step"
     VAL = "val"
+    VAL_PROGRESS = "val_progress"  # validation moves (a heartbeat at the log interval): not a stall
     CKPT = "ckpt"
     GPU = "gpu"
     ADVICE = "advice"

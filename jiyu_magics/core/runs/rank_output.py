@@ -12,6 +12,7 @@ from pathlib import Path
 
 PREFIX = re.compile(r"^\[rank(?P<rank>\d+)\]:\s?(?P<text>.*)$")
 KEPT_LINES = 200
+JIYU_LINE = "[jiyu]"  # the owner's own lines in the log (a stall, a stop), kept when torchrun's are dropped
 READ_CHUNK = 256 * 1024
 START_TAIL = 64 * 1024  # a late reader (``%job attach`` to a long job) starts this far from the end
 # the launcher's and the job script's plumbing: jiyu, torch elastic, runpy, and IPython's
@@ -67,9 +68,14 @@ class RankLines:
         f.seek(size - START_TAIL)
         return size - START_TAIL + len(f.readline())
 
-    def lines(self, all_ranks: bool = False) -> list[str]:
-        """Prefixed ``[rankN]``; rank 0's alone unless ``all_ranks`` (a launcher's lines always)."""
-        return [shown(rank, text) for rank, text in self.kept if all_ranks or rank in (None, 0)]
+    def lines(self, all_ranks: bool = False, launcher: bool = True) -> list[str]:
+        """Prefixed ``[rankN]``; rank 0's alone unless ``all_ranks``; a launcher's lines unless
+        ``launcher`` is false (jiyu's own ``[jiyu]`` lines always)."""
+        return [
+            shown(rank, text)
+            for rank, text in self.kept
+            if (all_ranks or rank in (None, 0)) and (launcher or rank is not None or text.startswith(JIYU_LINE))
+        ]
 
 
 def shown(rank: int | None, text: str) -> str:

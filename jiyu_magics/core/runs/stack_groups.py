@@ -22,6 +22,7 @@ from .line_map import CellLine, LineMap
 FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<func>\S+)')
 THREAD = re.compile(r"^(?P<current>Current thread|Thread) (?P<id>0x[0-9a-f]+)")
 NATIVE_MARKER = "--- py-spy dump"
+STOPPED_MARK = "--- jiyu: the rank is stopped, process state"  # then T or t (``jobs.stack_dump``)
 HOSTS_FILE = "hosts.json"  # in a dump folder: {rank: host}, where the ranks ran
 LIBRARY_PARTS = ("/site-packages/", "/dist-packages/", "/lib/python3", "/jiyu_magics/")
 # what carries the user's code to a rank: folded away in the stack views
@@ -89,6 +90,7 @@ class RankStack:
     frames: tuple[Frame, ...]  # the main thread's, innermost first
     text: str  # the whole dump, every thread (and py-spy's native frames)
     host: str | None = None  # where it ran, when the dump says
+    stopped: str | None = None  # its process state when it was stopped (T: SIGSTOP; t: a tracer)
 
 
 @dataclass
@@ -98,6 +100,7 @@ class StackGroup:
     text: str = ""
     native: bool = field(default=False)
     hosts: dict[int, str] = field(default_factory=dict)  # rank → host, for a dump across several hosts
+    stopped: str | None = None  # the ranks' process state when they were stopped (``RankStack.stopped``)
 
     def who(self) -> str:
         """``rank 1``, ``ranks 0, 2``; with their hosts when the dump spans several:
@@ -112,6 +115,9 @@ class StackGroup:
         """``ranks 0, 2 are in all_reduce (distributed_c10d.py:2806), from train_step (cell 3,
         line 9)``: the notebook cell where the job's line map names it, else the file."""
         who = f"{self.who()} {'is' if len(self.ranks) == 1 else 'are'}"
+        if self.stopped:
+            by = "a debugger or tracer" if self.stopped == "t" else "SIGSTOP or Ctrl-Z"
+            return f"{who} stopped (process state {self.stopped}, by {by}): it runs nothing until it gets SIGCONT"
         if not self.frames:
             return f"{who} outside Python (no frames dumped)"
         shown = shown_frames(self.frames, line_map)
@@ -130,16 +136,18 @@ def parse_dump(rank: int, text: str) -> RankStack:
         elif (frame := FRAME.match(line)) is not None and blocks:
             blocks[-1][1].append(Frame(frame["file"], int(frame["line"]), frame["func"]))
     chosen = next((frames for current, frames in blocks if current), blocks[-1][1] if blocks else [])
-    return RankStack(rank, tuple(chosen), text)
+    stopped = text[len(STOPPED_MARK) :].split()[:1] if text.startswith(STOPPED_MARK) else []
+    return RankStack(rank, tuple(chosen), text, stopped=stopped[0] if stopped else None)
 
 
 def group(stacks: list[RankStack]) -> list[StackGroup]:
     """Ranks with the same main-thread frames together; the smallest group first (the odd one
     out is usually the culprit), then by first rank."""
-    groups: dict[tuple[Frame, ...], StackGroup] = {}
     several_hosts = len({s.host for s in stacks if s.host}) > 1
+    groups: dict[tuple, StackGroup] = {}
     for stack in sorted(stacks, key=lambda s: s.rank):
-        found = groups.setdefault(stack.frames, StackGroup([], stack.frames, stack.text))
+        key = (stack.frames, stack.stopped)
+        found = groups.setdefault(key, StackGroup([], stack.frames, stack.text, stopped=stack.stopped))
         found.ranks.append(stack.rank)
         found.native |= NATIVE_MARKER in stack.text
         if several_hosts and stack.host:
@@ -150,7 +158,10 @@ def group(stacks: list[RankStack]) -> list[StackGroup]:
 def dump_folders(run_id: str) -> list[Path]:
     """The run's stack dumps, oldest first."""
     root = RunFiles.of(run_id).stacks
-    return sorted((p for p in root.iterdir() if p.is_dir()), key=lambda p: p.name) if root.is_dir() else []
+    if not root.is_dir():
+        return []
+    whole = (p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))  # not one being written
+    return sorted(whole, key=lambda p: p.name)
 
 
 def read_dump(folder: Path) -> list[RankStack]:

@@ -3,9 +3,12 @@
 A run is lost once its recorded process (its supervisor, its kernel, or torchrun for a
 kernel's ``%%train --nproc``) and its owner (the process that records its end: the kernel
 of a ``%%train --nproc``, which outlives its torchrun by the moment it takes to record) are
-both gone, and no process carrying its id is left: ranks that are
-still stopping after their owner died (they die with their agent) are given their time, so a
-run is never declared over while something of it still trains or writes. Readers show such a
+both gone, and neither its torchrun nor any of its ranks is left: ranks that are still
+stopping after their owner died (they die with their agent) are given their time, so a run is
+never declared over while something of it still trains or writes. Other processes carrying
+its id (a helper its notebook started) do not keep it: they are leftovers, reported beside
+the ended run and ended by ``jiyu stop`` (``run_processes.leftovers``), and the run's GPUs go
+to the queue. Readers show such a
 run lost at once; the store records it when a run owner takes the step (``RunStore.record_lost``).
 Its end is dated by its last event, not by the moment it was noticed, and its event log ends
 with an ``end`` saying ``lost``, after whatever its ranks wrote while they stopped.
@@ -29,7 +32,7 @@ SOURCE = "store"  # who wrote the lost end: the store, on noticing (no owner was
 def vanished(runs: Iterable, now: float, alive) -> list[str]:
     """The ids among active ``runs`` (with ``id``, ``pid``, ``pid_started``, ``owner_pid``,
     ``owner_started``, ``created``) whose recorded process and owner are both gone
-    (``alive(pid, started)`` false) and of which no process is left."""
+    (``alive(pid, started)`` false) and of which no torchrun nor rank is left."""
     gone = [run.id for run in runs if not _lives(run, now, alive)]
     if not gone:
         return []

@@ -83,6 +83,9 @@ class Run:
     gpus: list[RunGpu] = field(default_factory=list)  # the GPUs it holds or held: index, uuid, since, ended
     queue_position: int | None = None  # 1-based, while queued
     derived: bool = False  # the status was worked out at read time (lost: its processes are gone), not stored
+    # an ended run's processes still alive here ("1234 sleep": a helper its notebook started),
+    # filled in by listings (``jobs.run_control.with_leftovers``); ``jiyu stop`` ends them
+    leftovers: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.kind, self.status = RunKind(self.kind), RunStatus(self.status)
@@ -133,7 +136,7 @@ class Run:
         return row
 
 
-DERIVED = frozenset({"gpus", "queue_position", "derived"})
+DERIVED = frozenset({"gpus", "queue_position", "derived", "leftovers"})
 COLUMNS = {f.name for f in fields(Run)} - DERIVED
 
 

@@ -22,12 +22,11 @@ from dataclasses import dataclass, field
 
 import psutil
 
-from ...core.processes.run_processes import alive, tagged
+from ...core.processes.run_processes import AGENT_MARKS, alive, tagged
 from .torchrun_command import WORKER_MODULE
 
 KILL_WAIT_S = 5.0
 RESCAN_S = 0.5  # how often the stop looks for processes of the run that were not there before
-AGENT_MARKS = ("torch.distributed.run", "torchrun")
 
 __all__ = ["StopResult", "alive", "alive_pid", "leftovers", "stop", "stop_run", "tagged", "tree"]
 

@@ -11,9 +11,10 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from ...core.processes.run_processes import RANK_MARK
 from ...core.runs.files import HOME_ENV, RUN_ID_ENV, jiyu_home
 
-WORKER_MODULE = "jiyu_magics.jobs.process.rank_worker"
+WORKER_MODULE = RANK_MARK  # what tells a rank from a leftover in the process table
 NODE_LAUNCH_MODULE = "jiyu_magics.jobs.process.node_launch"  # each node of a scheduler's job, before torchrun
 # torch >= 2.4 shares the rendezvous TCPStore with the workers; after a restart the ranks then
 # read the previous attempt's addresses and gloo/NCCL fail to connect or hang
