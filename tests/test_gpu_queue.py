@@ -19,6 +19,7 @@ import time
 import pytest
 
 from jiyu_magics import jobs
+from jiyu_magics.core.runs.files import RunFiles
 from jiyu_magics.core.store.run_store import RunStore
 from jiyu_magics.jobs.process import rank_records as ranks
 
@@ -147,10 +148,14 @@ def test_twenty_concurrent_submissions_never_double_lease(box, tmp_path):
     ]
     outputs = [p.communicate(timeout=180) for p in procs]
     assert all(p.returncode == 0 for p in procs), [err for _, err in outputs if err][:1]
+    assert not any("locked" in out + err for out, err in outputs), "no submitter met a locked store"
     ids = [out.split()[2] for out, _ in outputs]
+    assert len(set(ids)) == 20
+    store = RunStore()
+    assert {store.get(run_id).name for run_id in ids} == {f"c{i}" for i in range(20)}
     for run_id in ids:
         assert finished(run_id, 600).status == "succeeded"
-    store = RunStore()
+        assert "[rank0]: tiny job" in RunFiles.of(run_id).log.read_text()
     leases = [(run_id, lease) for run_id in ids for lease in store.get(run_id).gpus]
     assert sorted(run_id for run_id, _ in leases) == sorted(ids)  # one GPU each
     for (a, one), (b, other) in itertools.combinations(leases, 2):  # every pair
@@ -201,6 +206,7 @@ def test_the_busy_threshold_comes_from_the_environment(box, tmp_path, monkeypatc
 
 KERNEL_LEASE = """
 import os, torch
+from jiyu_magics.core.runs.files import RunFiles
 from jiyu_magics.core.store.run_store import RunStore
 from jiyu_magics.core.processes.info import process_start_time
 from jiyu_magics.train.device_lease import record_device_lease

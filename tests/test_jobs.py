@@ -201,41 +201,6 @@ def test_a_killed_rank_is_restarted_and_resumes_from_its_checkpoint(tmp_path):
     assert_no_processes(run.id)
 
 
-SUBMITTER = """
-import sys
-from jiyu_magics import jobs
-run = jobs.submit(sys.argv[1], name=f"c{sys.argv[2]}")
-print(run.id)
-"""
-
-
-def test_twenty_concurrent_submissions_from_separate_processes(tmp_path):
-    import nbformat
-    from nbformat.v4 import new_code_cell, new_notebook
-
-    nb = tmp_path / "tiny.ipynb"
-    nbformat.write(new_notebook(cells=[new_code_cell("print('tiny job')")]), nb)
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-c", SUBMITTER, str(nb), str(i)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for i in range(20)
-    ]
-    outputs = [p.communicate(timeout=180) for p in procs]
-    assert all(p.returncode == 0 for p in procs), [err for _, err in outputs if err][:1]
-    assert not any("locked" in out + err for out, err in outputs)
-    ids = {out.strip() for out, _ in outputs}
-    assert len(ids) == 20
-    runs = {r.id: r for r in RunStore().list()}
-    assert ids <= set(runs) and {runs[i].name for i in ids} == {f"c{i}" for i in range(20)}
-    for run_id in ids:
-        assert finished(run_id, 300).status == "succeeded"
-        assert "[rank0]: tiny job" in RunFiles.of(run_id).log.read_text()
-
-
 @pytest.mark.parametrize(
     "kwargs, message",
     [
