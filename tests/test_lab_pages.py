@@ -99,7 +99,17 @@ def test_reload_mid_run_then_open_shows_the_live_page_with_stop(browser, lab, jo
     assert status_of(lab, job.run_id) == "stopped"
     resume = body.get_by_label("Checkpoints").locator("code", has_text="--resume")
     expect(resume.first).to_contain_text("--name page-digits", timeout=15_000)
+    # a deliberate stop is a note, not a red error: short paths, a command that names the run
+    note = body.locator(".jp-JiyuRun-note", has_text="by request")
+    expect(note).to_contain_text("--name page-digits")
+    expect(note).to_contain_text("…/ckpt/")
+    assert str(lab.home) not in note.inner_text() and str(lab.home) in note.get_attribute("title")
+    expect(body.locator(".jp-JiyuRun-detail")).to_have_count(0)
+    panel_row = page.locator(PANEL).locator(f'li.jp-JiyuRun[data-run-id="{job.run_id}"]')
+    expect(panel_row.locator(".jp-JiyuRun-note")).to_contain_text("--name page-digits")
+    expect(panel_row.locator(".jp-JiyuRun-detail")).to_have_count(0)
     expect(page.locator(".jp-JiyuRunPage .jp-JiyuLog-state")).to_contain_text("end of log", timeout=15_000)
+    page.screenshot(path=artifacts / "lab_run_stopped.png")
 
 
 def test_compare_two_runs_overlays_curves_and_marks_the_differing_parameter(browser, lab, jobs, artifacts):  # noqa: F811

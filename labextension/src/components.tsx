@@ -11,7 +11,7 @@ import { sparkline } from './sparkline';
 import { isStalled, StallChip } from './stall';
 import { IGpuDevice, IGpuKernel, IGpuSnapshot, IRun } from './types';
 import { differingParams } from './comparison';
-import { describeRun, IRunView, visibleRuns } from './view';
+import { describeRun, IRunView, shortPaths, visibleRuns } from './view';
 
 export interface IRunActions {
   onStop(run: IRun): void;
@@ -243,6 +243,23 @@ function CompareBar(props: { selection: ISelection }): JSX.Element {
   );
 }
 
+/**
+ * How a run ended, in one line: a failure's error in red; a deliberate stop (where it stopped,
+ * the command that resumes) as a note, since a stop is not an error. Paths are cut to their
+ * last parts; the tooltip holds the whole line.
+ */
+export function RunDetail(props: { view: IRunView }): JSX.Element | null {
+  const v = props.view;
+  if (!v.detail) {
+    return null;
+  }
+  return (
+    <div className={v.detailIsError ? 'jp-JiyuRun-detail' : 'jp-JiyuRun-note'} title={v.detail}>
+      {shortPaths(v.detail)}
+    </div>
+  );
+}
+
 export function RunRow(props: { run: IRun; differing?: string } & IRunActions): JSX.Element {
   const v = describeRun(props.run);
   const selection = props.selection;
@@ -289,7 +306,7 @@ export function RunRow(props: { run: IRun; differing?: string } & IRunActions): 
           {v.rateText}
         </span>
       </div>
-      {v.detail && <div className="jp-JiyuRun-detail">{v.detail}</div>}
+      <RunDetail view={v} />
       {v.note && <div className="jp-JiyuRun-note">{v.note}</div>}
       <div className="jp-JiyuRun-actions">
         {props.onOpen && (

@@ -6,6 +6,7 @@
 import * as React from 'react';
 
 import { ISeries } from './chart';
+import { RunDetail } from './components';
 import * as fmt from './format';
 import { ChartControls, DEFAULT_OPTIONS, IChartOptions, LossChart, PALETTE } from './lossplot';
 import { best, IRankRecord, IRunHistory, resumeCommand } from './runevents';
@@ -72,7 +73,7 @@ export function RunDetails(props: {
           {props.error}
         </div>
       )}
-      {v.detail && <div className="jp-JiyuRun-detail">{v.detail}</div>}
+      <RunDetail view={v} />
       <div className="jp-JiyuRunPage-main">
         <section className="jp-JiyuRunPage-chart" aria-label="Loss chart">
           <ChartControls options={options} onChange={setOptions} />

@@ -25,6 +25,8 @@ export interface IRunView {
   durationText: string;
   losses: Array<number | null>;
   detail: string | null;
+  /** Whether `detail` is an error (red), or how a deliberate stop ended (a note). */
+  detailIsError: boolean;
   /** Why a queued run waits where a scheduler holds it ("waiting: Resources"). */
   note: string | null;
   /** Its GPUs ("GPU 0, 1"), what a queued run waits for ("waits for 2 GPUs"), or null. */
@@ -53,9 +55,23 @@ export function describeRun(run: IRun): IRunView {
     durationText: fmt.duration(run.duration),
     losses: s.losses ?? [],
     detail: s.error ?? run.error ?? null,
+    detailIsError: run.status !== 'stopped',
     note: waiting(run),
     gpuText: gpuText(run)
   };
+}
+
+/**
+ * Long absolute paths in a message cut to their last two parts ("…/ckpt/step-00000120.pt"),
+ * the whole text kept for a tooltip: a stop's line names its checkpoint in full, which the
+ * run page's checkpoint table already shows.
+ */
+export function shortPaths(text: string): string {
+  return text.replace(/(?:\/[^\s/]+){3,}/g, match => {
+    const trail = /[.,;:)]+$/.exec(match)?.[0] ?? '';
+    const parts = match.slice(0, match.length - trail.length).split('/');
+    return `…/${parts.slice(-2).join('/')}${trail}`;
+  });
 }
 
 /** A job shows where it runs (slurm, kubernetes) and how many processes it has; a ranks pool its size. */

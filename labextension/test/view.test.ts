@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 
-import { describeRun, visibleRuns } from '../src/view';
+import { describeRun, shortPaths, visibleRuns } from '../src/view';
 import { run } from './records';
 
 describe('describeRun', () => {
@@ -65,6 +65,15 @@ describe('describeRun', () => {
     expect(
       describeRun(run({ status: 'lost', error: 'its process ended without reporting' })).detail
     ).toBe('its process ended without reporting');
+  });
+});
+
+describe('shortPaths', () => {
+  it('cuts absolute paths to their last two parts, keeping what follows them', () => {
+    expect(shortPaths('Checkpoint: /home/u/.jiyu/runs/ab/ckpt/step-00000012.pt.')).toBe(
+      'Checkpoint: …/ckpt/step-00000012.pt.'
+    );
+    expect(shortPaths('see /tmp/x and rank 1: a/b')).toBe('see /tmp/x and rank 1: a/b');
   });
 });
 
