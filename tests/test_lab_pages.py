@@ -137,6 +137,11 @@ def test_compare_two_runs_overlays_curves_and_marks_the_differing_parameter(brow
     expect(compare.locator(".jp-JiyuChart-series path.jp-JiyuChart-line")).to_have_count(2)
     compare.get_by_label("X axis").select_option("step")
     compare.get_by_label("Scale").select_option("log")
+    # the log axis labels decades and 1-2-5 sub-decades down where the losses end, not only near the start
+    labels = compare.locator('.jp-JiyuChart-grid text.jp-JiyuChart-tick[text-anchor="end"]').all_text_contents()
+    ticks = sorted(float(t) for t in labels)
+    lowest = min(float(v) for v in metric_cells(table, "final loss"))
+    assert len(ticks) >= 3 and ticks[0] <= lowest * 2.5, (ticks, lowest)
     page.screenshot(path=artifacts / "lab_compare.png")
 
     page.evaluate("window.jupyterapp.commands.execute('apputils:change-theme', {theme: 'JupyterLab Dark'})")

@@ -2,7 +2,7 @@ import * as React from 'react';
 import { renderToStaticMarkup } from 'react-dom/server';
 import { describe, expect, it } from 'vitest';
 
-import { logTicks, niceTicks, smooth } from '../src/chart';
+import { logTicks, niceTicks, scales, smooth } from '../src/chart';
 import { Comparison } from '../src/comparebody';
 import { compareRows, differingParams } from '../src/comparison';
 import { RunDetails } from '../src/runpagebody';
@@ -41,6 +41,17 @@ describe('ticks', () => {
   it('are round numbers, powers of ten on a log axis', () => {
     expect(niceTicks(0, 100, 5)).toEqual([0, 20, 40, 60, 80, 100]);
     expect(logTicks(0.005, 3)).toEqual([0.01, 0.1, 1]);
+    // a loss from 2 down to 0.02: sub-decades label where it ends, as the notebook's summary does
+    expect(logTicks(0.02, 2.5)).toEqual([0.02, 0.05, 0.1, 0.2, 0.5, 1, 2]);
+    expect(logTicks(0.3, 0.9)).toEqual([0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9]);
+  });
+
+  it('label a log axis with the ticks where the loss is, linear ones only when too narrow', () => {
+    const box = { width: 400, height: 200, left: 40, right: 10, top: 10, bottom: 20 };
+    const loss = [2, 0.8, 0.3, 0.1, 0.04, 0.021].map((y, x) => ({ x, y }));
+    expect(scales([loss], 'log', box).yTicks).toEqual([0.05, 0.1, 0.2, 0.5, 1, 2]);
+    const flat = [0.51, 0.52, 0.53].map((y, x) => ({ x, y }));
+    expect(scales([flat], 'log', box).yTicks).toEqual(niceTicks(0.51, 0.53, 5));
   });
 });
 
