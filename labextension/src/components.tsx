@@ -280,7 +280,6 @@ export function RunRow(props: { run: IRun; differing?: string } & IRunActions): 
           />
         )}
         <span className={`jp-JiyuChip jp-mod-${v.status}`}>{v.statusLabel}</span>
-        <StallChip run={props.run} />
         <span className="jp-JiyuRun-name" title={`${v.name} (${v.id})`}>
           {v.name}
         </span>
@@ -288,6 +287,8 @@ export function RunRow(props: { run: IRun; differing?: string } & IRunActions): 
           {v.kind}
         </span>
       </div>
+      {/* its own line: beside the name, "no step for 12 min" left the name no room */}
+      <StallChip run={props.run} />
       {props.differing && (
         <div className="jp-JiyuRun-params" title="parameters that differ between runs of this name">
           {props.differing}
