@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 from playwright.sync_api import expect
 
-from jiyu_magics.core.runs.files import store_path
+from jiyu_magics.core.events.log import read_events
+from jiyu_magics.core.runs.files import RunFiles, store_path
 from jiyu_magics.core.store.run_store import RunStore
 
 from .test_lab_panel import PANEL, PYTHON3, browser, jobs, lab, status_of, wait_until  # noqa: F401 (fixtures)
@@ -99,6 +101,15 @@ def test_reload_mid_run_then_open_shows_the_live_page_with_stop(browser, lab, jo
     assert status_of(lab, job.run_id) == "stopped"
     resume = body.get_by_label("Checkpoints").locator("code", has_text="--resume")
     expect(resume.first).to_contain_text("--name page-digits", timeout=15_000)
+    # the checkpoints listed are the ones on disk (--keep-ckpts removed the older), with how many went
+    recorded = [e["path"] for e in read_events(RunFiles.of(job.run_id, home=lab.home).events)[0] if e["kind"] == "ckpt"]
+    kept = [p for p in recorded if Path(p).exists()]
+    count = f"{len(kept)} on disk" + (
+        f" · {len(recorded) - len(kept)} older rotated out" if len(kept) < len(recorded) else ""
+    )
+    expect(body.get_by_label("Checkpoints")).to_contain_text(count)
+    expect(body.locator(".jp-JiyuRunPage-ckpts tbody tr")).to_have_count(len(kept))
+    body.get_by_label("Checkpoints").screenshot(path=artifacts / "lab_run_checkpoints.png")
     # a deliberate stop is a note, not a red error: short paths, a command that names the run
     note = body.locator(".jp-JiyuRun-note", has_text="by request")
     expect(note).to_contain_text("--name page-digits")

@@ -70,7 +70,22 @@ describe('the run page', () => {
     expect(html).toContain('data-label="train loss"');
     expect(html).toContain('data-label="val loss"');
     expect(html).toContain('90.0%');
-    expect(html).toContain('%%train --resume /runs/ab/ckpt-3.pt --name digits-mlp');
+    expect(html).toContain('Reading which checkpoints exist');
+    const listed = renderToStaticMarkup(
+      <RunDetails
+        run={run({ params: { lr: 0.01 } })}
+        history={h}
+        checkpoints={{
+          run_id: 'a1b2c3d4',
+          checkpoints: [{ step: 3, path: '/runs/ab/ckpt-3.pt', bytes: 2048 }],
+          rotated: 7
+        }}
+        onStop={() => undefined}
+      />
+    );
+    expect(listed).toContain('%%train --resume /runs/ab/ckpt-3.pt --name digits-mlp');
+    expect(listed).toContain('1 on disk · 7 older rotated out (--keep-ckpts) or deleted');
+    expect(listed).toContain('2.0 KiB');
     expect(html).toContain('bf16');
     expect(html).toContain('Stop digits-mlp');
   });
