@@ -207,8 +207,8 @@ export function RunList(props: IRunListProps): JSX.Element {
   if (runs.length === 0) {
     return (
       <p className="jp-JiyuPanel-placeholder">
-        No runs yet. Train with <code>%%train</code>, or submit this notebook as a background job
-        from its toolbar.
+        No runs yet. Train in a notebook with <code>%%train</code>, or submit a notebook as a
+        background job (Submit job in its toolbar, or <code>jiyu submit</code>).
       </p>
     );
   }

@@ -11,7 +11,7 @@ import * as fmt from './format';
 import { ChartControls, DEFAULT_OPTIONS, IChartOptions, LossChart, PALETTE } from './lossplot';
 import { best, IRankRecord, IRunHistory, resumeCommand } from './runevents';
 import type { RunFeed } from './runfeed';
-import { IRun, IRunCheckpoints } from './types';
+import { ACTIVE_STATUSES, IRun, IRunCheckpoints } from './types';
 import { describeRun } from './view';
 
 export function RunPageBody(props: {
@@ -118,18 +118,24 @@ export function Metrics(props: { run: IRun; history: IRunHistory }): JSX.Element
     ['epoch', last.epoch === undefined || last.epoch === null ? fmt.NA : String(last.epoch)],
     ['loss', fmt.loss(last.loss)],
     ['best loss', fmt.loss(best(h.loss.step))],
-    ['val loss', fmt.loss(last.val_loss)],
-    [
-      'val accuracy',
-      last.val_accuracy === undefined || last.val_accuracy === null
-        ? fmt.NA
-        : `${(100 * last.val_accuracy).toFixed(1)}%`
-    ],
     ['lr', last.lr === undefined || last.lr === null ? fmt.NA : last.lr.toExponential(2)],
     ['throughput', fmt.rate(last.samples_per_s)],
-    ['wall time', fmt.duration(props.run.duration)],
-    ['eta', fmt.duration(last.eta)]
+    ['wall time', fmt.duration(props.run.duration)]
   ];
+  // no validation, no rows that would only say n/a
+  const validation: Array<[string, string]> = [];
+  if (h.valLoss.step.length > 0 || (last.val_loss ?? null) !== null) {
+    validation.push(['val loss', fmt.loss(last.val_loss)]);
+  }
+  if (h.valAccuracy.step.length > 0 || (last.val_accuracy ?? null) !== null) {
+    const acc = last.val_accuracy ?? null;
+    validation.push(['val accuracy', acc === null ? fmt.NA : `${(100 * acc).toFixed(1)}%`]);
+  }
+  rows.splice(4, 0, ...validation);
+  // a finished run has nothing left to wait for: no "eta 0:00"
+  if (ACTIVE_STATUSES.includes(props.run.status)) {
+    rows.push(['eta', fmt.duration(last.eta)]);
+  }
   return (
     <dl className="jp-JiyuRunPage-metrics" aria-label="Metrics">
       {rows.map(([k, v]) => (

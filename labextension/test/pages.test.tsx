@@ -5,7 +5,7 @@ import { describe, expect, it } from 'vitest';
 import { logTicks, niceTicks, scales, smooth } from '../src/chart';
 import { Comparison } from '../src/comparebody';
 import { compareRows, differingParams } from '../src/comparison';
-import { RunDetails } from '../src/runpagebody';
+import { Metrics, RunDetails } from '../src/runpagebody';
 import { emptyHistory, foldEvents, IRunEvent, resumeCommand } from '../src/runevents';
 import { run } from './records';
 
@@ -88,6 +88,26 @@ describe('the run page', () => {
     expect(listed).toContain('2.0 KiB');
     expect(html).toContain('bf16');
     expect(html).toContain('Stop digits-mlp');
+  });
+
+  it('shows no validation rows without validation, and no eta once the run ended', () => {
+    const trained = history([2, 1, 0.5], []);
+    const ended = renderToStaticMarkup(
+      <Metrics run={run({ status: 'succeeded' })} history={trained} />
+    );
+    expect(ended).not.toContain('val loss');
+    expect(ended).not.toContain('val accuracy');
+    expect(ended).not.toContain('<dt>eta</dt>');
+    const validated = history(
+      [2, 1],
+      [{ kind: 'val', t: 104, step: 2, epoch: 1, loss: 0.7, accuracy: 0.9 }]
+    );
+    const running = renderToStaticMarkup(
+      <Metrics run={run({ status: 'running' })} history={validated} />
+    );
+    expect(running).toContain('<dt>val loss</dt>');
+    expect(running).toContain('<dt>val accuracy</dt><dd>90.0%</dd>');
+    expect(running).toContain('<dt>eta</dt>');
   });
 
   it('quotes a checkpoint path with spaces in the resume command', () => {
