@@ -132,6 +132,8 @@ def test_compare_two_runs_overlays_curves_and_marks_the_differing_parameter(brow
         row = panel.locator(f'li.jp-JiyuRun[data-run-id="{job.run_id}"]')
         expect(row.locator(".jp-JiyuChip")).to_have_text("succeeded", timeout=180_000)
         expect(row.locator(".jp-JiyuRun-params")).to_have_text(f"steps={40 if job is fast else 60}")
+        # runs of one name told apart at a glance: short id and start time, beside what differs
+        expect(row.locator(".jp-JiyuRun-id")).to_have_text(re.compile(rf"^{job.run_id[:6]} · \d\d:\d\d$"))
         row.get_by_role("checkbox").check()
     panel.get_by_role("button", name="Compare (2)").click()
 

@@ -289,11 +289,19 @@ export function RunRow(props: { run: IRun; differing?: string } & IRunActions): 
       </div>
       {/* its own line: beside the name, "no step for 12 min" left the name no room */}
       <StallChip run={props.run} />
-      {props.differing && (
-        <div className="jp-JiyuRun-params" title="parameters that differ between runs of this name">
-          {props.differing}
-        </div>
-      )}
+      <div className="jp-JiyuRun-meta">
+        <span className="jp-JiyuRun-id" title={`run ${v.id}, started at ${v.meta.split(' · ')[1]}`}>
+          {v.meta}
+        </span>
+        {props.differing && (
+          <span
+            className="jp-JiyuRun-params"
+            title="parameters that differ between runs of this name"
+          >
+            {props.differing}
+          </span>
+        )}
+      </div>
       {v.gpuText && <div className="jp-JiyuRun-gpus">{v.gpuText}</div>}
       <RunProgress view={v} />
       <Sparkline values={v.losses} />

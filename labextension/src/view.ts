@@ -25,6 +25,8 @@ export interface IRunView {
   durationText: string;
   losses: Array<number | null>;
   detail: string | null;
+  /** What tells runs of one name apart at a glance: short id and start time ("a1b2c3 · 14:02"). */
+  meta: string;
   /** Whether `detail` is an error (red), or how a deliberate stop ended (a note). */
   detailIsError: boolean;
   /** Why a queued run waits where a scheduler holds it ("waiting: Resources"). */
@@ -56,9 +58,15 @@ export function describeRun(run: IRun): IRunView {
     losses: s.losses ?? [],
     detail: s.error ?? run.error ?? null,
     detailIsError: run.status !== 'stopped',
+    meta: `${shortId(run.id)} · ${fmt.clock(run.started ?? run.created)}`,
     note: waiting(run),
     gpuText: gpuText(run)
   };
+}
+
+/** The first 6 characters of a run id: enough to tell runs apart, and a prefix jiyu takes. */
+export function shortId(id: string): string {
+  return id.slice(0, 6);
 }
 
 /**

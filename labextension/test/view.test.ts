@@ -68,6 +68,13 @@ describe('describeRun', () => {
   });
 });
 
+describe('what tells runs of one name apart', () => {
+  it('is the short id and the start time', () => {
+    const started = new Date(2026, 0, 1, 14, 2).getTime() / 1000;
+    expect(describeRun(run({ id: 'a1b2c3d4e5', started })).meta).toBe('a1b2c3 · 14:02');
+  });
+});
+
 describe('shortPaths', () => {
   it('cuts absolute paths to their last two parts, keeping what follows them', () => {
     expect(shortPaths('Checkpoint: /home/u/.jiyu/runs/ab/ckpt/step-00000012.pt.')).toBe(
