@@ -140,6 +140,17 @@ describe('compare', () => {
     expect(html).toContain('jp-mod-differs');
   });
 
+  it('draws a run validation loss dashed in its colour, only where it validated', () => {
+    const validated = {
+      run: run({ id: 'cccc' }),
+      history: history([2, 1], [{ kind: 'val', t: 104, step: 2, epoch: 1, loss: 0.9 }])
+    };
+    const html = renderToStaticMarkup(<Comparison runs={[a, validated]} />);
+    expect(html.match(/class="jp-JiyuChart-series"/g)).toHaveLength(3);
+    expect(html).toContain('data-label="digits-mlp (cccc) val"');
+    expect(html).not.toContain('data-label="digits-mlp (aaaa) val"');
+  });
+
   it('tells runs of one name apart by their differing parameters', () => {
     const found = differingParams([
       a.run,
