@@ -73,6 +73,7 @@ def test_jiyu_stop_ends_the_job_at_its_checkpoint_and_runs_no_further_cell(tmp_p
     checkpoint = [e["path"] for e in events if e["kind"] == "ckpt"][-1]
     line = (
         f"stopped at step {end['step']} by request; checkpoint {checkpoint}; resume with %train --resume {checkpoint}"
+        " --name quick"  # the training call's name: the command names the run it continues
     )
     assert (done.status, done.exit_code, done.error) == ("stopped", 0, line)
     assert str(newest_checkpoint(files.ckpt)) == checkpoint, "--resume last must find the stop's checkpoint"

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 from playwright.sync_api import expect
 
-from jiyu_magics.core.runs.files import store_path
+from jiyu_magics.core.events.log import read_events
+from jiyu_magics.core.runs.files import RunFiles, store_path
 from jiyu_magics.core.store.run_store import RunStore
 
 from .test_lab_panel import PANEL, PYTHON3, browser, jobs, lab, status_of, wait_until  # noqa: F401 (fixtures)
@@ -99,7 +101,26 @@ def test_reload_mid_run_then_open_shows_the_live_page_with_stop(browser, lab, jo
     assert status_of(lab, job.run_id) == "stopped"
     resume = body.get_by_label("Checkpoints").locator("code", has_text="--resume")
     expect(resume.first).to_contain_text("--name page-digits", timeout=15_000)
+    # the checkpoints listed are the ones on disk (--keep-ckpts removed the older), with how many went
+    recorded = [e["path"] for e in read_events(RunFiles.of(job.run_id, home=lab.home).events)[0] if e["kind"] == "ckpt"]
+    kept = [p for p in recorded if Path(p).exists()]
+    count = f"{len(kept)} on disk" + (
+        f" · {len(recorded) - len(kept)} older rotated out" if len(kept) < len(recorded) else ""
+    )
+    expect(body.get_by_label("Checkpoints")).to_contain_text(count)
+    expect(body.locator(".jp-JiyuRunPage-ckpts tbody tr")).to_have_count(len(kept))
+    body.get_by_label("Checkpoints").screenshot(path=artifacts / "lab_run_checkpoints.png")
+    # a deliberate stop is a note, not a red error: short paths, a command that names the run
+    note = body.locator(".jp-JiyuRun-note", has_text="by request")
+    expect(note).to_contain_text("--name page-digits")
+    expect(note).to_contain_text("…/ckpt/")
+    assert str(lab.home) not in note.inner_text() and str(lab.home) in note.get_attribute("title")
+    expect(body.locator(".jp-JiyuRun-detail")).to_have_count(0)
+    panel_row = page.locator(PANEL).locator(f'li.jp-JiyuRun[data-run-id="{job.run_id}"]')
+    expect(panel_row.locator(".jp-JiyuRun-note")).to_contain_text("--name page-digits")
+    expect(panel_row.locator(".jp-JiyuRun-detail")).to_have_count(0)
     expect(page.locator(".jp-JiyuRunPage .jp-JiyuLog-state")).to_contain_text("end of log", timeout=15_000)
+    page.screenshot(path=artifacts / "lab_run_stopped.png")
 
 
 def test_compare_two_runs_overlays_curves_and_marks_the_differing_parameter(browser, lab, jobs, artifacts):  # noqa: F811
@@ -111,6 +132,8 @@ def test_compare_two_runs_overlays_curves_and_marks_the_differing_parameter(brow
         row = panel.locator(f'li.jp-JiyuRun[data-run-id="{job.run_id}"]')
         expect(row.locator(".jp-JiyuChip")).to_have_text("succeeded", timeout=180_000)
         expect(row.locator(".jp-JiyuRun-params")).to_have_text(f"steps={40 if job is fast else 60}")
+        # runs of one name told apart at a glance: short id and start time, beside what differs
+        expect(row.locator(".jp-JiyuRun-id")).to_have_text(re.compile(rf"^{job.run_id[:6]} · \d\d:\d\d$"))
         row.get_by_role("checkbox").check()
     panel.get_by_role("button", name="Compare (2)").click()
 
@@ -127,6 +150,11 @@ def test_compare_two_runs_overlays_curves_and_marks_the_differing_parameter(brow
     expect(compare.locator(".jp-JiyuChart-series path.jp-JiyuChart-line")).to_have_count(2)
     compare.get_by_label("X axis").select_option("step")
     compare.get_by_label("Scale").select_option("log")
+    # the log axis labels decades and 1-2-5 sub-decades down where the losses end, not only near the start
+    labels = compare.locator('.jp-JiyuChart-grid text.jp-JiyuChart-tick[text-anchor="end"]').all_text_contents()
+    ticks = sorted(float(t) for t in labels)
+    lowest = min(float(v) for v in metric_cells(table, "final loss"))
+    assert len(ticks) >= 3 and ticks[0] <= lowest * 2.5, (ticks, lowest)
     page.screenshot(path=artifacts / "lab_compare.png")
 
     page.evaluate("window.jupyterapp.commands.execute('apputils:change-theme', {theme: 'JupyterLab Dark'})")
@@ -160,7 +188,8 @@ def test_compare_two_runs_overlays_curves_and_marks_the_differing_parameter(brow
     narrow.screenshot(path=artifacts / "lab_run_page_narrow.png")
     view = body.bounding_box()
     metrics = body.locator(".jp-JiyuRunPage-metric")
-    assert metrics.count() == 10
+    assert metrics.count() == 7  # no eta once it ended, no validation rows for a run that validated nothing
+    expect(body.get_by_label("Metrics")).not_to_contain_text("n/a")
     for i in range(metrics.count()):
         box = metrics.nth(i).bounding_box()
         assert (

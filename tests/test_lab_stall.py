@@ -53,6 +53,15 @@ def test_the_panel_shows_a_stalled_run_and_its_stacks(page, stalled_run, artifac
     expect(chip).to_be_visible(timeout=30_000)
     expect(chip).to_contain_text("no step for")
     expect(row.locator(".jp-JiyuChip.jp-mod-running")).to_be_visible()
+    # at the default sidebar width, with Open, Logs, Stacks and Stop: the name keeps its room and
+    # every button stays inside the panel (Open used to slide out of it, under the tab bar)
+    expect(row.get_by_role("button", name="Show every rank's stack of stuck-in-allreduce")).to_be_visible()
+    panel = page.locator(PANEL).bounding_box()
+    assert row.locator(".jp-JiyuRun-name").bounding_box()["width"] > 40
+    for button in row.locator(".jp-JiyuRun-actions button").all():
+        box = button.bounding_box()
+        assert panel["x"] <= box["x"] and box["x"] + box["width"] <= panel["x"] + panel["width"], (box, panel)
+    row.screenshot(path=artifacts / "lab_panel_stalled_row.png")
     # the flag shows first; the dump (both ranks' stacks, then the stall event) follows within seconds
     wait_for(
         lambda: any(e["kind"] == "stall" for e in read_events(RunFiles.of(run_id).events)[0]),

@@ -121,7 +121,10 @@ def test_a_stop_request_in_the_store_stops_every_process_and_the_run_is_stopped(
     outcome = lifecycle.end()
     step = max(e["step"] for e in events_of(lifecycle) if e["kind"] == "step")
     checkpoint = RunFiles.of(lifecycle.run_id).ckpt / "last.pt"
-    line = f"stopped at step {step} by request; checkpoint {checkpoint}; resume with %train --resume {checkpoint}"
+    line = (  # the run store's name: this workload's start event names none
+        f"stopped at step {step} by request; checkpoint {checkpoint}; resume with %train --resume {checkpoint}"
+        " --name lifecycle-test"
+    )
     # the stop reached the ranks, not torchrun: each ended its script cleanly, and so did torchrun
     assert (outcome.status, outcome.exit_code, outcome.error) == (RunStatus.STOPPED, 0, line)
     assert statuses(lifecycle) == [*STARTED, S.STOPPING, S.STOPPED] and lifecycle.stop_grace == 10.0

@@ -121,7 +121,8 @@ def test_jiyu_stop_cancels_the_job_after_its_ranks_checkpoint(slurm, tmp_path, t
     checkpoint = events(run.id, "ckpt")[-1]["path"]  # the one stop rule's line, as for a local job
     assert (stopped.status, stopped.error) == (
         "stopped",
-        f"stopped at step {end['step']} by request; checkpoint {checkpoint}; resume with %train --resume {checkpoint}",
+        f"stopped at step {end['step']} by request; checkpoint {checkpoint}; resume with %train --resume {checkpoint}"
+        f" --name {events(run.id, 'start')[-1].get('name') or run.name}",
     )
     assert slurm.jobs() == [] and took < 30, "the job left the queue within the grace"
     assert_no_processes(run.id, within=1)

@@ -9,7 +9,7 @@ counts (a stop that crossed the last step still succeeded; a stop the engine hon
 a failure, told by the first failing rank.
 
 A stopped run's line says where it stopped and how to go on: "stopped at step 120 by request;
-checkpoint .../step-00000120.pt; resume with %train --resume .../step-00000120.pt".
+checkpoint .../step-00000120.pt; resume with %train --resume .../step-00000120.pt --name digits".
 
 Rank 0's word comes from the one event fold in ``core`` (``RunState.fit_end_status``: the end
 the engine wrote for its last ``fit``, never one an owner appended).
@@ -17,6 +17,7 @@ the engine wrote for its last ``fit``, never one an owner appended).
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -61,6 +62,7 @@ def decide(
     error_line: str | None,
     started: bool = True,
     ranks_stopped: bool = False,
+    name: str | None = None,
 ) -> Outcome:
     """The outcome with its one line: ``error_line`` (the first failing rank's error, or the
     owner's own failure) for a failure, where it stopped for a stop, nothing for a success."""
@@ -70,15 +72,16 @@ def decide(
             f"torchrun exited with code {exit_code}" if exit_code is not None else RunStatus.FAILED.value
         )
     elif status is RunStatus.STOPPED:
-        error = stop_line(events) if started else STOPPED_BEFORE_START
+        error = stop_line(events, name) if started else STOPPED_BEFORE_START
     else:
         error = None
     return Outcome(status, exit_code, error)
 
 
-def stop_line(events: Iterable[dict]) -> str:
+def stop_line(events: Iterable[dict], name: str | None = None) -> str:
     """Where a stopped run stopped, its checkpoint and the command that continues from it,
-    read from the event fold; "stopped by request" when no training call had started."""
+    read from the event fold; "stopped by request" when no training call had started.
+    ``name`` (the run store's) names the run when its ``start`` event does not."""
     state = RunState.of(events)
     if state.status is None:
         return STOPPED_BY_REQUEST
@@ -90,7 +93,11 @@ def stop_line(events: Iterable[dict]) -> str:
     )
     if not state.checkpoint:
         return f"{where}; no checkpoint was saved"
-    return f"{where}; checkpoint {state.checkpoint}; resume with %train --resume {state.checkpoint}"
+    # the run's name too, as the run page's command has it: the resumed run lists under the same name
+    named = state.name or name
+    name_option = f" --name {shlex.quote(named)}" if named else ""
+    resume = f"%train --resume {shlex.quote(state.checkpoint)}{name_option}"
+    return f"{where}; checkpoint {state.checkpoint}; resume with {resume}"
 
 
 def closing_events(events: list[dict], outcome: Outcome) -> list[tuple[str, dict]]:

@@ -377,7 +377,9 @@ class RunLifecycle:
         self.outcome = (
             Outcome(RunStatus.LOST, None, line)
             if lost
-            else decide(code, self.stop_requested, events, line, started=started, ranks_stopped=ranks_stopped)
+            else decide(
+                code, self.stop_requested, events, line, started=started, ranks_stopped=ranks_stopped, name=run.name
+            )
         )
         if self.announce is not None:
             self.announce(self.outcome)
@@ -457,4 +459,5 @@ def record_end_without_owner(store: RunStore, run_id: str, error: str | None = N
     stopped when a stop was requested, else failed with ``error``."""
     run = store.stored(run_id)
     events = read_events(RunFiles.of(run_id).events)[0]
-    return record_end(store, run_id, decide(None, run.stop_requested, events, error, started=run.started is not None))
+    started = run.started is not None
+    return record_end(store, run_id, decide(None, run.stop_requested, events, error, started=started, name=run.name))

@@ -8,7 +8,7 @@ import { URLExt } from '@jupyterlab/coreutils';
 import { ServerConnection } from '@jupyterlab/services';
 
 import { IRankRecord, IRunEvent } from './runevents';
-import { IGpuSnapshot, ILogChunk, IRun, IStackDump, ISubmission } from './types';
+import { IGpuSnapshot, ILogChunk, IRun, IRunCheckpoints, IStackDump, ISubmission } from './types';
 
 /** A refusal from the server, with the message it sent (400s name the bad field). */
 export class ApiError extends Error {
@@ -53,6 +53,11 @@ export class JiyuApi {
 
   stacks(runId: string): Promise<IStackDump> {
     return this.request(`api/runs/${encodeURIComponent(runId)}/stacks`);
+  }
+
+  /** The run's checkpoints that exist on disk, and how many it recorded that are gone. */
+  checkpoints(runId: string): Promise<IRunCheckpoints> {
+    return this.request(`api/runs/${encodeURIComponent(runId)}/checkpoints`);
   }
 
   stop(runId: string): Promise<IRun> {

@@ -72,11 +72,11 @@ export function scales(series: ReadonlyArray<IPoint[]>, scale: Scale, box: IBox)
   const yAt = (v: number) =>
     box.height - box.bottom - ((box.height - box.top - box.bottom) * (v - y0)) / (y1 - y0);
   const y = (v: number) => yAt(scale === 'log' ? Math.log10(v) : v);
-  const decades = scale === 'log' ? logTicks(10 ** y0, 10 ** y1) : [];
-  // less than a decade shown: round linear values label a log axis better than one power of ten
+  const logged = scale === 'log' ? logTicks(10 ** y0, 10 ** y1) : [];
+  // a range too narrow for two ticks even of 1..9 times a power of ten: round linear values
   const yTicks =
-    decades.length >= 3
-      ? decades
+    scale === 'log' && logged.length >= 2
+      ? logged
       : niceTicks(scale === 'log' ? 10 ** y0 : y0, scale === 'log' ? 10 ** y1 : y1, 5).filter(
           t => scale === 'linear' || t > 0
         );
@@ -108,11 +108,18 @@ export function niceTicks(lo: number, hi: number, count: number): number[] {
   return ticks;
 }
 
-/** Powers of ten inside the range; 1-2-5 steps when the range spans less than a decade. */
+/**
+ * Decades and sub-decades inside the range, as the notebook's summary labels its log axis
+ * (views/loss_chart.py): powers of ten alone over 2.5 decades or more, with 2s and 5s below
+ * that (a loss from 2 down to 0.02 gets 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2: labels where the loss
+ * ends, not only where it began), and every multiple within less than a decade.
+ */
 export function logTicks(lo: number, hi: number): number[] {
   const ticks: number[] = [];
+  const span = Math.log10(hi / lo);
+  const multiples = span >= 2.5 ? [1] : span >= 0.7 ? [1, 2, 5] : [1, 2, 3, 4, 5, 6, 7, 8, 9];
   for (let e = Math.floor(Math.log10(lo)); e <= Math.ceil(Math.log10(hi)); e++) {
-    for (const m of hi / lo < 10 ? [1, 2, 5] : [1]) {
+    for (const m of multiples) {
       const t = m * 10 ** e;
       if (t >= lo * 0.999 && t <= hi * 1.001) {
         ticks.push(Number(t.toPrecision(6)));

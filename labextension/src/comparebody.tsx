@@ -14,11 +14,18 @@ export function Comparison(props: { runs: ICompared[]; error?: string | null }):
   if (props.runs.length === 0) {
     return <p className="jp-JiyuRunPage-placeholder">{props.error ?? 'Reading the runs…'}</p>;
   }
-  const series: ISeries[] = props.runs.map((r, i) => ({
-    label: `${r.run.name} (${r.run.id})`,
-    points: options.xAxis === 'step' ? r.history.loss.step : r.history.loss.time,
-    color: PALETTE[i % PALETTE.length]
-  }));
+  // each run's train loss, and its validation loss dashed in the same colour where it validated
+  const series: ISeries[] = props.runs.flatMap((r, i) => {
+    const color = PALETTE[i % PALETTE.length];
+    const label = `${r.run.name} (${r.run.id})`;
+    const pick = (c: { step: ISeries['points']; time: ISeries['points'] }) =>
+      options.xAxis === 'step' ? c.step : c.time;
+    const train: ISeries = { label, points: pick(r.history.loss), color };
+    const val = pick(r.history.valLoss);
+    return val.length > 0
+      ? [train, { label: `${label} val`, points: val, color, dashed: true }]
+      : [train];
+  });
   return (
     <div className="jp-JiyuCompare-body">
       {props.error && (
@@ -27,7 +34,11 @@ export function Comparison(props: { runs: ICompared[]; error?: string | null }):
         </div>
       )}
       <ChartControls options={options} onChange={setOptions} />
-      <LossChart series={series} options={options} label="Training loss of the compared runs" />
+      <LossChart
+        series={series}
+        options={options}
+        label="Training and validation loss of the compared runs"
+      />
       <CompareTable runs={props.runs} />
     </div>
   );

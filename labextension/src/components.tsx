@@ -11,7 +11,7 @@ import { sparkline } from './sparkline';
 import { isStalled, StallChip } from './stall';
 import { IGpuDevice, IGpuKernel, IGpuSnapshot, IRun } from './types';
 import { differingParams } from './comparison';
-import { describeRun, IRunView, visibleRuns } from './view';
+import { describeRun, IRunView, shortPaths, visibleRuns } from './view';
 
 export interface IRunActions {
   onStop(run: IRun): void;
@@ -207,8 +207,8 @@ export function RunList(props: IRunListProps): JSX.Element {
   if (runs.length === 0) {
     return (
       <p className="jp-JiyuPanel-placeholder">
-        No runs yet. Train with <code>%%train</code>, or submit this notebook as a background job
-        from its toolbar.
+        No runs yet. Train in a notebook with <code>%%train</code>, or submit a notebook as a
+        background job (Submit job in its toolbar, or <code>jiyu submit</code>).
       </p>
     );
   }
@@ -243,6 +243,23 @@ function CompareBar(props: { selection: ISelection }): JSX.Element {
   );
 }
 
+/**
+ * How a run ended, in one line: a failure's error in red; a deliberate stop (where it stopped,
+ * the command that resumes) as a note, since a stop is not an error. Paths are cut to their
+ * last parts; the tooltip holds the whole line.
+ */
+export function RunDetail(props: { view: IRunView }): JSX.Element | null {
+  const v = props.view;
+  if (!v.detail) {
+    return null;
+  }
+  return (
+    <div className={v.detailIsError ? 'jp-JiyuRun-detail' : 'jp-JiyuRun-note'} title={v.detail}>
+      {shortPaths(v.detail)}
+    </div>
+  );
+}
+
 export function RunRow(props: { run: IRun; differing?: string } & IRunActions): JSX.Element {
   const v = describeRun(props.run);
   const selection = props.selection;
@@ -263,7 +280,6 @@ export function RunRow(props: { run: IRun; differing?: string } & IRunActions): 
           />
         )}
         <span className={`jp-JiyuChip jp-mod-${v.status}`}>{v.statusLabel}</span>
-        <StallChip run={props.run} />
         <span className="jp-JiyuRun-name" title={`${v.name} (${v.id})`}>
           {v.name}
         </span>
@@ -271,11 +287,21 @@ export function RunRow(props: { run: IRun; differing?: string } & IRunActions): 
           {v.kind}
         </span>
       </div>
-      {props.differing && (
-        <div className="jp-JiyuRun-params" title="parameters that differ between runs of this name">
-          {props.differing}
-        </div>
-      )}
+      {/* its own line: beside the name, "no step for 12 min" left the name no room */}
+      <StallChip run={props.run} />
+      <div className="jp-JiyuRun-meta">
+        <span className="jp-JiyuRun-id" title={`run ${v.id}, started at ${v.meta.split(' · ')[1]}`}>
+          {v.meta}
+        </span>
+        {props.differing && (
+          <span
+            className="jp-JiyuRun-params"
+            title="parameters that differ between runs of this name"
+          >
+            {props.differing}
+          </span>
+        )}
+      </div>
       {v.gpuText && <div className="jp-JiyuRun-gpus">{v.gpuText}</div>}
       <RunProgress view={v} />
       <Sparkline values={v.losses} />
@@ -289,7 +315,7 @@ export function RunRow(props: { run: IRun; differing?: string } & IRunActions): 
           {v.rateText}
         </span>
       </div>
-      {v.detail && <div className="jp-JiyuRun-detail">{v.detail}</div>}
+      <RunDetail view={v} />
       {v.note && <div className="jp-JiyuRun-note">{v.note}</div>}
       <div className="jp-JiyuRun-actions">
         {props.onOpen && (

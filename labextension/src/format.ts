@@ -80,3 +80,18 @@ export function clock(seconds: number | null | undefined): string {
   const pad = (n: number) => String(n).padStart(2, '0');
   return `${pad(t.getHours())}:${pad(t.getMinutes())}`;
 }
+
+/** A file size: 512 B, 1.2 MiB, 3.4 GiB. */
+export function bytes(n: number | null | undefined): string {
+  if (n === null || n === undefined) {
+    return NA;
+  }
+  const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
+  let value = n;
+  let unit = 0;
+  while (value >= 1024 && unit < units.length - 1) {
+    value /= 1024;
+    unit += 1;
+  }
+  return unit === 0 ? `${value} B` : `${value.toFixed(1)} ${units[unit]}`;
+}

@@ -7,7 +7,7 @@ import { ILayoutRestorer, JupyterFrontEnd, JupyterFrontEndPlugin } from '@jupyte
 import { ICommandPalette, MainAreaWidget, Notification, WidgetTracker } from '@jupyterlab/apputils';
 import { INotebookTracker } from '@jupyterlab/notebook';
 import { ISettingRegistry } from '@jupyterlab/settingregistry';
-import { SplitPanel, Widget } from '@lumino/widgets';
+import { SplitPanel, TabPanel, Widget } from '@lumino/widgets';
 
 import { JiyuApi } from './api';
 import { jiyuIcon } from './icons';
@@ -78,7 +78,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
         const id = String(args.id);
         const open = logs.find(w => w.content.runId === id);
         if (open) {
-          app.shell.activateById(open.id);
+          reveal(app, open);
           return open;
         }
         const widget = new MainAreaWidget({
@@ -97,7 +97,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
         const id = String(args.id);
         const open = pages.find(w => w.content.runId === id);
         if (open) {
-          app.shell.activateById(open.id);
+          reveal(app, open);
           return open;
         }
         const widget = new MainAreaWidget({
@@ -116,6 +116,11 @@ const plugin: JupyterFrontEndPlugin<void> = {
       icon: jiyuIcon,
       execute: args => {
         const ids = ((args.ids as unknown as string[] | undefined) ?? []).map(String);
+        const open = comparisons.find(w => w.content.runIds.join('-') === ids.join('-'));
+        if (open) {
+          reveal(app, open);
+          return open;
+        }
         const widget = new MainAreaWidget({ content: new CompareView(api, ids) });
         widget.id = `jiyu-compare-area-${ids.join('-')}`;
         void comparisons.add(widget);
@@ -190,6 +195,19 @@ function openBeside(app: JupyterFrontEnd, widget: MainAreaWidget, mode?: 'split-
   if (!widget.isAttached) {
     app.shell.add(widget, 'down');
     giveRoom(widget);
+  }
+  reveal(app, widget);
+}
+
+/**
+ * Brings a view to the front. Notebook 7's panel below the notebook is a tab panel whose
+ * `activateById` focuses a widget without selecting its tab: every view opened after the
+ * first stayed behind it, so the tab is selected here too.
+ */
+function reveal(app: JupyterFrontEnd, widget: Widget): void {
+  const tabs = widget.parent?.parent;
+  if (tabs instanceof TabPanel && tabs.widgets.includes(widget)) {
+    tabs.currentWidget = widget;
   }
   app.shell.activateById(widget.id);
 }

@@ -55,7 +55,7 @@ export class JiyuPanel extends ReactWidget {
     );
   }
 
-  /** The runs ticked for Compare; kept across refreshes, dropped once compared. */
+  /** The runs ticked for Compare; kept across refreshes and after Compare. */
   private selection(): ISelection {
     return {
       ids: this._selected,
@@ -66,11 +66,8 @@ export class JiyuPanel extends ReactWidget {
         }
         this.model.notify();
       },
-      compare: ids => {
-        this.compare?.(ids);
-        this._selected = new Set();
-        this.model.notify();
-      }
+      // the ticks stay: untick one and compare again, or see which runs the open Compare shows
+      compare: ids => this.compare?.(ids)
     };
   }
 

@@ -1,12 +1,14 @@
 /**
  * One run as a page follows it: its record and its event log read on from the last offset,
  * folded into a history. `done` once the run has ended and its whole log is read, so a
- * finished run's page asks nothing more.
+ * finished run's page asks nothing more. Its checkpoints as they are on disk are asked again
+ * whenever the log records a new one (`--keep-ckpts` removes old ones as new ones come) and
+ * once more as the run ends.
  */
 
 import { JiyuApi } from './api';
 import { emptyHistory, foldEvents, IRankRecord, IRunHistory } from './runevents';
-import { ACTIVE_STATUSES, IRun } from './types';
+import { ACTIVE_STATUSES, IRun, IRunCheckpoints } from './types';
 
 export class RunFeed {
   constructor(
@@ -18,6 +20,8 @@ export class RunFeed {
   history: IRunHistory = emptyHistory();
   /** Each rank's own record, where its ranks write one (jobs and --nproc runs). */
   ranks: IRankRecord[] = [];
+  /** What exists on disk; null until the server answered. */
+  checkpoints: IRunCheckpoints | null = null;
   done = false;
 
   /**
@@ -37,9 +41,16 @@ export class RunFeed {
       }
     }
     this.ranks = run.kind === 'kernel' ? [] : await this.api.ranks(this.runId);
+    const done = !ACTIVE_STATUSES.includes(run.status);
+    const recorded = this.history.checkpoints.length;
+    if (recorded !== this._checkpointsSeen || done) {
+      this.checkpoints = await this.api.checkpoints(this.runId);
+      this._checkpointsSeen = recorded;
+    }
     this.run = run;
-    this.done = !ACTIVE_STATUSES.includes(run.status);
+    this.done = done;
   }
 
   private _offset = 0;
+  private _checkpointsSeen = -1;
 }

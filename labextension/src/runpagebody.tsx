@@ -6,11 +6,12 @@
 import * as React from 'react';
 
 import { ISeries } from './chart';
+import { RunDetail } from './components';
 import * as fmt from './format';
 import { ChartControls, DEFAULT_OPTIONS, IChartOptions, LossChart, PALETTE } from './lossplot';
 import { best, IRankRecord, IRunHistory, resumeCommand } from './runevents';
 import type { RunFeed } from './runfeed';
-import { IRun } from './types';
+import { ACTIVE_STATUSES, IRun, IRunCheckpoints } from './types';
 import { describeRun } from './view';
 
 export function RunPageBody(props: {
@@ -31,6 +32,7 @@ export function RunPageBody(props: {
       run={run}
       history={props.feed.history}
       ranks={props.feed.ranks}
+      checkpoints={props.feed.checkpoints}
       onStop={props.onStop}
       error={props.error}
     />
@@ -41,6 +43,8 @@ export function RunDetails(props: {
   run: IRun;
   history: IRunHistory;
   ranks?: IRankRecord[];
+  /** What the checkpoints API says is on disk; null while not read. */
+  checkpoints?: IRunCheckpoints | null;
   onStop: (run: IRun) => void;
   error?: string | null;
 }): JSX.Element {
@@ -72,7 +76,7 @@ export function RunDetails(props: {
           {props.error}
         </div>
       )}
-      {v.detail && <div className="jp-JiyuRun-detail">{v.detail}</div>}
+      <RunDetail view={v} />
       <div className="jp-JiyuRunPage-main">
         <section className="jp-JiyuRunPage-chart" aria-label="Loss chart">
           <ChartControls options={options} onChange={setOptions} />
@@ -85,7 +89,7 @@ export function RunDetails(props: {
         <Metrics run={run} history={history} />
       </div>
       <Facts run={run} history={history} ranks={props.ranks} />
-      <Checkpoints run={run} history={history} />
+      <Checkpoints run={run} history={history} onDisk={props.checkpoints ?? null} />
       <h2 className="jp-JiyuRunPage-heading">Log</h2>
     </div>
   );
@@ -114,18 +118,24 @@ export function Metrics(props: { run: IRun; history: IRunHistory }): JSX.Element
     ['epoch', last.epoch === undefined || last.epoch === null ? fmt.NA : String(last.epoch)],
     ['loss', fmt.loss(last.loss)],
     ['best loss', fmt.loss(best(h.loss.step))],
-    ['val loss', fmt.loss(last.val_loss)],
-    [
-      'val accuracy',
-      last.val_accuracy === undefined || last.val_accuracy === null
-        ? fmt.NA
-        : `${(100 * last.val_accuracy).toFixed(1)}%`
-    ],
     ['lr', last.lr === undefined || last.lr === null ? fmt.NA : last.lr.toExponential(2)],
     ['throughput', fmt.rate(last.samples_per_s)],
-    ['wall time', fmt.duration(props.run.duration)],
-    ['eta', fmt.duration(last.eta)]
+    ['wall time', fmt.duration(props.run.duration)]
   ];
+  // no validation, no rows that would only say n/a
+  const validation: Array<[string, string]> = [];
+  if (h.valLoss.step.length > 0 || (last.val_loss ?? null) !== null) {
+    validation.push(['val loss', fmt.loss(last.val_loss)]);
+  }
+  if (h.valAccuracy.step.length > 0 || (last.val_accuracy ?? null) !== null) {
+    const acc = last.val_accuracy ?? null;
+    validation.push(['val accuracy', acc === null ? fmt.NA : `${(100 * acc).toFixed(1)}%`]);
+  }
+  rows.splice(4, 0, ...validation);
+  // a finished run has nothing left to wait for: no "eta 0:00"
+  if (ACTIVE_STATUSES.includes(props.run.status)) {
+    rows.push(['eta', fmt.duration(last.eta)]);
+  }
   return (
     <dl className="jp-JiyuRunPage-metrics" aria-label="Metrics">
       {rows.map(([k, v]) => (
@@ -278,37 +288,63 @@ export function rankEnd(record: IRankRecord): string {
   return record.error ?? `exited with code ${record.exit_code}`;
 }
 
-function Checkpoints(props: { run: IRun; history: IRunHistory }): JSX.Element {
-  const ckpts = props.history.checkpoints;
+/**
+ * The checkpoints that exist (the server checks what the log recorded: `--keep-ckpts` rotates
+ * old ones out), each with the command that resumes from it, and how many are gone: a listed
+ * checkpoint's command works.
+ */
+function Checkpoints(props: {
+  run: IRun;
+  history: IRunHistory;
+  onDisk: IRunCheckpoints | null;
+}): JSX.Element {
+  const kept = props.onDisk?.checkpoints ?? null;
+  const rotated = props.onDisk?.rotated ?? 0;
+  let body: JSX.Element;
+  if (props.history.checkpoints.length === 0 && !kept?.length) {
+    body = <p className="jp-JiyuRunPage-placeholder">No checkpoint written.</p>;
+  } else if (kept === null) {
+    body = <p className="jp-JiyuRunPage-placeholder">Reading which checkpoints exist…</p>;
+  } else {
+    body = (
+      <>
+        <p className="jp-JiyuRunPage-ckptCount">
+          {kept.length} on disk
+          {rotated > 0 ? ` · ${rotated} older rotated out (--keep-ckpts) or deleted` : ''}
+        </p>
+        {kept.length > 0 && (
+          <table className="jp-JiyuTable jp-JiyuRunPage-ckpts">
+            <thead>
+              <tr>
+                <th>step</th>
+                <th>path</th>
+                <th>size</th>
+                <th>resume with</th>
+              </tr>
+            </thead>
+            <tbody>
+              {kept.map(c => (
+                <tr key={c.path}>
+                  <td>{c.step ?? fmt.NA}</td>
+                  <td>
+                    <code>{c.path}</code>
+                  </td>
+                  <td>{fmt.bytes(c.bytes)}</td>
+                  <td>
+                    <code>{resumeCommand(props.run.name, c)}</code>
+                  </td>
+                </tr>
+              ))}
+            </tbody>
+          </table>
+        )}
+      </>
+    );
+  }
   return (
     <section aria-label="Checkpoints">
       <h2 className="jp-JiyuRunPage-heading">Checkpoints</h2>
-      {ckpts.length === 0 ? (
-        <p className="jp-JiyuRunPage-placeholder">No checkpoint written.</p>
-      ) : (
-        <table className="jp-JiyuTable jp-JiyuRunPage-ckpts">
-          <thead>
-            <tr>
-              <th>step</th>
-              <th>path</th>
-              <th>resume with</th>
-            </tr>
-          </thead>
-          <tbody>
-            {ckpts.map(c => (
-              <tr key={c.path + c.step}>
-                <td>{c.step ?? fmt.NA}</td>
-                <td>
-                  <code>{c.path}</code>
-                </td>
-                <td>
-                  <code>{resumeCommand(props.run.name, c)}</code>
-                </td>
-              </tr>
-            ))}
-          </tbody>
-        </table>
-      )}
+      {body}
     </section>
   );
 }

@@ -5,7 +5,7 @@
  * REST API's JSON Schema (`make api-types`), so they cannot drift from the Python side.
  */
 
-import { ActiveStatus, Run, RunGpu, RunStatus, RunSummary } from './api.generated';
+import { ActiveStatus, Run, RunCheckpoint, RunGpu, RunStatus, RunSummary } from './api.generated';
 
 export type { Event, EventKind, RunKind, RunStatus } from './api.generated';
 export type IRun = Run;
@@ -160,4 +160,12 @@ export interface IStackDump {
   run_id: string;
   dumped: string | null;
   groups: IStackGroup[];
+}
+
+/** `GET /jiyu/api/runs/{id}/checkpoints`: the checkpoints on disk, oldest first. */
+export interface IRunCheckpoints {
+  run_id: string;
+  checkpoints: RunCheckpoint[];
+  /** Recorded by the run, gone since (`--keep-ckpts` rotated them out, or deleted). */
+  rotated: number;
 }

@@ -25,6 +25,10 @@ export interface IRunView {
   durationText: string;
   losses: Array<number | null>;
   detail: string | null;
+  /** What tells runs of one name apart at a glance: short id and start time ("a1b2c3 · 14:02"). */
+  meta: string;
+  /** Whether `detail` is an error (red), or how a deliberate stop ended (a note). */
+  detailIsError: boolean;
   /** Why a queued run waits where a scheduler holds it ("waiting: Resources"). */
   note: string | null;
   /** Its GPUs ("GPU 0, 1"), what a queued run waits for ("waits for 2 GPUs"), or null. */
@@ -53,9 +57,29 @@ export function describeRun(run: IRun): IRunView {
     durationText: fmt.duration(run.duration),
     losses: s.losses ?? [],
     detail: s.error ?? run.error ?? null,
+    detailIsError: run.status !== 'stopped',
+    meta: `${shortId(run.id)} · ${fmt.clock(run.started ?? run.created)}`,
     note: waiting(run),
     gpuText: gpuText(run)
   };
+}
+
+/** The first 6 characters of a run id: enough to tell runs apart, and a prefix jiyu takes. */
+export function shortId(id: string): string {
+  return id.slice(0, 6);
+}
+
+/**
+ * Long absolute paths in a message cut to their last two parts ("…/ckpt/step-00000120.pt"),
+ * the whole text kept for a tooltip: a stop's line names its checkpoint in full, which the
+ * run page's checkpoint table already shows.
+ */
+export function shortPaths(text: string): string {
+  return text.replace(/(?:\/[^\s/]+){3,}/g, match => {
+    const trail = /[.,;:)]+$/.exec(match)?.[0] ?? '';
+    const parts = match.slice(0, match.length - trail.length).split('/');
+    return `…/${parts.slice(-2).join('/')}${trail}`;
+  });
 }
 
 /** A job shows where it runs (slurm, kubernetes) and how many processes it has; a ranks pool its size. */

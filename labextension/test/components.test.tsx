@@ -98,6 +98,30 @@ describe('run rows', () => {
     }
   });
 
+  it('show a deliberate stop as a note with short paths, a failure as an error', () => {
+    const line =
+      'stopped at step 12 by request; checkpoint /home/u/.jiyu/runs/ab12/ckpt/last.pt; ' +
+      'resume with %train --resume /home/u/.jiyu/runs/ab12/ckpt/last.pt --name digits-mlp';
+    const stopped = renderToStaticMarkup(
+      <RunRow run={run({ status: 'stopped', error: line })} onStop={noop} onLogs={noop} />
+    );
+    expect(stopped).not.toContain('jp-JiyuRun-detail');
+    expect(stopped).toContain(`class="jp-JiyuRun-note" title="${line}"`);
+    expect(stopped).toContain(
+      'stopped at step 12 by request; checkpoint …/ckpt/last.pt; resume with %train --resume …/ckpt/last.pt --name digits-mlp<'
+    );
+    const failed = renderToStaticMarkup(
+      <RunRow
+        run={run({ status: 'failed', error: 'rank 1: ValueError' })}
+        onStop={noop}
+        onLogs={noop}
+      />
+    );
+    expect(failed).toContain(
+      'class="jp-JiyuRun-detail" title="rank 1: ValueError">rank 1: ValueError<'
+    );
+  });
+
   it('escape run names (they come from users)', () => {
     const html = renderToStaticMarkup(
       <RunRow run={run({ name: '<img src=x onerror=alert(1)>' })} onStop={noop} onLogs={noop} />

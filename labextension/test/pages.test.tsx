@@ -2,10 +2,10 @@ import * as React from 'react';
 import { renderToStaticMarkup } from 'react-dom/server';
 import { describe, expect, it } from 'vitest';
 
-import { logTicks, niceTicks, smooth } from '../src/chart';
+import { logTicks, niceTicks, scales, smooth } from '../src/chart';
 import { Comparison } from '../src/comparebody';
 import { compareRows, differingParams } from '../src/comparison';
-import { RunDetails } from '../src/runpagebody';
+import { Metrics, RunDetails } from '../src/runpagebody';
 import { emptyHistory, foldEvents, IRunEvent, resumeCommand } from '../src/runevents';
 import { run } from './records';
 
@@ -41,6 +41,17 @@ describe('ticks', () => {
   it('are round numbers, powers of ten on a log axis', () => {
     expect(niceTicks(0, 100, 5)).toEqual([0, 20, 40, 60, 80, 100]);
     expect(logTicks(0.005, 3)).toEqual([0.01, 0.1, 1]);
+    // a loss from 2 down to 0.02: sub-decades label where it ends, as the notebook's summary does
+    expect(logTicks(0.02, 2.5)).toEqual([0.02, 0.05, 0.1, 0.2, 0.5, 1, 2]);
+    expect(logTicks(0.3, 0.9)).toEqual([0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9]);
+  });
+
+  it('label a log axis with the ticks where the loss is, linear ones only when too narrow', () => {
+    const box = { width: 400, height: 200, left: 40, right: 10, top: 10, bottom: 20 };
+    const loss = [2, 0.8, 0.3, 0.1, 0.04, 0.021].map((y, x) => ({ x, y }));
+    expect(scales([loss], 'log', box).yTicks).toEqual([0.05, 0.1, 0.2, 0.5, 1, 2]);
+    const flat = [0.51, 0.52, 0.53].map((y, x) => ({ x, y }));
+    expect(scales([flat], 'log', box).yTicks).toEqual(niceTicks(0.51, 0.53, 5));
   });
 });
 
@@ -59,9 +70,44 @@ describe('the run page', () => {
     expect(html).toContain('data-label="train loss"');
     expect(html).toContain('data-label="val loss"');
     expect(html).toContain('90.0%');
-    expect(html).toContain('%%train --resume /runs/ab/ckpt-3.pt --name digits-mlp');
+    expect(html).toContain('Reading which checkpoints exist');
+    const listed = renderToStaticMarkup(
+      <RunDetails
+        run={run({ params: { lr: 0.01 } })}
+        history={h}
+        checkpoints={{
+          run_id: 'a1b2c3d4',
+          checkpoints: [{ step: 3, path: '/runs/ab/ckpt-3.pt', bytes: 2048 }],
+          rotated: 7
+        }}
+        onStop={() => undefined}
+      />
+    );
+    expect(listed).toContain('%%train --resume /runs/ab/ckpt-3.pt --name digits-mlp');
+    expect(listed).toContain('1 on disk · 7 older rotated out (--keep-ckpts) or deleted');
+    expect(listed).toContain('2.0 KiB');
     expect(html).toContain('bf16');
     expect(html).toContain('Stop digits-mlp');
+  });
+
+  it('shows no validation rows without validation, and no eta once the run ended', () => {
+    const trained = history([2, 1, 0.5], []);
+    const ended = renderToStaticMarkup(
+      <Metrics run={run({ status: 'succeeded' })} history={trained} />
+    );
+    expect(ended).not.toContain('val loss');
+    expect(ended).not.toContain('val accuracy');
+    expect(ended).not.toContain('<dt>eta</dt>');
+    const validated = history(
+      [2, 1],
+      [{ kind: 'val', t: 104, step: 2, epoch: 1, loss: 0.7, accuracy: 0.9 }]
+    );
+    const running = renderToStaticMarkup(
+      <Metrics run={run({ status: 'running' })} history={validated} />
+    );
+    expect(running).toContain('<dt>val loss</dt>');
+    expect(running).toContain('<dt>val accuracy</dt><dd>90.0%</dd>');
+    expect(running).toContain('<dt>eta</dt>');
   });
 
   it('quotes a checkpoint path with spaces in the resume command', () => {
@@ -92,6 +138,17 @@ describe('compare', () => {
     const html = renderToStaticMarkup(<Comparison runs={[a, b]} />);
     expect(html.match(/class="jp-JiyuChart-series"/g)).toHaveLength(2);
     expect(html).toContain('jp-mod-differs');
+  });
+
+  it('draws a run validation loss dashed in its colour, only where it validated', () => {
+    const validated = {
+      run: run({ id: 'cccc' }),
+      history: history([2, 1], [{ kind: 'val', t: 104, step: 2, epoch: 1, loss: 0.9 }])
+    };
+    const html = renderToStaticMarkup(<Comparison runs={[a, validated]} />);
+    expect(html.match(/class="jp-JiyuChart-series"/g)).toHaveLength(3);
+    expect(html).toContain('data-label="digits-mlp (cccc) val"');
+    expect(html).not.toContain('data-label="digits-mlp (aaaa) val"');
   });
 
   it('tells runs of one name apart by their differing parameters', () => {

@@ -15,6 +15,7 @@ function apiOver(
   const api = {
     run: async () => run({ status, kind: 'kernel' }),
     ranks: async () => [],
+    checkpoints: async () => ({ run_id: 'abc', checkpoints: [], rotated: 0 }),
     events: async (_id: string, offset: number) => {
       requested.push(offset);
       const chunk = chunks.find(c => c.at === offset);
@@ -53,5 +54,23 @@ describe('RunFeed', () => {
     const feed = new RunFeed(api, 'abc');
     await feed.update();
     expect(requested).toEqual([0, 50]);
+  });
+
+  it('asks which checkpoints exist when the log records a new one, not on every refresh', async () => {
+    const { api } = apiOver([
+      { at: 0, events: [{ kind: 'start', t: 1 }], next: 10 },
+      { at: 10, events: [{ kind: 'ckpt', t: 2, step: 5, path: '/c/5.pt' }], next: 20 }
+    ]);
+    let asked = 0;
+    (api as unknown as Record<string, unknown>).run = async () => run({ status: 'running' });
+    (api as unknown as Record<string, unknown>).checkpoints = async () => {
+      asked += 1;
+      return { run_id: 'abc', checkpoints: [{ step: 5, path: '/c/5.pt', bytes: 10 }], rotated: 2 };
+    };
+    const feed = new RunFeed(api, 'abc');
+    await feed.update();
+    await feed.update(); // nothing new in the log
+    expect(asked).toBe(1);
+    expect(feed.checkpoints?.rotated).toBe(2);
   });
 });

@@ -32,6 +32,13 @@ describe('stalled runs', () => {
     expect(stalled).toContain('jp-JiyuChip jp-mod-stalled');
     expect(stalled).toContain('no step for 12 min');
     expect(stalled).toContain('>Stacks</button>');
+    // the chip sits under the head, not beside the name it used to squeeze to nothing
+    const head = stalled.slice(
+      stalled.indexOf('jp-JiyuRun-head'),
+      stalled.indexOf('jp-JiyuProgress')
+    );
+    expect(head.indexOf('jp-JiyuRun-kind')).toBeLessThan(head.indexOf('jp-mod-stalled'));
+    expect(head.slice(0, head.indexOf('jp-JiyuRun-kind'))).not.toContain('jp-mod-stalled');
     const moving = renderToStaticMarkup(
       <RunRow run={run({ status: 'running' })} onStop={noop} onLogs={noop} onStacks={noop} />
     );

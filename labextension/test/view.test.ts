@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 
-import { describeRun, visibleRuns } from '../src/view';
+import { describeRun, shortPaths, visibleRuns } from '../src/view';
 import { run } from './records';
 
 describe('describeRun', () => {
@@ -65,6 +65,22 @@ describe('describeRun', () => {
     expect(
       describeRun(run({ status: 'lost', error: 'its process ended without reporting' })).detail
     ).toBe('its process ended without reporting');
+  });
+});
+
+describe('what tells runs of one name apart', () => {
+  it('is the short id and the start time', () => {
+    const started = new Date(2026, 0, 1, 14, 2).getTime() / 1000;
+    expect(describeRun(run({ id: 'a1b2c3d4e5', started })).meta).toBe('a1b2c3 · 14:02');
+  });
+});
+
+describe('shortPaths', () => {
+  it('cuts absolute paths to their last two parts, keeping what follows them', () => {
+    expect(shortPaths('Checkpoint: /home/u/.jiyu/runs/ab/ckpt/step-00000012.pt.')).toBe(
+      'Checkpoint: …/ckpt/step-00000012.pt.'
+    );
+    expect(shortPaths('see /tmp/x and rank 1: a/b')).toBe('see /tmp/x and rank 1: a/b');
   });
 });
 
