@@ -378,7 +378,13 @@ class RunLifecycle:
             Outcome(RunStatus.LOST, None, line)
             if lost
             else decide(
-                code, self.stop_requested, events, line, started=started, ranks_stopped=ranks_stopped, name=run.name
+                code,
+                self.stop_requested,
+                events,
+                line,
+                started=started,
+                ranks_stopped=ranks_stopped,
+                name=run.name if run is not None else None,
             )
         )
         if self.announce is not None:
