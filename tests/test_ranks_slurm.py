@@ -117,6 +117,21 @@ def test_a_pool_on_two_slurm_nodes_runs_cells_on_both_and_only_its_nodes_reach_t
         assert cell.errors and cell.errors[0]["evalue"].startswith("rank 0: KeyboardInterrupt"), cell.errors
         assert took < 10, f"the interrupt took {took:.1f} s"
 
+        # a stall: n2's rank is still in its cell 3 s after n1's finished; its stack comes from n2
+        # through the run folder (the kernel cannot signal a process on another machine)
+        msg = kernel.start("%%ranks --stall-timeout 3\nimport time\nif rank == 1:\n    time.sleep(60)")
+        wait_for(
+            lambda: (RunFiles.of(pool.id).root / "stacks").exists() and RunStore().stored(pool.id).stalled_since,
+            60,
+            every=0.5,
+            what="the pool flagged stalled",
+        )
+        time.sleep(10)  # the dump: the node's watch reads the request once a second, then the stack settles
+        kernel.manager.interrupt_kernel()
+        stalled = kernel.wait(msg, timeout=60)
+        assert "jiyu: stalled: rank 1 has not finished 3 s after another rank did" in stalled.text, stalled.text
+        assert "jiyu:   rank 1 is in " in stalled.text and "outside Python" not in stalled.text, stalled.text
+
         kept = kernel.run("%%ranks --all-output\nprint('still', rank, x.item())")
         assert sorted(kept.text.splitlines()) == ["[rank0] still 0 3.0", "[rank1] still 1 3.0"], kept.text
         assert pool_of(home).id == pool.id, "the same pool: nothing was restarted"

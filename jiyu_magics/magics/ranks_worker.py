@@ -178,9 +178,12 @@ class Worker:
         if signum is None or not self.pool_id:
             return
         if self.stacks is None:
+            from ..train.stack_signal import serve_stack_requests
+
             path = RunFiles.of(self.pool_id).stack_live(self.rank)
             path.parent.mkdir(parents=True, exist_ok=True)
             self.stacks = open(path, "a")  # noqa: SIM115 - held for the rank's life
+            serve_stack_requests(self.pool_id, signum)  # a kernel on another machine asks through the run folder
         faulthandler.register(signum, file=self.stacks, all_threads=True, chain=False)
 
     # -- requests ----------------------------------------------------------------------------

@@ -55,6 +55,20 @@ def stacks_on_signal(rank: int, run_id: str | None) -> Iterator[None]:
 REQUEST_CHECK_S = 1.0
 
 
+def serve_stack_requests(run_id: str, signum: int) -> threading.Event:
+    """The request watch alone, for a process that keeps its own ``faulthandler`` registration
+    (a ranks pool's rank, on an allocation's node: the kernel cannot signal it): set the event
+    it returns to end it."""
+    done = threading.Event()
+    threading.Thread(
+        target=_watch_requests,
+        args=(RunFiles.of(run_id).stack_request, signum, done),
+        name="jiyu-stack-requests",
+        daemon=True,
+    ).start()
+    return done
+
+
 def _watch_requests(request: Path, signum: int, done: threading.Event) -> None:
     """Signals the main thread each time ``request`` says something new after the watch began
     (its text is read, not its mtime: opening a file on NFS revalidates it, a ``stat`` may not)."""
