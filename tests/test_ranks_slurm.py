@@ -189,3 +189,42 @@ def test_the_ranks_of_a_killed_kernel_end_and_give_back_the_allocation(slurm_nod
     assert ended.status == "failed" and "its kernel is gone" in (ended.error or ""), (ended.status, ended.error)
     log = (RunFiles.of(pool.id).log).read_text()
     assert "its kernel is gone" in log, log[-2000:]
+
+
+def test_a_pool_whose_kernel_dies_while_slurm_holds_it_pending_is_cancelled(slurm_nodes, tmp_path, monkeypatch):
+    """Both nodes busy, so Slurm holds the pool's job pending; the kernel is killed meanwhile.
+    No rank ever connected to notice: the home's scheduler follower ends the pool's job (it
+    leaves the queue, never to start) and records why."""
+    home = tmp_path / "home"
+    monkeypatch.setenv("JIYU_HOME", str(home))
+    blocker = slurm_nodes.run(
+        "sbatch",
+        "--parsable",
+        "-N",
+        "2",
+        "--output=/dev/null",
+        f"--chdir={tmp_path}",
+        "--wrap",
+        "sleep 300",
+        check=True,
+    ).stdout.strip()
+    kernel = Kernel(tmp_path, home, env={"TMPDIR": str(tmp_path)})
+    try:
+        kernel.start("%load_ext jiyu_magics\n%ranks start 1 --backend slurm --nodes 2 --device cpu --name pending")
+        wait_for(
+            lambda: [r for r in RunStore().list() if r.name == "pending" and r.scheduler_id],
+            60,
+            every=0.5,
+            what="the pool's job submitted",
+        )
+        (pool,) = [r for r in RunStore().list() if r.name == "pending"]
+        assert set(slurm_nodes.jobs()) == {blocker, pool.scheduler_id}
+        kernel_pid = kernel.pid
+        os.kill(kernel_pid, signal.SIGKILL)
+        wait_for(lambda: pool.scheduler_id not in slurm_nodes.jobs(), 60, every=1, what="the pending pool cancelled")
+    finally:
+        kernel.close()
+    wait_for(lambda: not RunStore().stored(pool.id).active, 30, every=1, what="the pool's run recorded ended")
+    ended = RunStore().stored(pool.id)
+    assert ended.status == "failed" and f"its kernel (pid {kernel_pid}) is gone" in (ended.error or ""), ended.error
+    assert slurm_nodes.jobs() == [blocker], "the other job is untouched"

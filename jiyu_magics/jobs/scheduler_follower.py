@@ -22,7 +22,9 @@ import sys
 import time
 from pathlib import Path
 
+from ..core.processes.info import process_alive
 from ..core.runs.files import jiyu_home, store_path
+from ..core.runs.model import RunKind
 from ..core.runs.states import TransitionRefused
 from ..core.store.database import StoreUnusable
 from ..core.store.run_row import Run
@@ -89,11 +91,23 @@ def follow_all(store: RunStore) -> int:
     runs = [run for run in store.list(include_finished=False, annotate=False) if followed(run, store.host)]
     for run in runs:
         try:
-            owner_of(run, store).follow()
+            owner = owner_of(run, store)
+            if owner.follow().active and _kernel_gone(run):
+                owner.kill()  # the allocation of a pool no kernel drives: cancelled, pending or not
+                owner.end(error=f"its kernel (pid {run.owner_pid}) is gone: nothing drives the ranks pool")
             store.update(run.id, polled=time.time())
         except (SchedulerUnreachable, TransitionRefused):
             continue  # asked again next round; an end someone else recorded stands
     return len(runs)
+
+
+def _kernel_gone(run: Run) -> bool:
+    """A ranks pool lives for its kernel (its owner, on this host): once the kernel is gone its
+    job is ended here, also while Slurm still holds it pending (its ranks, once connected, end by
+    themselves when the kernel goes: ``jobs.ranks.channel``)."""
+    return (
+        run.kind == RunKind.RANKS and run.owner_pid is not None and not process_alive(run.owner_pid, run.owner_started)
+    )
 
 
 def main() -> int:
