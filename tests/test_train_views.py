@@ -14,7 +14,7 @@ from jiyu_magics.core.runs.files import RunFiles
 from jiyu_magics.core.store.run_store import RunStore
 from jiyu_magics.views.loss_chart import RAW, SMOOTH, loss_svg
 from jiyu_magics.views.loss_plot import render_loss_png
-from jiyu_magics.views.train_text import progress_line, summary_html
+from jiyu_magics.views.train_text import progress_line, stat_rows, summary_html
 from jiyu_magics.views.training_view import TrainingView
 from jiyu_magics.widgets.event_follow import follow
 from jiyu_magics.widgets.text_progress import TextProgress
@@ -82,6 +82,19 @@ def test_view_folds_events_and_a_new_start_resets_it():
     assert not view.feed([{"kind": "gpu"}, {"kind": "unknown"}])
     view.feed([{"kind": "start", "run_id": "abc", "total_steps": 10, "start_step": 100}])
     assert view.losses == [] and view.step == 100 and view.status == "running"
+
+
+def test_the_dashboard_shows_validation_rows_only_for_a_run_that_validates():
+    validating, silent = TrainingView(), TrainingView()
+    validating.feed(_events())
+    silent.feed([e for e in _events() if e["kind"] != "val"])
+    assert [label for label, _ in stat_rows(validating)][:4] == ["epoch", "loss", "val loss", "val acc"]
+    labels = [label for label, value in stat_rows(silent)]
+    assert "val loss" not in labels and "val acc" not in labels, "no rows that could only say n/a"
+    dashboard = TrainingDashboard(refresh=0.1)
+    dashboard.render()
+    stop = dashboard.stop_button.layout
+    assert (stop.min_width, stop.flex) == ("90px", "0 0 auto"), "a narrow output cannot squeeze Stop to '◼ …'"
 
 
 def test_smoothing_follows_the_trend_and_starts_at_the_first_value():
@@ -338,9 +351,11 @@ def test_one_status_palette_in_the_panel_the_tables_and_the_summary():
     css = (ROOT / "labextension" / "style" / "base.css").read_text()
     chips = {}
     for selectors, body in re.findall(r"((?:\.jp-JiyuChip\.jp-mod-\w+,?\s*)+)\{([^}]*)\}", css):
-        variable = re.search(r"background:\s*var\((--jp-[\w-]+)", body).group(1)
+        colour = re.search(r"background:\s*var\((--jp-[\w-]+)", body)
+        if colour is None:  # a rule for the chip's place in a row, not its colour
+            continue
         for status in re.findall(r"jp-mod-(\w+)", selectors):
-            chips[status] = variable
+            chips[status] = colour.group(1)
     for status in RunStatus:
         assert status_colour(status).startswith(f"var({chips[status.value]},"), status
     table = render_html(
