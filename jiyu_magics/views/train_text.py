@@ -42,11 +42,12 @@ def memory_text(view: TrainingView) -> str | None:
 
 def stat_rows(view: TrainingView) -> list[tuple[str, str]]:
     """(label, value) pairs every rendering shows, in order."""
-    rows = [
-        ("epoch", epoch_text(view).split(" ", 1)[1]),
-        ("loss", num(view.loss)),
-        ("val loss", num(view.val_loss)),
-        ("val acc", percent(view.val_acc)),
+    rows = [("epoch", epoch_text(view).split(" ", 1)[1]), ("loss", num(view.loss))]
+    if view.vals or view.val_loss is not None:  # no validation: no rows that would only say n/a
+        rows.append(("val loss", num(view.val_loss)))
+    if view.val_acc is not None or any(acc is not None for *_, acc in view.vals):
+        rows.append(("val acc", percent(view.val_acc)))
+    rows += [
         ("samples/s", na(None if view.samples_per_s is None else f"{view.samples_per_s:,.0f}")),
         ("lr", na(None if view.lr is None else f"{view.lr:.3g}")),
     ]

@@ -88,7 +88,8 @@ class TrainingDashboard:
             icon="stop",
             button_style="warning",
             tooltip="Stop at the next step and save a checkpoint",
-            layout=widgets.Layout(width="90px"),
+            # a fixed size: in a narrow output the header wraps under it, the button keeps its word
+            layout=widgets.Layout(width="90px", min_width="90px", flex="0 0 auto"),
         )
         self.stop_button.on_click(self._clicked)
         self.progress = widgets.FloatProgress(value=0.0, min=0.0, max=1.0, layout=widgets.Layout(width="50%"))
@@ -98,7 +99,9 @@ class TrainingDashboard:
         self.notes = widgets.HTML()
         return widgets.VBox(
             [
-                widgets.HBox([self.stop_button, self.header], layout=widgets.Layout(align_items="center")),
+                widgets.HBox(
+                    [self.stop_button, self.header], layout=widgets.Layout(align_items="center", flex_flow="row wrap")
+                ),
                 widgets.HBox([self.progress, self.progress_label], layout=widgets.Layout(align_items="center")),
                 # wraps: in a narrow output (the panel's log beside the notebook) the numbers go under the chart
                 widgets.HBox([self.chart, self.stats], layout=widgets.Layout(flex_flow="row wrap")),
