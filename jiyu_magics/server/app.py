@@ -23,6 +23,7 @@ from . import jobs_bridge as bridge
 from .gpu_sampler import GpuSampler, Holders
 from .handlers import ROUTES
 from .kernel_owners import kernel_infos
+from .kernel_status import untrack_control_messages
 from .metrics_gpu import NAME_SETS
 from .run_views import RunViews
 
@@ -179,6 +180,7 @@ class JiyuApp(ExtensionApp):
         if self.usage_sample_interval:
             self.usage_sampling = PeriodicCallback(self.upkeep, self.usage_sample_interval * 1000)
             self.usage_sampling.start()
+        untrack_control_messages(self.serverapp)  # the status bar stays "Busy" under %%train
         self.log.info("jiyu_magics: run store %s", self.runs.store.path)
 
     def _holders(self) -> Holders:
