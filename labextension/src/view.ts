@@ -53,7 +53,8 @@ export function describeRun(run: IRun): IRunView {
     progress: s.progress ?? fmt.fraction(s.step, s.total_steps),
     stepText: run.kind === 'ranks' ? 'ranks pool' : stepText(s.step, s.total_steps, s.epoch),
     lossText: `loss ${fmt.loss(s.loss)}`,
-    rateText: fmt.rate(s.samples_per_s),
+    // a stalled run's last rate is history, not a rate: it is not shown while the stall lasts
+    rateText: active && run.stalled_since !== null ? 'stalled' : fmt.rate(s.samples_per_s),
     durationText: fmt.duration(run.duration),
     losses: s.losses ?? [],
     detail: s.error ?? run.error ?? null,

@@ -20,6 +20,12 @@ describe('describeRun', () => {
     expect(v.canStop).toBe(true);
   });
 
+  it('shows no old rate while a run is stalled, and the rate again once it moves', () => {
+    const summary = { step: 120, total_steps: 400, samples_per_s: 4063 };
+    expect(describeRun(run({ stalled_since: 1700000000 }, summary)).rateText).toBe('stalled');
+    expect(describeRun(run({ stalled_since: null }, summary)).rateText).toBe('4063/s');
+  });
+
   it('shows a ranks pool by its size and the notebook that drives it', () => {
     const v = describeRun(run({ kind: 'ranks', nproc: 4, notebook: '/work/explore.ipynb' }));
     expect(v.kind).toBe('ranks ×4');
