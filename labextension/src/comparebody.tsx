@@ -6,7 +6,7 @@
 import * as React from 'react';
 
 import { ISeries } from './chart';
-import { compareRows, ICompared } from './comparison';
+import { compareRows, ICompared, ICompareRow } from './comparison';
 import { ChartControls, DEFAULT_OPTIONS, IChartOptions, LossChart, PALETTE } from './lossplot';
 
 export function Comparison(props: { runs: ICompared[]; error?: string | null }): JSX.Element {
@@ -44,35 +44,81 @@ export function Comparison(props: { runs: ICompared[]; error?: string | null }):
   );
 }
 
+/**
+ * The runs' columns: per group (parameters, model, optimizer, data, fit options) the rows that
+ * differ, then the metrics; below, collapsed, "N equal rows": what is the same in every run
+ * and the internal options, by group too.
+ */
 export function CompareTable(props: { runs: ICompared[] }): JSX.Element {
-  const rows = compareRows(props.runs);
+  const layout = compareRows(props.runs);
+  const columns = props.runs.length + 1;
   return (
-    <table className="jp-JiyuTable jp-JiyuCompare-table" aria-label="Compared runs">
-      <thead>
-        <tr>
-          <th />
-          {props.runs.map((r, i) => (
-            <th key={r.run.id} style={{ borderBottomColor: PALETTE[i % PALETTE.length] }}>
-              {r.run.name}
-              <div className="jp-JiyuCompare-id">{r.run.id}</div>
-            </th>
-          ))}
-        </tr>
-      </thead>
-      <tbody>
-        {rows.map(row => (
-          <tr
-            key={`${row.kind}-${row.name}`}
-            className={`jp-mod-${row.kind}${row.differs ? ' jp-mod-differs' : ''}`}
-            data-row={row.name}
-          >
-            <th title={row.differs ? 'differs between the runs' : undefined}>{row.name}</th>
-            {row.values.map((v, i) => (
-              <td key={i}>{v}</td>
+    <>
+      <table className="jp-JiyuTable jp-JiyuCompare-table" aria-label="Compared runs">
+        <thead>
+          <tr>
+            <th />
+            {props.runs.map((r, i) => (
+              <th key={r.run.id} style={{ borderBottomColor: PALETTE[i % PALETTE.length] }}>
+                {r.run.name}
+                <div className="jp-JiyuCompare-id">{r.run.id}</div>
+              </th>
             ))}
           </tr>
-        ))}
-      </tbody>
-    </table>
+        </thead>
+        <tbody>
+          {layout.shown.length === 0 && (
+            <tr className="jp-JiyuCompare-group">
+              <th colSpan={columns}>Nothing recorded differs between these runs</th>
+            </tr>
+          )}
+          <Rows rows={[...layout.shown, ...layout.metrics]} columns={columns} />
+        </tbody>
+      </table>
+      {layout.folded.length > 0 && (
+        <details className="jp-JiyuCompare-same">
+          <summary title="The same in every run, and internal options (keep_ckpts, log_interval_s...)">
+            {layout.folded.length} equal {layout.folded.length === 1 ? 'row' : 'rows'}
+          </summary>
+          <table className="jp-JiyuTable jp-JiyuCompare-table" aria-label="Equal rows">
+            <tbody>
+              <Rows rows={layout.folded} columns={columns} />
+            </tbody>
+          </table>
+        </details>
+      )}
+    </>
   );
+}
+
+/** Rows with a heading row where the group changes. */
+function Rows(props: { rows: ICompareRow[]; columns: number }): JSX.Element {
+  const out: JSX.Element[] = [];
+  let group: string | null = null;
+  for (const row of props.rows) {
+    if (row.group !== group) {
+      group = row.group;
+      out.push(
+        <tr key={`group-${group}`} className="jp-JiyuCompare-group" data-group={group}>
+          <th colSpan={props.columns}>{group}</th>
+        </tr>
+      );
+    }
+    const kind = row.group === 'metrics' ? 'metric' : 'param';
+    out.push(
+      <tr
+        key={row.column}
+        className={`jp-mod-${kind}${row.differs ? ' jp-mod-differs' : ''}`}
+        data-row={row.column}
+      >
+        <th title={row.differs ? `${row.column}: differs between the runs` : row.column}>
+          {row.name}
+        </th>
+        {row.values.map((v, i) => (
+          <td key={i}>{v}</td>
+        ))}
+      </tr>
+    );
+  }
+  return <>{out}</>;
 }

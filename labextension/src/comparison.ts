@@ -1,7 +1,10 @@
 /**
- * The comparison table, pure: one row per parameter (the union of the runs' `-p` values and
- * their training options) and per final/best metric, with the rows whose values differ
- * between runs marked. The same rows as `%runs compare` and `jiyu_magics.runs()`.
+ * The comparison table, pure: what a tracker records of each run (parameters, model,
+ * optimizer, data, fit options) as rows grouped in that order, the rows that differ between
+ * the runs shown first, then the final/best metrics; the rows that are the same in every run,
+ * and the internal options (keep_ckpts, log_interval_s...) whatever their values, folded away.
+ * The same columns and layout as `%runs compare`, `jiyu compare` and `jiyu_magics.runs()`
+ * (core/run_comparison.py, views/compare_view.py).
  */
 
 import * as fmt from './format';
@@ -13,95 +16,201 @@ export interface ICompared {
   history: IRunHistory;
 }
 
-export interface ICompareRow {
-  name: string;
-  kind: 'param' | 'option' | 'metric';
-  values: string[];
-  differs: boolean;
-}
+/** The groups of what a tracker records, in the order Compare shows them, by column prefix. */
+export const GROUPS = [
+  ['parameters', 'param.'],
+  ['model', 'model.'],
+  ['optimizer', 'optimizer.'],
+  ['data', 'data.'],
+  ['fit options', 'option.']
+] as const;
 
-const OPTIONS = [
-  'epochs',
-  'total_steps',
-  'batch_size',
-  'accum',
-  'amp',
-  'device',
-  'strategy',
-  'nproc'
+export type RowGroup = (typeof GROUPS)[number][0] | 'metrics';
+
+/** Options every run has and nobody compares: folded with the rows that are the same. */
+export const INTERNAL_OPTIONS: ReadonlySet<string> = new Set([
+  'keep_ckpts',
+  'log_interval_s',
+  'log_every',
+  'ckpt_every',
+  'ckpt_dir',
+  'save_ckpts',
+  'stall_timeout',
+  'fast_data',
+  'name',
+  'resume',
+  'val_every',
+  'scheduler_interval'
+]);
+
+/** `data.` columns and the `start` event field each comes from. */
+const DATA: ReadonlyArray<[string, string]> = [
+  ['batch_size', 'batch_size'],
+  ['steps_per_epoch', 'steps_per_epoch'],
+  ['accum', 'accum'],
+  ['nproc', 'nproc'],
+  ['kind', 'data'],
+  ['total_steps', 'total_steps']
 ];
 
-export function compareRows(runs: ReadonlyArray<ICompared>): ICompareRow[] {
-  const params = [...new Set(runs.flatMap(r => Object.keys(r.run.params ?? {})))].sort();
-  const rows: ICompareRow[] = [
-    ...params.map(p =>
-      row(
-        p,
-        'param',
-        runs.map(r => shown(r.run.params?.[p]))
-      )
-    ),
-    ...OPTIONS.map(o =>
-      row(
-        o,
-        'option',
-        runs.map(r => shown(r.history.start[o]))
-      )
-    ).filter(r => r.values.some(v => v !== fmt.NA)),
-    row(
+export interface ICompareRow {
+  /** The column as `jiyu compare` and `jiyu_magics.runs()` name it: `param.lr`, `optimizer.lr`. */
+  column: string;
+  /** What the row is called under its group heading: `lr`. */
+  name: string;
+  group: RowGroup;
+  values: string[];
+  /** Not the same in every run (never set on metrics: they differ as a matter of course). */
+  differs: boolean;
+  /** An internal option: folded even where it differs. */
+  internal: boolean;
+}
+
+export interface ICompareLayout {
+  /** What differs between the runs (everything but internal options for one run), by group. */
+  shown: ICompareRow[];
+  /** Status, last step, final/best losses, wall time. */
+  metrics: ICompareRow[];
+  /** The same in every run, or internal: the collapsed "N equal rows" section, by group. */
+  folded: ICompareRow[];
+}
+
+/**
+ * What a tracker records of a run's last `fit` call, from its `start` event and the run's
+ * `-p` values, as grouped columns (core/run_comparison.py `tracked`): its parameters (the
+ * notebook's parameters cell over `-p`), model class and size, optimizer hyperparameters per
+ * parameter group (`optimizer.lr`, `optimizer.lr[1]`), data and every fit option.
+ */
+export function tracked(run: IRun, history: IRunHistory): Map<string, unknown> {
+  const s = history.start;
+  const columns = new Map<string, unknown>();
+  const config = { ...(run.params ?? {}), ...((s.config as Record<string, unknown>) ?? {}) };
+  for (const key of Object.keys(config).sort()) {
+    columns.set(`param.${key}`, config[key]);
+  }
+  columns.set('model.class', s.model);
+  columns.set('model.parameters', s.params);
+  columns.set('optimizer.class', s.optimizer);
+  const groups = (s.optimizer_groups as Array<Record<string, unknown>> | undefined) ?? [];
+  groups.forEach((group, index) => {
+    for (const [key, value] of Object.entries(group)) {
+      columns.set(`optimizer.${key}${index ? `[${index}]` : ''}`, value);
+    }
+  });
+  columns.set('optimizer.scheduler', s.scheduler);
+  for (const [column, key] of DATA) {
+    columns.set(`data.${column}`, s[key]);
+  }
+  const options = (s.options as Record<string, unknown> | undefined) ?? {};
+  for (const key of Object.keys(options).sort()) {
+    columns.set(`option.${key}`, options[key]);
+  }
+  return columns;
+}
+
+function groupOf(column: string): RowGroup {
+  return GROUPS.find(([, prefix]) => column.startsWith(prefix))?.[0] ?? 'metrics';
+}
+
+function groupIndex(group: RowGroup): number {
+  const index = GROUPS.findIndex(([name]) => name === group);
+  return index < 0 ? GROUPS.length : index;
+}
+
+/** The table's rows: each group's differing rows shown, the rest folded, then the metrics. */
+export function compareRows(runs: ReadonlyArray<ICompared>): ICompareLayout {
+  const columns = runs.map(r => tracked(r.run, r.history));
+  const known = (value: unknown) => value !== undefined && value !== null;
+  const names = [...new Set(columns.flatMap(c => [...c.keys()]))].filter(column =>
+    columns.some(c => known(c.get(column)))
+  );
+  const rows: ICompareRow[] = names.map(column => {
+    const values = columns.map(c => shown(c.get(column)));
+    const name = column.slice(column.indexOf('.') + 1);
+    return {
+      column,
+      name,
+      group: groupOf(column),
+      values,
+      differs: new Set(values).size > 1,
+      internal: column.startsWith('option.') && INTERNAL_OPTIONS.has(name)
+    };
+  });
+  // by group, and within a group what differs first (Array.sort is stable: the rest keep order)
+  rows.sort(
+    (a, b) => groupIndex(a.group) - groupIndex(b.group) || Number(b.differs) - Number(a.differs)
+  );
+  const single = runs.length < 2;
+  const isShown = (r: ICompareRow) => !r.internal && (single || r.differs);
+  return {
+    shown: rows.filter(isShown),
+    metrics: metricRows(runs),
+    folded: rows.filter(r => !isShown(r))
+  };
+}
+
+function metricRows(runs: ReadonlyArray<ICompared>): ICompareRow[] {
+  const metric = (name: string, values: string[]): ICompareRow => ({
+    column: name,
+    name,
+    group: 'metrics',
+    values,
+    differs: false,
+    internal: false
+  });
+  const validated = runs.some(r => r.history.valLoss.step.length > 0);
+  const classified = runs.some(r => r.history.valAccuracy.step.length > 0);
+  return [
+    metric(
       'status',
-      'metric',
       runs.map(r => r.run.status)
     ),
-    row(
+    metric(
       'last step',
-      'metric',
       runs.map(r => shown(r.history.last.step))
     ),
-    row(
+    metric(
       'final loss',
-      'metric',
       runs.map(r => fmt.loss(final(r.history.loss.step)))
     ),
-    row(
+    metric(
       'best loss',
-      'metric',
       runs.map(r => fmt.loss(best(r.history.loss.step)))
     ),
-    row(
-      'final val loss',
-      'metric',
-      runs.map(r => fmt.loss(final(r.history.valLoss.step)))
-    ),
-    row(
-      'best val accuracy',
-      'metric',
-      runs.map(r => accuracy(best(r.history.valAccuracy.step, false)))
-    ),
-    row(
+    ...(validated
+      ? [
+          metric(
+            'final val loss',
+            runs.map(r => fmt.loss(final(r.history.valLoss.step)))
+          )
+        ]
+      : []),
+    ...(classified
+      ? [
+          metric(
+            'best val accuracy',
+            runs.map(r => percentage(best(r.history.valAccuracy.step, false)))
+          )
+        ]
+      : []),
+    metric(
       'wall time',
-      'metric',
       runs.map(r => fmt.duration(r.run.duration))
     )
   ];
-  return rows;
-}
-
-function row(name: string, kind: ICompareRow['kind'], values: string[]): ICompareRow {
-  // only parameters and options are "differing parameters"; metrics differ as a matter of course
-  const differs = kind !== 'metric' && new Set(values).size > 1;
-  return { name, kind, values, differs };
 }
 
 function shown(value: unknown): string {
-  return value === undefined || value === null
-    ? fmt.NA
-    : typeof value === 'string'
-      ? value
-      : JSON.stringify(value);
+  if (value === undefined || value === null) {
+    return fmt.NA;
+  }
+  if (typeof value === 'number' && !Number.isInteger(value)) {
+    return String(Number(value.toPrecision(4)));
+  }
+  return typeof value === 'string' ? value : JSON.stringify(value);
 }
 
-function accuracy(value: number | null): string {
+function percentage(value: number | null): string {
   return value === null ? fmt.NA : `${(100 * value).toFixed(1)}%`;
 }
 

@@ -124,20 +124,81 @@ describe('compare', () => {
     history: history([3, 2, 1.5])
   };
 
-  it('marks only the parameters that differ', () => {
-    const rows = compareRows([a, b]);
-    const lr = rows.find(r => r.name === 'lr')!;
-    const epochs = rows.find(r => r.name === 'epochs')!;
+  it('shows only what differs, grouped, and folds the equal rows', () => {
+    const { shown, metrics, folded } = compareRows([a, b]);
+    const lr = shown.find(r => r.column === 'param.lr')!;
     expect(lr.differs).toBe(true);
+    expect(lr.group).toBe('parameters');
     expect(lr.values).toEqual(['0.1', '0.01']);
-    expect(epochs.differs).toBe(false);
-    expect(rows.find(r => r.name === 'final loss')!.values).toEqual(['1', '1.5']);
+    expect(shown.find(r => r.name === 'epochs')).toBeUndefined();
+    expect(folded.find(r => r.column === 'param.epochs')!.values).toEqual(['3', '3']);
+    expect(metrics.find(r => r.name === 'final loss')!.values).toEqual(['1', '1.5']);
+    expect(metrics.find(r => r.name === 'final val loss')).toBeUndefined(); // no validation
   });
 
-  it('draws one curve per run', () => {
+  const started = (lr: number, keep: number, batch: number) =>
+    history(
+      [1],
+      [
+        {
+          kind: 'start',
+          t: 100,
+          batch_size: batch,
+          model: 'DigitsCNN',
+          params: 1000,
+          optimizer: 'AdamW',
+          optimizer_groups: [{ lr, betas: [0.9, 0.999] }, { lr: lr / 10 }],
+          config: { seed: 1, lr },
+          options: { epochs: 3, keep_ckpts: keep, clip: null, log_interval_s: 2 }
+        }
+      ]
+    );
+
+  it('records what a tracker does: optimizer per group, data, internal options folded', () => {
+    const { shown, folded } = compareRows([
+      { run: run({ id: 'aaaa' }), history: started(0.01, 3, 32) },
+      { run: run({ id: 'bbbb' }), history: started(0.003, 5, 64) }
+    ]);
+    expect(shown.map(r => r.column)).toEqual([
+      'param.lr',
+      'optimizer.lr',
+      'optimizer.lr[1]',
+      'data.batch_size'
+    ]);
+    expect(shown.map(r => r.group)).toEqual(['parameters', 'optimizer', 'optimizer', 'data']);
+    expect(shown.find(r => r.column === 'optimizer.lr[1]')!.values).toEqual(['0.001', '0.0003']);
+    const keep = folded.find(r => r.column === 'option.keep_ckpts')!;
+    expect(keep.internal && keep.differs).toBe(true); // differs, but internal: folded
+    // folded by group, and within a group what differs first
+    expect(folded.map(r => r.column).filter(c => c.startsWith('option.'))).toEqual([
+      'option.keep_ckpts',
+      'option.epochs',
+      'option.log_interval_s'
+    ]);
+    expect(folded.find(r => r.column === 'model.class')!.values).toEqual([
+      'DigitsCNN',
+      'DigitsCNN'
+    ]);
+    expect(folded.find(r => r.column === 'param.seed')!.differs).toBe(false);
+  });
+
+  it('shows every non-internal row of a single run', () => {
+    const { shown, folded } = compareRows([{ run: run(), history: started(0.01, 3, 32) }]);
+    expect(shown.map(r => r.column)).toContain('model.class');
+    expect(folded.map(r => r.column)).toEqual(['option.keep_ckpts', 'option.log_interval_s']);
+  });
+
+  it('draws one curve per run, the differing rows under group headings, "N equal rows"', () => {
     const html = renderToStaticMarkup(<Comparison runs={[a, b]} />);
     expect(html.match(/class="jp-JiyuChart-series"/g)).toHaveLength(2);
-    expect(html).toContain('jp-mod-differs');
+    expect(html).toContain('<tr class="jp-mod-param jp-mod-differs" data-row="param.lr">');
+    expect(html).toContain('data-group="parameters"');
+    expect(html).toContain('data-group="metrics"');
+    expect(html).toMatch(/<details class="jp-JiyuCompare-same"><summary[^>]*>\d+ equal rows</);
+    // the equal row is inside the collapsed section, after the differing one
+    const details = html.indexOf('<details');
+    expect(html.indexOf('data-row="param.epochs"')).toBeGreaterThan(details);
+    expect(html.indexOf('data-row="param.lr"')).toBeLessThan(details);
   });
 
   it('draws a run validation loss dashed in its colour, only where it validated', () => {
