@@ -166,12 +166,16 @@ TRAINING_NOTEBOOK_CELLS = [
 ]
 
 
-def training_notebook(folder: Path, name: str) -> Path:
-    """A real %%train notebook (digits MLP) with a ``parameters`` cell (steps, pace)."""
+def training_notebook(folder: Path, name: str, train_options: str = "") -> Path:
+    """A real %%train notebook (digits MLP) with a ``parameters`` cell (steps, pace);
+    ``train_options`` go at the end of its ``%%train`` line (``--resume last``)."""
     import nbformat
     from nbformat.v4 import new_code_cell, new_notebook
 
     cells = [new_code_cell(source.replace("{name}", name)) for source in TRAINING_NOTEBOOK_CELLS]
+    if train_options:
+        first, rest = cells[-1].source.split("\n", 1)
+        cells[-1].source = f"{first} {train_options}\n{rest}"
     cells[1].metadata["tags"] = ["parameters"]
     path = folder / f"{name}.ipynb"
     nbformat.write(
@@ -197,9 +201,10 @@ def submit_training_job(
     tmp: Path | None = None,
     options: tuple[str, ...] = (),
     env: dict[str, str] | None = None,
+    train_options: str = "",
 ) -> TrainingJob:
     """A background job as a user submits one (``jiyu submit`` with ``options``, e.g. a Slurm
-    backend) into the lab's run store."""
+    backend) into the lab's run store; ``train_options`` go on the notebook's ``%%train`` line."""
     env = {**lab.env(), **(env or {}), "PYTHONPATH": str(ROOT)}
     if tmp is not None:
         env["TMPDIR"] = str(tmp)
@@ -208,7 +213,7 @@ def submit_training_job(
         [
             str(jiyu),
             "submit",
-            str(training_notebook(lab.root, name)),
+            str(training_notebook(lab.root, name, train_options)),
             "--name",
             name,
             "-p",

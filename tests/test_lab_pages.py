@@ -227,6 +227,47 @@ def test_compare_two_runs_overlays_curves_and_marks_the_differing_parameter(brow
     ), "the metrics wrap under the chart"
 
 
+def test_a_resumed_run_shows_its_parent_joined_and_links_back(browser, lab, jobs, artifacts):  # noqa: F811
+    """`--resume last` from a finished run: the new run's page draws the parent's steps up to
+    the checkpoint dimmed before its own, names the lineage with a link that opens the
+    parent's page, and Compare joins the curves the same way."""
+    first = jobs(lab, "lineage-digits", steps=30, pace=0.02)
+    wait_until(lambda: status_of(lab, first.run_id), lambda s: s == "succeeded", 180, "the first run")
+    resumed = jobs(lab, "lineage-digits", steps=60, pace=0.02, train_options="--resume last")
+    wait_until(lambda: status_of(lab, resumed.run_id), lambda s: s == "succeeded", 180, "the resumed run")
+    start = next(e for e in read_events(RunFiles.of(resumed.run_id, home=lab.home).events)[0] if e["kind"] == "start")
+    assert (start["parent_run"], start["parent_step"]) == (first.run_id, 30), start
+
+    page = open_lab(browser, lab)
+    page.evaluate(
+        f"window.jupyterapp.commands.execute('jiyu:open-run', {{id: '{resumed.run_id}', name: 'lineage-digits'}})"
+    )
+    body = page.locator(f'.jp-JiyuRunPage-body[data-run-id="{resumed.run_id}"]')
+    expect(body).to_be_visible(timeout=30_000)
+    lineage = body.get_by_label("Lineage")
+    expect(lineage).to_contain_text(f"Resumed from: lineage-digits ({first.run_id}) at step 30 → this run")
+    parent_curve = body.locator(
+        f'.jp-JiyuChart-series.jp-mod-dimmed[data-label="lineage-digits ({first.run_id}) before resume"]'
+    )
+    expect(parent_curve.locator("path.jp-JiyuChart-line")).to_have_count(1, timeout=30_000)
+    expect(body.locator('.jp-JiyuChart-series[data-label="train loss"] path.jp-JiyuChart-line')).to_have_count(1)
+    page.screenshot(path=artifacts / "lab_run_lineage.png")
+    lineage.get_by_role("button", name=f"Open the page of lineage-digits ({first.run_id})").click()
+    expect(page.locator(f'.jp-JiyuRunPage-body[data-run-id="{first.run_id}"]')).to_be_visible(timeout=30_000)
+    expect(page.locator(f'.jp-JiyuRunPage-body[data-run-id="{first.run_id}"]').get_by_label("Lineage")).to_have_count(0)
+
+    panel = page.locator(PANEL)
+    for job in (first, resumed):
+        panel.locator(f'li.jp-JiyuRun[data-run-id="{job.run_id}"]').get_by_role("checkbox").check()
+    panel.get_by_role("button", name="Compare (2)").click()
+    compare = page.locator(".jp-JiyuCompare")
+    joined = compare.locator(
+        f'.jp-JiyuChart-series.jp-mod-dimmed[data-label="lineage-digits ({resumed.run_id}) ← {first.run_id}"]'
+    )
+    expect(joined.locator("path.jp-JiyuChart-line")).to_have_count(1, timeout=30_000)
+    expect(compare.locator(".jp-JiyuChart-series.jp-mod-dimmed")).to_have_count(1)
+
+
 def metric_cells(table, name: str) -> list[str]:
     return table.locator(f'tr[data-row="{name}"] td').all_inner_texts()
 

@@ -18,6 +18,8 @@ export interface ISeries {
   /** A CSS colour; the theme's variables where the chart is themed. */
   color: string;
   dashed?: boolean;
+  /** Drawn faint: the run a resumed run continues (its steps before the resume). */
+  dimmed?: boolean;
 }
 
 /** Only the points a scale can draw: finite, and positive on a log axis. */

@@ -1,6 +1,7 @@
 /**
  * Compare: the runs selected in the panel on one page, their loss curves overlaid on shared
- * axes (by step or wall time, smoothed, log or linear) above a table of their parameters and
+ * axes (by step or wall time, smoothed, log or linear; a resumed run joined to the steps of
+ * the runs it continues, dimmed) above a table of their parameters and
  * final/best metrics with the differing parameters highlighted. Follows runs still active.
  */
 
@@ -46,7 +47,7 @@ export class CompareView extends ReactWidget {
           >;
           return (
             <Comparison
-              runs={loaded.map(f => ({ run: f.run, history: f.history }))}
+              runs={loaded.map(f => ({ run: f.run, history: f.history, ancestors: f.ancestors }))}
               error={this._error}
             />
           );

@@ -1,12 +1,14 @@
 /**
  * What the comparison shows, from the runs' records and folded histories: the overlaid loss
- * curves with their controls and the table. No JupyterLab imports: vitest renders it.
+ * curves (a resumed run joined to its parents' steps, dimmed) with their controls and the
+ * table. No JupyterLab imports: vitest renders it.
  */
 
 import * as React from 'react';
 
 import { ISeries } from './chart';
 import { compareRows, ICompared, ICompareRow } from './comparison';
+import { ancestorSeries } from './lineage';
 import { ChartControls, DEFAULT_OPTIONS, IChartOptions, LossChart, PALETTE } from './lossplot';
 
 export function Comparison(props: { runs: ICompared[]; error?: string | null }): JSX.Element {
@@ -14,18 +16,6 @@ export function Comparison(props: { runs: ICompared[]; error?: string | null }):
   if (props.runs.length === 0) {
     return <p className="jp-JiyuRunPage-placeholder">{props.error ?? 'Reading the runs…'}</p>;
   }
-  // each run's train loss, and its validation loss dashed in the same colour where it validated
-  const series: ISeries[] = props.runs.flatMap((r, i) => {
-    const color = PALETTE[i % PALETTE.length];
-    const label = `${r.run.name} (${r.run.id})`;
-    const pick = (c: { step: ISeries['points']; time: ISeries['points'] }) =>
-      options.xAxis === 'step' ? c.step : c.time;
-    const train: ISeries = { label, points: pick(r.history.loss), color };
-    const val = pick(r.history.valLoss);
-    return val.length > 0
-      ? [train, { label: `${label} val`, points: val, color, dashed: true }]
-      : [train];
-  });
   return (
     <div className="jp-JiyuCompare-body">
       {props.error && (
@@ -35,13 +25,37 @@ export function Comparison(props: { runs: ICompared[]; error?: string | null }):
       )}
       <ChartControls options={options} onChange={setOptions} />
       <LossChart
-        series={series}
+        series={compareSeries(props.runs, options)}
         options={options}
         label="Training and validation loss of the compared runs"
       />
       <CompareTable runs={props.runs} />
     </div>
   );
+}
+
+/**
+ * Per run, in its colour: the steps of the runs it resumed from (dimmed, by step only, up to
+ * where each was resumed), its training loss, and its validation loss dashed where it validated.
+ */
+export function compareSeries(runs: ReadonlyArray<ICompared>, options: IChartOptions): ISeries[] {
+  const byStep = options.xAxis === 'step';
+  return runs.flatMap((r, i) => {
+    const color = PALETTE[i % PALETTE.length];
+    const label = `${r.run.name} (${r.run.id})`;
+    const pick = (c: { step: ISeries['points']; time: ISeries['points'] }) =>
+      byStep ? c.step : c.time;
+    const before = byStep
+      ? ancestorSeries(r.ancestors ?? [], color, a => `${label} ← ${a.run.id}`)
+      : [];
+    const train: ISeries = { label, points: pick(r.history.loss), color };
+    const val = pick(r.history.valLoss);
+    return [
+      ...before,
+      train,
+      ...(val.length > 0 ? [{ label: `${label} val`, points: val, color, dashed: true }] : [])
+    ];
+  });
 }
 
 /**

@@ -8,12 +8,15 @@
  */
 
 import * as fmt from './format';
+import type { IAncestor } from './lineage';
 import { best, final, IRunHistory } from './runevents';
 import { IRun } from './types';
 
 export interface ICompared {
   run: IRun;
   history: IRunHistory;
+  /** The runs it resumed from, parent first: their steps join its curve, dimmed. */
+  ancestors?: IAncestor[];
 }
 
 /** The groups of what a tracker records, in the order Compare shows them, by column prefix. */

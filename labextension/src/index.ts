@@ -101,9 +101,15 @@ const plugin: JupyterFrontEndPlugin<void> = {
           return open;
         }
         const widget = new MainAreaWidget({
-          content: new RunPage(api, id, String(args.name ?? id), run => {
-            void panel!.confirmStop(run).then(() => widget.content.refreshSoon());
-          })
+          content: new RunPage(
+            api,
+            id,
+            String(args.name ?? id),
+            run => {
+              void panel!.confirmStop(run).then(() => widget.content.refreshSoon());
+            },
+            (parentId, name) => app.commands.execute(CommandIDs.openRun, { id: parentId, name })
+          )
         });
         widget.id = `jiyu-run-area-${id}`;
         void pages.add(widget);

@@ -131,7 +131,11 @@ export function LossChart(props: {
           ))}
         </g>
         {shown.map(r => (
-          <g key={r.label} className="jp-JiyuChart-series" data-label={r.label}>
+          <g
+            key={r.label}
+            className={`jp-JiyuChart-series${r.dimmed ? ' jp-mod-dimmed' : ''}`}
+            data-label={r.label}
+          >
             {!r.dashed && smoothing > 0 && (
               <path className="jp-JiyuChart-raw" d={path(r.points, s)} stroke={r.color} />
             )}
@@ -146,7 +150,7 @@ export function LossChart(props: {
       </svg>
       <figcaption className="jp-JiyuChart-legend">
         {shown.map(r => (
-          <span key={r.label} className="jp-JiyuChart-key">
+          <span key={r.label} className={`jp-JiyuChart-key${r.dimmed ? ' jp-mod-dimmed' : ''}`}>
             <svg width="18" height="8" aria-hidden="true">
               <line
                 x1="0"

@@ -6,6 +6,7 @@
  */
 
 import { IPoint } from './chart';
+import type { IRun } from './types';
 
 /** One event line as the server sends it; fields by kind as in core/events/schema.py. */
 export interface IRunEvent {
@@ -138,6 +139,26 @@ export function final(points: ReadonlyArray<IPoint>): number | null {
 /** The command that resumes training from a checkpoint, as the magic takes it. */
 export function resumeCommand(name: string, checkpoint: ICheckpoint): string {
   return `%%train --resume ${quote(checkpoint.path)} --name ${quote(name)}`;
+}
+
+/** The run a resumed run continues, and the step of the checkpoint it resumed from. */
+export interface IParent {
+  run: string;
+  step: number | null;
+}
+
+/**
+ * Whom a run resumed from: its last `start` event's `parent_run`/`parent_step` (the run that
+ * wrote the checkpoint), else what its record's summary folded of them; null when not resumed.
+ */
+export function parentOf(h: IRunHistory, run?: IRun | null): IParent | null {
+  const recorded = typeof h.start.parent_run === 'string' && h.start.parent_run;
+  const parent = recorded ? (h.start.parent_run as string) : (run?.summary.parent_run ?? null);
+  if (!parent) {
+    return null;
+  }
+  const step = recorded ? h.start.parent_step : run?.summary.parent_step;
+  return { run: parent, step: typeof step === 'number' ? step : null };
 }
 
 function quote(text: string): string {

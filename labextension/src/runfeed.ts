@@ -3,11 +3,13 @@
  * folded into a history. `done` once the run has ended and its whole log is read, so a
  * finished run's page asks nothing more. Its checkpoints as they are on disk are asked again
  * whenever the log records a new one (`--keep-ckpts` removes old ones as new ones come) and
- * once more as the run ends.
+ * once more as the run ends. A resumed run's lineage (the runs it continues, with their
+ * histories) is read once its parent is known (lineage.ts).
  */
 
 import { JiyuApi } from './api';
-import { emptyHistory, foldEvents, IRankRecord, IRunHistory } from './runevents';
+import { IAncestor, readLineage } from './lineage';
+import { emptyHistory, foldEvents, IRankRecord, IRunHistory, parentOf } from './runevents';
 import { ACTIVE_STATUSES, IRun, IRunCheckpoints } from './types';
 
 export class RunFeed {
@@ -22,6 +24,8 @@ export class RunFeed {
   ranks: IRankRecord[] = [];
   /** What exists on disk; null until the server answered. */
   checkpoints: IRunCheckpoints | null = null;
+  /** The runs it resumed from, parent first (empty when it was not resumed). */
+  ancestors: IAncestor[] = [];
   done = false;
 
   /**
@@ -47,10 +51,17 @@ export class RunFeed {
       this.checkpoints = await this.api.checkpoints(this.runId);
       this._checkpointsSeen = recorded;
     }
+    const parent = parentOf(this.history, run);
+    if (parent && parent.run !== this._lineageOf) {
+      this._lineageOf = parent.run;
+      this.ancestors = await readLineage(this.api, parent);
+    }
     this.run = run;
     this.done = done;
   }
 
   private _offset = 0;
   private _checkpointsSeen = -1;
+  /** The parent whose lineage was read. */
+  private _lineageOf: string | null = null;
 }

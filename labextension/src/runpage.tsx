@@ -1,7 +1,8 @@
 /**
  * A run's page in the main area: the loss chart with validation as its own series, the
  * latest numbers, parameters and options, processes, checkpoints with the command that
- * resumes from each, the log, and Stop. It follows the run through the REST API while it is
+ * resumes from each, a resumed run's lineage (links to the runs it continues, their steps
+ * joined dimmed to its curve), the log, and Stop. It follows the run through the REST API while it is
  * active (so it survives a reload: the layout restorer reopens it by run id) and stops asking
  * once the run has ended and everything is read.
  */
@@ -24,7 +25,8 @@ export class RunPage extends Panel {
     readonly api: JiyuApi,
     readonly runId: string,
     readonly runName: string,
-    onStop: (run: IRun) => void
+    onStop: (run: IRun) => void,
+    onOpen?: (runId: string, name: string) => void
   ) {
     super();
     this.id = `jiyu-run-${runId}`;
@@ -39,7 +41,7 @@ export class RunPage extends Panel {
     this.addWidget(
       ReactWidget.create(
         <UseSignal signal={changed}>
-          {() => <RunPageBody feed={feed} error={this._error} onStop={onStop} />}
+          {() => <RunPageBody feed={feed} error={this._error} onStop={onStop} onOpen={onOpen} />}
         </UseSignal>
       )
     );

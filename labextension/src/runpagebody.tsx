@@ -9,7 +9,8 @@ import { ISeries } from './chart';
 import { RunDetail } from './components';
 import * as fmt from './format';
 import { ChartControls, DEFAULT_OPTIONS, IChartOptions, LossChart, PALETTE } from './lossplot';
-import { best, IRankRecord, IRunHistory, resumeCommand } from './runevents';
+import { ancestorSeries, IAncestor } from './lineage';
+import { best, IRankRecord, IRunHistory, parentOf, resumeCommand } from './runevents';
 import type { RunFeed } from './runfeed';
 import { ACTIVE_STATUSES, IRun, IRunCheckpoints } from './types';
 import { describeRun } from './view';
@@ -18,6 +19,8 @@ export function RunPageBody(props: {
   feed: RunFeed;
   error: string | null;
   onStop: (run: IRun) => void;
+  /** Opens another run's page (a parent's, from the lineage). */
+  onOpen?: (runId: string, name: string) => void;
 }): JSX.Element {
   const run = props.feed.run;
   if (run === null) {
@@ -33,7 +36,9 @@ export function RunPageBody(props: {
       history={props.feed.history}
       ranks={props.feed.ranks}
       checkpoints={props.feed.checkpoints}
+      ancestors={props.feed.ancestors}
       onStop={props.onStop}
+      onOpen={props.onOpen}
       error={props.error}
     />
   );
@@ -45,10 +50,14 @@ export function RunDetails(props: {
   ranks?: IRankRecord[];
   /** What the checkpoints API says is on disk; null while not read. */
   checkpoints?: IRunCheckpoints | null;
+  /** The runs it resumed from, parent first. */
+  ancestors?: IAncestor[];
   onStop: (run: IRun) => void;
+  onOpen?: (runId: string, name: string) => void;
   error?: string | null;
 }): JSX.Element {
   const { run, history } = props;
+  const ancestors = props.ancestors ?? [];
   const v = describeRun(run);
   const [options, setOptions] = React.useState<IChartOptions>(DEFAULT_OPTIONS);
   return (
@@ -77,11 +86,12 @@ export function RunDetails(props: {
         </div>
       )}
       <RunDetail view={v} />
+      <Lineage run={run} history={history} ancestors={ancestors} onOpen={props.onOpen} />
       <div className="jp-JiyuRunPage-main">
         <section className="jp-JiyuRunPage-chart" aria-label="Loss chart">
           <ChartControls options={options} onChange={setOptions} />
           <LossChart
-            series={lossSeries(history, options)}
+            series={lossSeries(history, options, ancestors)}
             options={options}
             label={`Loss of ${run.name}`}
           />
@@ -95,12 +105,65 @@ export function RunDetails(props: {
   );
 }
 
-function lossSeries(h: IRunHistory, o: IChartOptions): ISeries[] {
+/** Its lineage's steps up to where each was resumed (dimmed; by step only), then its own. */
+function lossSeries(h: IRunHistory, o: IChartOptions, ancestors: IAncestor[]): ISeries[] {
   const pick = (s: { step: any; time: any }) => (o.xAxis === 'step' ? s.step : s.time);
+  const before =
+    o.xAxis === 'step'
+      ? ancestorSeries(ancestors, PALETTE[0], a => `${a.run.name} (${a.run.id}) before resume`)
+      : [];
   return [
+    ...before,
     { label: 'train loss', points: pick(h.loss), color: PALETTE[0] },
     { label: 'val loss', points: pick(h.valLoss), color: PALETTE[1], dashed: true }
   ];
+}
+
+/**
+ * "Resumed from: digits (a1b2) at step 230 → this run": the chain of `--resume`, oldest first,
+ * each earlier run a button that opens its page. Before its parents are read (or when one is
+ * gone) the parent's id from the start event stands alone.
+ */
+export function Lineage(props: {
+  run: IRun;
+  history: IRunHistory;
+  ancestors: IAncestor[];
+  onOpen?: (runId: string, name: string) => void;
+}): JSX.Element | null {
+  const parent = parentOf(props.history, props.run);
+  if (!parent) {
+    return null;
+  }
+  const chain =
+    props.ancestors.length > 0
+      ? props.ancestors.map(a => ({ id: a.run.id, name: a.run.name, step: a.until }))
+      : [{ id: parent.run, name: parent.run, step: parent.step }];
+  return (
+    <nav className="jp-JiyuRunPage-lineage" aria-label="Lineage">
+      <span>Resumed from: </span>
+      {[...chain].reverse().map(link => (
+        <React.Fragment key={link.id}>
+          <button
+            type="button"
+            className="jp-JiyuLink"
+            data-run-id={link.id}
+            aria-label={`Open the page of ${link.name} (${link.id})`}
+            onClick={() => props.onOpen?.(link.id, link.name)}
+          >
+            {link.name === link.id ? link.id : `${link.name} (${link.id})`}
+          </button>
+          <span> at step {link.step ?? fmt.NA} → </span>
+        </React.Fragment>
+      ))}
+      <span className="jp-JiyuRunPage-lineage-self">this run</span>
+      {props.ancestors.length > 0 && (
+        <span className="jp-JiyuRunPage-lineage-note">
+          {' '}
+          (their steps drawn dimmed before its own, by step)
+        </span>
+      )}
+    </nav>
+  );
 }
 
 /** The latest numbers, as the cell's dashboard shows them. */

@@ -19,6 +19,8 @@ export function summary(fields: Partial<IRunSummary> = {}): IRunSummary {
     error: null,
     losses: [],
     progress: null,
+    parent_run: null,
+    parent_step: null,
     ...fields
   };
 }
