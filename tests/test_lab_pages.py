@@ -230,7 +230,7 @@ def test_compare_two_runs_overlays_curves_and_marks_the_differing_parameter(brow
 def test_a_resumed_run_shows_its_parent_joined_and_links_back(browser, lab, jobs, artifacts):  # noqa: F811
     """`--resume last` from a finished run: the new run's page draws the parent's steps up to
     the checkpoint dimmed before its own, names the lineage with a link that opens the
-    parent's page, and Compare joins the curves the same way."""
+    parent's page, its panel row names the parent, and Compare joins the curves the same way."""
     first = jobs(lab, "lineage-digits", steps=30, pace=0.02)
     wait_until(lambda: status_of(lab, first.run_id), lambda s: s == "succeeded", 180, "the first run")
     resumed = jobs(lab, "lineage-digits", steps=60, pace=0.02, train_options="--resume last")
@@ -257,6 +257,9 @@ def test_a_resumed_run_shows_its_parent_joined_and_links_back(browser, lab, jobs
     expect(page.locator(f'.jp-JiyuRunPage-body[data-run-id="{first.run_id}"]').get_by_label("Lineage")).to_have_count(0)
 
     panel = page.locator(PANEL)
+    row = panel.locator(f'li.jp-JiyuRun[data-run-id="{resumed.run_id}"]')
+    expect(row.locator(".jp-JiyuRun-lineage")).to_have_text(f"↳ resumed from {first.run_id[:6]} at 30")
+    expect(panel.locator(f'li.jp-JiyuRun[data-run-id="{first.run_id}"] .jp-JiyuRun-lineage')).to_have_count(0)
     for job in (first, resumed):
         panel.locator(f'li.jp-JiyuRun[data-run-id="{job.run_id}"]').get_by_role("checkbox").check()
     panel.get_by_role("button", name="Compare (2)").click()

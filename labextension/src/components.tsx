@@ -260,6 +260,24 @@ export function RunDetail(props: { view: IRunView }): JSX.Element | null {
   );
 }
 
+/** "↳ resumed from 3fa2c1 at 30": the run a resumed run continues, from its record's summary. */
+function RunLineage(props: { run: IRun }): JSX.Element | null {
+  const parent = props.run.summary.parent_run;
+  if (!parent) {
+    return null;
+  }
+  const step = props.run.summary.parent_step;
+  return (
+    <span
+      className="jp-JiyuRun-lineage"
+      title={`resumed from run ${parent}${step === null ? '' : ` at step ${step}`}; its page joins their curves`}
+    >
+      ↳ resumed from {parent.slice(0, 6)}
+      {step === null ? '' : ` at ${step}`}
+    </span>
+  );
+}
+
 export function RunRow(props: { run: IRun; differing?: string } & IRunActions): JSX.Element {
   const v = describeRun(props.run);
   const selection = props.selection;
@@ -301,6 +319,7 @@ export function RunRow(props: { run: IRun; differing?: string } & IRunActions): 
             {props.differing}
           </span>
         )}
+        <RunLineage run={props.run} />
       </div>
       {v.gpuText && <div className="jp-JiyuRun-gpus">{v.gpuText}</div>}
       <RunProgress view={v} />

@@ -90,6 +90,21 @@ describe('run rows', () => {
     expect(html).toContain('aria-label="Open the log of digits-mlp"');
   });
 
+  it('say which run a resumed run continues, and nothing for a fresh one', () => {
+    const resumed = renderToStaticMarkup(
+      <RunRow
+        run={run({ status: 'succeeded' }, { parent_run: '3fa2c1d0e9', parent_step: 30 })}
+        onStop={noop}
+        onLogs={noop}
+      />
+    );
+    expect(resumed).toMatch(
+      /<span class="jp-JiyuRun-lineage" title="resumed from run 3fa2c1d0e9 at step 30[^"]*">↳ resumed from 3fa2c1 at 30<\/span>/
+    );
+    const fresh = renderToStaticMarkup(<RunRow run={run()} onStop={noop} onLogs={noop} />);
+    expect(fresh).not.toContain('jp-JiyuRun-lineage');
+  });
+
   it('leave out Stop for finished runs and in-kernel runs', () => {
     for (const r of [run({ status: 'succeeded' }), run({ kind: 'kernel' })]) {
       const html = renderToStaticMarkup(<RunRow run={r} onStop={noop} onLogs={noop} />);
