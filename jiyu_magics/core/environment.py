@@ -48,6 +48,12 @@ VARIABLES = (
     ),
     Variable("MLFLOW_EXPERIMENT_NAME", "you (MLflow's own)", "The MLflow experiment of tracked runs (else `jiyu`)."),
     Variable(
+        "JIYU_STORE_BUSY_S",
+        "you",
+        "How long a command waits for a store another process holds locked before it says so and gives up "
+        "(default 30 s; supervisors keep retrying).",
+    ),
+    Variable(
         "JIYU_POOL_HOST",
         "you",
         "The kernel's address the nodes of a ranks pool's Slurm allocation reach (default: the address on "

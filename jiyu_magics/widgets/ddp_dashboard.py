@@ -46,7 +46,7 @@ def ranks_html(records) -> str:
 
 
 class DdpDashboard(TrainingDashboard):
-    def __init__(self, launch, **options):
+    def __init__(self, launch, **options) -> None:
         super().__init__(**options)
         self.launch = launch
         self._ranks_checked = 0.0

@@ -12,7 +12,7 @@ from pathlib import Path
 
 PREFIX = re.compile(r"^\[rank(?P<rank>\d+)\]:\s?(?P<text>.*)$")
 KEPT_LINES = 200
-JIYU_LINE = "[jiyu]"  # the owner's own lines in the log (a stall, a stop), kept when torchrun's are dropped
+OWNER_LINE_PREFIX = "[jiyu]"  # the owner's own lines in the log (a stall, a stop), kept when torchrun's are dropped
 READ_CHUNK = 256 * 1024
 START_TAIL = 64 * 1024  # a late reader (``%job attach`` to a long job) starts this far from the end
 # the launcher's and the job script's plumbing: jiyu, torch elastic, runpy, and IPython's
@@ -74,7 +74,7 @@ class RankLines:
         return [
             shown(rank, text)
             for rank, text in self.kept
-            if (all_ranks or rank in (None, 0)) and (launcher or rank is not None or text.startswith(JIYU_LINE))
+            if (all_ranks or rank in (None, 0)) and (launcher or rank is not None or text.startswith(OWNER_LINE_PREFIX))
         ]
 
 
