@@ -244,7 +244,7 @@ def test_a_resumed_run_shows_its_parent_joined_and_links_back(browser, lab, jobs
     )
     body = page.locator(f'.jp-JiyuRunPage-body[data-run-id="{resumed.run_id}"]')
     expect(body).to_be_visible(timeout=30_000)
-    lineage = body.get_by_label("Lineage")
+    lineage = body.get_by_role("navigation", name="Lineage")
     expect(lineage).to_contain_text(f"Resumed from: lineage-digits ({first.run_id}) at step 30 → this run")
     parent_curve = body.locator(
         f'.jp-JiyuChart-series.jp-mod-dimmed[data-label="lineage-digits ({first.run_id}) before resume"]'
@@ -254,7 +254,9 @@ def test_a_resumed_run_shows_its_parent_joined_and_links_back(browser, lab, jobs
     page.screenshot(path=artifacts / "lab_run_lineage.png")
     lineage.get_by_role("button", name=f"Open the page of lineage-digits ({first.run_id})").click()
     expect(page.locator(f'.jp-JiyuRunPage-body[data-run-id="{first.run_id}"]')).to_be_visible(timeout=30_000)
-    expect(page.locator(f'.jp-JiyuRunPage-body[data-run-id="{first.run_id}"]').get_by_label("Lineage")).to_have_count(0)
+    expect(
+        page.locator(f'.jp-JiyuRunPage-body[data-run-id="{first.run_id}"]').get_by_role("navigation", name="Lineage")
+    ).to_have_count(0)
 
     panel = page.locator(PANEL)
     row = panel.locator(f'li.jp-JiyuRun[data-run-id="{resumed.run_id}"]')

@@ -270,6 +270,10 @@ def test_train_dashboard_renders_live_in_a_lab_notebook(page, lab, artifacts):
     )
     expect(output.get_by_role("button", name="Stop")).to_be_visible()
     expect(bar).to_be_visible()
+    # what the status bar shows: the kernel's status as JupyterLab tracks it, Busy for the whole cell
+    # (the dashboard's subshell request has a busy/idle pair of its own: kernel_status.py)
+    status = page.evaluate("() => window.jupyterapp.shell.currentWidget.sessionContext.session.kernel.status")
+    assert status == "busy", f"the kernel's status while %%train runs: {status}"
     expect(output).to_contain_text("from the notebook: train_step (In [3])")
     row = page.locator(PANEL).locator("li.jp-JiyuRun", has_text="lab-digits")
     expect(row.locator(".jp-JiyuChip")).to_have_text("running", timeout=30_000)

@@ -230,6 +230,8 @@ def _last_of_name(name: str, current: str, notebook: str | None, any_run: bool) 
         runs = RunStore().list()
     except StoreUnusable as problem:
         raise TrainConfigError(f"--resume last needs the run store: {problem}") from None
+    if notebook is None:  # a job's ranks run no notebook; their run records the one it was exported from
+        notebook = next((run.notebook for run in runs if run.id == current), None)
     newest = None
     for past in runs:
         if past.id != current and past.name == name and past.notebook == notebook:
