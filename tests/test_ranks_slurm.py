@@ -19,6 +19,7 @@ from zmq.utils.monitor import recv_monitor_message
 
 from jiyu_magics.core.runs.files import RunFiles
 from jiyu_magics.core.store.run_store import RunStore
+from jiyu_magics.jobs import scheduler_follower
 from jiyu_magics.jobs.process import rank_records
 from jiyu_magics.jobs.ranks.pool import ADDRESS_FILE
 
@@ -167,9 +168,10 @@ def test_a_pool_on_two_slurm_nodes_runs_cells_on_both_and_only_its_nodes_reach_t
 
 
 def test_the_ranks_of_a_killed_kernel_end_and_give_back_the_allocation(slurm_nodes, tmp_path, monkeypatch):
-    """kill -9 of the kernel: nothing on the kernel's machine can end the ranks on the nodes; each
-    rank sees its kernel's connection gone and ends, so the Slurm job leaves the queue and the run
-    is recorded ended by the home's scheduler follower, which the pool started."""
+    """The kernel's machine lost: its kernel and the home's scheduler follower killed (-9). Nothing
+    there can end the ranks on the nodes; each rank sees its kernel's connection gone and ends, so
+    the Slurm job leaves the queue, and the next follower (the next jiyu command's upkeep starts
+    one) records the run's end with the ranks' reason."""
     home = tmp_path / "home"
     monkeypatch.setenv("JIYU_HOME", str(home))
     kernel = Kernel(tmp_path, home, env={"TMPDIR": str(tmp_path)})
@@ -177,6 +179,9 @@ def test_the_ranks_of_a_killed_kernel_end_and_give_back_the_allocation(slurm_nod
         ready = kernel.run("%load_ext jiyu_magics\n%ranks start 1 --backend slurm --nodes 2 --device cpu")
         assert ready.status == "ok" and "ready in" in ready.text, ready.text + str(ready.errors)
         pool = pool_of(home)
+        follower = scheduler_follower.running_pid(home)
+        assert follower is not None, "the pool started the home's scheduler follower"
+        os.kill(follower, signal.SIGKILL)
         os.kill(kernel.pid, signal.SIGKILL)
         killed = time.monotonic()
         wait_for(lambda: slurm_nodes.jobs() == [], 90, every=1, what="the pool's Slurm job leaving the queue")
@@ -184,6 +189,7 @@ def test_the_ranks_of_a_killed_kernel_end_and_give_back_the_allocation(slurm_nod
     finally:
         kernel.close()
     assert_no_processes(pool.id)
+    scheduler_follower.ensure_running()
     wait_for(lambda: not RunStore().stored(pool.id).active, 30, every=1, what="the pool's run recorded ended")
     ended = RunStore().stored(pool.id)
     assert ended.status == "failed" and "its kernel is gone" in (ended.error or ""), (ended.status, ended.error)
