@@ -169,8 +169,9 @@ def test_an_error_on_rank_1_ends_the_cell_with_its_traceback_and_the_pool_lives(
     assert pool_of(kernel.home).id == pool, "the same pool, its state kept"
 
 
-def test_an_interrupt_interrupts_every_rank_and_the_pool_lives(kernel):
-    pool = pool_of(kernel.home).id
+def assert_an_interrupt_ends_a_busy_cell(kernel: Kernel) -> None:
+    """A kernel interrupt 3 s into a cell every rank is busy in ends it with rank 0's
+    KeyboardInterrupt within 10 s."""
     msg = kernel.start("%%ranks\nimport time\nfor _ in range(600):\n    time.sleep(0.1)")
     time.sleep(3)
     interrupted = time.monotonic()
@@ -179,6 +180,11 @@ def test_an_interrupt_interrupts_every_rank_and_the_pool_lives(kernel):
     took = time.monotonic() - interrupted
     assert cell.errors and cell.errors[0]["evalue"].startswith("rank 0: KeyboardInterrupt"), cell.errors
     assert took < 10, f"the interrupt took {took:.1f} s"
+
+
+def test_an_interrupt_interrupts_every_rank_and_the_pool_lives(kernel):
+    pool = pool_of(kernel.home).id
+    assert_an_interrupt_ends_a_busy_cell(kernel)
     after = kernel.run("%%ranks --all-output\nprint('alive', rank)")
     assert sorted(after.text.splitlines()) == ["[rank0] alive 0", "[rank1] alive 1"]
     assert pool_of(kernel.home).id == pool

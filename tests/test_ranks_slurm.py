@@ -24,7 +24,7 @@ from jiyu_magics.jobs.process import rank_records
 from jiyu_magics.jobs.ranks.pool import ADDRESS_FILE
 
 from .jobs_workload import assert_no_processes, wait_for
-from .test_ranks import Kernel, pool_of
+from .test_ranks import Kernel, assert_an_interrupt_ends_a_busy_cell, pool_of
 
 pytestmark = pytest.mark.slurm
 HANDSHAKE_S = 5.0
@@ -108,15 +108,7 @@ def test_a_pool_on_two_slurm_nodes_runs_cells_on_both_and_only_its_nodes_reach_t
         assert failed.status == "error" and failed.errors[0]["evalue"] == "rank 1: ValueError: n2 gave up"
         assert took < 10 and "restarted" not in failed.text, f"{took:.1f} s: {failed.text}"
 
-        # a kernel interrupt reaches both nodes' ranks
-        msg = kernel.start("%%ranks\nimport time\nfor _ in range(600):\n    time.sleep(0.1)")
-        time.sleep(3)
-        interrupted = time.monotonic()
-        kernel.manager.interrupt_kernel()
-        cell = kernel.wait(msg, timeout=60)
-        took = time.monotonic() - interrupted
-        assert cell.errors and cell.errors[0]["evalue"].startswith("rank 0: KeyboardInterrupt"), cell.errors
-        assert took < 10, f"the interrupt took {took:.1f} s"
+        assert_an_interrupt_ends_a_busy_cell(kernel)  # a kernel interrupt reaches both nodes' ranks
 
         # a stall: n2's rank is still in its cell 3 s after n1's finished; its stack comes from n2
         # through the run folder (the kernel cannot signal a process on another machine)

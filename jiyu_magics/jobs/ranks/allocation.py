@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ..backends.slurm import commands as slurm
+from ..backends.slurm.placement import SlurmJob
 from ..job_error import JobError
 from .channel import KernelEnd
 
@@ -35,7 +36,8 @@ def channel_on_allocation(lifecycle: RunLifecycle, on_wait: Callable[[str], None
         run = lifecycle.follow()
         if not run.active:
             raise JobError(f"ranks pool {run.id} ended before its ranks started: {run.error or run.status}")
-        info = slurm.job_info(run.scheduler_id) if run.scheduler_id else None
+        job = lifecycle.job  # what the follow just asked Slurm: no second scontrol call
+        info = job.info if isinstance(job, SlurmJob) else None
         if info is not None and info.state == "RUNNING" and info.nodes:
             addresses = slurm.node_addresses(info.nodes)
             return KernelEnd(host=kernel_host(list(addresses.values())), allowed=list(addresses.values()))

@@ -215,8 +215,15 @@ class RanksPool:
             notebook=notebook,
             placement=placement,
         )
-        settings: dict[str, Any] = {"device": device, "gpus": gpus, "name": name, "notebook": notebook}
-        settings.update(nodes=nodes, backend=backend, slurm=slurm)
+        settings: dict[str, Any] = {
+            "device": device,
+            "gpus": gpus,
+            "name": name,
+            "notebook": notebook,
+            "nodes": nodes,
+            "backend": backend,
+            "slurm": slurm,
+        }
         pool = cls(lifecycle, None if scheduled else KernelEnd(), nproc * nodes, settings)
         try:
             with lifecycle:

@@ -87,6 +87,7 @@ class SlurmJob:
         self.run_id, self.scheduler_id = run_id, job_id
         self.files = RunFiles.of(run_id)
         self._state: SchedulerState | None = None
+        self.info: slurm.SlurmJobInfo | None = None  # what Slurm said when last asked (its nodes, once it runs)
         self._asked = -float("inf")
         self._withdrawn = False  # stopped before anyone submitted it
 
@@ -101,7 +102,7 @@ class SlurmJob:
                 RunStatus.QUEUED, reason=f"not submitted: run `sbatch {self.files.root / SCRIPT_NAME}` on the cluster"
             )
         else:
-            info = slurm.job_info(self.scheduler_id)
+            info = self.info = slurm.job_info(self.scheduler_id)
             state = states.state_of(info, self._failed_nodes(info)) if info else states.lost(self.scheduler_id)
         self._state, self._asked = state, time.monotonic()
         return state
