@@ -21,7 +21,7 @@ from jiyu_magics.core.runs.files import RunFiles
 from jiyu_magics.core.store.run_store import RunStore
 from jiyu_magics.jobs import scheduler_follower
 from jiyu_magics.jobs.process import rank_records
-from jiyu_magics.jobs.ranks.pool import ADDRESS_FILE
+from jiyu_magics.ranks.pool import ADDRESS_FILE
 
 from .jobs_workload import assert_no_processes, wait_for
 from .test_ranks import Kernel, assert_an_interrupt_ends_a_busy_cell, pool_of

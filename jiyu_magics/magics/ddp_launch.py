@@ -28,8 +28,8 @@ from ..core.runs.model import RunKind, RunStatus
 from ..jobs.export.kernel_replay import relaunch_history
 from ..jobs.launch_spec import LaunchSpec, visible_gpus
 from ..jobs.lifecycle import RunLifecycle
-from ..jobs.ranks.placement import PoolPlacement, PoolTraining
 from ..jobs.submit_options import SubmitOptions
+from ..ranks.placement import PoolPlacement, PoolTraining
 from .cell_history import CellHistory
 from .frontend import in_notebook
 

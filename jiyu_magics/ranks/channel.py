@@ -34,14 +34,15 @@ import secrets
 import signal
 import threading
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import zmq
 from zmq.auth.thread import ThreadAuthenticator
 from zmq.utils.monitor import recv_monitor_message
+
+from .protocol import Kind, Message
 
 LOOPBACK = "tcp://127.0.0.1"
 ADDRESS_ENV = "JIYU_POOL"  # where a rank finds its pool's address file
@@ -51,23 +52,12 @@ HEARTBEAT_S = 2  # ZMQ heartbeats on a rank's control socket: a silent peer is d
 KERNEL_GONE_S = 10.0  # a rank without its kernel this long ends (a restart of the kernel never comes back)
 EXIT_GRACE_S = 30.0  # what a rank's stop gets before it exits anyway
 KERNEL_GONE_SIGNAL = signal.SIGHUP  # a hangup: the rank's controlling end went away
+HANDSHAKE_MS = 5000  # a connection that has not finished ZMTP's handshake by then is dropped
+SUPERVISOR_IDENTITY = b"supervisor"
 
 
 class KernelGone(Exception):
     """Raised in a rank's main thread once its kernel is gone: the rank ends, recorded failed."""
-
-
-@dataclass
-class Message:
-    kind: str
-    fields: dict[str, Any] = field(default_factory=dict)
-    buffers: list[bytes] = field(default_factory=list)
-
-    def __getitem__(self, name: str) -> Any:
-        return self.fields[name]
-
-    def get(self, name: str, default: Any = None) -> Any:
-        return self.fields.get(name, default)
 
 
 @dataclass(frozen=True)
@@ -106,7 +96,7 @@ class Signer:
         self.key = key
 
     def frames(self, message: Message) -> list[bytes]:
-        header = json.dumps({"kind": message.kind, **message.fields}, default=str).encode()
+        header = json.dumps({"kind": message.kind.value, **message.fields}, default=str).encode()
         return [self._sign(header, message.buffers), header, *message.buffers]
 
     def message(self, frames: Sequence[bytes]) -> Message | None:
@@ -114,7 +104,7 @@ class Signer:
         if len(frames) < 2 or not hmac.compare_digest(frames[0], self._sign(frames[1], frames[2:])):
             return None
         fields = json.loads(frames[1])
-        return Message(fields.pop("kind"), fields, list(frames[2:]))
+        return Message(Kind(fields.pop("kind")), fields, list(frames[2:]))
 
     def _sign(self, header: bytes, buffers: Sequence[bytes]) -> bytes:
         mac = hmac.new(self.key, header, hashlib.sha256)
@@ -124,7 +114,8 @@ class Signer:
 
 
 class KernelEnd:
-    """The kernel's side: requests to a rank, everything the ranks send in one stream."""
+    """The kernel's side: requests to a rank (its main thread, or its control thread), to the
+    supervisor, and everything the ranks and the supervisor send, in one stream."""
 
     def __init__(self, host: str | None = None, allowed: Sequence[str] = ()) -> None:
         """On the loopback interface; or on ``host``, letting in connections from the
@@ -145,44 +136,66 @@ class KernelEnd:
         self.signer = Signer(key)
         self.address = Address(f"{where}:{requests_port}", f"{where}:{replies_port}", key.hex())
         self.dropped = 0  # messages whose signature did not verify
+        self.poller = zmq.Poller()
+        self.poller.register(self.replies, zmq.POLLIN)
+        self.poller.register(self.requests, zmq.POLLIN)
 
     def _socket(self, kind: int) -> zmq.Socket:
         sock = self.context.socket(kind)
         sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.HANDSHAKE_IVL, HANDSHAKE_MS)
         if self.authenticator is not None:
             sock.setsockopt_string(zmq.ZAP_DOMAIN, ZAP_DOMAIN)  # NULL-mechanism connections go through the allowlist
         return sock
 
-    def send(self, rank: int, message: Message) -> None:
-        self.requests.send_multipart([identity(rank), *self.signer.frames(message)], copy=False)
+    @property
+    def ports(self) -> frozenset[int]:
+        return frozenset(int(endpoint.rsplit(":", 1)[1]) for endpoint in (self.address.requests, self.address.replies))
 
-    def interrupt(self, rank: int) -> bool:
-        """An interrupt on the rank's control socket; False when it is not connected."""
+    def send(self, rank: int, message: Message) -> bool:
+        """A request to the rank's main thread; False when the rank is not connected (gone)."""
+        return self._route(identity(rank), self.signer.frames(message))
+
+    def broadcast(self, ranks: Sequence[int], message: Message) -> list[int]:
+        """One request to several ranks, signed once (a push of 40 MB is hashed once, not once
+        per rank); the ranks it could not reach."""
+        frames = self.signer.frames(message)
+        return [rank for rank in ranks if not self._route(identity(rank), frames)]
+
+    def control(self, rank: int, message: Message) -> bool:
+        """To the rank's control thread (an interrupt, an abort, a question), which reads while
+        the rank's main thread is busy or blocked; False when it is not connected."""
+        return self._route(control_identity(rank), self.signer.frames(message))
+
+    def to_supervisor(self, message: Message) -> bool:
+        return self._route(SUPERVISOR_IDENTITY, self.signer.frames(message))
+
+    def _route(self, to: bytes, frames: list[bytes]) -> bool:
         try:
-            self.requests.send_multipart([control_identity(rank), *self.signer.frames(Message("interrupt"))])
-        except zmq.ZMQError:  # EHOSTUNREACH: that rank's control socket is gone (or not there yet)
+            self.requests.send_multipart([to, *frames], copy=False)
+        except zmq.ZMQError:  # EHOSTUNREACH: that peer is gone (or not connected yet)
             return False
         return True
 
     def receive(self, timeout: float | None) -> Message | None:
-        """The next verified message from any rank (its hello included), or None when nothing
-        came within ``timeout`` seconds (None: wait)."""
+        """The next verified message from a rank or the supervisor, or None when nothing came
+        within ``timeout`` seconds (None: wait). Unsigned messages are dropped, and never hold
+        the caller past its deadline however many of them come."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        poller = zmq.Poller()
-        poller.register(self.replies, zmq.POLLIN)
-        poller.register(self.requests, zmq.POLLIN)
         while True:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            ready = dict(poller.poll(None if left is None else int(left * 1000)))
+            ready = dict(self.poller.poll(None if left is None else int(left * 1000)))
             if not ready:
                 return None
             if self.replies in ready:
                 message = self.signer.message(self.replies.recv_multipart())
-            else:  # a hello on a rank's DEALER: [identity, signature, header, ...]
+            else:  # on the ROUTER: [identity, signature, header, ...] from a DEALER
                 message = self.signer.message(self.requests.recv_multipart()[1:])
             if message is not None:
                 return message
             self.dropped += 1
+            if deadline is not None and time.monotonic() >= deadline:
+                return None
 
     def close(self) -> None:
         self.requests.close(0)
@@ -192,8 +205,12 @@ class KernelEnd:
         self.context.term()
 
 
+ControlHandler = Callable[[Message], "Message | None"]
+
+
 class RankEnd:
-    """A rank's side: requests in on the main thread, everything out through one sender."""
+    """A rank's side: requests in on the main thread, everything out through one sender, and a
+    control thread for what must reach the rank while its main thread is busy."""
 
     def __init__(self, address: Address, rank: int, source: str | None = None):
         """``source``: the address to connect from (the node's own, which the kernel allows)."""
@@ -203,20 +220,15 @@ class RankEnd:
         self.requests = self.context.socket(zmq.DEALER)
         self.requests.setsockopt(zmq.IDENTITY, identity(rank))
         self.requests.setsockopt(zmq.LINGER, 0)
-        self.requests.connect(self._from_source(address.requests))
+        self.requests.connect(_from_source(source, address.requests))
         self.replies = self.context.socket(zmq.PUSH)
         self.replies.setsockopt(zmq.LINGER, 2000)  # the last replies reach the kernel before exit
-        self.replies.connect(self._from_source(address.replies))
+        self.replies.connect(_from_source(source, address.replies))
         self.control: threading.Thread | None = None
 
-    def _from_source(self, endpoint: str) -> str:
-        if self.source is None:
-            return endpoint
-        return f"tcp://{self.source}:0;{endpoint.removeprefix('tcp://')}"
-
-    def listen_for_interrupts(self) -> None:
-        """A thread on the rank's control socket: each interrupt becomes SIGINT in the main
-        thread (directed at it, so a ``sleep`` or a blocking read there wakes up). It also
+    def listen(self, handler: ControlHandler) -> None:
+        """A thread on the rank's control socket: each message goes to ``handler`` (in this
+        thread, while the main thread may be blocked in C++), whose answer goes back. It also
         watches the connection: a kernel that is gone (killed, its machine lost: ZMQ's
         heartbeat stops) for ``KERNEL_GONE_S`` ends the rank (``KERNEL_GONE_SIGNAL`` in its main
         thread, whose handler the rank worker sets; for good ``EXIT_GRACE_S`` later), so no
@@ -230,7 +242,7 @@ class RankEnd:
         control.setsockopt(zmq.HEARTBEAT_IVL, HEARTBEAT_S * 1000)
         control.setsockopt(zmq.HEARTBEAT_TIMEOUT, HEARTBEAT_S * 3000)
         monitor = control.get_monitor_socket(zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_DISCONNECTED)
-        control.connect(self._from_source(self.address.requests))
+        control.connect(_from_source(self.source, self.address.requests))
         poller = zmq.Poller()
         poller.register(control, zmq.POLLIN)
         poller.register(monitor, zmq.POLLIN)
@@ -246,8 +258,9 @@ class RankEnd:
                         gone_since = None if connected else gone_since or time.monotonic()
                     if control in ready:
                         message = self.signer.message(control.recv_multipart())
-                        if message is not None and message.kind == "interrupt":
-                            signal.pthread_kill(main, signal.SIGINT)
+                        answer = handler(message) if message is not None else None
+                        if answer is not None:
+                            control.send_multipart(self.signer.frames(answer))
                     if gone_since is not None and time.monotonic() - gone_since > KERNEL_GONE_S:
                         break
             except zmq.ZMQError:  # the context ended: the rank is closing
@@ -277,6 +290,39 @@ class RankEnd:
         self.requests.close(0)
         self.replies.close()
         self.context.term()  # the control thread sees the context end and closes its socket
+
+
+class SupervisorEnd:
+    """The supervisor's side: a DEALER on the kernel's ROUTER, for its reports (a rank's exit)
+    and the kernel's requests (start a replacement rank). Made after the first ranks are forked:
+    a ZMQ context does not survive a fork, and the ranks make their own."""
+
+    def __init__(self, address: Address):
+        self.context = zmq.Context()
+        self.signer = Signer(bytes.fromhex(address.key))
+        self.socket = self.context.socket(zmq.DEALER)
+        self.socket.setsockopt(zmq.IDENTITY, SUPERVISOR_IDENTITY)
+        self.socket.setsockopt(zmq.LINGER, 2000)  # the last exit reports reach the kernel
+        self.socket.connect(address.requests)
+
+    def send(self, message: Message) -> None:
+        self.socket.send_multipart(self.signer.frames(message))
+
+    def receive(self) -> Message | None:
+        """The next message, if one is waiting (the caller polls the socket)."""
+        if not self.socket.poll(0):
+            return None
+        return self.signer.message(self.socket.recv_multipart())
+
+    def close(self) -> None:
+        self.socket.close()
+        self.context.term()
+
+
+def _from_source(source: str | None, endpoint: str) -> str:
+    if source is None:
+        return endpoint
+    return f"tcp://{source}:0;{endpoint.removeprefix('tcp://')}"
 
 
 def _end_rank(main: int, rank: int) -> None:

@@ -13,8 +13,9 @@ from typing import Any, Protocol
 from IPython.core.displayhook import DisplayHook
 from IPython.core.displaypub import DisplayPublisher
 from IPython.core.interactiveshell import InteractiveShell
+from traitlets.config import Config
 
-from ..jobs.ranks.channel import Message
+from .protocol import Kind, Message
 
 
 class Outbox(Protocol):
@@ -35,6 +36,35 @@ class RankShell(InteractiveShell):
 
     def enable_gui(self, gui=None):
         return None
+
+
+def prepared_shell() -> RankShell:
+    """The rank's shell with ``jiyu_magics`` loaded (so ``%%train`` and ``fit`` work in a cell)
+    and matplotlib's inline backend on. In/Out are kept in memory only: every rank writing one
+    history file made each cell wait ~40 ms on SQLite's lock (found with py-spy on a no-op
+    cell). Made once; a rank forked by the supervisor finds it made."""
+    if RankShell.initialized():
+        return RankShell.instance()
+    config = Config()
+    config.HistoryManager.enabled = False
+    shell = RankShell.instance(config=config)
+    assert shell.extension_manager is not None
+    shell.extension_manager.load_extension("jiyu_magics")
+    try:
+        shell.enable_matplotlib("inline")
+    except ImportError:  # no matplotlib: there are no figures to show
+        pass
+    _warm_tracebacks(shell)
+    return shell
+
+
+def _warm_tracebacks(shell: InteractiveShell) -> None:
+    """Formats one traceback, so the first failing cell of each rank does not pay for what
+    IPython's formatter imports and caches on first use (a third of a second)."""
+    try:
+        raise ValueError("warming the traceback formatter")
+    except ValueError:
+        shell.InteractiveTB.structured_traceback(*sys.exc_info())
 
 
 class ForwardingPublisher(DisplayPublisher):
@@ -67,7 +97,7 @@ class ForwardingDisplayHook(DisplayHook):
 
 def _display(worker: Worker, data: dict, metadata: dict | None, result: bool) -> Message:
     fields = {"request": worker.request, "rank": worker.rank, "data": data, "metadata": metadata or {}}
-    return Message("display", {**fields, "result": result})
+    return Message(Kind.DISPLAY, {**fields, "result": result})
 
 
 def forward_displays(shell, worker: Worker) -> None:
@@ -82,7 +112,7 @@ def forward_displays(shell, worker: Worker) -> None:
             sys.__stderr__.write(shell.InteractiveTB.stb2text(stb) + "\n")
         worker.sender.put(
             Message(
-                "error",
+                Kind.ERROR,
                 {
                     "request": worker.request,
                     "rank": worker.rank,

@@ -1,0 +1,134 @@
+"""What a ``%%ranks`` cell shows: the ranks' output as it comes, and at the end what happened,
+in the order a user needs it (the cause, then what it did to the others, then the pool's state).
+
+The words come from ``ranks.reports``; this module only puts them in a notebook: a stream as
+the kernel's own, rank 0's displays as its own displays, a failure as one error whose
+traceback is the failing rank's cell.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from IPython.core.error import UsageError
+
+if TYPE_CHECKING:
+    from ..ranks.agent import Outcome
+    from ..ranks.protocol import Message
+
+
+class RankCellError(RuntimeError):
+    """A rank's cell failed: one line naming the rank(s) and the error, then that rank's
+    traceback as its shell formatted it (the cell's own frames), then what it did to the others."""
+
+    def __init__(self, line: str, traceback: Sequence[str] = (), notes: Sequence[str] = ()):
+        super().__init__(line)
+        self.traceback, self.notes = list(traceback), list(notes)
+
+    def _render_traceback_(self) -> list[str]:
+        head = [*self.traceback, f"(on {self})"] if self.traceback else [f"RankCellError: {self}"]
+        return head + [f"jiyu: {note}" for note in self.notes]
+
+
+class RankDied(RuntimeError):
+    """A rank's process ended under the cell: one line, no traceback (there is none to show)."""
+
+    def _render_traceback_(self) -> list[str]:
+        return [f"RankDied: {line}" if i == 0 else f"jiyu: {line}" for i, line in enumerate(str(self).split("\n"))]
+
+
+class Echo:
+    """What a cell shows of the ranks' messages: streams as they come (each line prefixed
+    with its rank when every rank's output is shown), displays of the shown rank."""
+
+    def __init__(self, all_ranks: bool, shown: int = 0):
+        self.all_ranks, self.shown = all_ranks, shown
+        self.partial: dict[tuple[int, str], str] = {}
+
+    def take(self, message: Message) -> None:
+        from ..ranks.protocol import Kind
+
+        rank = message.get("rank")
+        if message.kind is Kind.STREAM and (self.all_ranks or rank == self.shown):
+            self._stream(rank, message["name"], message["text"])
+        elif message.kind is Kind.DISPLAY and rank == self.shown:
+            from IPython.display import publish_display_data
+
+            publish_display_data(message["data"], message.get("metadata") or {})
+
+    def _stream(self, rank: int, name: str, text: str) -> None:
+        out = sys.stderr if name == "stderr" else sys.stdout
+        if not self.all_ranks:
+            out.write(text)
+            out.flush()
+            return
+        text = self.partial.pop((rank, name), "") + text
+        *lines, rest = text.split("\n")
+        out.write("".join(f"[rank{rank}] {line}\n" for line in lines))
+        out.flush()
+        if rest:
+            self.partial[(rank, name)] = rest
+
+    def flush(self) -> None:
+        for (rank, name), rest in self.partial.items():
+            (sys.stderr if name == "stderr" else sys.stdout).write(f"[rank{rank}] {rest}\n")
+        self.partial.clear()
+
+
+def report(outcome: Outcome, what: str) -> None:
+    """The end of a request: notes on what the pool did, then its failure raised (a rank's
+    error with its traceback, a rank's death, a refusal), or nothing when it went well."""
+    from ..ranks.protocol import Status
+    from ..ranks.reports import death_line, group_errors, ranks_text
+
+    request = outcome.request
+    notes = _pool_notes(outcome)
+    errors = {r: e for r, e in request.errors.items() if r in request.replies and request.replies[r].status is Status.ERROR}
+    groups = group_errors(errors)
+    aborted = request.with_status(Status.ABORTED)
+    consequences = [f"{ranks_text(aborted)}: the collective they waited in was aborted"] if aborted else []
+    if request.deaths:  # a death comes first: the others' errors are what it did to them
+        lines = [death_line(death) for death in request.deaths.values()]
+        others = [f"{group.line} (after the death)" for group in groups]
+        raise RankDied("\n".join([*lines, *others, *consequences, *notes]))
+    root = request.root_failure()
+    if root is not None:
+        rank, error = root
+        first = next((g for g in groups if rank in g.ranks), None)
+        line = first.line if first is not None else f"rank {rank}: {error['ename']}: {error['evalue']}"
+        others = [g.line for g in groups if g is not first]
+        raise RankCellError(line, error.get("traceback") or (), [*others, *consequences, *notes])
+    if request.killed:
+        raise RankDied("\n".join(notes))
+    interrupted = request.with_status(Status.INTERRUPTED) + aborted
+    if interrupted:
+        raise RankCellError(f"{ranks_text(interrupted)}: interrupted", (), notes)
+    refusals = {rank: reply.refusal for rank, reply in request.replies.items() if reply.refusal}
+    if refusals:
+        raise UsageError(f"{what}: {refusals[min(refusals)]}")
+    for note in notes:
+        print(f"jiyu: {note}", flush=True)
+
+
+def _pool_notes(outcome: Outcome) -> list[str]:
+    from ..ranks.reports import ranks_text
+
+    request, notes = outcome.request, []
+    if request.killed:
+        notes.append(
+            f"{ranks_text(request.killed)} did not come back from the interrupt (stuck where no abort reaches) "
+            f"and was ended; %ranks restart {' '.join(map(str, request.killed))} starts a new one"
+        )
+    if outcome.replaced:
+        notes.append(f"{ranks_text(outcome.replaced)} replaced: a new process joined the process group")
+    elif request.deaths and not request.killed:
+        dead = sorted(request.deaths)
+        notes.append(
+            f"the other ranks keep their state; %ranks restart {' '.join(map(str, dead))} starts a new "
+            f"{ranks_text(dead)} (a %%ranks --on-join cell brings it up to date)"
+        )
+    if outcome.rebuilt:
+        notes.append(f"the process group was rebuilt ({outcome.rebuilt}); every rank kept its state")
+    return notes
