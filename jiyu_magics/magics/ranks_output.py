@@ -23,12 +23,12 @@ class RankCellError(RuntimeError):
     """A rank's cell failed: one line naming the rank(s) and the error, then that rank's
     traceback as its shell formatted it (the cell's own frames), then what it did to the others."""
 
-    def __init__(self, line: str, traceback: Sequence[str] = (), notes: Sequence[str] = ()):
+    def __init__(self, line: str, traceback: Sequence[str] = (), notes: Sequence[str] = (), where: str = ""):
         super().__init__(line)
-        self.traceback, self.notes = list(traceback), list(notes)
+        self.traceback, self.notes, self.where = list(traceback), list(notes), where
 
     def _render_traceback_(self) -> list[str]:
-        head = [*self.traceback, f"(on {self})"] if self.traceback else [f"RankCellError: {self}"]
+        head = [*self.traceback, f"(on {self.where})"] if self.traceback else [f"RankCellError: {self}"]
         return head + [f"jiyu: {note}" for note in self.notes]
 
 
@@ -85,8 +85,8 @@ def report(outcome: Outcome, what: str) -> None:
 
     request = outcome.request
     notes = _pool_notes(outcome)
-    errors = {r: e for r, e in request.errors.items() if r in request.replies and request.replies[r].status is Status.ERROR}
-    groups = group_errors(errors)
+    own = request.with_status(Status.ERROR) or request.with_status(Status.INTERRUPTED)
+    groups = group_errors({rank: error for rank, error in request.errors.items() if rank in own})
     aborted = request.with_status(Status.ABORTED)
     consequences = [f"{ranks_text(aborted)}: the collective they waited in was aborted"] if aborted else []
     if request.deaths:  # a death comes first: the others' errors are what it did to them
@@ -97,9 +97,10 @@ def report(outcome: Outcome, what: str) -> None:
     if root is not None:
         rank, error = root
         first = next((g for g in groups if rank in g.ranks), None)
-        line = first.line if first is not None else f"rank {rank}: {error['ename']}: {error['evalue']}"
+        where = ranks_text(first.ranks if first is not None else [rank])
+        line = first.line if first is not None else f"{where}: {error['ename']}: {error['evalue']}".rstrip(": ")
         others = [g.line for g in groups if g is not first]
-        raise RankCellError(line, error.get("traceback") or (), [*others, *consequences, *notes])
+        raise RankCellError(line, error.get("traceback") or (), [*others, *consequences, *notes], where)
     if request.killed:
         raise RankDied("\n".join(notes))
     interrupted = request.with_status(Status.INTERRUPTED) + aborted

@@ -8,6 +8,7 @@ display hook); this is the part of that a rank needs.
 from __future__ import annotations
 
 import sys
+from types import TracebackType
 from typing import Any, Protocol
 
 from IPython.core.displayhook import DisplayHook
@@ -36,6 +37,31 @@ class RankShell(InteractiveShell):
 
     def enable_gui(self, gui=None):
         return None
+
+    def _get_exc_info(self, exc_tuple=None):
+        """The error to show, without the frame of the rank's SIGINT handler where an interrupt
+        raised its ``KeyboardInterrupt``: the traceback ends in the cell that was interrupted."""
+        etype, value, tb = super()._get_exc_info(exc_tuple)
+        return etype, value, _without_frames(tb, HANDLER_FRAMES)
+
+
+HANDLER_FRAMES = frozenset({"_on_interrupt"})  # ``worker.Worker._on_interrupt``
+
+
+def _without_frames(tb: TracebackType | None, names: frozenset[str]) -> TracebackType | None:
+    """``tb`` with the entries of functions named ``names`` (in this package) unlinked."""
+    head, previous, entry = tb, None, tb
+    while entry is not None:
+        code = entry.tb_frame.f_code
+        if code.co_name in names and "jiyu_magics" in code.co_filename:
+            if previous is None:
+                head = entry.tb_next
+            else:
+                previous.tb_next = entry.tb_next
+        else:
+            previous = entry
+        entry = entry.tb_next
+    return head
 
 
 def prepared_shell() -> RankShell:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from .protocol import Kind, Message, RankExit, Reply, Status
 
@@ -55,6 +55,10 @@ class Request:
         rank = message.get("rank")
         if message.kind is Kind.DONE:
             reply = Reply.of(message)
+            if reply.status is Status.ERROR and self.aborted is not None:
+                # an error after the abort is the abort's ("Connection closed by peer"): a peer's
+                # cut may reach a rank before its own abort does
+                reply = replace(reply, status=Status.ABORTED)
             self.replies[reply.rank] = reply
             self._finished(reply.rank, failed=reply.status in FAILED)
         elif message.kind is Kind.ERROR:

@@ -207,7 +207,7 @@ class Worker:
         named, while it runs; any other (late, or a stray signal) is dropped. Dropped too when
         the process group was aborted and its error is being handled already (the interrupt
         came while the rank was blocked in the collective): raised there, it would cut the
-        formatting of that error short."""
+        formatting of that error short. (The rank's shell leaves this frame out of tracebacks.)"""
         target = self.interrupt_for
         if target is None or target != self.interruptible:
             return

@@ -144,9 +144,10 @@ def rank_group(context: LaunchContext, spared_ports: frozenset[int], host_store_
 
 def flight_record(limit: int = FLIGHT_ENTRIES) -> list[dict[str, Any]]:
     """This rank's newest collectives from torch's flight recorder: sequence number, operation,
-    shapes, dtypes, state and the calling frames. Empty where the recorder is off."""
+    shapes, dtypes and whether it completed. Empty where the recorder is off. Without stack
+    traces: symbolizing them took seconds (the stall view takes the line from the stack dump)."""
     try:
-        dump = torch._C._distributed_c10d._dump_fr_trace()  # type: ignore[attr-defined]
+        dump = torch._C._distributed_c10d._dump_fr_trace(includeStackTraces=False)  # type: ignore[attr-defined]
         entries = pickle.loads(dump).get("entries", [])
     except (AttributeError, RuntimeError, pickle.UnpicklingError, EOFError, TypeError, ValueError):
         return []
