@@ -389,15 +389,25 @@ class RanksMagics(Magics):
         if args.bg:
             self.background = Background.start(agent, cell, ranks, echo, args.stall_timeout)
             return
-        outcome = self._run(
-            "%%ranks",
-            Kind.EXECUTE,
-            {"code": cell},
-            ranks=ranks,
-            on_message=echo.take,
-            stall=args.stall_timeout,
-            on_stall=lambda request: _show_stall(agent, request, args.stall_timeout),
-        )
+        stalled: list[bool] = []
+
+        def on_stall(request: Request) -> None:
+            stalled.append(True)
+            _show_stall(agent, request, args.stall_timeout)
+
+        try:
+            outcome = self._run(
+                "%%ranks",
+                Kind.EXECUTE,
+                {"code": cell},
+                ranks=ranks,
+                on_message=echo.take,
+                stall=args.stall_timeout,
+                on_stall=on_stall,
+            )
+        finally:
+            if stalled:  # the stall is over with the cell
+                agent.pool.lifecycle.store.mark_stalled(agent.run_id, None)
         echo.flush()
         report(outcome, "%%ranks")
 
@@ -430,7 +440,6 @@ def _show_stall(agent: PoolAgent, request: Request, stall: float) -> None:
     from ..ranks.reports import ranks_text, stall_lines
 
     pool = agent.pool
-    pool.lifecycle.store.mark_stalled(pool.run_id, time.time())
     pending = request.pending
     print(f"jiyu: stalled: {ranks_text(pending)} has not finished {stall:g} s after another rank did", flush=True)
     states = pool.ask_collectives(pool.live())
@@ -446,6 +455,7 @@ def _show_stall(agent: PoolAgent, request: Request, stall: float) -> None:
     print(
         f"jiyu:   every rank's stack: jiyu stacks {pool.run_id}; the stop button ends the cell, state kept", flush=True
     )
+    pool.lifecycle.store.mark_stalled(pool.run_id, time.time())  # once said: the panel shows it stalled
 
 
 class Background:

@@ -88,7 +88,8 @@ def report(outcome: Outcome, what: str) -> None:
     own = request.with_status(Status.ERROR) or request.with_status(Status.INTERRUPTED)
     groups = group_errors({rank: error for rank, error in request.errors.items() if rank in own})
     aborted = request.with_status(Status.ABORTED)
-    consequences = [f"{ranks_text(aborted)}: the collective they waited in was aborted"] if aborted else []
+    waited = "the collective it waited in" if len(aborted) == 1 else "the collectives they waited in"
+    consequences = [f"{ranks_text(aborted)}: {waited} was aborted"] if aborted else []
     if request.deaths:  # a death comes first: the others' errors are what it did to them
         lines = [death_line(death) for death in request.deaths.values()]
         others = [f"{group.line} (after the death)" for group in groups]

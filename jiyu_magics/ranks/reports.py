@@ -18,6 +18,7 @@ from typing import Any
 from .protocol import Message, RankExit
 
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+CELL_NUMBER = re.compile(r"In ?\[\d+\]")  # ranks count their cells apart (a cell ran on some ranks only)
 CELL_FILE = re.compile(r"<ipython-input-(\d+)-")
 
 
@@ -77,7 +78,7 @@ def group_errors(errors: dict[int, Message]) -> list[ErrorGroup]:
     for rank in sorted(errors):
         error = errors[rank]
         stb = tuple(error.get("traceback") or ())
-        key = (error["ename"], error["evalue"], tuple(ANSI.sub("", line) for line in stb))
+        key = (error["ename"], error["evalue"], tuple(CELL_NUMBER.sub("In[]", ANSI.sub("", line)) for line in stb))
         groups.setdefault(key, []).append(rank)
         originals.setdefault(key, stb)
     found = [ErrorGroup(tuple(ranks), key[0], key[1], originals[key]) for key, ranks in groups.items()]

@@ -84,11 +84,11 @@ class Request:
     def root_failure(self) -> tuple[int, Message] | None:
         """The error that started it: a rank's own error (the first to come), before the
         interrupts and aborts its failure caused in the others."""
-        own = [rank for rank in self.order if rank in self.errors and self.replies[rank].status is Status.ERROR]
-        if own:
-            return own[0], self.errors[own[0]]
-        interrupted = [rank for rank in self.order if rank in self.errors and rank in self.replies]
-        return (interrupted[0], self.errors[interrupted[0]]) if interrupted else None
+        for status in (Status.ERROR, Status.INTERRUPTED):  # an aborted collective is never the cause
+            ranks = [r for r in self.order if r in self.errors and r in self.replies and self.replies[r].status is status]
+            if ranks:
+                return ranks[0], self.errors[ranks[0]]
+        return None
 
     def with_status(self, status: Status) -> list[int]:
         return sorted(rank for rank, reply in self.replies.items() if reply.status is status)
