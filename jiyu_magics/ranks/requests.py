@@ -85,10 +85,14 @@ class Request:
         """The error that started it: a rank's own error (the first to come), before the
         interrupts and aborts its failure caused in the others."""
         for status in (Status.ERROR, Status.INTERRUPTED):  # an aborted collective is never the cause
-            ranks = [r for r in self.order if r in self.errors and r in self.replies and self.replies[r].status is status]
+            ranks = [r for r in self.order if r in self.errors and self.status_of(r) is status]
             if ranks:
                 return ranks[0], self.errors[ranks[0]]
         return None
+
+    def status_of(self, rank: int) -> Status | None:
+        reply = self.replies.get(rank)
+        return reply.status if reply is not None else None
 
     def with_status(self, status: Status) -> list[int]:
         return sorted(rank for rank, reply in self.replies.items() if reply.status is status)
