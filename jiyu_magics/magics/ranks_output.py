@@ -88,8 +88,8 @@ def report(outcome: Outcome, what: str) -> None:
     own = request.with_status(Status.ERROR) or request.with_status(Status.INTERRUPTED)
     groups = group_errors({rank: error for rank, error in request.errors.items() if rank in own})
     aborted = request.with_status(Status.ABORTED)
-    waited = "the collective it waited in" if len(aborted) == 1 else "the collectives they waited in"
-    consequences = [f"{ranks_text(aborted)}: {waited} was aborted"] if aborted else []
+    waited = "the collective it waited in was" if len(aborted) == 1 else "the collectives they waited in were"
+    consequences = [f"{ranks_text(aborted)}: {waited} aborted"] if aborted else []
     if request.deaths:  # a death comes first: the others' errors are what it did to them
         lines = [death_line(death) for death in request.deaths.values()]
         others = [f"{group.line} (after the death)" for group in groups]
@@ -115,15 +115,17 @@ def report(outcome: Outcome, what: str) -> None:
 
 
 def _pool_notes(outcome: Outcome) -> list[str]:
-    from ..ranks.reports import ranks_text
+    from ..ranks.reports import death_line, ranks_text
 
     request, notes = outcome.request, []
+    for death in outcome.idle_deaths:
+        notes.append(f"{death_line(death)} (while the pool was idle); a new rank {death.rank} took its place")
     if request.killed:
         notes.append(
             f"{ranks_text(request.killed)} did not come back from the interrupt (stuck where no abort reaches) "
             f"and was ended; %ranks restart {' '.join(map(str, request.killed))} starts a new one"
         )
-    if outcome.replaced:
+    if outcome.replaced and not outcome.idle_deaths:
         notes.append(f"{ranks_text(outcome.replaced)} replaced: a new process joined the process group")
     elif request.deaths and not request.killed:
         dead = sorted(request.deaths)
@@ -131,6 +133,12 @@ def _pool_notes(outcome: Outcome) -> list[str]:
             f"the other ranks keep their state; %ranks restart {' '.join(map(str, dead))} starts a new "
             f"{ranks_text(dead)} (a %%ranks --on-join cell brings it up to date)"
         )
+    joined = outcome.joined
+    if joined is not None and joined.failed:
+        from ..ranks.reports import group_errors
+
+        lines = [group.line for group in group_errors(joined.errors)] or [ranks_text(sorted(joined.deaths))]
+        notes.append(f"the --on-join cell failed: {'; '.join(lines)}")
     if outcome.rebuilt:
         notes.append(f"the process group was rebuilt ({outcome.rebuilt}); every rank kept its state")
     return notes

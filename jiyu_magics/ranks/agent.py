@@ -8,7 +8,8 @@ A request ends when every rank it went to has answered or died. Meanwhile:
 - **An interrupt** (the kernel's, or the one above): a rank busy in Python takes it at once. A
   rank that has not come back ``INTERRUPT_GRACE_S`` later, while another has left the request,
   is blocked in a collective that rank will never join: the process group's generation is
-  aborted on every rank, and the blocked call returns. (With nobody gone, ``RELEASE_S``.)
+  aborted on every rank, and the blocked call returns. (With nobody gone, ``ALL_BLOCKED_S``: the
+  ranks sit in collectives that do not match.)
 - **Still not back** ``RELEASE_S`` after the abort (stuck where no abort reaches: a subgroup, C++
   that ignores both): that rank is ended; it is dead now, the others keep their state.
 
@@ -26,13 +27,14 @@ from dataclasses import dataclass, field
 
 from ..jobs.job_error import JobError
 from .pool import PUMP_S, RanksPool, RankState
-from .protocol import Kind, Message, Status
+from .protocol import Kind, Message, RankExit, Status
 from .reports import death_line, ranks_text
 from .requests import Request
 
 FAILURE_GRACE_S = 0.2
 INTERRUPT_GRACE_S = 0.3
-RELEASE_S = 3.0
+ALL_BLOCKED_S = 2.0
+RELEASE_S = 10.0  # long enough for seven ranks to return from an abort on a busy 2-core machine
 SECOND_INTERRUPT_S = 1.0  # a second interrupt this long after the first ends ranks that are not back
 REBUILD_S = 60.0
 JOIN_S = 60.0  # a replacement's start: fork, join, hello
@@ -48,7 +50,7 @@ class Outcome:
     rebuilt: str | None = None  # why the process group was rebuilt
     replaced: list[int] = field(default_factory=list)
     joined: Request | None = None  # the join hook's run after a replacement
-    notes: list[str] = field(default_factory=list)
+    idle_deaths: list[RankExit] = field(default_factory=list)  # ranks that died between requests, replaced
 
 
 @dataclass
@@ -85,21 +87,28 @@ class PoolAgent:
         """Runs a request to its end (``stall``: seconds after a rank finished before
         ``on_stall`` hears that others did not), then makes the process group whole.
         ``per_rank``: each rank's own buffers (a scatter) instead of ``buffers`` for all."""
-        self.heal()
+        self.pool.pump(0)  # what came while no request was in flight (a rank's exit) first
+        healed = self.heal()
         targets = self.targets(ranks)
         request = self.pool.begin(kind, fields, targets, buffers, on_message, per_rank)
         try:
             self.follow(request, stall, on_stall)
         finally:
             self.pool.done(request)
-        return self.settle(request)
+        outcome = self.settle(request)
+        if healed is not None:
+            outcome.idle_deaths, outcome.replaced = healed.idle_deaths, healed.replaced + outcome.replaced
+        return outcome
 
     def heal(self) -> Outcome | None:
         """With ``--replace-dead``: ranks that died since the last request are replaced now."""
         dead = self.pool.dead()
-        if dead and self.replace_dead and not self.pool.ended:
-            return self.replace(dead)
-        return None
+        if not dead or not self.replace_dead or self.pool.ended:
+            return None
+        deaths = [death for rank in dead if (death := self.pool.ranks[rank].exit) is not None]
+        outcome = self.replace(dead)
+        outcome.idle_deaths = deaths
+        return outcome
 
     def targets(self, ranks: Iterable[int] | None) -> list[int]:
         """The ranks a request goes to, refused when the pool cannot take it (ended, or a rank
@@ -171,7 +180,7 @@ class PoolAgent:
             self.interrupt(request)
         if request.interrupted is not None and request.aborted is None:
             others_gone = request.first_finished is not None or set(self.pool.live()) - set(request.ranks)
-            due = request.interrupted + (grace if others_gone else RELEASE_S)
+            due = request.interrupted + (grace if others_gone else max(grace, ALL_BLOCKED_S))
             if now < due:
                 return min(PUMP_S, due - now)
             request.aborted = now

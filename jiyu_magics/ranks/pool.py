@@ -254,7 +254,8 @@ class RanksPool:
             self.supervisor = int(message["pid"])
         elif kind is Kind.RANK_EXITED:
             death = RankExit.of(message)
-            if self.ranks[death.rank].pid == death.pid or self.ranks[death.rank].state is not RankState.JOINING:
+            state = self.ranks[death.rank]
+            if not (state.state is RankState.JOINING and death.pid == state.pid):  # not its predecessor's, late
                 self._mark_dead(death.rank, death)
         elif kind is Kind.COLLECTIVES_STATE:
             self.collectives[int(message["rank"])] = message

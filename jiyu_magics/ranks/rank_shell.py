@@ -30,6 +30,8 @@ class Worker(Protocol):
     request: str | None
     sender: Outbox
 
+    def collective_aborted(self) -> bool: ...
+
 
 class RankShell(InteractiveShell):
     """A rank's shell: no terminal and no GUI event loop to integrate with, so matplotlib's
@@ -37,6 +39,21 @@ class RankShell(InteractiveShell):
 
     def enable_gui(self, gui=None):
         return None
+
+    collateral: Any = None  # a callable: whether an error now is an aborted collective's (``forward_displays``)
+
+    def showtraceback(self, exc_tuple=None, filename=None, tb_offset=None, exception_only=False, **kwargs):
+        """An error that is only its aborted collective's ("Connection closed by peer", after a
+        peer failed) goes out as one line, unformatted: formatting seven ranks' tracebacks that
+        nobody is shown took seconds on a busy machine and delayed the cell's end."""
+        if self.collateral is not None and self.collateral():
+            try:
+                etype, value, _ = self._get_exc_info(exc_tuple)
+            except ValueError:
+                return
+            self._showtraceback(etype, value, [f"{etype.__name__}: {value}"])
+            return
+        super().showtraceback(exc_tuple, filename, tb_offset, exception_only, **kwargs)
 
     def _get_exc_info(self, exc_tuple=None):
         """The error to show, without the frame of the rank's SIGINT handler where an interrupt
@@ -132,6 +149,7 @@ def forward_displays(shell, worker: Worker) -> None:
     shell.display_pub = ForwardingPublisher(worker, shell=shell, parent=shell)
     shell.displayhook = ForwardingDisplayHook(worker, shell=shell, cache_size=shell.cache_size, parent=shell)
     shell.display_trap.hook = shell.displayhook  # what run_cell installs as sys.displayhook
+    shell.collateral = worker.collective_aborted
 
     def show_traceback(etype, evalue, stb: list[str]) -> None:
         if sys.__stderr__ is not None:

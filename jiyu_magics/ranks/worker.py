@@ -216,6 +216,11 @@ class Worker:
             return
         raise KeyboardInterrupt
 
+    def collective_aborted(self) -> bool:
+        """Whether the process group was aborted under the request that runs (its error is the
+        abort's, not the cell's own)."""
+        return self.group is not None and self.group.aborted and self.request is not None
+
     def _collectives(self, request: str) -> Message:
         from ..train.pool_group import flight_record
 
