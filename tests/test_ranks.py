@@ -312,12 +312,21 @@ def test_train_on_the_pool_uses_the_ranks_objects_without_export(kernel):
     )
     trained = kernel.run(
         "%%train --nproc 2 --epochs 2 --name on-the-pool\noptimizer = torch.optim.SGD(model.parameters(), 0.1)\n"
-        "loss_fn = torch.nn.CrossEntropyLoss()\ntrain_loader = DataLoader(TensorDataset(X, y), batch_size=32)"
+        "loss_fn = torch.nn.CrossEntropyLoss()\ntrain_loader = DataLoader(TensorDataset(X, y), batch_size=32)\n"
+        "print('the body ran')"
     )
     assert trained.status == "ok", trained.errors
     store = RunStore(store_path(kernel.home))
     (run,) = [r for r in store.list() if r.name == "on-the-pool"]
     assert (run.kind, run.status, run.params["pool"]) == ("ddp", "succeeded", pool_of(kernel.home).id)
+    log = RunFiles.of(run.id, kernel.home).log.read_text().splitlines()
+    assert sorted(line for line in log if "the body ran" in line) == ["[rank0]: the body ran", "[rank1]: the body ran"]
+    from jiyu_magics.core.processes.info import process_start_time
+    from jiyu_magics.jobs.process import rank_records
+
+    os.environ["JIYU_HOME"] = str(kernel.home)
+    records = rank_records.read_all(run.id)  # who each rank is: its pid and its process's start, so never "killed"
+    assert [(r.rank, r.started) for r in records] == [(r.rank, process_start_time(r.pid)) for r in records]
     assert not RunFiles(RunFiles.of(run.id, kernel.home).root).script.exists(), "nothing was exported"
     result = kernel.run("print(train_result.status, train_result.step, train_result.run_id)")
     assert result.text.split() == ["succeeded", "8", run.id]  # 2 epochs of 256 / (32 x 2 ranks)
