@@ -1,53 +1,55 @@
-"""The channel between a notebook kernel and the ranks of its pool: ZMQ, signed.
+"""The channel between a notebook kernel and the ranks of its pool: ZMQ, reachable by the
+pool's own processes only.
 
-The kernel binds two sockets on the loopback interface only (``127.0.0.1``, ports the system
-picks): a ROUTER it sends requests on, one rank at a time by the rank's identity, and a PULL it
-receives everything on. Each rank connects a DEALER (it says hello on it, then only receives
-requests) and a PUSH (its sender thread's: output, displays, replies, in the order they were
-made). Every message is ``[signature, header, *buffers]``: the header is JSON, the buffers are
-pickles (pushed and pulled objects), and the signature is an HMAC-SHA256 of header and buffers
-under the pool's secret (32 random bytes, in a file only its owner can read). A message whose
-signature does not verify is dropped before anything in it is read; nothing is unpickled from
-an unverified sender.
+The kernel binds two sockets: a ROUTER it sends requests on, one rank at a time by the rank's
+identity (and the rank's control socket, and the supervisor), and a PULL it receives everything
+on. Each rank connects a DEALER (it says hello on it, then only receives requests), a PUSH (its
+sender thread's: output, displays, replies, in the order they were made) and a second DEALER, its
+control socket, read by a thread of its own. A message is ``[header, *buffers]``: the header is
+JSON, the buffers are pickles (pushed and pulled objects).
 
-ZMQ queues what is sent before the other end connects, so no first message is lost (a rank's
-hello waits for the kernel, the kernel binds before it starts the ranks), and nothing here polls
-on a fixed period: the kernel waits on its PULL socket until something comes.
+Who may connect is settled before any message is read, so what comes from anyone else costs
+nothing (no frame of theirs is ever decoded):
 
-Ranks on other machines (a pool on a Slurm allocation, ``jobs.ranks.allocation``): the kernel
-binds on the address that reaches them, and only once the allocation's nodes are known; ZMQ's
-own authentication handler (ZAP, pyzmq's ``ThreadAuthenticator``) then lets in connections from
-those nodes' addresses alone, so nothing else on the network reaches the sockets, and the
-signature still guards every message. Each rank connects from the address its node has there
-(ZMQ's ``source;destination`` form). A rank also connects a second DEALER, its control socket,
-read by a thread of its own: an interrupt sent there raises SIGINT in the rank's main thread,
-as the kernel's ``kill`` does for ranks on its own machine.
+- On the kernel's machine the sockets are Unix sockets (``ipc://``) in a folder only the kernel's
+  user can enter (``mkdtemp``: 0700). Another local user cannot connect at all: no port to find,
+  no handshake to flood, no frame to claim 8 GiB with.
+- Ranks on other machines (a pool on a Slurm allocation, ``allocation``) reach the kernel over
+  TCP, bound only once the allocation's nodes are known. ZMQ's own authentication (ZAP, pyzmq's
+  ``ThreadAuthenticator``) lets in the allocation's node addresses only, and CurveZMQ admits the
+  pool's own key only and encrypts every message; a handshake must finish within
+  ``HANDSHAKE_MS``, and a frame over ``MAX_FRAME`` is refused before any memory is taken for it
+  (bigger buffers travel in chunks). Each rank connects from its node's address (ZMQ's
+  ``source;destination`` form).
+
+The keys and endpoints are in the pool's address file (0600, in the run's private folder), never
+in an environment variable. ZMQ queues what is sent before the other end connects, so no first
+message is lost, and nothing here polls on a fixed period: the kernel waits on its sockets.
 """
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
 import os
-import secrets
+import shutil
 import signal
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import zmq
 from zmq.auth.thread import ThreadAuthenticator
+from zmq.utils import z85
 from zmq.utils.monitor import recv_monitor_message
 
 from .protocol import Kind, Message
 
-LOOPBACK = "tcp://127.0.0.1"
 ADDRESS_ENV = "JIYU_POOL"  # where a rank finds its pool's address file
-KEY_BYTES = 32
 ZAP_DOMAIN = "jiyu-ranks"
+MAX_FRAME = 64 * 2**20  # TCP: a bigger frame is refused before it is allocated (buffers go in chunks)
 HEARTBEAT_S = 2  # ZMQ heartbeats on a rank's control socket: a silent peer is dropped after 3 of them
 KERNEL_GONE_S = 10.0  # a rank without its kernel this long ends (a restart of the kernel never comes back)
 EXIT_GRACE_S = 30.0  # what a rank's stop gets before it exits anyway
@@ -62,12 +64,15 @@ class KernelGone(Exception):
 
 @dataclass(frozen=True)
 class Address:
-    """Where a pool's kernel listens and the secret its messages are signed with: written to
-    the pool's folder (mode 0600) for its ranks, never put in an environment variable."""
+    """Where a pool's kernel listens: Unix socket paths, or TCP endpoints with the CurveZMQ keys
+    (the kernel's public key, the pool's client key pair). Written to the pool's folder (0600)
+    for its ranks."""
 
-    requests: str  # the kernel's ROUTER (ranks connect a DEALER)
+    requests: str  # the kernel's ROUTER (ranks connect DEALERs)
     replies: str  # the kernel's PULL (ranks connect a PUSH)
-    key: str  # hex
+    server_key: str | None = None  # Z85 CurveZMQ keys: TCP only
+    client_public: str | None = None
+    client_secret: str | None = None
 
     def save(self, path: Path) -> None:
         """Written whole, then renamed into place: a rank that waits for the file (on another
@@ -75,7 +80,7 @@ class Address:
         partial = path.with_name(path.name + ".partial")
         fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as out:
-            json.dump({"requests": self.requests, "replies": self.replies, "key": self.key}, out)
+            json.dump(asdict(self), out)
         os.replace(partial, path)
 
     @classmethod
@@ -90,27 +95,52 @@ class Address:
             raise SystemExit(f"jiyu: no ranks pool address in {path} after {wait:.0f} s (did its kernel end?)")
         return cls(**json.loads(path.read_text()))
 
+    @property
+    def ports(self) -> frozenset[int]:
+        """The kernel's TCP ports (none for Unix sockets): a rank never cuts a connection to them."""
+        return frozenset(int(e.rsplit(":", 1)[1]) for e in (self.requests, self.replies) if e.startswith("tcp://"))
 
-class Signer:
-    def __init__(self, key: bytes):
-        self.key = key
+    def client(self, sock: zmq.Socket) -> None:
+        """A rank's or the supervisor's socket, made a CurveZMQ client where the kernel is one's server."""
+        if self.server_key is None:
+            return
+        assert self.client_public is not None and self.client_secret is not None
+        sock.curve_serverkey = self.server_key.encode()
+        sock.curve_publickey = self.client_public.encode()
+        sock.curve_secretkey = self.client_secret.encode()
 
-    def frames(self, message: Message) -> list[bytes]:
-        header = json.dumps({"kind": message.kind.value, **message.fields}, default=str).encode()
-        return [self._sign(header, message.buffers), header, *message.buffers]
 
-    def message(self, frames: Sequence[bytes]) -> Message | None:
-        """The message the frames carry, or None when they are not signed with the key."""
-        if len(frames) < 2 or not hmac.compare_digest(frames[0], self._sign(frames[1], frames[2:])):
-            return None
-        fields = json.loads(frames[1])
-        return Message(Kind(fields.pop("kind")), fields, list(frames[2:]))
+def frames(message: Message) -> list:
+    """``[header, *buffers]``; a buffer over ``MAX_FRAME`` goes as several frames (``chunks``)."""
+    fields = {"kind": message.kind.value, **message.fields}
+    parts: list = []
+    if any(len(buffer) > MAX_FRAME for buffer in message.buffers):
+        fields["chunks"] = [max(1, -(-len(b) // MAX_FRAME)) for b in message.buffers]
+        for buffer in message.buffers:
+            view = memoryview(buffer)
+            parts.extend(view[i : i + MAX_FRAME] for i in range(0, max(1, len(view)), MAX_FRAME))
+    else:
+        parts = list(message.buffers)
+    return [json.dumps(fields, default=str).encode(), *parts]
 
-    def _sign(self, header: bytes, buffers: Sequence[bytes]) -> bytes:
-        mac = hmac.new(self.key, header, hashlib.sha256)
-        for buffer in buffers:
-            mac.update(buffer)
-        return mac.hexdigest().encode()
+
+def message_of(parts: Sequence) -> Message | None:
+    """The message ``frames`` made, or None for frames that are not one (a peer of ours only
+    sends messages; anything else is dropped)."""
+    try:
+        fields = json.loads(bytes(parts[0]))
+        kind = Kind(fields.pop("kind"))
+    except (IndexError, ValueError, KeyError, TypeError):
+        return None
+    rest = [bytes(part) for part in parts[1:]]
+    chunks = fields.pop("chunks", None)
+    if chunks:
+        buffers, at = [], 0
+        for count in chunks:
+            buffers.append(b"".join(rest[at : at + count]))
+            at += count
+        rest = buffers
+    return Message(kind, fields, rest)
 
 
 class KernelEnd:
@@ -118,69 +148,86 @@ class KernelEnd:
     supervisor, and everything the ranks and the supervisor send, in one stream."""
 
     def __init__(self, host: str | None = None, allowed: Sequence[str] = ()) -> None:
-        """On the loopback interface; or on ``host``, letting in connections from the
-        ``allowed`` addresses only (ranks on other machines)."""
+        """Unix sockets in a private folder; or TCP on ``host``, letting in the pool's own key
+        from the ``allowed`` addresses only (ranks on other machines)."""
         self.context = zmq.Context()
         self.authenticator: ThreadAuthenticator | None = None
-        if host is not None:
-            self.authenticator = ThreadAuthenticator(self.context)
-            self.authenticator.start()
-            self.authenticator.allow(*allowed)
-        self.requests = self._socket(zmq.ROUTER)
+        self.folder: str | None = None
+        keys: dict[str, str] = {}
+        if host is None:
+            self.folder = tempfile.mkdtemp(prefix="jiyu-pool-")  # 0700: its user's alone
+        else:
+            keys = self._curve(allowed)
+        self.requests = self._socket(zmq.ROUTER, keys)
         self.requests.setsockopt(zmq.ROUTER_MANDATORY, 1)  # a rank that is not connected is an error, not a drop
-        self.replies = self._socket(zmq.PULL)
-        where = LOOPBACK if host is None else f"tcp://{host}"
-        requests_port = self.requests.bind_to_random_port(where)
-        replies_port = self.replies.bind_to_random_port(where)
-        key = secrets.token_bytes(KEY_BYTES)
-        self.signer = Signer(key)
-        self.address = Address(f"{where}:{requests_port}", f"{where}:{replies_port}", key.hex())
-        self.dropped = 0  # messages whose signature did not verify
+        self.replies = self._socket(zmq.PULL, keys)
+        if self.folder is not None:
+            endpoints = [f"ipc://{self.folder}/{name}" for name in ("requests", "replies")]
+            self.requests.bind(endpoints[0])
+            self.replies.bind(endpoints[1])
+        else:
+            endpoints = [
+                f"tcp://{host}:{sock.bind_to_random_port(f'tcp://{host}')}" for sock in (self.requests, self.replies)
+            ]
+        self.address = Address(*endpoints, **keys)
         self.poller = zmq.Poller()
         self.poller.register(self.replies, zmq.POLLIN)
         self.poller.register(self.requests, zmq.POLLIN)
 
-    def _socket(self, kind: int) -> zmq.Socket:
+    def _curve(self, allowed: Sequence[str]) -> dict[str, str]:
+        """The authenticator (these addresses, the pool's client key) and the keys: the kernel's
+        secret stays here, the rest goes into the address file."""
+        server_public, self._server_secret = zmq.curve_keypair()
+        client_public, client_secret = zmq.curve_keypair()
+        self.authenticator = ThreadAuthenticator(self.context)
+        self.authenticator.start()
+        self.authenticator.allow(*allowed)
+        self.authenticator.configure_curve_callback("*", _OneKey(client_public))
+        return {
+            "server_key": server_public.decode(),
+            "client_public": client_public.decode(),
+            "client_secret": client_secret.decode(),
+        }
+
+    def _socket(self, kind: int, keys: dict[str, str]) -> zmq.Socket:
         sock = self.context.socket(kind)
         sock.setsockopt(zmq.LINGER, 0)
-        sock.setsockopt(zmq.HANDSHAKE_IVL, HANDSHAKE_MS)
-        if self.authenticator is not None:
-            sock.setsockopt_string(zmq.ZAP_DOMAIN, ZAP_DOMAIN)  # NULL-mechanism connections go through the allowlist
+        if keys:
+            sock.setsockopt(zmq.HANDSHAKE_IVL, HANDSHAKE_MS)
+            sock.setsockopt(zmq.MAXMSGSIZE, MAX_FRAME + 2**16)
+            sock.setsockopt_string(zmq.ZAP_DOMAIN, ZAP_DOMAIN)
+            sock.curve_server = True
+            sock.curve_secretkey = self._server_secret
         return sock
-
-    @property
-    def ports(self) -> frozenset[int]:
-        return frozenset(int(endpoint.rsplit(":", 1)[1]) for endpoint in (self.address.requests, self.address.replies))
 
     def send(self, rank: int, message: Message) -> bool:
         """A request to the rank's main thread; False when the rank is not connected (gone)."""
-        return self._route(identity(rank), self.signer.frames(message))
+        return self._route(identity(rank), frames(message))
 
     def broadcast(self, ranks: Sequence[int], message: Message) -> list[int]:
-        """One request to several ranks, signed once (a push of 40 MB is hashed once, not once
-        per rank); the ranks it could not reach."""
-        frames = self.signer.frames(message)
-        return [rank for rank in ranks if not self._route(identity(rank), frames)]
+        """One request to several ranks, framed once (a push's buffers are not copied per
+        rank); the ranks it could not reach."""
+        parts = frames(message)
+        return [rank for rank in ranks if not self._route(identity(rank), parts)]
 
     def control(self, rank: int, message: Message) -> bool:
         """To the rank's control thread (an interrupt, an abort, a question), which reads while
         the rank's main thread is busy or blocked; False when it is not connected."""
-        return self._route(control_identity(rank), self.signer.frames(message))
+        return self._route(control_identity(rank), frames(message))
 
     def to_supervisor(self, message: Message) -> bool:
-        return self._route(SUPERVISOR_IDENTITY, self.signer.frames(message))
+        return self._route(SUPERVISOR_IDENTITY, frames(message))
 
-    def _route(self, to: bytes, frames: list[bytes]) -> bool:
+    def _route(self, to: bytes, parts: list) -> bool:
         try:
-            self.requests.send_multipart([to, *frames], copy=False)
+            self.requests.send_multipart([to, *parts], copy=False)
         except zmq.ZMQError:  # EHOSTUNREACH: that peer is gone (or not connected yet)
             return False
         return True
 
     def receive(self, timeout: float | None) -> Message | None:
-        """The next verified message from a rank or the supervisor, or None when nothing came
-        within ``timeout`` seconds (None: wait). Unsigned messages are dropped, and never hold
-        the caller past its deadline however many of them come."""
+        """The next message from a rank or the supervisor, or None when nothing came within
+        ``timeout`` seconds (None: wait)."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
@@ -188,12 +235,11 @@ class KernelEnd:
             if not ready:
                 return None
             if self.replies in ready:
-                message = self.signer.message(self.replies.recv_multipart())
-            else:  # on the ROUTER: [identity, signature, header, ...] from a DEALER
-                message = self.signer.message(self.requests.recv_multipart()[1:])
+                message = message_of(self.replies.recv_multipart(copy=False))
+            else:  # on the ROUTER: [identity, header, ...] from a DEALER
+                message = message_of(self.requests.recv_multipart(copy=False)[1:])
             if message is not None:
                 return message
-            self.dropped += 1
             if deadline is not None and time.monotonic() >= deadline:
                 return None
 
@@ -203,6 +249,18 @@ class KernelEnd:
         if self.authenticator is not None:
             self.authenticator.stop()
         self.context.term()
+        if self.folder is not None:
+            shutil.rmtree(self.folder, ignore_errors=True)
+
+
+class _OneKey:
+    """ZAP's CurveZMQ check: the pool's client key and no other."""
+
+    def __init__(self, key: bytes):
+        self.key = key
+
+    def callback(self, domain: str, key: bytes) -> bool:
+        return key in (self.key, z85.decode(self.key))  # pyzmq hands it over Z85-encoded
 
 
 ControlHandler = Callable[[Message], "Message | None"]
@@ -215,14 +273,10 @@ class RankEnd:
     def __init__(self, address: Address, rank: int, source: str | None = None):
         """``source``: the address to connect from (the node's own, which the kernel allows)."""
         self.context = zmq.Context()
-        self.signer = Signer(bytes.fromhex(address.key))
         self.address, self.rank, self.source = address, rank, source
-        self.requests = self.context.socket(zmq.DEALER)
-        self.requests.setsockopt(zmq.IDENTITY, identity(rank))
-        self.requests.setsockopt(zmq.LINGER, 0)
+        self.requests = self._socket(zmq.DEALER, identity(rank), linger=0)
         self.requests.connect(_from_source(source, address.requests))
-        self.replies = self.context.socket(zmq.PUSH)
-        self.replies.setsockopt(zmq.LINGER, 2000)  # the last replies reach the kernel before exit
+        self.replies = self._socket(zmq.PUSH, None, linger=2000)  # the last replies reach the kernel before exit
         self.replies.connect(_from_source(source, address.replies))
         self.control: threading.Thread | None = None
 
@@ -236,9 +290,7 @@ class RankEnd:
         ranks also die with it)."""
         main = threading.main_thread().ident
         assert main is not None
-        control = self.context.socket(zmq.DEALER)
-        control.setsockopt(zmq.IDENTITY, control_identity(self.rank))
-        control.setsockopt(zmq.LINGER, 0)
+        control = self._socket(zmq.DEALER, control_identity(self.rank), linger=0)
         control.setsockopt(zmq.HEARTBEAT_IVL, HEARTBEAT_S * 1000)
         control.setsockopt(zmq.HEARTBEAT_TIMEOUT, HEARTBEAT_S * 3000)
         monitor = control.get_monitor_socket(zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_DISCONNECTED)
@@ -257,10 +309,10 @@ class RankEnd:
                         connected = event == zmq.EVENT_HANDSHAKE_SUCCEEDED
                         gone_since = None if connected else gone_since or time.monotonic()
                     if control in ready:
-                        message = self.signer.message(control.recv_multipart())
+                        message = message_of(control.recv_multipart())
                         answer = handler(message) if message is not None else None
                         if answer is not None:
-                            control.send_multipart(self.signer.frames(answer))
+                            control.send_multipart(frames(answer))
                     if gone_since is not None and time.monotonic() - gone_since > KERNEL_GONE_S:
                         break
             except zmq.ZMQError:  # the context ended: the rank is closing
@@ -273,18 +325,26 @@ class RankEnd:
         self.control = threading.Thread(target=serve, name="jiyu-ranks-control", daemon=True)
         self.control.start()
 
+    def _socket(self, kind: int, name: bytes | None, linger: int) -> zmq.Socket:
+        sock = self.context.socket(kind)
+        if name is not None:
+            sock.setsockopt(zmq.IDENTITY, name)
+        sock.setsockopt(zmq.LINGER, linger)
+        self.address.client(sock)
+        return sock
+
     def hello(self, message: Message) -> None:
         """The first message, on the request socket: the kernel's ROUTER learns the route."""
-        self.requests.send_multipart(self.signer.frames(message))
+        self.requests.send_multipart(frames(message))
 
     def receive(self, timeout: float | None = None) -> Message | None:
         if timeout is not None and not self.requests.poll(int(timeout * 1000)):
             return None
-        return self.signer.message(self.requests.recv_multipart())
+        return message_of(self.requests.recv_multipart(copy=False))
 
     def send(self, message: Message) -> None:
         """From the sender thread only: ZMQ sockets belong to one thread."""
-        self.replies.send_multipart(self.signer.frames(message), copy=False)
+        self.replies.send_multipart(frames(message), copy=False)
 
     def close(self) -> None:
         self.requests.close(0)
@@ -299,20 +359,20 @@ class SupervisorEnd:
 
     def __init__(self, address: Address):
         self.context = zmq.Context()
-        self.signer = Signer(bytes.fromhex(address.key))
         self.socket = self.context.socket(zmq.DEALER)
         self.socket.setsockopt(zmq.IDENTITY, SUPERVISOR_IDENTITY)
         self.socket.setsockopt(zmq.LINGER, 2000)  # the last exit reports reach the kernel
+        address.client(self.socket)
         self.socket.connect(address.requests)
 
     def send(self, message: Message) -> None:
-        self.socket.send_multipart(self.signer.frames(message))
+        self.socket.send_multipart(frames(message))
 
     def receive(self) -> Message | None:
         """The next message, if one is waiting (the caller polls the socket)."""
         if not self.socket.poll(0):
             return None
-        return self.signer.message(self.socket.recv_multipart())
+        return message_of(self.socket.recv_multipart())
 
     def close(self) -> None:
         self.socket.close()

@@ -162,9 +162,8 @@ class Worker:
     def _group(self):
         from ..train.pool_group import rank_group
 
-        kernel_ports = {int(e.rsplit(":", 1)[1]) for e in (self.end.address.requests, self.end.address.replies)}
         hosts_store = not os.environ.get(SUPERVISED_ENV)  # under torchrun rank 0 hosts it, as env:// would
-        return rank_group(self.context, frozenset(kernel_ports), host_store_here=hosts_store)
+        return rank_group(self.context, self.end.address.ports, host_store_here=hosts_store)
 
     def _shell(self):
         from .rank_shell import forward_displays, prepared_shell
