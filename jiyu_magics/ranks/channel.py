@@ -182,7 +182,7 @@ class KernelEnd:
         self.authenticator = ThreadAuthenticator(self.context)
         self.authenticator.start()
         self.authenticator.allow(*allowed)
-        self.authenticator.configure_curve_callback("*", _OneKey(client_public))
+        self.authenticator.configure_curve_callback(ZAP_DOMAIN, _OneKey(client_public))
         return {
             "server_key": server_public.decode(),
             "client_public": client_public.decode(),
