@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import atexit
 import os
-import pickle
 import shlex
 import sys
 import threading
@@ -300,32 +299,43 @@ class RanksMagics(Magics):
         from ..ranks.protocol import Kind
 
         args = PUSH.parse_args(words)
-        buffers = [self._pickled(name, "%ranks push") for name in args.names]
-        self._warn_size(sum(map(len, buffers)))
-        outcome = self._run("%ranks push", Kind.PUSH, {"names": args.names}, buffers=buffers)
+        counts, buffers = self._packed(args.names, "%ranks push")
+        self._warn_size(sum(len(memoryview(b)) for b in buffers))
+        outcome = self._run("%ranks push", Kind.PUSH, {"names": args.names, "counts": counts}, buffers=buffers)
         report(outcome, "%ranks push")
         print(f"jiyu: pushed {', '.join(args.names)} to {len(outcome.request.ranks)} rank(s)")
 
-    def _pickled(self, name: str, what: str) -> bytes:
-        if name not in self.ipython.user_ns:
-            raise UsageError(f"{what}: no {name!r} in the notebook")
-        try:
-            return pickle.dumps(self.ipython.user_ns[name], protocol=pickle.HIGHEST_PROTOCOL)
-        except Exception as error:  # noqa: BLE001 - whatever pickle refuses, in one line
-            raise UsageError(f"{what}: {name} cannot be pickled: {type(error).__name__}: {error}") from None
+    def _packed(self, names: list[str], what: str, values: list | None = None) -> tuple[list[int], list]:
+        """The objects as the ranks take them (``ranks.objects``); what pickle refuses, in one line."""
+        from ..ranks.objects import pack
+
+        counts: list[int] = []
+        buffers: list = []
+        for index, name in enumerate(names):
+            if values is None and name not in self.ipython.user_ns:
+                raise UsageError(f"{what}: no {name!r} in the notebook")
+            value = self.ipython.user_ns[name] if values is None else values[index]
+            try:
+                count, parts = pack([value])
+            except Exception as error:  # noqa: BLE001 - whatever pickle refuses, in one line
+                raise UsageError(f"{what}: {name} cannot be pickled: {type(error).__name__}: {error}") from None
+            counts += count
+            buffers += parts
+        return counts, buffers
 
     def _warn_size(self, size: int) -> None:
         if size > PUSH_WARN_BYTES and self.agent is not None:
             print(f"jiyu: sending {size / 2**20:.0f} MiB to {self.agent.pool.nproc} ranks", file=sys.stderr)
 
     def _pull(self, words: list[str]) -> None:
+        from ..ranks.objects import unpack
         from ..ranks.protocol import Kind
 
         args = PULL.parse_args(words)
         outcome = self._run("%ranks pull", Kind.PULL, {"name": args.name}, ranks=[args.rank])
         report(outcome, "%ranks pull")
         message = outcome.request.values[args.rank]
-        value = pickle.loads(message.buffers[0])  # signed by the pool's own rank
+        (value,) = unpack(message["counts"], message.buffers)  # from the pool's own rank
         local = args.local or args.name
         target = self.ipython.user_ns.get(local)
         if message["form"] == "state_dict" and hasattr(target, "load_state_dict"):
@@ -349,14 +359,16 @@ class RanksMagics(Magics):
         except TypeError as error:
             raise UsageError(f"%ranks scatter: {error}") from None
         remote = args.remote or args.name
-        per_rank = {rank: [pickle.dumps(part, protocol=pickle.HIGHEST_PROTOCOL)] for rank, part in enumerate(parts)}
-        self._warn_size(sum(len(b[0]) for b in per_rank.values()) // max(1, agent.pool.nproc))
-        outcome = self._run("%ranks scatter", Kind.PUSH, {"names": [remote]}, per_rank=per_rank)
+        packed = {rank: self._packed([remote], "%ranks scatter", [part]) for rank, part in enumerate(parts)}
+        per_rank = {rank: buffers for rank, (_, buffers) in packed.items()}
+        fields = {"names": [remote], "counts": {rank: counts for rank, (counts, _) in packed.items()}}
+        outcome = self._run("%ranks scatter", Kind.PUSH, fields, per_rank=per_rank)
         report(outcome, "%ranks scatter")
         sizes = ", ".join(str(_length(part)) for part in parts)
         print(f"jiyu: scattered {args.name} as {remote} over {len(parts)} rank(s) ({sizes} along the first dimension)")
 
     def _gather(self, words: list[str]) -> None:
+        from ..ranks.objects import unpack
         from ..ranks.protocol import Kind
         from ..train.array_parts import join
 
@@ -364,7 +376,7 @@ class RanksMagics(Magics):
         outcome = self._run("%ranks gather", Kind.PULL, {"name": args.name})
         report(outcome, "%ranks gather")
         values = outcome.request.values
-        parts = [pickle.loads(values[rank].buffers[0]) for rank in sorted(values)]
+        parts = [unpack(values[rank]["counts"], values[rank].buffers)[0] for rank in sorted(values)]
         try:
             joined = join(parts)
         except TypeError as error:

@@ -39,6 +39,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import zmq
 from zmq.auth.thread import ThreadAuthenticator
@@ -124,15 +125,19 @@ def frames(message: Message) -> list:
     return [json.dumps(fields, default=str).encode(), *parts]
 
 
+def _bytes(part) -> bytes:
+    return part.bytes if isinstance(part, zmq.Frame) else bytes(part)
+
+
 def message_of(parts: Sequence) -> Message | None:
     """The message ``frames`` made, or None for frames that are not one (a peer of ours only
     sends messages; anything else is dropped)."""
     try:
-        fields = json.loads(bytes(parts[0]))
+        fields = json.loads(_bytes(parts[0]))
         kind = Kind(fields.pop("kind"))
     except (IndexError, ValueError, KeyError, TypeError):
         return None
-    rest = [bytes(part) for part in parts[1:]]
+    rest: list[Any] = [part.buffer if isinstance(part, zmq.Frame) else part for part in parts[1:]]  # not copied
     chunks = fields.pop("chunks", None)
     if chunks:
         buffers, at = [], 0

@@ -57,7 +57,7 @@ class Status(str, enum.Enum):
 class Message:
     kind: Kind
     fields: dict[str, Any] = field(default_factory=dict)
-    buffers: list[bytes] = field(default_factory=list)
+    buffers: list[Any] = field(default_factory=list)  # bytes-like: bytes, memoryviews of received frames
 
     def __getitem__(self, name: str) -> Any:
         return self.fields[name]

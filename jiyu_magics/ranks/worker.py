@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import faulthandler
 import os
-import pickle
 import queue
 import signal
 import socket
@@ -41,6 +40,7 @@ from ..core.processes.info import process_start_time
 from ..core.runs.files import RUN_ID_ENV, STACK_SIGNAL_NAME, RunFiles
 from ..core.runs.launch_context import LaunchContext
 from .channel import ADDRESS_ENV, KERNEL_GONE_SIGNAL, Address, KernelGone, RankEnd
+from .objects import pack, unpack
 from .protocol import Hello, Kind, Message, Reply, Status
 
 STREAM_FLUSH_S = 0.02
@@ -315,13 +315,17 @@ class Worker:
         return Status.ERROR, None
 
     def _push(self, message: Message) -> tuple[Status, str | None]:
-        names = message["names"]
+        names, counts = message["names"], message["counts"]
+        if isinstance(counts, dict):  # a scatter: each rank's part, counted for each rank
+            counts = counts[str(self.rank)]
         values = {}
-        for name, buffer in zip(names, message.buffers, strict=True):
+        at = 0
+        for name, count in zip(names, counts, strict=True):
             try:
-                values[name] = pickle.loads(buffer)
+                (values[name],) = unpack([count], message.buffers[at : at + count])
             except Exception as error:  # noqa: BLE001 - any unpickling failure is the user's to read
                 return Status.REFUSED, f"{name} cannot be unpickled here: {type(error).__name__}: {error}"
+            at += count
         self.shell.user_ns.update(values)
         return Status.OK, None
 
@@ -333,11 +337,11 @@ class Worker:
             return Status.REFUSED, f"rank {self.rank} has no {name!r}"
         value, kind = portable(self.shell.user_ns[name])
         try:
-            buffer = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+            counts, buffers = pack([value])
         except Exception as error:  # noqa: BLE001 - what cannot be pickled says why
             return Status.REFUSED, f"{name} cannot be pickled: {type(error).__name__}: {error}"
-        fields = {"request": self.request, "rank": self.rank, "name": name, "form": kind}
-        self.sender.put(Message(Kind.VALUE, fields, [buffer]))
+        fields = {"request": self.request, "rank": self.rank, "name": name, "form": kind, "counts": counts}
+        self.sender.put(Message(Kind.VALUE, fields, buffers))
         return Status.OK, None
 
     def _rebuild(self, message: Message) -> tuple[Status, str | None]:
