@@ -7,6 +7,7 @@ display hook); this is the part of that a rank needs.
 
 from __future__ import annotations
 
+import os
 import sys
 from types import TracebackType
 from typing import Any, Protocol
@@ -62,6 +63,7 @@ class RankShell(InteractiveShell):
         return etype, value, _without_frames(tb, HANDLER_FRAMES)
 
 
+INLINE_BACKEND = "module://matplotlib_inline.backend_inline"
 HANDLER_FRAMES = frozenset({"_on_interrupt"})  # ``worker.Worker._on_interrupt``
 
 
@@ -93,10 +95,9 @@ def prepared_shell() -> RankShell:
     shell = RankShell.instance(config=config)
     assert shell.extension_manager is not None
     shell.extension_manager.load_extension("jiyu_magics")
-    try:
-        shell.enable_matplotlib("inline")
-    except ImportError:  # no matplotlib: there are no figures to show
-        pass
+    # matplotlib's inline backend as ipykernel sets it: chosen when a cell imports pyplot, which
+    # then hooks itself into this shell (importing it here took a second of every pool's start)
+    os.environ["MPLBACKEND"] = INLINE_BACKEND
     _warm_tracebacks(shell)
     return shell
 

@@ -392,9 +392,9 @@ def node_source_address() -> str | None:
 
 def warm() -> None:
     """What every rank needs, made once by the supervisor before it forks them: torch and its
-    distributed package, the rank's shell with ``jiyu_magics`` and matplotlib's inline backend
-    loaded, the training engine (most of a rank's start)."""
-    from ..train import engine, pool_group  # noqa: F401
+    distributed package, the rank's shell with ``jiyu_magics`` loaded (most of a rank's start).
+    What only some cells use (the training engine, matplotlib) is imported by the cells that do."""
+    from ..train import pool_group  # noqa: F401
     from .rank_shell import prepared_shell
 
     prepared_shell()
