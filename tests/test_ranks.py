@@ -431,3 +431,38 @@ def test_an_nccl_pool_of_one_rank_leases_its_gpu_and_keeps_a_tensor_on_it(tmp_pa
         assert RunStore(store_path(kernel.home)).leases.live() == []
     finally:
         kernel.close()
+
+
+@pytest.mark.gpu
+def test_an_error_inside_an_nccl_collective_aborts_the_communicator_and_keeps_the_gpus_state(tmp_path):
+    """On a machine with two GPUs: rank 1 raises while rank 0 waits in an NCCL all_reduce; the
+    communicator is aborted (``ncclCommAbort``), the cell ends with rank 1's error, and in the
+    same processes a new NCCL group sums right while each rank's tensor is still on its GPU."""
+    import torch
+
+    if torch.cuda.device_count() < 2:
+        pytest.skip("needs two GPUs: one NCCL rank per GPU")
+    kernel = Kernel(tmp_path, tmp_path / "home", env={"TMPDIR": str(tmp_path)})
+    try:
+        assert kernel.run("%load_ext jiyu_magics\n%ranks start 2 --name nccl-abort").status == "ok"
+        kernel.run(
+            "%%ranks\nimport torch, torch.distributed as dist\nrank = dist.get_rank()\n"
+            "x = torch.full((4,), float(rank + 1), device='cuda')\ndist.all_reduce(x)"
+        )
+        failed = kernel.run(
+            "%%ranks\nif rank == 1:\n    raise ValueError('bad batch')\ndist.all_reduce(torch.ones(8, device='cuda'))"
+        )
+        (error,) = failed.errors
+        assert error["evalue"] == "rank 1: ValueError: bad batch", error
+        assert "the process group was rebuilt" in re.sub(r"\x1b\[[0-9;]*m", "", "\n".join(error["traceback"]))
+        after = kernel.run(
+            "%%ranks --all-output\nz = torch.ones(1, device='cuda') * (rank + 1)\ndist.all_reduce(z)\n"
+            "print(dist.get_backend(), z.item(), x.tolist(), x.device)"
+        )
+        assert sorted(after.text.splitlines()) == [
+            "[rank0] nccl 3.0 [3.0, 3.0, 3.0, 3.0] cuda:0",
+            "[rank1] nccl 3.0 [3.0, 3.0, 3.0, 3.0] cuda:1",
+        ], after.text
+        kernel.run("%ranks stop")
+    finally:
+        kernel.close()
