@@ -330,6 +330,14 @@ def test_train_on_the_pool_uses_the_ranks_objects_without_export(kernel):
     assert not RunFiles(RunFiles.of(run.id, kernel.home).root).script.exists(), "nothing was exported"
     result = kernel.run("print(train_result.status, train_result.step, train_result.run_id)")
     assert result.text.split() == ["succeeded", "8", run.id]  # 2 epochs of 256 / (32 x 2 ranks)
+    assert "%ranks pull model --from 0" in kernel.run("print(train_result)").text
+    kernel.run(
+        "import torch\nmodel = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))"
+    )
+    pulled = kernel.run("%ranks pull model")
+    assert "loaded rank 0's model weights into the notebook's model" in pulled.text, pulled.text + str(pulled.errors)
+    said = kernel.run("print(train_result)").text
+    assert "%ranks pull" not in said and "rank 0's trained model was pulled into the notebook's model" in said, said
     moved = kernel.run("%%ranks --all-output\nprint(round(float(model[0].weight.detach().sum()), 5))")
     lines = sorted(moved.text.splitlines())
     assert len(lines) == 2 and lines[0].split()[1] == lines[1].split()[1], "DDP kept both ranks' weights equal"

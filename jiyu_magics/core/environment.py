@@ -76,7 +76,9 @@ VARIABLES = (
     ),
     Variable("JIYU_FINAL_WEIGHTS", "`%%train --nproc`", "Where rank 0 writes the trained weights for the kernel."),
     Variable("JIYU_RUN_STATUS", "the supervisor", "The run's final status, for the `--notify` command."),
-    Variable("JIYU_POOL", "`%ranks start`", "A ranks pool's address file: its kernel's sockets (and keys, on an allocation)."),
+    Variable(
+        "JIYU_POOL", "`%ranks start`", "A ranks pool's address file: its kernel's sockets (and keys, on an allocation)."
+    ),
     Variable(
         "JIYU_POOL_SUPERVISED",
         "the pool's supervisor",

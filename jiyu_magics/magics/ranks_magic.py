@@ -341,10 +341,19 @@ class RanksMagics(Magics):
         if message["form"] == "state_dict" and hasattr(target, "load_state_dict"):
             target.load_state_dict(value)
             print(f"jiyu: loaded rank {args.rank}'s {args.name} weights into the notebook's {local}")
+            self._pulled_training(f" (rank {args.rank}'s trained {args.name} was pulled into the notebook's {local})")
             return
         self.ipython.user_ns[local] = value
         what = "weights (a state dict: no module of that name here)" if message["form"] == "state_dict" else "value"
         print(f"jiyu: {local} = rank {args.rank}'s {args.name} {what}")
+
+    def _pulled_training(self, said: str) -> None:
+        """The latest %%train on the pool no longer says its weights are only in the ranks."""
+        from ..ranks.placement import PULL_HINT
+
+        trained = self.agent.trained if self.agent is not None else None
+        if trained is not None and PULL_HINT in trained.message:
+            trained.message = trained.message.replace(PULL_HINT, said)
 
     def _scatter(self, words: list[str]) -> None:
         from ..ranks.protocol import Kind

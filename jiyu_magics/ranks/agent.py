@@ -24,6 +24,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..jobs.job_error import JobError
 from .pool import PUMP_S, RanksPool, RankState
@@ -59,6 +60,7 @@ class PoolAgent:
     replace_dead: bool = False
     join_hook: str | None = None  # a cell every rank runs after a replacement joined
     broken: str | None = None  # why the process group could not be rebuilt, until it is
+    trained: Any = None  # the FitResult of the latest %%train on the pool (its weights are in the ranks)
 
     @property
     def run_id(self) -> str:

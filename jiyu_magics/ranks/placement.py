@@ -27,6 +27,7 @@ from .protocol import Kind, Message, Status
 from .requests import Request
 
 EXIT_FAILED, EXIT_LOST = 1, -9
+PULL_HINT = " (the trained model stays in the ranks: %ranks pull model --from 0)"
 
 
 @dataclass
