@@ -27,7 +27,7 @@ from ..core.store.database import StoreUnusable
 from ..core.store.run_row import Run, new_run_id
 from ..core.store.run_store import RunStore
 from ..trackers.destinations import parse_track
-from ..trackers.follow_process import FollowerProcess
+from ..trackers.follow_process import OWNER_WAIT_S, FollowerProcess
 from .checkpoint_files import is_checkpoint, newest_checkpoint, saved_at
 from .fit_calls import FitCall
 from .process_group import DistContext
@@ -119,15 +119,16 @@ class RunBinding:
                 _warn_unrecorded(problem)
 
     def close(self) -> None:
-        """After the ``end`` event: the follower reads the rest and ends the tracker run on
-        its own (``fit`` does not wait for the tracker)."""
+        """After the ``end`` event: the follower reads the rest and ends the tracker run; ``fit``
+        waits for it a little (``OWNER_WAIT_S``), so that a tracker that failed is said in the
+        run's own cell, then leaves it to finish in the background."""
         if self.events is not None:
             try:
                 self.events.close()
             except OSError:
                 pass
         if self.follower is not None:
-            self.follower.done()
+            self.follower.done(wait_s=OWNER_WAIT_S)
 
 
 def _register(name: str, dist: DistContext, params: dict, notebook: str | None) -> str:
