@@ -169,8 +169,7 @@ class JiyuApp(ExtensionApp):
     def initialize_settings(self) -> None:
         home = Path(self.jiyu_home).expanduser() if self.jiyu_home else None
         if home is not None:
-            home.parent.mkdir(parents=True, exist_ok=True)
-            private_folder(home)
+            private_folder(home, above=True)
             os.environ[HOME_ENV] = str(home)
         os.environ[BUSY_ENV] = f"{self.gpu_busy_mib:g}"
         if self.max_cpu_jobs:

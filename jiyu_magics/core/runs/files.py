@@ -41,8 +41,7 @@ def jiyu_home() -> Path:
     and jobs can point a process at another home without re-importing."""
     home = Path(os.environ.get(HOME_ENV) or Path.home() / ".jiyu").expanduser()
     try:
-        home.parent.mkdir(parents=True, exist_ok=True)  # the folders above it as any other's
-        private_folder(home)
+        private_folder(home, above=True)
     except OSError as error:  # a file of that name, a read-only or missing parent: one line, not a traceback
         raise StoreUnusable(
             f"the jiyu home folder {home} cannot be made ({error.strerror or error}): "
@@ -51,10 +50,13 @@ def jiyu_home() -> Path:
     return home
 
 
-def private_folder(path: Path) -> Path:
+def private_folder(path: Path, above: bool = False) -> Path:
     """``path`` as a folder, each folder made for it on the way private (0700): a run folder's
     first maker (its registration, its ranks, a crash record) makes ``runs/`` too, and the home
-    if it is gone."""
+    if it is gone. ``above``: the folders above ``path`` that are missing are made as any
+    other's (``mkdir -p``), only ``path`` private (a home's)."""
+    if above and not os.path.lexists(path.parent):
+        path.parent.mkdir(parents=True, exist_ok=True)
     missing = []
     while not os.path.lexists(path):
         missing.append(path)
