@@ -252,6 +252,39 @@ def test_jiyu_track_exports_a_finished_run_once(shell, where):
     assert len(list(tb_folder(tb).glob("events.out.tfevents.*"))) == 1, "the second export wrote no file"
 
 
+def test_a_dead_tracker_is_said_in_the_runs_own_cell_and_jiyu_track_writes_only_where_asked(tmp_path, where):
+    """Issue 36, in a real kernel: the follower's failure showed in whichever cell ran next (it
+    came seconds after the run's cell ended); an export also wrote the destinations the run's
+    cell had named and reported their failure as the one asked for (exit 1); and a port where
+    nothing listens took MLflow's own retries, 4 minutes, to be said."""
+    from .notebook_runner import execute, notebook, text_of
+    from .ports import free_port
+
+    tb, _, _ = where
+    dead = f"http://127.0.0.1:{free_port()}"
+    nb = execute(
+        notebook(
+            "%load_ext jiyu_magics\n" + SETUP,
+            f"%%train --max-steps 4 --refresh 0.01 --name elsewhere --track mlflow:{dead}\n{BODY}",
+            "print(train_result.run_id)",
+        ),
+        tmp_path,
+        timeout=180,
+    )
+    run_id = text_of(nb.cells[2]).strip()
+    why = f"Unreachable: nothing listens at {dead} (connection refused)"
+    said = f"jiyu: cannot write run {run_id} to MLflow ({dead}): {why}"
+    assert said in text_of(nb.cells[1]), text_of(nb.cells[1])
+    assert "cannot write" not in text_of(nb.cells[2])
+    done = jiyu("track", run_id, "--to", f"tensorboard:{tb}")
+    events = len(read_events(RunFiles.of(run_id).events)[0])
+    exported = f"run {run_id} (elsewhere): {events} events exported to TensorBoard ({tb})\n"
+    assert (done.returncode, done.stdout, done.stderr) == (0, exported, "")
+    refused = jiyu("track", run_id, "--to", f"mlflow:{dead}", timeout=60)
+    assert (refused.returncode, refused.stdout) == (1, ""), refused.stderr
+    assert refused.stderr == f"run {run_id} (elsewhere): not exported to MLflow ({dead}): {why}\n"
+
+
 def test_jiyu_track_refuses_bad_input_in_one_line(where):
     for args, said in (
         (["track", "nope", "--to", "tensorboard"], "jiyu track: error: no run with id 'nope'"),
@@ -338,10 +371,10 @@ def test_mlflow_takes_at_most_50_points_a_second_per_metric_from_a_fast_run():
     from jiyu_magics.trackers.translate import Point
 
     fast = [Point("train/loss", 1.0 / s, s, 100 + s / 1000) for s in range(1, 1001)]  # 1 s at 1 kHz
-    kept = MlflowSink._thinned(SimpleNamespace(kept_at={}), fast)
+    kept = MlflowSink._thinned(SimpleNamespace(), fast, {})
     assert 45 <= len(kept) <= 52 and kept[-1].step == 1000 and kept[0].step == 1
     assert all(b.t - a.t >= 0.02 - 1e-9 for a, b in zip(kept[:-2], kept[1:-1], strict=True))
     slow = [Point("train/loss", 1.0, s, 100 + s * 0.5) for s in range(1, 2001)]  # every 0.5 s: an export
-    assert MlflowSink._thinned(SimpleNamespace(kept_at={}), slow) == slow
+    assert MlflowSink._thinned(SimpleNamespace(), slow, {}) == slow
     short = fast[:40]
-    assert MlflowSink._thinned(SimpleNamespace(kept_at={}), short) == short
+    assert MlflowSink._thinned(SimpleNamespace(), short, {}) == short

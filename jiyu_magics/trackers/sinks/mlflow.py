@@ -47,7 +47,7 @@ class MlflowSink:
     def __init__(self, uri: str, identity: RunIdentity):
         self.identity = identity
         self.client = MlflowClient(tracking_uri=uri)
-        with _first_use(uri):
+        with _first_use(uri), _unreachable_said(uri):
             self.experiment_id = _experiment(self.client, experiment_name())
         self.run = self._find() or self._create()
         self.run_id = self.run.info.run_id
@@ -61,25 +61,33 @@ class MlflowSink:
         return int(value) if value.isdigit() else 0
 
     def write(self, translation: Translation, offset: int) -> None:
+        """One stretch of the log into MLflow. What the sink remembers of what MLflow holds (the
+        points kept per metric, the parameters logged) changes only once every request went
+        through: after a failure (a server down) the follower writes the same stretch again, and
+        none of it may count as written."""
         if translation.started and not self.running:
             self.client.update_run(self.run_id, status="RUNNING")
             self.running = True
-        metrics = [Metric(_key(p.key), p.value, int(p.t * 1000), p.step) for p in self._thinned(translation.scalars)]
+        kept_at = dict(self.kept_at)
+        points = self._thinned(translation.scalars, kept_at)
+        metrics = [Metric(_key(p.key), p.value, int(p.t * 1000), p.step) for p in points]
         params = self._new_params({**record_params(self.identity.params), **translation.params})
         tags = [RunTag(OFFSET_TAG + self.identity.run_id, str(offset))]
         for start in range(0, len(params), MAX_PARAMS_TAGS_PER_BATCH):
             self.client.log_batch(self.run_id, params=params[start : start + MAX_PARAMS_TAGS_PER_BATCH])
+        self.params.update((param.key, param.value) for param in params)
         for start in range(0, max(len(metrics), 1), MAX_METRICS_PER_BATCH):
             last = start + MAX_METRICS_PER_BATCH >= len(metrics)
             self.client.log_batch(
                 self.run_id, metrics=metrics[start : start + MAX_METRICS_PER_BATCH], tags=tags if last else ()
             )
+        self.kept_at = kept_at
         if translation.scalars:
             self.last_t = translation.scalars[-1].t
         if translation.end_time:
             self.last_t = translation.end_time
 
-    def _thinned(self, points: list[Point]) -> list[Point]:
+    def _thinned(self, points: list[Point], kept_at: dict[str, float]) -> list[Point]:
         """At most ``MAX_RATE`` points a second per metric, by the run's own clock: MLflow's SQL
         store spends about 0.15 ms of CPU a point, so a run logging every step at 1 kHz would
         leave its follower ever further behind. The newest point of each metric in a write is
@@ -90,14 +98,18 @@ class MlflowSink:
         counts = Counter(point.key for point in points)
         kept = []
         for index, point in enumerate(points):
-            due = point.t - self.kept_at.get(point.key, -math.inf) >= 1 / MAX_RATE
+            due = point.t - kept_at.get(point.key, -math.inf) >= 1 / MAX_RATE
             if counts[point.key] <= MAX_PER_WRITE or due or newest[point.key] == index:
-                self.kept_at[point.key] = point.t
+                kept_at[point.key] = point.t
                 kept.append(point)
         return kept
 
     def finish(self, status: RunStatus | None) -> None:
+        """Ends the MLflow run with the jiyu run's status; not again where it already ended so
+        (a second export: its end time stays the run's)."""
         if status is None or status == RunStatus.RUNNING:
+            return
+        if not self.running and self.run.info.status == MLFLOW_STATUS[status]:
             return
         end = int((self.last_t or 0) * 1000) or None
         self.client.set_terminated(self.run_id, MLFLOW_STATUS[status], end_time=end)
@@ -124,14 +136,28 @@ class MlflowSink:
 
     def _new_params(self, params: dict) -> list[Param]:
         """Only parameters the MLflow run does not have yet: MLflow refuses to change one."""
-        fresh = []
+        fresh: dict[str, Param] = {}
         for key, value in params.items():
             key = _key(key)
-            if key not in self.params:
-                text = as_text(value)[:MAX_PARAM_VAL_LENGTH]
-                self.params[key] = text
-                fresh.append(Param(key, text))
-        return fresh
+            if key not in self.params and key not in fresh:
+                fresh[key] = Param(key, as_text(value)[:MAX_PARAM_VAL_LENGTH])
+        return list(fresh.values())
+
+
+class Unreachable(ConnectionError):
+    """The tracking server cannot be reached; ``str()`` says so without MLflow's request dump."""
+
+
+@contextmanager
+def _unreachable_said(uri: str):
+    """MLflow's error for a server that is not there quotes the request, urllib3's pool and
+    the socket's error in one long line: a refused connection is said plainly instead."""
+    try:
+        yield
+    except MlflowException as error:
+        if "Connection refused" in str(error):
+            raise Unreachable(f"nothing listens at {uri} (connection refused)") from None
+        raise
 
 
 @contextmanager
