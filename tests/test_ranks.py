@@ -304,6 +304,37 @@ def test_a_background_cell_streams_and_wait_collects_its_end(kernel):
     assert kernel.run("%%ranks\nprint('free again')").text == "free again\n"
 
 
+def test_another_unix_user_cannot_reach_the_pools_sockets(kernel, other_user):
+    """Another user of the machine could connect to a pool's loopback port before its ranks,
+    claim an 8 GiB frame and flood it (the pool's start hung, the kernel grew 2 GB). Its sockets
+    are Unix sockets in a folder only the pool's user enters: the other user cannot connect at all,
+    nor read the pool's address file, and the pool does not notice the attempts."""
+    import json
+    import stat
+
+    from jiyu_magics.ranks.pool import ADDRESS_FILE
+
+    from .test_private_home import as_user
+
+    pool = pool_of(kernel.home)
+    address_file = RunFiles.of(pool.id, kernel.home).root / ADDRESS_FILE
+    address = json.loads(address_file.read_text())
+    sockets = [Path(address[name].removeprefix("ipc://")) for name in ("requests", "replies")]
+    assert all(s.is_socket() for s in sockets) and stat.S_IMODE(sockets[0].parent.stat().st_mode) == 0o700
+    assert stat.S_IMODE(address_file.stat().st_mode) == 0o600
+    probe = (
+        "import socket, sys\nfor path in sys.argv[1:]:\n    s = socket.socket(socket.AF_UNIX)\n"
+        "    try:\n        s.connect(path); s.sendall(b'\\xff' + b'\\x00' * 7 + b'\\x02' * 8); print('connected')\n"
+        "    except OSError as e:\n        print(type(e).__name__)"
+    )
+    for _ in range(3):
+        tried = as_user(other_user, "/usr/bin/python3", "-c", probe, *map(str, sockets))
+        assert tried.stdout.split() == ["PermissionError", "PermissionError"], tried.stdout + tried.stderr
+    refused = as_user(other_user, "/bin/cat", str(address_file))
+    assert refused.returncode != 0 and "Permission denied" in refused.stderr
+    assert kernel.run("%%ranks\nprint('unbothered', rank)").text == "unbothered 0\n"
+
+
 def test_train_on_the_pool_uses_the_ranks_objects_without_export(kernel):
     kernel.run(
         "%%ranks\nimport torch\nfrom torch.utils.data import DataLoader, TensorDataset\ntorch.manual_seed(0)\n"
