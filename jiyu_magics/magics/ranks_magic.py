@@ -204,6 +204,8 @@ class RanksMagics(Magics):
             )
         except JobError as error:
             raise UsageError(str(error)) from None
+        except KeyboardInterrupt:  # its run was ended, nothing of it left running (the lifecycle)
+            raise UsageError("%ranks start: interrupted; no pool was started") from None
         pool.watch_idle()
         self.agent = PoolAgent(pool, replace_dead=args.replace_dead)
         print(f"jiyu: {pool.describe()}: ready in {time.time() - pool.started:.1f} s")
