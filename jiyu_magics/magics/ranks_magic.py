@@ -16,7 +16,6 @@ import atexit
 import os
 import shlex
 import sys
-import threading
 import time
 from typing import TYPE_CHECKING
 
@@ -24,7 +23,7 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, magics_class
 
 from ..core.runs.launch_context import NOTEBOOK_ENV
-from .ranks_output import Echo, RankCellError, RankDied, report
+from .ranks_output import Background, Echo, RankCellError, RankDied, report, show_stall
 
 if TYPE_CHECKING:  # imported when a pool starts: %load_ext stays light (no zmq, no lifecycle)
     from IPython.core.interactiveshell import InteractiveShell
@@ -416,7 +415,7 @@ class RanksMagics(Magics):
 
         def on_stall(request: Request) -> None:
             stalled.append(True)
-            _show_stall(agent, request, args.stall_timeout)
+            show_stall(agent, request, args.stall_timeout)
 
         try:
             outcome = self._run(
@@ -452,106 +451,6 @@ class RanksMagics(Magics):
             return
         background, self.background = self.background, None
         report(background.wait(), "%%ranks --bg")
-
-
-def _show_stall(agent: PoolAgent, request: Request, stall: float) -> None:
-    """Some ranks finished the cell, others not ``stall`` seconds later: say where each is (the
-    collective it waits in, the rank that never came to it), with every rank's stack headline;
-    the pool's run is flagged stalled while it lasts."""
-    from ..core.runs import stack_groups
-    from ..jobs.stack_dump import dump_stacks
-    from ..ranks.reports import ranks_text, stall_lines
-
-    pool = agent.pool
-    pending = request.pending
-    print(f"jiyu: stalled: {ranks_text(pending)} has not finished {stall:g} s after another rank did", flush=True)
-    states = pool.ask_collectives(pool.live())
-    finished = {rank: request.replies[rank].sequence for rank in request.replies}
-    finished.update({rank: pool.ranks[rank].sequence for rank in pool.live() if rank not in request.ranks})
-    for line in stall_lines(pending, finished, states):
-        print(f"jiyu:   {line}", flush=True)
-    folder = dump_stacks(pool.run_id)
-    if folder is not None:
-        waiting = [s for s in stack_groups.read_dump(folder) if s.rank in pending]
-        for group in stack_groups.group(waiting):
-            print(f"jiyu:   {group.headline()}", flush=True)
-    print(
-        f"jiyu:   every rank's stack: jiyu stacks {pool.run_id}; the stop button ends the cell, state kept", flush=True
-    )
-    pool.lifecycle.store.mark_stalled(pool.run_id, time.time())  # once said: the panel shows it stalled
-
-
-class Background:
-    """A ``%%ranks --bg`` cell: the request followed by a thread while the notebook goes on; its
-    output streams into a display of the cell that started it (updated by wall clock), and
-    ``%ranks wait`` collects its end."""
-
-    REFRESH_S = 0.5
-
-    def __init__(self, agent: PoolAgent, request: Request, handle, echo: Echo):
-        self.agent, self.request, self.handle, self.echo = agent, request, handle, echo
-        self.text: list[str] = []
-        self.shown = 0.0
-        self.outcome: Outcome | None = None
-        self.error: BaseException | None = None
-        self.done = threading.Event()
-
-    @classmethod
-    def start(cls, agent: PoolAgent, cell: str, ranks: list[int], echo: Echo, stall: float) -> Background:
-        from IPython.display import display
-
-        from ..ranks.protocol import Kind
-
-        handle = display(
-            {"text/plain": "jiyu: running in the background (%ranks wait collects it)"}, raw=True, display_id=True
-        )
-        agent.heal()
-        request = agent.pool.begin(Kind.EXECUTE, {"code": cell}, agent.targets(ranks))
-        background = cls(agent, request, handle, echo)
-        request.on_message = background.take
-        threading.Thread(target=background.follow, name="jiyu-ranks-bg", daemon=True).start()
-        return background
-
-    def take(self, message) -> None:
-        from ..ranks.protocol import Kind
-
-        if message.kind is Kind.STREAM and (self.echo.all_ranks or message.get("rank") == self.echo.shown):
-            prefix = f"[rank{message['rank']}] " if self.echo.all_ranks else ""
-            self.text.append(prefix + message["text"])
-            if time.monotonic() - self.shown >= self.REFRESH_S:
-                self.show()
-
-    def show(self, end: str = "") -> None:
-        self.shown = time.monotonic()
-        if self.handle is not None:
-            self.handle.update({"text/plain": "".join(self.text) + end}, raw=True)
-
-    def follow(self) -> None:
-        try:
-            self.agent.follow(self.request)
-        except BaseException as error:  # noqa: BLE001 - said at %ranks wait
-            self.error = error
-        finally:
-            self.agent.pool.done(self.request)
-        try:
-            self.outcome = self.agent.settle(self.request)
-        except BaseException as error:  # noqa: BLE001
-            self.error = self.error or error
-        self.show("\njiyu: finished (%ranks wait shows how)")
-        self.done.set()
-
-    def wait(self) -> Outcome:
-        from ..ranks.agent import Outcome
-
-        while True:
-            try:
-                if self.done.wait(0.2):
-                    break
-            except KeyboardInterrupt:  # the bg cell's interrupt: its thread acts on it (``police``)
-                self.agent.interrupted(self.request)
-        if self.error is not None:
-            raise UsageError(f"%%ranks --bg: {self.error}")
-        return self.outcome or Outcome(self.request)
 
 
 def _ranks(text: str | None, nproc: int) -> list[int]:
