@@ -8,8 +8,6 @@ enter, after a real job (``jiyu submit``) ran there."""
 
 from __future__ import annotations
 
-import os
-import secrets
 import shutil
 import stat
 import subprocess
@@ -23,34 +21,10 @@ from jiyu_magics.core.runs.files import RunFiles
 from jiyu_magics.core.store.run_store import RunStore
 
 from .cli_runner import jiyu
-from .conftest import REQUIRE_SERVICES_ENV
 from .jobs_workload import write_notebook
 from .trackers_tools import wait_for
 
 CLEAN_PATH = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-
-
-def _unavailable() -> str | None:
-    if os.geteuid() != 0:
-        return "making a second Unix user needs root"
-    if not (shutil.which("useradd") and shutil.which("runuser") and shutil.which("userdel")):
-        return "useradd, runuser and userdel are needed"
-    return None
-
-
-@pytest.fixture
-def other_user() -> Iterator[str]:
-    reason = _unavailable()
-    if reason:
-        if os.environ.get(REQUIRE_SERVICES_ENV) == "1":
-            pytest.fail(f"{reason} ({REQUIRE_SERVICES_ENV}=1)", pytrace=False)
-        pytest.skip(reason)
-    name = f"jiyu{secrets.token_hex(3)}"
-    subprocess.run(["useradd", "-M", "-N", "-g", "nogroup", "-s", "/bin/sh", name], check=True)
-    try:
-        yield name
-    finally:
-        subprocess.run(["userdel", name], check=False)
 
 
 @pytest.fixture

@@ -28,8 +28,8 @@ from ..core.runs.model import RunKind, RunStatus
 from ..jobs.export.kernel_replay import relaunch_history
 from ..jobs.launch_spec import LaunchSpec, visible_gpus
 from ..jobs.lifecycle import RunLifecycle
-from ..jobs.ranks.placement import PoolPlacement, PoolTraining
 from ..jobs.submit_options import SubmitOptions
+from ..ranks.placement import PULL_HINT, PoolPlacement, PoolTraining
 from .cell_history import CellHistory
 from .frontend import in_notebook
 
@@ -236,7 +236,8 @@ class DdpLaunch:
         events, _ = read_events(self.lifecycle.files.events)
         result = FitResult.from_events(self.lifecycle.run_id, events, outcome.status.value)
         if self.final_weights is None:
-            result.message += " (the trained model stays in the ranks: %ranks pull model --from 0)"
+            result.message += PULL_HINT
+            self.pool.trained = result
         elif self.final_weights.exists():
             load_weights(self.model, self.final_weights)
         elif outcome.status is RunStatus.STOPPED:

@@ -215,7 +215,8 @@ class TrainMagics(Magics):
             return self._launch(line, args, cell, self._run_body(args, cell, launching)["model"])
         from .cell_log import cell_log
 
-        with cell_log() as log:  # a kernel run's Logs show what the cell printed, its body's prints too
+        launched = self.launch_context is not None and self.launch_context.run_id is not None
+        with cell_log(launched) as log:  # a kernel run's Logs show what the cell printed, its body's prints too
             self._train(args, self._run_body(args, cell, launching), log)
 
     @staticmethod
