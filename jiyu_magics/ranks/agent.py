@@ -238,13 +238,19 @@ class PoolAgent:
         survivors = [rank for rank in pool.live() if rank not in newcomers]
         request = pool.begin(Kind.REBUILD, {"generation": generation}, survivors)
         deadline = time.monotonic() + (JOIN_S if newcomers else REBUILD_S)
+        cut_at: float | None = None  # when the rendezvous was aborted (a death, an interrupt, too long)
         try:
             while not (request.finished and all(pool.ranks[r].state is not RankState.JOINING for r in newcomers)):
-                pool.pump()
+                try:
+                    pool.pump()
+                except KeyboardInterrupt:
+                    why, deadline = f"{why}; interrupted", time.monotonic()
                 if pool.ended:
                     raise PoolGone(f"ranks pool {pool.run_id} ended while its process group was rebuilt")
-                if pool.dead() or time.monotonic() > deadline:
-                    pool.abort(generation)
+                if cut_at is None and (pool.dead() or time.monotonic() >= deadline):
+                    pool.abort(generation)  # the ranks waiting in the rendezvous come back with an error
+                    cut_at = time.monotonic()
+                if cut_at is not None and time.monotonic() - cut_at > RELEASE_S:
                     break
         finally:
             pool.done(request)

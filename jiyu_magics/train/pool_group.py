@@ -26,7 +26,6 @@ it, for the pool's stall report.
 
 from __future__ import annotations
 
-import gc
 import os
 import pickle
 import socket
@@ -92,8 +91,7 @@ class PoolGroup:
             dist.destroy_process_group()
         with self._lock:
             self._sockets = set()
-        gc.collect()  # the old group's store and pairs go now, not at a later collection
-        self.join(generation)
+        self.join(generation)  # its own store connection and prefix: nothing of the old one can be read
 
     def abort(self) -> bool:
         """Makes a collective blocked in any thread of this process return with an error; from
