@@ -99,6 +99,17 @@ def test_ranks_notebook_keeps_its_ranks_and_trains_on_them(workdir):
         "[rank1] rank 1 of 2: 1437 training images",
     ]
     assert "pushed hyper to 2 rank(s)" in output_of(nb, "hyper = ")
+    failed = next(c for c in nb.cells if c.cell_type == "code" and c.source.startswith("%%ranks\nif rank == 1:"))
+    (error,) = [o for o in failed.outputs if o.output_type == "error"]
+    assert error.evalue == "rank 1: ValueError: a bad batch on rank 1", error.evalue
+    assert "the process group was rebuilt" in re.sub(r"\x1b\[[0-9;]*m", "", "\n".join(error.traceback))
+    kept = output_of(nb, "%%ranks --all-output\ntotal = torch.ones(1)")
+    assert sorted(kept.splitlines()) == [
+        f"[rank{r}] rank {r}: still 1437 training images and a model; all_reduce says 2" for r in (0, 1)
+    ], kept
+    streamed = output_of(nb, "%%ranks --bg")  # updated in place from the background (update_display_data)
+    assert "rank 0: 180 predictions made" in streamed and "finished (%ranks wait shows how)" in streamed, streamed
+    assert re.search(r"\d+\.\d% of 360 test images right", output_of(nb, "%ranks gather preds")), nb
     accuracies = re.findall(
         r"\[rank(\d)\] rank \d: test accuracy ([\d.]+)%", output_of(nb, "%%ranks --all-output\nmodel.eval()")
     )
