@@ -241,3 +241,38 @@ def test_options_and_namespace_lookup_are_reusable_by_a_launcher(shell):
     assert kwargs["model"] is shell.user_ns["model"] and kwargs["train_data"] is shell.user_ns["train_loader"]
     assert kwargs["val_data"] is shell.user_ns["val_loader"] and "train_step" not in kwargs
     assert (kwargs["epochs"], kwargs["amp"], kwargs["accum"], kwargs["save_ckpts"]) == (2, "bf16", 4, True)
+
+
+def test_a_run_ends_on_its_samples_over_its_wall_time_not_its_last_short_batch(shell):
+    """512 samples in batches of 100: each epoch ends on a batch of 12. Logged every step, the
+    last step's rate is that batch's (a run at 780 samples/s ended saying 52); the end, the
+    run store's summary (the panel's row) and the summary text say the call's own rate."""
+    from jiyu_magics.core.events.log import read_events
+    from jiyu_magics.core.runs.files import RunFiles
+    from jiyu_magics.views.train_text import summary_text
+    from jiyu_magics.views.training_view import TrainingView
+
+    body = BODY.replace("batch_size=32", "batch_size=100").replace("val_loader = ", "unused = ").replace(
+        "loss_fn = ", "unused_loss = "
+    ) + (
+        "import time\n"
+        "def train_step(model, batch):  # a step takes 10 ms whatever its size, as on a GPU that waits on data\n"
+        "    time.sleep(0.01)\n"
+        "    return nn.functional.cross_entropy(model(batch[0]), batch[1])\n"
+    )
+    shell.run_cell_magic("train", "--epochs 2 --log-every 1 --refresh 0.01 --no-ckpt", body)
+    run_id = shell.user_ns["train_result"].run_id
+    events, _ = read_events(RunFiles.of(run_id).events)
+    steps = [e for e in events if e["kind"] == "step"]
+    (end,) = [e for e in events if e["kind"] == "end"]
+    total, final = 2 * 512, end["samples_per_s"]
+    # the loop's wall time lies between the logged steps' span and the whole call's
+    assert total / end["elapsed"] * 0.95 <= final <= total / (steps[-1]["elapsed"] - steps[0]["elapsed"]) * 1.05, (
+        final,
+        end,
+        steps[0],
+        steps[-1],
+    )
+    assert final > 3 * steps[-1]["samples_per_s"], "the last batch of 12 does not decide the run's rate"
+    assert RunStore().get(run_id).summary["samples_per_s"] == final
+    assert f"{final:,.0f} samples/s" in summary_text(TrainingView.of(events))

@@ -130,6 +130,7 @@ export type Event =
       step?: number | null;
       message?: string | null;
       elapsed?: number | null;
+      samples_per_s?: number | null;
       exit_code?: number | null;
       source?: string | null;
     }

@@ -120,6 +120,10 @@ function fold(h: IRunHistory, e: IRunEvent): void {
     h.advice.push(e.message);
   } else if (e.kind === 'end') {
     h.end = e;
+    // the call's samples over its wall time: a step's rate is its last window's only
+    if (typeof e.samples_per_s === 'number') {
+      h.last.samples_per_s = e.samples_per_s;
+    }
   }
 }
 

@@ -110,6 +110,22 @@ describe('the run page', () => {
     expect(running).toContain('<dt>eta</dt>');
   });
 
+  it("ends on the run's samples over its wall time, not its last short batch's rate", () => {
+    const steps: IRunEvent[] = [
+      { kind: 'step', t: 101, step: 27, loss: 1, samples_per_s: 790 },
+      { kind: 'step', t: 102, step: 28, loss: 1, samples_per_s: 52 },
+      { kind: 'end', t: 103, step: 28, status: 'succeeded', samples_per_s: 781.5 }
+    ];
+    const ended = renderToStaticMarkup(
+      <Metrics run={run({ status: 'succeeded' })} history={history([], steps)} />
+    );
+    expect(ended).toContain('<dt>throughput</dt><dd>782/s</dd>');
+    const running = renderToStaticMarkup(
+      <Metrics run={run({ status: 'running' })} history={history([], steps.slice(0, 2))} />
+    );
+    expect(running).toContain('<dt>throughput</dt><dd>52/s</dd>');
+  });
+
   it('quotes a checkpoint path with spaces in the resume command', () => {
     expect(resumeCommand('my run', { step: 1, path: '/a b/c.pt' })).toBe(
       "%%train --resume '/a b/c.pt' --name 'my run'"

@@ -193,6 +193,8 @@ class RunState:
         self.message = event.get("message")
         self.step = event.get("step", self.step)
         self.elapsed = event.get("elapsed", self.elapsed)
+        if event.get("samples_per_s") is not None:  # the call's own, over its wall time
+            self.samples_per_s = event["samples_per_s"]
         self.eta = None
 
     def _add_history(self, event: dict) -> None:
