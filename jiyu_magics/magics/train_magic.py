@@ -212,7 +212,8 @@ class TrainMagics(Magics):
         if pool is not None:
             return self._launch(line, args, cell, None, pool)
         if launching:
-            return self._launch(line, args, cell, self._run_body(args, cell, launching)["model"])
+            kwargs = self._run_body(args, cell, launching)
+            return self._launch(line, args, cell, kwargs["model"], config=kwargs["config"])
         from .cell_log import cell_log
 
         with cell_log() as log:  # a kernel run's Logs show what the cell printed, its body's prints too
@@ -275,13 +276,20 @@ class TrainMagics(Magics):
             )
         return pool
 
-    def _launch(self, line: str, args: Namespace, cell: str | None, model, pool=None) -> None:
+    def _launch(self, line: str, args: Namespace, cell: str | None, model, pool=None, config=None) -> None:
         """``--nproc``: the same cell under torchrun, from this kernel's model and history, or
         on the kernel's ranks pool with the objects its ranks hold."""
         from .ddp_launch import launch_ddp
 
         launch_ddp(
-            self.shell, line, args, cell, model, on_monitor=lambda m: setattr(TrainMagics, "dashboard", m), pool=pool
+            self.shell,
+            line,
+            args,
+            cell,
+            model,
+            on_monitor=lambda m: setattr(TrainMagics, "dashboard", m),
+            pool=pool,
+            config=config,
         )
 
     def _train(self, args: Namespace, kwargs: dict, log) -> None:
