@@ -197,7 +197,7 @@ def resume_path(requested: str | None, run: RunBinding, name: str) -> Path | Non
         past = _last_of_name(name, run.run_id, run.context.notebook, any_run=requested == LAST_CHECKPOINT)
         if past is not None:
             found = past[1]
-            print(f"jiyu: --resume {requested}: {_described(*past)}", file=sys.stderr)
+            print(f"jiyu: --resume {requested}: {_described(*past)}")  # a note, not a warning: plain output
     if found is None and not implicit:
         raise TrainConfigError(
             f"--resume {requested}: no checkpoint of an earlier run named {name!r}; give a checkpoint path instead"
