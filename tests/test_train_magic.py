@@ -276,3 +276,20 @@ def test_a_run_ends_on_its_samples_over_its_wall_time_not_its_last_short_batch(s
     assert final > 3 * steps[-1]["samples_per_s"], "the last batch of 12 does not decide the run's rate"
     assert RunStore().get(run_id).summary["samples_per_s"] == final
     assert f"{final:,.0f} samples/s" in summary_text(TrainingView.of(events))
+
+
+def test_the_gpus_column_says_cpu_for_a_kernel_run_on_the_cpu_as_for_a_cpu_job(shell):
+    """``jiyu jobs``: a CPU job (0 GPUs requested) said ``cpu``, a kernel's run on the CPU
+    (which never queues) ``n/a``: the same kind of run, two words."""
+    import json
+
+    from .cli_runner import jiyu
+    from .server_fixtures import ended_run
+
+    shell.run_cell_magic("train", "--max-steps 2 --name on-cpu --no-ckpt", BODY)
+    kernel_run = shell.user_ns["train_result"].run_id
+    job = ended_run("job", "cpu-job", gpus_requested=0)
+    listing = {r["id"]: r["display"]["gpus"] for r in json.loads(jiyu("jobs", "--all", "--json").stdout)}
+    assert listing == {kernel_run: "cpu", job.id: "cpu"}, listing
+    table = jiyu("jobs", "--all").stdout
+    assert [line.split()[5] for line in table.splitlines()[2:]] == ["cpu", "cpu"], table

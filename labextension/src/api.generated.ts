@@ -168,6 +168,10 @@ export interface RunSummary {
   progress: number | null;
   parent_run: string | null;
   parent_step: number | null;
+  device: string | null;
+  tracked: {
+    [k: string]: unknown;
+  } | null;
 }
 /**
  * This interface was referenced by `JiyuRESTAPI`'s JSON-Schema

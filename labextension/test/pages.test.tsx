@@ -83,7 +83,7 @@ describe('the run page', () => {
         onStop={() => undefined}
       />
     );
-    expect(listed).toContain('%%train --resume /runs/ab/ckpt-3.pt --name digits-mlp');
+    expect(listed).toContain('%train --resume /runs/ab/ckpt-3.pt --name digits-mlp');
     expect(listed).toContain('1 on disk · 7 older rotated out (--keep-ckpts) or deleted');
     expect(listed).toContain('2.0 KiB');
     expect(html).toContain('bf16');
@@ -128,7 +128,7 @@ describe('the run page', () => {
 
   it('quotes a checkpoint path with spaces in the resume command', () => {
     expect(resumeCommand('my run', { step: 1, path: '/a b/c.pt' })).toBe(
-      "%%train --resume '/a b/c.pt' --name 'my run'"
+      "%train --resume '/a b/c.pt' --name 'my run'"
     );
   });
 });
@@ -237,6 +237,33 @@ describe('compare', () => {
     expect(found.get('aaaa')).toBe('lr=0.1');
     expect(found.get('bbbb')).toBe('lr=0.01');
     expect(found.get('cccc')).toBe('');
+  });
+
+  it("tells them apart by the optimizer's lr set in the cell's body, as Compare does", () => {
+    const tracked = (lr: number) => ({
+      'param.epochs': 3,
+      'model.class': 'Sequential',
+      'optimizer.class': 'AdamW',
+      'optimizer.lr': lr,
+      'data.batch_size': 64
+    });
+    const first = run({ id: 'aaaa', params: { epochs: 3 } }, { tracked: tracked(0.001) });
+    const second = run({ id: 'bbbb', params: { epochs: 3 } }, { tracked: tracked(0.003) });
+    const queued = run({ id: 'cccc', status: 'queued', params: { epochs: 3 } });
+    const found = differingParams([first, second, queued]);
+    expect(found.get('aaaa')).toBe('lr=0.001');
+    expect(found.get('bbbb')).toBe('lr=0.003');
+    expect(found.get('cccc')).toBe('');
+    // a parameter that sets the optimizer's lr differs once, under its own name
+    const byParam = (lr: number, id: string) =>
+      run({ id, params: { lr } }, { tracked: { 'param.lr': lr, 'optimizer.lr': lr } });
+    expect(differingParams([byParam(0.1, 'x'), byParam(0.2, 'y')]).get('x')).toBe('lr=0.1');
+    // two columns of one name that differ apart keep their groups
+    const both = (p: number, o: number, id: string) =>
+      run({ id, params: { lr: p } }, { tracked: { 'param.lr': p, 'optimizer.lr': o } });
+    expect(differingParams([both(1, 0.1, 'x'), both(2, 0.3, 'y')]).get('y')).toBe(
+      'param.lr=2 optimizer.lr=0.3'
+    );
   });
 });
 
