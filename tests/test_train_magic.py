@@ -293,3 +293,28 @@ def test_the_gpus_column_says_cpu_for_a_kernel_run_on_the_cpu_as_for_a_cpu_job(s
     assert listing == {kernel_run: "cpu", job.id: "cpu"}, listing
     table = jiyu("jobs", "--all").stdout
     assert [line.split()[5] for line in table.splitlines()[2:]] == ["cpu", "cpu"], table
+
+
+def test_without_a_parameters_cell_the_run_records_what_its_line_and_its_body_read(shell):
+    """No parameters cell (terminal IPython, an untagged notebook): the run's parameters were
+    the names the magic line braces only, so the run page listed ``epochs`` and not the
+    ``lr`` and ``batch_size`` its body read from the notebook."""
+    shell.run_cell("lr = 0.02\nbatch_size = 64\nepochs = 1\nwidth = 32\nnote = 'baseline'\nunused = 7")
+    shell.run_cell(
+        "%%train --epochs {epochs} --name read-names --no-ckpt\n"
+        "model = nn.Sequential(nn.Linear(20, width), nn.ReLU(), nn.Linear(width, 2))\n"
+        "optimizer = torch.optim.AdamW(model.parameters(), lr=lr)\n"
+        "train_loader = DataLoader(TensorDataset(X, y), batch_size=batch_size, shuffle=True)\n"
+        "loss_fn = nn.CrossEntropyLoss()\n"
+        "print(note)\n",
+        store_history=True,
+    )
+    result = shell.user_ns["train_result"]
+    assert result.status == "succeeded"
+    assert RunStore().get(result.run_id).params == {
+        "epochs": 1,
+        "width": 32,
+        "lr": 0.02,
+        "batch_size": 64,
+        "note": "baseline",
+    }, "the line's names, then the body's numbers and strings; not X, y, nn, torch, nor what it does not read"

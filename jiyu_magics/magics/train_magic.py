@@ -253,16 +253,15 @@ class TrainMagics(Magics):
         kwargs = fit_kwargs(
             args, namespace, rebound(namespace, before) if body else frozenset(), defining_cells(self.shell)
         )
-        return {**kwargs, "config": self._config(namespace)}
+        return {**kwargs, "config": self._config(namespace, cell)}
 
-    def _config(self, namespace: dict) -> dict:
+    def _config(self, namespace: dict, body: str | None) -> dict:
         """The notebook's parameters as the run records them (``run_config``)."""
         from ..core.runs.launch_context import LaunchContext
-        from .run_config import parameter_names, run_config
+        from .run_config import call_config
 
         context = self.launch_context or LaunchContext.from_environ()
-        names = parameter_names(context.notebook, context.run_id, getattr(self, "_raw_line", None))
-        return run_config(namespace, names)
+        return call_config(namespace, context.notebook, context.run_id, getattr(self, "_raw_line", None), body)
 
     def _pool(self, args: Namespace):
         """The kernel's ranks pool, when one runs: ``--nproc N`` trains there (N must be its size)."""
