@@ -40,6 +40,7 @@ WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
 DEFAULT_REFRESH_S = 1.0
 MAX_RENDER_SHARE = 0.01  # a slow front-end link stretches the interval to keep rendering under 1%
 GPU_EVERY_S = 5.0
+CLOCK_S = 1.0  # the elapsed time is redrawn this often while no event comes
 # What a front-end without ipywidgets shows while training (the summary replaces it at the end),
 # and what a notebook saved mid-run keeps: the way to progress such a front-end can show.
 FALLBACK_TEXT = (
@@ -72,6 +73,7 @@ class TrainingDashboard:
         self.offset = 0  # how far an event log was read (follow mode)
         self._drawn_version = -1
         self._gpu_checked = 0.0
+        self._clock_drawn = 0.0  # when the progress label's elapsed time was last drawn
         self.widget: widgets.VBox | None = None  # built with the first render: a call rejected early opens no widget
         self.handle = None
         self._show_pending = False
@@ -139,6 +141,8 @@ class TrainingDashboard:
         if self.view.version != self._drawn_version or self._gpu_due():
             self._sample_gpu()
             self.render()
+        elif self.widget is not None and not self.view.finished and time.monotonic() - self._clock_drawn >= CLOCK_S:
+            self._set_progress_text()  # no event (a stall): the elapsed time still moves
         spent = time.perf_counter() - started
         self.busy_s += spent
         self.interval = max(self.refresh, spent / MAX_RENDER_SHARE)
@@ -151,7 +155,7 @@ class TrainingDashboard:
         self._set(self.header, "value", f"<b>{view.status_text}</b> · {escape(header_text(view))}")
         self._set(self.progress, "value", view.progress or 0.0)
         self._set(self.progress, "bar_style", BAR_STYLES.get(view.status, ""))
-        self._set(self.progress_label, "value", self._progress_text())
+        self._set_progress_text()
         self._set(self.chart, "value", loss_svg(view, scale=self.scale))
         self._set(self.stats, "value", _stats_table(view))
         self._set(self.notes, "value", _notes(view))
@@ -200,13 +204,18 @@ class TrainingDashboard:
         if self.on_stop is not None:
             self.on_stop()
 
+    def _set_progress_text(self) -> None:
+        self._clock_drawn = time.monotonic()
+        self._set(self.progress_label, "value", self._progress_text())
+
     def _progress_text(self) -> str:
         view = self.view
         parts = [steps_text(view)]
         if view.eta is not None and not view.finished:
             parts.append(f"ETA {duration(view.eta)}")
-        if view.elapsed is not None:
-            parts.append(f"elapsed {duration(view.elapsed)}")
+        elapsed = view.elapsed_at(time.time())
+        if elapsed is not None:
+            parts.append(f"elapsed {duration(elapsed)}")
         return " · ".join(parts)
 
     def _gpu_due(self) -> bool:
