@@ -23,6 +23,7 @@ WAITING = "waiting"  # shown before the first start event: not a run status
 class TrainingView(RunState):
     gpu_util: int | None = None  # from NVML, filled by the dashboard when present
     fit_name: str | None = None  # the call's own run name, where a viewer titles it by its job's (%job attach)
+    tracking: list[str] | None = None  # where its trackers hold it (``trackers.where``), filled by the viewer
 
     def elapsed_at(self, now: float) -> float | None:
         """The call's wall time at ``now`` (unix time): the last step's ``elapsed`` plus the time
