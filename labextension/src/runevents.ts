@@ -140,9 +140,13 @@ export function final(points: ReadonlyArray<IPoint>): number | null {
   return points.length ? points[points.length - 1].y : null;
 }
 
-/** The command that resumes training from a checkpoint, as the magic takes it. */
+/**
+ * The command that resumes training from a checkpoint, as `jiyu show` and a stopped run's
+ * message print it: the line form, which runs in a cell of its own with the notebook's objects
+ * (a `%%train` cell with nothing under it is refused).
+ */
 export function resumeCommand(name: string, checkpoint: ICheckpoint): string {
-  return `%%train --resume ${quote(checkpoint.path)} --name ${quote(name)}`;
+  return `%train --resume ${quote(checkpoint.path)} --name ${quote(name)}`;
 }
 
 /** The run a resumed run continues, and the step of the checkpoint it resumed from. */

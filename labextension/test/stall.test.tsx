@@ -84,7 +84,7 @@ describe('stalled runs', () => {
 
   it("folds the frames that carry the user's code to the rank, as jiyu stacks does", () => {
     const plumbing = Array.from({ length: 20 }, (_, i) => ({
-      file: `/venv/site-packages/IPython/core/interactiveshell.py`,
+      file: '/venv/site-packages/IPython/core/interactiveshell.py',
       line: 100 + i,
       func: `run_code_${i}`,
       kind: 'jiyu' as const
