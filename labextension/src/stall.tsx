@@ -8,6 +8,7 @@
 import * as React from 'react';
 
 import { IRun, IStackDump, IStackFrame, IStackGroup } from './types';
+import { shortPaths } from './view';
 
 /** `no step for 12 min`, as `%jobs` and `jiyu jobs` say it (views/run_table.stall_text). */
 export function stallText(since: number, now: number): string {
@@ -91,13 +92,15 @@ function GroupFrames(props: { group: IStackGroup }): JSX.Element {
       {user.length > 0 && (
         <>
           <p className="jp-JiyuStacks-part">your code (outermost first):</p>
-          <pre className="jp-JiyuStacks-frames">{user.map(frameText).join('\n')}</pre>
+          <pre className="jp-JiyuStacks-frames">{user.map(f => frameText(f, true)).join('\n')}</pre>
         </>
       )}
       {library.length > 0 && (
         <>
           <p className="jp-JiyuStacks-part">then, in libraries (innermost last):</p>
-          <pre className="jp-JiyuStacks-frames">{library.map(frameText).join('\n')}</pre>
+          <pre className="jp-JiyuStacks-frames">
+            {library.map(f => frameText(f, true)).join('\n')}
+          </pre>
         </>
       )}
       {folded.length > 0 && (
@@ -106,16 +109,19 @@ function GroupFrames(props: { group: IStackGroup }): JSX.Element {
             {folded.length} frame{folded.length === 1 ? '' : 's'} of jiyu, IPython, runpy and
             torchrun folded
           </summary>
-          <pre className="jp-JiyuStacks-frames">{outerFirst.map(frameText).join('\n')}</pre>
+          <pre className="jp-JiyuStacks-frames">
+            {outerFirst.map(f => frameText(f, false)).join('\n')}
+          </pre>
         </details>
       )}
     </>
   );
 }
 
-function frameText(f: IStackFrame): string {
+/** A frame's line; `short`: its file cut to the last two parts (the whole stack, folded, has them whole). */
+function frameText(f: IStackFrame, short: boolean): string {
   if (f.cell) {
     return `  ${f.cell}, in ${f.func}\n      ${f.source ?? ''}`;
   }
-  return `  File "${f.file}", line ${f.line} in ${f.func}`;
+  return `  File "${short ? shortPaths(f.file) : f.file}", line ${f.line} in ${f.func}`;
 }

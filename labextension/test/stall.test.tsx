@@ -127,7 +127,8 @@ describe('stalled runs', () => {
     expect(shown).toContain('your code (outermost first):');
     expect(shown).toContain('cell 2, line 9, in train_step\n      dist.all_reduce(t)');
     expect(shown).toContain('then, in libraries (innermost last):');
-    expect(shown).toContain('line 5 in all_reduce');
+    expect(shown).toContain('File &quot;…/distributed/c10d.py&quot;, line 5 in all_reduce');
+    expect(html).toContain('/venv/torch/distributed/c10d.py'); // whole, in the folded stack
     expect(shown.indexOf('train_step')).toBeLessThan(shown.indexOf('all_reduce'));
     expect(shown).not.toContain('run_code_');
     expect(html).toContain('20 frames of jiyu, IPython, runpy and torchrun folded');
