@@ -88,6 +88,8 @@ describe('the run page', () => {
     expect(listed).toContain('2.0 KiB');
     expect(html).toContain('bf16');
     expect(html).toContain('Stop digits-mlp');
+    // the notebook's folder cut to its last parts, the whole path a hover away
+    expect(html).toContain('title="/work/train.ipynb"');
   });
 
   it('shows no validation rows without validation, and no eta once the run ended', () => {
