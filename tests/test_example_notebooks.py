@@ -57,6 +57,16 @@ def test_quickstart_trains_digits_to_95_percent(workdir):
     assert "image/png" in mimetypes_of(nb.cells[-1])  # the confusion matrix
     status = next(c for c in nb.cells if c.source == "%gpu_status")
     assert "text/html" in mimetypes_of(status)  # the GPU table, or the one-line no-GPU answer
+    # what jiyu says along the way (which run --resume last continues...) is output, not the
+    # stderr box a notebook paints pink for errors and warnings
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    stderr = [(c.source.splitlines()[0], o.text) for c in code for o in c.outputs if o.get("name") == "stderr"]
+    assert stderr == [], stderr
+    assert "jiyu: --resume last: " in "".join(o.text for o in resumed_cell(nb).outputs if o.get("name") == "stdout")
+
+
+def resumed_cell(nb):
+    return next(c for c in nb.cells if c.cell_type == "code" and c.source.startswith("%train --resume last"))
 
 
 def test_amp_transformer_compares_fp32_and_bf16(workdir):

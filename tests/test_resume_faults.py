@@ -132,7 +132,7 @@ def test_resume_last_after_a_no_ckpt_run_refuses_and_names_the_run_last_checkpoi
     capsys.readouterr()
     error, third = train(shell, "%train --epochs 2 --name exp --resume last-checkpoint")
     assert error is None and third.step == 16 and third.message.startswith("Trained 8 more steps"), third.message
-    said = capsys.readouterr().err
+    said = capsys.readouterr().out  # a note: output, not the stderr a notebook paints pink
     assert f"jiyu: --resume last-checkpoint: run {first.run_id} (succeeded), its checkpoint of step 8: " in said
 
 
@@ -144,7 +144,7 @@ def test_resume_with_another_accum_converts_the_steps_and_says_so(shell, capsys)
     error, resumed = train(shell, "%train --epochs 2 --accum 4 --name acc --resume last")
     assert error is None and resumed.status == "succeeded"
     assert (resumed.step, resumed.total_steps) == (4, 4) and resumed.message.startswith("Trained 2 more steps")
-    said = capsys.readouterr().err
+    said = capsys.readouterr().out  # a note: output, not the stderr a notebook paints pink
     assert "the checkpoint counted steps of --accum 1; this call's of --accum 4: its step 8 is step 2 here" in said
 
 

@@ -149,10 +149,13 @@ def test_each_event_becomes_scalars_with_their_steps_and_a_resume_restarts_the_c
 
 
 # -- live, from %%train in a kernel ------------------------------------------------------------
-def test_train_track_puts_the_run_in_tensorboard_and_mlflow_as_it_logged_it(shell, where):
+def test_train_track_puts_the_run_in_tensorboard_and_mlflow_as_it_logged_it(shell, where, capsys):
     tb, uri, track = where
     shell.run_cell_magic("train", f"--epochs 3 --refresh 0.01 --log-every 4 --name digits --track {track}", BODY)
     result = shell.user_ns["train_result"]
+    said = capsys.readouterr().out  # the end of the run says where its data went
+    assert f"tracked in TensorBoard: {tb}" in said and f"(tensorboard --logdir {tb})" in said, said
+    assert "tracked in MLflow: run digits " in said and f" in experiment jiyu at {uri}" in said, said
     assert result.status == "succeeded" and result.step == 48
     steps, vals = logged(result.run_id, "step"), logged(result.run_id, "val")
     wait_for(lambda: not followers_of(result.run_id), timeout=120, message="the follower to finish and exit")
@@ -173,6 +176,19 @@ def test_train_track_puts_the_run_in_tensorboard_and_mlflow_as_it_logged_it(shel
     assert params["fit.epochs"] == "3" and params["fit.log_every"] == "4", "fit options too"
     assert (params["fit.optimizer"], params["optimizer.lr"], params["fit.model"]) == ("AdamW", "0.01", "Sequential")
     assert run.data.tags["jiyu.kind"] == "kernel" and run.data.tags["jiyu.status"] == "succeeded"
+    # a training run, as MLflow 3 files one; the offset it keeps is bookkeeping, hidden by its UI
+    assert client.get_experiment(run.info.experiment_id).tags["mlflow.experimentKind"] == "custom_model_development"
+    assert [o.model_id for o in client.get_run(run.info.run_id).outputs.model_outputs], "the model it trained"
+    assert not [tag for tag in run.data.tags if tag.startswith("jiyu.offset")], run.data.tags
+    assert run.data.tags[f"mlflow.jiyu.offset.{result.run_id}"].isdigit()
+    # what the dashboard and the summary say once the follower has: the folder, the MLflow run
+    from jiyu_magics.trackers.where import places
+
+    tb_place, mlflow_place = (p.text for p in places(result.run_id, logged(result.run_id, "start")[0]["track"]))
+    assert tb_place == f"TensorBoard: {tb_folder(tb)} (tensorboard --logdir {tb})"
+    assert mlflow_place == (
+        f"MLflow: run digits ({run.info.run_id}) in experiment jiyu at {uri} (mlflow ui --backend-store-uri {uri})"
+    )
     assert run.data.metrics["val/accuracy"] == pytest.approx(vals[-1]["accuracy"])
     assert logged(result.run_id, "start")[0]["track"] == f"tensorboard:{tb},mlflow:{uri}"
 
@@ -190,7 +206,7 @@ def test_resume_last_continues_the_same_tracker_run(shell, where):
 
     client, run = mlflow_run(uri, first.run_id)  # the chain's first run names the tracker run
     assert run.info.status == "FINISHED"
-    assert {f"jiyu.offset.{first.run_id}", f"jiyu.offset.{second.run_id}"} <= set(run.data.tags)
+    assert {f"mlflow.jiyu.offset.{first.run_id}", f"mlflow.jiyu.offset.{second.run_id}"} <= set(run.data.tags)
     steps = [m.step for m in client.get_metric_history(run.info.run_id, "train/loss")]
     assert steps == list(range(4, 33, 4)), "one curve: 4..16, then 20..32 from the checkpoint at 16"
     assert mlflow_run(uri, second.run_id)[1] is None, "no MLflow run of its own"

@@ -33,6 +33,7 @@ from .destinations import Destination, TrackSpecError, parse_track
 from .identity import RunIdentity, identify
 from .sinks import Sink, open_sink
 from .translate import Translator
+from .where import record
 
 POLL_S = 0.5  # the host's clock: a step is in the tracker within this plus one write
 READ_LIMIT = 4 << 20  # bytes read per poll and destination: a long log is caught up in slices
@@ -59,6 +60,10 @@ class Syncing:
 
     def open(self, identity: RunIdentity) -> None:
         self.sink = open_sink(self.destination, identity)
+        try:  # where it went, for the run's dashboard and summary to say
+            record(RunFiles(self.events.parent), self.destination, self.sink.place())
+        except OSError:
+            pass
         self.offset = self.sink.synced_offset()
         if self.offset:  # the translator's context (call, step) as of that offset
             seen, _ = read_events(self.events, 0, self.offset)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import gc
 import math
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -573,7 +572,7 @@ class Trainer:
         self.position.restore(state, self.dist.world_size)
         converted = self.position.convert_accum(state.get("accum", self.opts.accum), self.opts.accum, self.plan)
         if converted and self.dist.is_writer:
-            print(f"jiyu: {converted}", file=sys.stderr)
+            print(f"jiyu: {converted}")  # what the resume did, said as output: a notebook paints stderr pink
         self.data.seed = self.data_seed = state["data_seed"]
         self.resumed_from = path
         writer = state.get("run_id")

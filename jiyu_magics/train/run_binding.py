@@ -199,7 +199,7 @@ def resume_candidates(requested: str | None, run: RunBinding, name: str) -> list
         past = _last_of_name(name, run.run_id, run.context.notebook, any_run=requested == LAST_CHECKPOINT)
         if past is not None:
             found = past[1]
-            print(f"jiyu: --resume {requested}: {_described(past[0], found[0])}", file=sys.stderr)
+            print(f"jiyu: --resume {requested}: {_described(past[0], found[0])}")  # a note, not a warning: plain output
     if not found and not implicit:
         raise TrainConfigError(
             f"--resume {requested}: no checkpoint of an earlier run named {name!r}; give a checkpoint path instead"

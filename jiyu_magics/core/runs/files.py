@@ -154,6 +154,11 @@ class RunFiles:
         return self.root / "nodes"
 
     @property
+    def trackers(self) -> Path:
+        """Where the run's trackers hold it (``trackers.where``), as their followers found it."""
+        return self.root / "trackers.json"
+
+    @property
     def loss_plot(self) -> Path:
         """``loss.png``: left by whoever showed the run's summary (the engine draws nothing)."""
         return self.root / "loss.png"

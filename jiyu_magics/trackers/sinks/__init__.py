@@ -18,9 +18,12 @@ from ..destinations import Destination
 from ..extras import check_installed
 from ..identity import RunIdentity
 from ..translate import Translation
+from ..where import Place
 
 
 class Sink(Protocol):
+    def place(self) -> Place: ...
+
     def synced_offset(self) -> int: ...
 
     def write(self, translation: Translation, offset: int) -> None: ...

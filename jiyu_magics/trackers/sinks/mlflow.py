@@ -4,9 +4,15 @@ SQLite file, a tracking server, Databricks).
 One MLflow run per tracker run, found by its tag ``jiyu.run_id`` (the resume chain's first
 jiyu run): a resumed run logs on into the same MLflow run and sets it RUNNING again. Each
 write is one ``log_batch`` per 1000 metrics, and the last one carries the tag
-``jiyu.offset.<run id>``: how far that jiyu run's event log is in MLflow, written in the same
-request as the metrics it covers, so an export or a second follower goes on from there and
-never logs a point twice. A run logging faster than ``MAX_RATE`` points a second per metric is
+``mlflow.jiyu.offset.<run id>``: how far that jiyu run's event log is in MLflow, written in the
+same request as the metrics it covers, so an export or a second follower goes on from there and
+never logs a point twice (bookkeeping: MLflow's UI hides the ``mlflow.`` tags; one written as
+``jiyu.offset.`` by an earlier version is read, then removed).
+
+A training run, as MLflow 3 files one: the experiment says ``mlflow.experimentKind`` =
+``custom_model_development``, and the run has the model it trains as an output (an external
+logged model: its weights are jiyu's checkpoints), so MLflow's UI lists it under "Training
+runs", not as a GenAI evaluation. A run logging faster than ``MAX_RATE`` points a second per metric is
 thinned for MLflow (``_thinned``). Parameters: the run record's (``-p`` values, a kernel run's ``fit``
 options) and the first call's resolved settings (``fit.*``); MLflow refuses to change a
 parameter, so a resumed run adds only new ones.
@@ -22,7 +28,7 @@ from collections import Counter
 from contextlib import contextmanager
 from pathlib import Path
 
-from mlflow.entities import Metric, Param, RunTag
+from mlflow.entities import LoggedModelOutput, LoggedModelStatus, Metric, Param, RunTag
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 from mlflow.utils.validation import MAX_METRICS_PER_BATCH, MAX_PARAM_VAL_LENGTH, MAX_PARAMS_TAGS_PER_BATCH
@@ -31,11 +37,14 @@ from ...core.runs.model import RunStatus
 from ..destinations import experiment_name
 from ..identity import RunIdentity
 from ..translate import MLFLOW_STATUS, Point, Translation, as_text, record_params
+from ..where import Place, mlflow_place
 
 ROOT_TAG = "jiyu.run_id"
 MAX_RATE = 50.0  # points a second per metric, at most (``_thinned``)
 MAX_PER_WRITE = 50  # points of a metric a write takes as they are
-OFFSET_TAG = "jiyu.offset."
+OFFSET_TAG = "mlflow.jiyu.offset."  # hidden by MLflow's UI, as its own bookkeeping is
+OLD_OFFSET_TAG = "jiyu.offset."  # an earlier version's, shown among the user's tags
+EXPERIMENT_KIND = {"mlflow.experimentKind": "custom_model_development"}  # training, not GenAI
 _UNSAFE = re.compile(r"[^\w./\- :]")
 SOURCE_TYPES = {"job": "JOB"}  # mlflow.source.type; a notebook's runs are NOTEBOOK, the rest LOCAL
 
@@ -46,6 +55,7 @@ for _noisy in ("alembic", "mlflow.store.db.utils"):  # an SQLite store's first u
 class MlflowSink:
     def __init__(self, uri: str, identity: RunIdentity):
         self.identity = identity
+        self.uri = uri
         self.client = MlflowClient(tracking_uri=uri)
         with _first_use(uri), _unreachable_said(uri):
             self.experiment_id = _experiment(self.client, experiment_name())
@@ -56,8 +66,12 @@ class MlflowSink:
         self.last_t: float | None = None
         self.kept_at: dict[str, float] = {}  # per metric, the time of the last point written
 
+    def place(self) -> Place:
+        return mlflow_place(self.uri, experiment_name(), self.experiment_id, self.run.info.run_name, self.run_id)
+
     def synced_offset(self) -> int:
-        value = self.run.data.tags.get(OFFSET_TAG + self.identity.run_id, "0")
+        tags = self.run.data.tags
+        value = tags.get(OFFSET_TAG + self.identity.run_id) or tags.get(OLD_OFFSET_TAG + self.identity.run_id, "0")
         return int(value) if value.isdigit() else 0
 
     def write(self, translation: Translation, offset: int) -> None:
@@ -82,6 +96,10 @@ class MlflowSink:
                 self.run_id, metrics=metrics[start : start + MAX_METRICS_PER_BATCH], tags=tags if last else ()
             )
         self.kept_at = kept_at
+        old = OLD_OFFSET_TAG + self.identity.run_id
+        if old in self.run.data.tags:  # moved to the hidden tag just written
+            self.client.delete_tag(self.run_id, old)
+            del self.run.data.tags[old]
         if translation.scalars:
             self.last_t = translation.scalars[-1].t
         if translation.end_time:
@@ -132,7 +150,27 @@ class MlflowSink:
             tags["mlflow.source.name"] = identity.notebook
         tags["mlflow.source.type"] = SOURCE_TYPES.get(identity.kind or "", "NOTEBOOK" if identity.notebook else "LOCAL")
         started = int(identity.started * 1000) if identity.started else None
-        return self.client.create_run(self.experiment_id, start_time=started, tags=tags, run_name=identity.name)
+        run = self.client.create_run(self.experiment_id, start_time=started, tags=tags, run_name=identity.name)
+        self._file_as_training(run.info.run_id)
+        return run
+
+    def _file_as_training(self, run_id: str) -> None:
+        """The model the run trains, as its output: an external logged model (its weights are
+        the jiyu run's checkpoints), which is what MLflow's UI lists a training run by. A store
+        without logged models (before MLflow 3) keeps the run as it is."""
+        identity = self.identity
+        try:
+            model = self.client.create_logged_model(
+                self.experiment_id,
+                name=_key(identity.name).replace(" ", "-") or "model",
+                source_run_id=run_id,
+                tags={"jiyu.run_id": identity.root, "mlflow.model.isExternal": "true"},
+                model_type="jiyu",
+            )
+            self.client.finalize_logged_model(model.model_id, LoggedModelStatus.READY)
+            self.client.log_outputs(run_id, [LoggedModelOutput(model.model_id, step=0)])
+        except (MlflowException, AttributeError, NotImplementedError):
+            pass
 
     def _new_params(self, params: dict) -> list[Param]:
         """Only parameters the MLflow run does not have yet: MLflow refuses to change one."""
@@ -189,11 +227,15 @@ def _key(name: str) -> str:
 
 
 def _experiment(client: MlflowClient, name: str) -> str:
+    """The experiment's id, made a training experiment (``EXPERIMENT_KIND``) where it is new or
+    says no kind; one its owner made a GenAI one stays so."""
     found = client.get_experiment_by_name(name)
     if found is not None:
+        if "mlflow.experimentKind" not in found.tags:
+            client.set_experiment_tag(found.experiment_id, *next(iter(EXPERIMENT_KIND.items())))
         return found.experiment_id
     try:
-        return client.create_experiment(name, artifact_location=_artifacts(client.tracking_uri))
+        return client.create_experiment(name, artifact_location=_artifacts(client.tracking_uri), tags=EXPERIMENT_KIND)
     except MlflowException:  # made by another follower meanwhile
         found = client.get_experiment_by_name(name)
         if found is None:
