@@ -391,9 +391,14 @@ def test_jiyu_stop_kernel_restart_and_kill_9_end_the_pool_and_leave_no_process(t
         assert kernel.run(START.format(name="stopped")).status == "ok"
         pool = pool_of(kernel.home)
         pids = rank_pids(kernel.home, pool.id)
+        busy = kernel.start("%%ranks\nimport time\ntime.sleep(60)")
+        time.sleep(1)
         stop = jiyu("stop", pool.id, env={**os.environ, "JIYU_HOME": str(kernel.home)})
         assert stop.returncode == 0 and f"Run {pool.id} (stopped): stopped." in stop.stdout, stop.stdout + stop.stderr
         assert alive(pids) == [] and kernel.manager.is_alive()
+        interrupted = kernel.wait(busy, timeout=60)  # the cell it stopped says so: no death, no traceback
+        assert f"ranks pool {pool.id} " in interrupted.text and "stop" in interrupted.text, (interrupted.text, interrupted.errors)
+        assert "died" not in interrupted.text and "Traceback" not in interrupted.text, interrupted.text
         said = kernel.run("%%ranks\nprint('back')")
         assert said.status == "error" and "back" not in said.text, "a stopped pool is never started again unasked"
         assert f"UsageError: ranks pool {pool.id} has ended (" in said.text and "%ranks start N" in said.text

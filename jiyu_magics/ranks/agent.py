@@ -97,6 +97,8 @@ class PoolAgent:
             self.follow(request, stall, on_stall)
         finally:
             self.pool.done(request)
+        if request.deaths and self.pool.stop_asked():  # its ranks ended because of it: not deaths to replace
+            self.check()
         outcome = self.settle(request)
         if healed is not None:
             outcome.idle_deaths, outcome.replaced = healed.idle_deaths, healed.replaced + outcome.replaced
@@ -131,12 +133,19 @@ class PoolAgent:
         return wanted
 
     def check(self) -> None:
+        """Refused in one line when the pool ended, or is being stopped (``jiyu stop``, the
+        panel's Stop): a stop stays a stop."""
         pool = self.pool
         if pool.ended or not pool.alive():
             why = pool.record_end()
             raise PoolGone(
                 f"ranks pool {pool.run_id} has ended ({why}); its ranks' state is gone. "
                 "%ranks start N starts a new pool"
+            )
+        if pool.stop_asked():
+            raise PoolGone(
+                f"ranks pool {pool.run_id} is being stopped (a stop was asked for: jiyu stop, the panel's Stop); "
+                "%ranks start N starts a new pool once it ended"
             )
 
     def follow(

@@ -358,6 +358,17 @@ class RanksPool:
                     return
                 self.pump(0)
 
+    def stop_asked(self, read: bool = False) -> bool:
+        """Whether someone asked the pool's run to stop (``jiyu stop``, the panel's Stop): as the
+        lifecycle last saw it, or (``read``) as the run row says now."""
+        lifecycle = self.lifecycle
+        if not lifecycle.stop_requested and (read or self.dead()):
+            try:
+                lifecycle.stop_requested = lifecycle.store.stored(self.run_id).stop_requested
+            except StoreUnusable:
+                return False
+        return lifecycle.stop_requested
+
     def alive(self) -> bool:
         """Whether the ranks' launcher still runs (the supervisor; torchrun on an allocation)."""
         with self.lock:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
+import warnings
 from types import TracebackType
 from typing import Any, Protocol
 
@@ -47,7 +48,7 @@ class RankShell(InteractiveShell):
         """An error that is only its aborted collective's ("Connection closed by peer", after a
         peer failed) goes out as one line, unformatted: formatting seven ranks' tracebacks that
         nobody is shown took seconds on a busy machine and delayed the cell's end."""
-        if self.collateral is not None and self.collateral():
+        if self.collateral is not None and (self.collateral() or _stopping(exc_tuple)):
             try:
                 etype, value, _ = self._get_exc_info(exc_tuple)
             except ValueError:
@@ -64,6 +65,12 @@ class RankShell(InteractiveShell):
 
 
 INLINE_BACKEND = "module://matplotlib_inline.backend_inline"
+def _stopping(exc_tuple) -> bool:
+    """A stop's SystemExit (``core.processes.job_stop``): one line, then the rank ends."""
+    error = exc_tuple[1] if exc_tuple else sys.exc_info()[1]
+    return isinstance(error, SystemExit)
+
+
 HANDLER_FRAMES = frozenset({"_on_interrupt"})  # ``worker.Worker._on_interrupt``
 
 
@@ -98,6 +105,8 @@ def prepared_shell() -> RankShell:
     # matplotlib's inline backend as ipykernel sets it: chosen when a cell imports pyplot, which
     # then hooks itself into this shell (importing it here took a second of every pool's start)
     os.environ["MPLBACKEND"] = INLINE_BACKEND
+    # a stop ends the rank (its SystemExit leaves the cell), where a terminal would say how to exit
+    warnings.filterwarnings("ignore", message="To exit: use 'exit', 'quit', or Ctrl-D.")
     _warm_tracebacks(shell)
     return shell
 

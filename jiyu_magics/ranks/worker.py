@@ -36,6 +36,7 @@ import threading
 import time
 from typing import Any
 
+from ..core.processes import job_stop
 from ..core.processes.info import process_start_time
 from ..core.runs.files import RUN_ID_ENV, STACK_SIGNAL_NAME, RunFiles
 from ..core.runs.launch_context import LaunchContext
@@ -249,6 +250,8 @@ class Worker:
             started = time.perf_counter()
             status, refusal = self._handle(message)
             self.request = None
+            if job_stop.noted():  # a stop (SIGTERM) came during the request: the rank ends, recorded stopped
+                raise job_stop.JobStopped()
             sys.stdout.flush()
             sys.stderr.flush()
             group = self.group
