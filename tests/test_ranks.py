@@ -146,6 +146,19 @@ def test_push_and_pull_move_objects_and_weights(kernel):
     assert pulled.text.strip().endswith(str(2.5 * 6)), pulled.text
     plain = kernel.run("%ranks pull config --from 0 --as config_back\nprint(config_back == config)")
     assert plain.text.strip().endswith("True")
+    big = kernel.run("big = torch.arange(2**20, dtype=torch.float32)\n%ranks push big")  # 4 MB: through shared memory
+    assert "pushed big to 2 rank(s)" in big.text, big.text + str(big.errors)
+    kernel.run("%%ranks\nbig = big * (rank + 2)")
+    back = kernel.run("%ranks pull big --from 1 --as big_back\nprint(bool(torch.equal(big_back, big * 3)))")
+    assert back.text.strip().endswith("True"), back.text
+    import json
+
+    from jiyu_magics.ranks.pool import ADDRESS_FILE
+
+    shared = Path(
+        json.loads((RunFiles.of(pool_of(kernel.home).id, kernel.home).root / ADDRESS_FILE).read_text())["shared"]
+    )
+    assert shared.is_dir() and list(shared.iterdir()) == [], "no buffer's file outlives its request"
     bad = kernel.run("make = lambda: 1\n%ranks push make")
     assert bad.status == "error" and "UsageError: %ranks push: make cannot be pickled" in bad.text, bad.text
     missing = kernel.run("%ranks pull nothing_here --from 1")
@@ -321,6 +334,7 @@ def test_another_unix_user_cannot_reach_the_pools_sockets(kernel, other_user):
     address = json.loads(address_file.read_text())
     sockets = [Path(address[name].removeprefix("ipc://")) for name in ("requests", "replies")]
     assert all(s.is_socket() for s in sockets) and stat.S_IMODE(sockets[0].parent.stat().st_mode) == 0o700
+    assert stat.S_IMODE(Path(address["shared"]).stat().st_mode) == 0o700, "big buffers' shared memory: private too"
     assert stat.S_IMODE(address_file.stat().st_mode) == 0o600
     probe = (
         "import socket, sys\nfor path in sys.argv[1:]:\n    s = socket.socket(socket.AF_UNIX)\n"
@@ -397,7 +411,10 @@ def test_jiyu_stop_kernel_restart_and_kill_9_end_the_pool_and_leave_no_process(t
         assert stop.returncode == 0 and f"Run {pool.id} (stopped): stopped." in stop.stdout, stop.stdout + stop.stderr
         assert alive(pids) == [] and kernel.manager.is_alive()
         interrupted = kernel.wait(busy, timeout=60)  # the cell it stopped says so: no death, no traceback
-        assert f"ranks pool {pool.id} " in interrupted.text and "stop" in interrupted.text, (interrupted.text, interrupted.errors)
+        assert f"ranks pool {pool.id} " in interrupted.text and "stop" in interrupted.text, (
+            interrupted.text,
+            interrupted.errors,
+        )
         assert "died" not in interrupted.text and "Traceback" not in interrupted.text, interrupted.text
         said = kernel.run("%%ranks\nprint('back')")
         assert said.status == "error" and "back" not in said.text, "a stopped pool is never started again unasked"

@@ -37,7 +37,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +47,7 @@ from zmq.utils import z85
 from zmq.utils.monitor import recv_monitor_message
 
 from .protocol import Kind, Message
+from .shared_files import SharedFolder
 
 ADDRESS_ENV = "JIYU_POOL"  # where a rank finds its pool's address file
 ZAP_DOMAIN = "jiyu-ranks"
@@ -74,6 +75,7 @@ class Address:
     server_key: str | None = None  # Z85 CurveZMQ keys: TCP only
     client_public: str | None = None
     client_secret: str | None = None
+    shared: str | None = None  # the pool's folder in shared memory, for big buffers (``shared_files``)
 
     def save(self, path: Path) -> None:
         """Written whole, then renamed into place: a rank that waits for the file (on another
@@ -111,17 +113,19 @@ class Address:
         sock.curve_secretkey = self.client_secret.encode()
 
 
-def frames(message: Message) -> list:
-    """``[header, *buffers]``; a buffer over ``MAX_FRAME`` goes as several frames (``chunks``)."""
+def frames(message: Message, shared: SharedFolder | None = None) -> list:
+    """``[header, *buffers]``; a big buffer goes through ``shared`` memory where there is some,
+    else a buffer over ``MAX_FRAME`` goes as several frames (``chunks``)."""
     fields = {"kind": message.kind.value, **message.fields}
+    buffers = shared.put(fields, message.buffers) if shared is not None else message.buffers
     parts: list = []
-    if any(len(buffer) > MAX_FRAME for buffer in message.buffers):
-        fields["chunks"] = [max(1, -(-len(b) // MAX_FRAME)) for b in message.buffers]
-        for buffer in message.buffers:
+    if any(len(buffer) > MAX_FRAME for buffer in buffers):
+        fields["chunks"] = [max(1, -(-len(b) // MAX_FRAME)) for b in buffers]
+        for buffer in buffers:
             view = memoryview(buffer)
             parts.extend(view[i : i + MAX_FRAME] for i in range(0, max(1, len(view)), MAX_FRAME))
     else:
-        parts = list(message.buffers)
+        parts = list(buffers)
     return [json.dumps(fields, default=str).encode(), *parts]
 
 
@@ -129,9 +133,10 @@ def _bytes(part) -> bytes:
     return part.bytes if isinstance(part, zmq.Frame) else bytes(part)
 
 
-def message_of(parts: Sequence) -> Message | None:
+def message_of(parts: Sequence, shared: SharedFolder | None = None, unlink: bool = False) -> Message | None:
     """The message ``frames`` made, or None for frames that are not one (a peer of ours only
-    sends messages; anything else is dropped)."""
+    sends messages; anything else is dropped). Its buffers in ``shared`` memory are mapped
+    (``unlink``: and their files removed: they were written for this reader alone)."""
     try:
         fields = json.loads(_bytes(parts[0]))
         kind = Kind(fields.pop("kind"))
@@ -145,6 +150,9 @@ def message_of(parts: Sequence) -> Message | None:
             buffers.append(b"".join(rest[at : at + count]))
             at += count
         rest = buffers
+    placed = fields.pop("shared", None)
+    if placed and shared is not None:
+        rest = shared.take(placed, rest, unlink)
     return Message(kind, fields, rest)
 
 
@@ -158,9 +166,11 @@ class KernelEnd:
         self.context = zmq.Context()
         self.authenticator: ThreadAuthenticator | None = None
         self.folder: str | None = None
+        self.shared: SharedFolder | None = None
         keys: dict[str, str] = {}
         if host is None:
             self.folder = tempfile.mkdtemp(prefix="jiyu-pool-")  # 0700: its user's alone
+            self.shared = SharedFolder.create()
         else:
             keys = self._curve(allowed)
         self.requests = self._socket(zmq.ROUTER, keys)
@@ -174,7 +184,7 @@ class KernelEnd:
             endpoints = [
                 f"tcp://{host}:{sock.bind_to_random_port(f'tcp://{host}')}" for sock in (self.requests, self.replies)
             ]
-        self.address = Address(*endpoints, **keys)
+        self.address = replace(Address(*endpoints, **keys), shared=self.shared.path if self.shared else None)
         self.poller = zmq.Poller()
         self.poller.register(self.replies, zmq.POLLIN)
         self.poller.register(self.requests, zmq.POLLIN)
@@ -207,12 +217,12 @@ class KernelEnd:
 
     def send(self, rank: int, message: Message) -> bool:
         """A request to the rank's main thread; False when the rank is not connected (gone)."""
-        return self._route(identity(rank), frames(message))
+        return self._route(identity(rank), frames(message, self.shared))
 
     def broadcast(self, ranks: Sequence[int], message: Message) -> list[int]:
         """One request to several ranks, framed once (a push's buffers are not copied per
-        rank); the ranks it could not reach."""
-        parts = frames(message)
+        rank, and a big one is written to shared memory once); the ranks it could not reach."""
+        parts = frames(message, self.shared)
         return [rank for rank in ranks if not self._route(identity(rank), parts)]
 
     def control(self, rank: int, message: Message) -> bool:
@@ -240,7 +250,7 @@ class KernelEnd:
             if not ready:
                 return None
             if self.replies in ready:
-                message = message_of(self.replies.recv_multipart(copy=False))
+                message = message_of(self.replies.recv_multipart(copy=False), self.shared, unlink=True)
             else:  # on the ROUTER: [identity, header, ...] from a DEALER
                 message = message_of(self.requests.recv_multipart(copy=False)[1:])
             if message is not None:
@@ -256,6 +266,17 @@ class KernelEnd:
         self.context.term()
         if self.folder is not None:
             shutil.rmtree(self.folder, ignore_errors=True)
+        if self.shared is not None:
+            self.shared.close()
+
+    def written(self) -> list[str]:
+        """The shared-memory files the requests sent since the last call wrote (removed once
+        their request ended: ``remove_shared``)."""
+        return self.shared.take_written() if self.shared is not None else []
+
+    def remove_shared(self, names: list[str]) -> None:
+        if self.shared is not None and names:
+            self.shared.remove(names)
 
 
 class _OneKey:
@@ -279,6 +300,7 @@ class RankEnd:
         """``source``: the address to connect from (the node's own, which the kernel allows)."""
         self.context = zmq.Context()
         self.address, self.rank, self.source = address, rank, source
+        self.shared = SharedFolder(address.shared, keep_names=False) if address.shared else None
         self.requests = self._socket(zmq.DEALER, identity(rank), linger=0)
         self.requests.connect(_from_source(source, address.requests))
         self.replies = self._socket(zmq.PUSH, None, linger=2000)  # the last replies reach the kernel before exit
@@ -345,11 +367,11 @@ class RankEnd:
     def receive(self, timeout: float | None = None) -> Message | None:
         if timeout is not None and not self.requests.poll(int(timeout * 1000)):
             return None
-        return message_of(self.requests.recv_multipart(copy=False))
+        return message_of(self.requests.recv_multipart(copy=False), self.shared)
 
     def send(self, message: Message) -> None:
         """From the sender thread only: ZMQ sockets belong to one thread."""
-        self.replies.send_multipart(frames(message), copy=False)
+        self.replies.send_multipart(frames(message, self.shared), copy=False)
 
     def close(self) -> None:
         self.requests.close(0)

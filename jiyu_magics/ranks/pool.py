@@ -225,6 +225,7 @@ class RanksPool:
                 unreachable = self.end.broadcast(targets, Message(kind, header, list(buffers)))
             else:
                 unreachable = [r for r in targets if not self.end.send(r, Message(kind, header, per_rank[r]))]
+            request.shared = self.end.written()
         for rank in unreachable:  # its process is gone: the supervisor's report may still be on its way
             self.ranks[rank].state = RankState.DEAD
             request.died(self.ranks[rank].exit or RankExit(rank, self.ranks[rank].pid or 0, None, None))
@@ -274,6 +275,8 @@ class RanksPool:
         with self.lock:
             if self.request is request:
                 self.request = None
+            self.end.remove_shared(request.shared)
+            request.shared = []
 
     # -- the control thread of each rank -------------------------------------------------------------
     def interrupt(self, request: Request, ranks: Iterable[int]) -> None:

@@ -65,6 +65,8 @@ class RankShell(InteractiveShell):
 
 
 INLINE_BACKEND = "module://matplotlib_inline.backend_inline"
+
+
 def _stopping(exc_tuple) -> bool:
     """A stop's SystemExit (``core.processes.job_stop``): one line, then the rank ends."""
     error = exc_tuple[1] if exc_tuple else sys.exc_info()[1]

@@ -30,6 +30,7 @@ class Request:
     interrupted: float | None = None  # when the ranks still busy were interrupted
     aborted: float | None = None  # when the process group was aborted under it
     killed: list[int] = field(default_factory=list)  # ranks ended because they never came back
+    shared: list[str] = field(default_factory=list)  # its buffers' files in shared memory
 
     @property
     def pending(self) -> list[int]:
