@@ -21,6 +21,12 @@ class Variable:
 
 VARIABLES = (
     Variable("JIYU_HOME", "you", "The folder of the run store (jiyu.sqlite) and the run folders; default ~/.jiyu."),
+    Variable(
+        "JIYU_BOX",
+        "you / the admin",
+        "The folder of the shared box's GPU book (`jiyu box init --path`); default /var/lib/jiyu/box when "
+        "it exists, else leases stay in JIYU_HOME.",
+    ),
     Variable("JIYU_UI", "you", "`text`: `%%train` shows text progress instead of the ipywidgets dashboard."),
     Variable(
         "JIYU_MAX_CPU_JOBS",
