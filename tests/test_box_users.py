@@ -285,3 +285,25 @@ def _ask_as(team, user: str, request: dict) -> dict:
     done = team.run(user, [str(team.python), "-c", code, json.dumps(request)])
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
+
+
+def test_while_the_keeper_is_down_a_job_waits_saying_why_and_starts_once_it_is_back(team):
+    admin = {**os.environ, "PYTHONPATH": str(ROOT)}
+    box = ["box", "--path", str(team.box)]
+    stopped = subprocess.run([sys.executable, "-m", "jiyu_magics", "box", "stop", "--path", str(team.box)], env=admin)
+    assert stopped.returncode == 0
+    try:
+        run_id = submit(team, "alice", notebook_for(team, "alice", "patient.ipynb", steps=3), "--gpus", "1")
+        waiting = wait_until(
+            lambda: (r := runs_of(team, "alice")[run_id])["queue_reason"] and r, 60, what="the waiting line"
+        )
+        assert waiting["status"] == "queued" and "book keeper" in waiting["queue_reason"]
+        assert "is not running: GPU runs wait until it answers" in waiting["queue_reason"]
+        gpu = jiyu(team, "alice", "gpu")
+        assert gpu.returncode == 0 and "owners unknown: the box's book keeper" in gpu.stdout, gpu.stdout
+    finally:
+        started = subprocess.run(
+            [sys.executable, "-m", "jiyu_magics", box[0], "init", *box[1:], "--group", team.group], env=admin
+        )
+    assert started.returncode == 0
+    wait_until(lambda: status_of(team, "alice", run_id) == "succeeded", 180, what="the job once the keeper is back")

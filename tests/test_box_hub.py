@@ -1,0 +1,111 @@
+"""A team's JupyterHub on one box: a real JupyterHub (configurable-http-proxy from npm, the
+LocalProcessSpawner) starts alice's and bob's single-user servers as those Unix users, each
+with jiyu's server extension; the box's book keeper and the NVML test double (no driver on
+this machine) are as in tests/test_box_users.py.
+
+bob submits a job from his server; alice's server, her panel in a real JupyterLab (headless
+Chromium, logged in through the hub's own login page) and her REST calls see bob's lease as
+bob's (user, kind, time: nothing of his run's name or notebook), and her Stop on it is refused
+in one line. Screenshot: test-artifacts/box_hub_panel.png.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from playwright.sync_api import expect, sync_playwright
+
+from .hub_runner import PASSWORD, jupyterhub_path, proxy_command, start_hub, stop_hub
+from .jobs_workload import write_notebook
+from .lab_runner import launch_chromium, write_user_settings
+from .test_box_users import team  # noqa: F401 - the module's users and box (a fixture)
+from .unix_users import ROOT, can_make_users, wait_until
+
+pytestmark = pytest.mark.skipif(
+    not os.environ.get("JIYU_REQUIRE_SERVICES")
+    and (not can_make_users() or jupyterhub_path() is None or proxy_command() is None),
+    reason="needs root (Unix users), jupyterhub (pip) and configurable-http-proxy (npm)",
+)
+
+
+@pytest.fixture(scope="module")
+def hub(team):  # noqa: F811 - the fixture imported above
+    labext = team.root / "hub" / "jupyter-data" / "labextensions"
+    labext.mkdir(parents=True)
+    (labext / "jiyu-magics").symlink_to(ROOT / "jiyu_magics" / "labextension")  # this tree's panel
+    for user in ("alice", "bob"):
+        settings = team.home(user) / ".jupyter" / "lab" / "user-settings"
+        write_user_settings(settings, {"refreshInterval": 1})
+        for path in [team.home(user) / ".jupyter", *(team.home(user) / ".jupyter").rglob("*")]:
+            os.chown(path, team.uids[user], -1)
+    env = {k: v for k, v in team.env("alice", team.extra).items() if k not in ("HOME", "USER", "LOGNAME", "TMPDIR")}
+    started = start_hub(team.root / "hub", team, env)
+    try:
+        yield started
+    finally:
+        stop_hub(started)
+
+
+def test_alices_server_and_panel_show_bobs_lease_as_bobs_and_refuse_her_stop(team, hub, artifacts):  # noqa: F811
+    alice, bob = team.login("alice"), team.login("bob")
+    alice_token, bob_token = hub.start_server(alice), hub.start_server(bob)
+    notebook = team.home("bob") / "secret-project.ipynb"
+    write_notebook(notebook, steps=3000, step_seconds=0.1)
+    os.chown(notebook, team.uids["bob"], -1)
+    status, run = hub.api(f"user/{bob}/jiyu/api/runs", "POST", {"notebook": notebook.name, "gpus": 1}, token=bob_token)
+    assert status == 201, run
+    bob_run = run["id"]
+
+    def bobs_lease():
+        status, snap = hub.api(f"user/{alice}/jiyu/api/gpus", token=alice_token)
+        assert status == 200, snap
+        leases = [lease for d in snap["devices"] for lease in d["leases"]]
+        return leases[0] if leases else None
+
+    lease = wait_until(bobs_lease, 180, what="bob's lease in alice's server")
+    assert (lease["user"], lease["mine"], lease["run_kind"], lease["index"]) == (bob, False, "job", 0)
+    assert lease["run_name"] is None and lease["notebook"] is None and lease["reported_memory"] is None
+    status, refused = hub.api(f"user/{alice}/jiyu/api/runs/{bob_run}/stop", "POST", {}, token=alice_token)
+    assert status == 403 and refused["message"] == f"run {bob_run} is {bob}'s: only {bob} can see, change or stop it"
+    status, _ = hub.api(f"user/{alice}/jiyu/api/runs/{bob_run}/log", token=alice_token)
+    assert status == 403
+    status, _ = hub.api(f"user/{bob}/api/contents", token=alice_token)
+    assert status == 403  # her token does not open his server
+    status, _ = hub.api(f"user/{alice}/api/contents", token=bob_token)
+    assert status == 403
+
+    with sync_playwright() as playwright:
+        browser = launch_chromium(playwright)
+        page = browser.new_context(viewport={"width": 1360, "height": 820}).new_page()
+        page.goto(f"{hub.url}hub/login")
+        page.fill("input[name=username]", alice)
+        page.fill("input[name=password]", PASSWORD)
+        page.click("input[type=submit], button[type=submit]")
+        page.wait_for_url(f"**/user/{alice}/lab**", timeout=120_000)
+        page.wait_for_function("() => window.jupyterapp !== undefined", timeout=120_000)
+        page.evaluate("() => window.jupyterapp.restored.then(() => true)")
+        page.locator('.jp-SideBar .lm-TabBar-tab[data-id="jiyu-panel"]').click()
+        card = page.locator("#jiyu-panel .jp-JiyuGpu").nth(0)
+        held = card.locator(f'.jp-JiyuGpu-lease[data-user="{bob}"]')
+        expect(held).to_contain_text(f"Leased by {bob}, job, ", timeout=60_000)
+        expect(card).not_to_contain_text("secret-project")
+        held.get_by_role("button", name="Stop the run leasing GPU 0").click()
+        page.locator(".jp-Dialog").get_by_role("button", name="Stop run").click()
+        refusal = f"Could not stop {bob}, job, "
+        page.locator(".jp-Notification-Status").click()  # the status bar's bell: the notification list
+        listed = page.locator(".jp-Notification-List")
+        expect(listed).to_contain_text(refusal, timeout=30_000)
+        expect(listed).to_contain_text(f"run {bob_run} is {bob}'s: only {bob} can see, change or stop it")
+        page.screenshot(path=artifacts / "box_hub_panel.png")
+        browser.close()
+
+    status, still = hub.api(f"user/{bob}/jiyu/api/runs/{bob_run}", token=bob_token)
+    assert status == 200 and still["status"] == "running"  # her attempts changed nothing
+    status, stopped = hub.api(f"user/{bob}/jiyu/api/runs/{bob_run}/stop", "POST", {}, token=bob_token)
+    assert status == 200 and stopped["status"] == "stopped", stopped
+    log = json.loads(
+        team.jiyu("carol", "box", "log", "--json", "--limit", "500", extra=team.extra).stdout
+    )  # carol is the box's admin: every change, each with who made it
+    assert [c["by"] for c in log if c["run_id"] == bob_run] == [bob, bob, bob]  # queued, leased, released
