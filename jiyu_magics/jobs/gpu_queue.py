@@ -17,6 +17,7 @@ import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from ..core.box.client import BoxUnreachable
 from ..core.gpu import snapshot as gpu
 from ..core.gpu.owners import Attribution
 from ..core.runs.model import RunStatus
@@ -75,6 +76,13 @@ class GpuQueue:
             return Grant()
         if run.gpus_requested == 0:
             return self._admit_cpu(run)
+        try:
+            return self._lease(run, active)
+        except BoxUnreachable as problem:  # the box's keeper is down: the run waits, nothing is lost
+            self._note(run, str(problem))
+            return None
+
+    def _lease(self, run: Run, active: list[Run]) -> Grant | None:
         turn = self.store.leases.turn(run.id)
         if not turn.head:
             if turn.reason is not None:  # a box's rule says why (its per-user limit, fair share)

@@ -56,7 +56,10 @@ class BoxLeaseBook(LeaseBook):
     def queue(self) -> list[Waiting]:
         """This user's waiting runs with their places in the box-wide queue (runs wanting no
         GPU queue here, apart)."""
-        status = self.box.call("status")
+        try:
+            status = self.box.call("status")
+        except BoxUnreachable:  # a listing goes on without places; the waiting line says why
+            return [w for w in super().queue() if w.gpus == 0]
         mine = [Waiting(w["run_id"], w["gpus"], w["priority"], w["position"]) for w in status["queue"] if w["mine"]]
         return mine + [w for w in super().queue() if w.gpus == 0]
 
@@ -129,6 +132,28 @@ class BoxLeaseBook(LeaseBook):
 
     def ended(self, run_ids: Sequence[str]) -> None:
         self._release(run_ids)
+
+    def reconcile(self, active: Sequence[str]) -> list[str]:
+        """Ends the book's leases and places of this user's runs that ended here while the
+        book could not be told (its keeper was down); the run ids it released."""
+        try:
+            status = self.box.call("status")
+        except (BoxUnreachable, BoxRefused):
+            return []
+        held = {lease["run_id"] for lease in status["leases"] if lease["mine"]}
+        held |= {w["run_id"] for w in status["queue"] if w["mine"]}
+        with self.db.read() as db:
+            known = (
+                {
+                    row[0]
+                    for row in db.execute(f"SELECT id FROM runs WHERE id IN ({', '.join('?' * len(held))})", [*held])
+                }
+                if held
+                else set()
+            )
+        stale = sorted(run_id for run_id in held if run_id in known and run_id not in set(active))
+        self._release(stale)
+        return stale
 
     def owner_of(self, run_id: str) -> str | None:
         try:

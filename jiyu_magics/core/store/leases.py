@@ -126,6 +126,10 @@ class LeaseBook:
         """Other users' waiting runs (on a box): position, user, kind, GPUs, since, why."""
         return []
 
+    def reconcile(self, active: Sequence[str]) -> list[str]:
+        """A box's book told of runs that ended while it was out (``box_leases``); nothing here."""
+        return []
+
     def owner_of(self, run_id: str) -> str | None:
         """Another user whose run this id names (on a box), for a refusal that says whose."""
         return None
