@@ -187,3 +187,28 @@ def test_a_policy_value_of_the_wrong_kind_is_refused_naming_its_key():
     ]:
         with pytest.raises(PolicyError, match=message):
             parse(text)
+
+
+def test_a_waiting_run_hears_of_a_release_at_once_and_runs_behind_it_stay_waiting(book, owners):
+    import threading
+
+    alice, bob, carol = Peer(owners(), ALICE, ALICE), Peer(owners(), BOB, BOB), Peer(owners(), CAROL, CAROL)
+    book.acquire(alice, run("a0000001", 4), SLOTS)
+    book.wait(bob, run("b0000001", 4))
+    book.wait(carol, run("c0000001", 4))
+    answers = {}
+
+    def waits(peer, run_id):
+        started = time.monotonic()
+        answers[run_id] = (book.wait(peer, run(run_id, 4), block=3.0), time.monotonic() - started)
+
+    threads = [threading.Thread(target=waits, args=pair) for pair in ((bob, "b0000001"), (carol, "c0000001"))]
+    for thread in threads:
+        thread.start()
+    time.sleep(0.3)  # both are held in the keeper now
+    book.release(alice, "a0000001")
+    for thread in threads:
+        thread.join()
+    (bob_turn, bob_took), (carol_turn, carol_took) = answers["b0000001"], answers["c0000001"]
+    assert bob_turn["head"] and bob_took < 1.5  # woken by the release, not by the 3 s limit
+    assert not carol_turn["head"] and carol_took >= 2.9  # still behind bob: it waited out its time

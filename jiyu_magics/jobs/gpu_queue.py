@@ -31,6 +31,7 @@ CPU_LIMIT_ENV = "JIYU_MAX_CPU_JOBS"
 VISIBLE_ENV = "CUDA_VISIBLE_DEVICES"
 HEAD_POLL_S = 0.2  # how often the first run in line checks for GPUs
 WAIT_POLL_S = 1.0  # how often the others check whether they moved up
+BOX_POLL_S = 0.02  # on a box the keeper waits with the answer (up to a second): ask again at once
 
 
 @dataclass
@@ -112,6 +113,8 @@ class GpuQueue:
         return Grant(visible_devices="" if gpu.snapshot().available else None)
 
     def poll_interval(self, run_id: str) -> float:
+        if self.store.leases.blocks:  # a box's keeper held the answer until the queue moved
+            return BOX_POLL_S
         position = self.store.get(run_id).queue_position
         return HEAD_POLL_S if position in (None, 1) else WAIT_POLL_S
 

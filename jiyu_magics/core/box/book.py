@@ -21,8 +21,8 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -87,24 +87,64 @@ class Book:
         self._db.execute("PRAGMA synchronous = NORMAL")
         self._db.executescript(SCHEMA)
         self.kernels = IdleKernels(self._db, self._lock, policy)
+        # every change that can move the queue (a lease, a release, a new or swept run) bumps
+        # the version: waiting owners blocked in ``wait``/``acquire`` wake at once
+        self._changed = threading.Condition()
+        self._version = 0
 
-    def _tx(self) -> AbstractContextManager[sqlite3.Connection]:
-        return transaction(self._db, self._lock)
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        """A write transaction; one that logged a change wakes the owners waiting for one."""
+        with transaction(self._db, self._lock) as db:
+            before = db.execute("SELECT MAX(rowid) FROM changes").fetchone()[0]
+            yield db
+            changed = db.execute("SELECT MAX(rowid) FROM changes").fetchone()[0] != before
+        if changed:
+            with self._changed:
+                self._version += 1
+                self._changed.notify_all()
+
+    def _await_change(self, seen: int, timeout: float) -> None:
+        with self._changed:
+            self._changed.wait_for(lambda: self._version != seen, timeout)
 
     def close(self) -> None:
         self._db.close()
 
     # -- waiting and leasing -----------------------------------------------------------------
-    def wait(self, peer: Peer, run: dict[str, Any]) -> dict:
-        """Puts the run in the queue (or refreshes its owner) and says its turn."""
+    def wait(self, peer: Peer, run: dict[str, Any], block: float = 0.0) -> dict:
+        """Puts the run in the queue (or refreshes its owner) and says its turn; while it may
+        not lease, waits up to ``block`` seconds for the queue to move it to the head (each
+        change is looked at here, so a run still behind others stays waiting quietly)."""
+        deadline = time.monotonic() + block
+        seen = self._version
+        reply = self._wait_once(peer, run)
+        while not reply["head"] and (left := deadline - time.monotonic()) > 0:
+            self._await_change(seen, left)
+            seen = self._version
+            with self._lock:
+                reply = self._turn_reply(self._db, self._entry(self._db, peer.uid, run["run"]))
+        return reply
+
+    def _wait_once(self, peer: Peer, run: dict[str, Any]) -> dict:
         with self._tx() as db:
             self._sweep(db)
             entry = self._enter(db, peer, run)
             return self._turn_reply(db, entry)
 
-    def acquire(self, peer: Peer, run: dict[str, Any], slots: list[tuple[str, int]]) -> dict:
+    def acquire(self, peer: Peer, run: dict[str, Any], slots: list[tuple[str, int]], block: float = 0.0) -> dict:
         """Leases for the run on ``slots`` (the GPUs its owner found usable, best first) when it
-        is the head of the queue and enough are unleased; else its turn and why it waits."""
+        is the head of the queue and enough are unleased; else, after waiting up to ``block``
+        seconds for a change (a release) and trying once more, its turn and why it waits (its
+        owner then reads the GPUs again: a freed GPU may have been busy when it last looked)."""
+        seen = self._version
+        reply = self._acquire_once(peer, run, slots)
+        if "leases" in reply or block <= 0:
+            return reply
+        self._await_change(seen, block)
+        return self._acquire_once(peer, run, slots)
+
+    def _acquire_once(self, peer: Peer, run: dict[str, Any], slots: list[tuple[str, int]]) -> dict:
         with self._tx() as db:
             self._sweep(db)
             entry = self._enter(db, peer, run)

@@ -31,9 +31,9 @@ from .book import Book
 from .book_rows import Refused
 from .identity import Peer, in_group
 from .location import BoxLocation
-from .protocol import MAX_LINE, BadRequest, checked
+from .protocol import MAX_BLOCK_S, MAX_LINE, BadRequest, checked
 
-REQUEST_TIMEOUT_S = 5.0
+REQUEST_TIMEOUT_S = 5.0  # to read a request; a blocking wait answers within MAX_BLOCK_S more
 POLICY_CHECK_S = 1.0
 RUN_ID = re.compile(r"^[0-9a-f]{1,32}$")
 
@@ -101,8 +101,8 @@ class Keeper:
             raise BadRequest("gpus must be 0 or more")
         handlers: dict[str, Callable[[], dict]] = {
             "whoami": lambda: {"uid": peer.uid, "user": peer.user, "pid": peer.pid},
-            "wait": lambda: book.wait(peer, fields),
-            "acquire": lambda: book.acquire(peer, fields, _slots(fields.pop("slots"))),
+            "wait": lambda: book.wait(peer, fields, _block(fields)),
+            "acquire": lambda: book.acquire(peer, fields, _slots(fields.pop("slots")), _block(fields)),
             "record": lambda: book.record(peer, fields, _slots([fields.pop("slot")])[0]),
             "release": lambda: book.release(peer, fields["run"]),
             "requeue": lambda: book.requeue(peer, fields["run"]),
@@ -118,6 +118,11 @@ class Keeper:
             "reclaim": lambda: book.kernels.reclaim(peer, fields["owner"], fields["kernel"]),
         }
         return handlers[op]()
+
+
+def _block(fields: dict[str, Any]) -> float:
+    """How long a waiting owner lets the keeper hold its answer (at most ``MAX_BLOCK_S``)."""
+    return min(max(float(fields.pop("block", 0.0)), 0.0), MAX_BLOCK_S)
 
 
 def _slots(raw: list) -> list[tuple[str, int]]:

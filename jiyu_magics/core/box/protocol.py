@@ -14,8 +14,18 @@ from typing import Any
 MAX_LINE = 1 << 20  # bytes of one request: a few hundred kernels or GPUs fit many times over
 IDENTITY_FIELDS = ("uid", "user", "pid", "gid")
 
-_RUN = {"run": str, "kind": str, "gpus": int, "priority": int, "share": bool, "preemptible": bool, "queued": float}
-_RUN_OPTIONAL = {"priority", "share", "preemptible", "queued"}
+_RUN = {
+    "run": str,
+    "kind": str,
+    "gpus": int,
+    "priority": int,
+    "share": bool,
+    "preemptible": bool,
+    "queued": float,
+    "block": float,  # seconds the keeper may wait for the queue to move before it answers
+}
+_RUN_OPTIONAL = {"priority", "share", "preemptible", "queued", "block"}
+MAX_BLOCK_S = 5.0
 
 # op -> (fields and kinds, the optional ones)
 OPS: dict[str, tuple[dict[str, Any], set[str]]] = {

@@ -31,7 +31,12 @@ def lease_book(db: StoreDatabase, host: str) -> LeaseBook:
     return LeaseBook(db, host) if location is None else BoxLeaseBook(db, host, location)
 
 
+WAIT_BLOCK_S = 1.0  # as long as a waiting run's owner slept between polls before the box
+
+
 class BoxLeaseBook(LeaseBook):
+    blocks = True  # its turn and acquire wait in the keeper: the owner polls again at once
+
     def __init__(self, db: StoreDatabase, host: str, location: BoxLocation):
         super().__init__(db, host)
         self.box = BoxClient(location)
@@ -79,7 +84,9 @@ class BoxLeaseBook(LeaseBook):
         ]
 
     def turn(self, run_id: str) -> Turn:
-        answer = self.box.call("wait", **self._entry(run_id))
+        """Its turn, the keeper answering once the run may lease or after ``WAIT_BLOCK_S``:
+        a waiting owner hears of a release at once instead of at its next poll."""
+        answer = self.box.call("wait", **self._entry(run_id), block=WAIT_BLOCK_S)
         return Turn(answer["position"], answer["head"], answer.get("reason"))
 
     # -- taking and ending ---------------------------------------------------------------------
@@ -88,7 +95,9 @@ class BoxLeaseBook(LeaseBook):
         in one transaction of the home store. ``last_turn`` says why when there are none."""
         if not slots:
             return None
-        answer = self.box.call("acquire", **self._entry(run_id), slots=[[s.uuid, s.index] for s in slots])
+        answer = self.box.call(
+            "acquire", **self._entry(run_id), slots=[[s.uuid, s.index] for s in slots], block=WAIT_BLOCK_S
+        )
         self.last_turn = Turn(
             answer.get("position"), answer.get("head", False), answer.get("reason"), answer.get("preempting")
         )

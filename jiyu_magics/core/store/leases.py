@@ -82,6 +82,8 @@ class Turn:
 
 
 class LeaseBook:
+    blocks = False  # whether turn/acquire wait for the queue to move themselves (a box's book)
+
     def __init__(self, db: StoreDatabase, host: str):
         self.db, self.host = db, host
         self.last_turn: Turn | None = None  # a box's word on the last ``acquire`` that leased nothing
