@@ -135,7 +135,7 @@ c.Authenticator.allowed_users = {set(users.names.values())!r}
 c.JupyterHub.spawner_class = "localprocess"
 c.Spawner.cmd = [{str(users.python)!r}, "-m", "jupyterhub.singleuser"]
 c.Spawner.default_url = "/lab"
-c.Spawner.args = ["--LabApp.expose_app_in_browser=True"]
+c.Spawner.args = ["--LabApp.expose_app_in_browser=True", "--JiyuApp.usage_sample_interval=2"]
 c.Spawner.start_timeout = 180
 c.Spawner.http_timeout = 180
 c.Spawner.environment = {spawner_env!r}

@@ -109,3 +109,80 @@ def test_alices_server_and_panel_show_bobs_lease_as_bobs_and_refuse_her_stop(tea
         team.jiyu("carol", "box", "log", "--json", "--limit", "500", extra=team.extra).stdout
     )  # carol is the box's admin: every change, each with who made it
     assert [c["by"] for c in log if c["run_id"] == bob_run] == [bob, bob, bob]  # queued, leased, released
+
+
+def test_an_admin_reclaims_an_idle_kernel_holding_gpu_memory_and_never_a_busy_one(team, hub):  # noqa: F811
+    from jupyter_client import BlockingKernelClient
+
+    alice, bob, carol = (team.login(u) for u in ("alice", "bob", "carol"))
+    token = hub.user_tokens.get(alice) or hub.start_server(alice)
+    (team.box / "policy.yaml").write_text(
+        f"group: {team.group}\nadmins: [{carol}]\nidle_kernel_minutes: 0.05\n"  # 3 s: idle soon
+    )
+    kernels = {}
+    for name in ("idle", "busy"):
+        status, kernel = hub.api(f"user/{alice}/api/kernels", "POST", {"name": "python3"}, token=token)
+        assert status == 201, kernel
+        kernels[name] = kernel["id"]
+    pids = {name: _kernel_process(kid) for name, kid in kernels.items()}
+    team.gpus.hold(1, pids["idle"].pid, 2 * 2**30)
+    team.gpus.hold(1, pids["busy"].pid, 2 * 2**30)
+    clients = {}
+    for name, proc in pids.items():  # as a notebook connects: the kernel answers and turns idle
+        clients[name] = BlockingKernelClient(connection_file=_connection_file(proc))
+        clients[name].load_connection_file()
+        clients[name].start_channels()
+        clients[name].wait_for_ready(timeout=60)
+    clients["busy"].execute("import time; time.sleep(120)")  # a running cell, as from its notebook
+    try:
+
+        def listed():
+            idle = json.loads(team.jiyu("carol", "box", "idle", "--json", extra=team.extra).stdout)["kernels"]
+            found = {k["kernel_id"]: k for k in idle if k["user"] == alice}
+            ok = found.get(kernels["idle"], {}).get("over_limit") and found.get(kernels["busy"], {}).get("busy")
+            return found if ok else None
+
+        found = wait_until(listed, 90, what="alice's kernels in the box's idle list")
+        assert found[kernels["idle"]]["memory"] == 2 * 2**30 and found[kernels["idle"]]["gpus"] == [1]
+        status, snap = hub.api(f"user/{alice}/jiyu/api/gpus", token=token)
+        assert snap["idle_warning_s"] == 3.0  # the box's policy, not the server's own setting
+        assert [k["idle_warning"] for k in snap["kernels"] if k["kernel_id"] == kernels["idle"]] == [True]
+        mine = json.loads(team.jiyu("bob", "box", "idle", "--json", extra=team.extra).stdout)["kernels"]
+        assert [k for k in mine if k["user"] == alice] == []  # a member sees their own kernels only
+
+        refused = team.jiyu("bob", "box", "reclaim", alice, kernels["idle"][:8], extra=team.extra)
+        assert refused.returncode == 2 and "is not an admin of this box" in refused.stderr
+        busy = team.jiyu("carol", "box", "reclaim", alice, kernels["busy"][:8], extra=team.extra)
+        assert busy.returncode == 2 and "is running a cell: it is never reclaimed" in busy.stderr
+        done = team.jiyu("carol", "box", "reclaim", alice, kernels["idle"][:8], extra=team.extra)
+        assert done.returncode == 0, done.stderr
+
+        def running_kernels():
+            status, listed_now = hub.api(f"user/{alice}/api/kernels", token=token)
+            return {k["id"] for k in listed_now}
+
+        wait_until(lambda: kernels["idle"] not in running_kernels(), 60, what="the idle kernel shut down by her server")
+        assert kernels["busy"] in running_kernels() and pids["busy"].is_running()
+        log = json.loads(team.jiyu("carol", "box", "log", "--json", extra=team.extra).stdout)
+        assert [(c["by"], c["action"]) for c in log if c["action"].startswith("reclaim")] == [
+            (carol, "reclaim"),
+            (alice, "reclaimed"),
+        ]
+    finally:
+        for client in clients.values():
+            client.stop_channels()
+        team.gpus.release(1, pids["idle"].pid)
+        team.gpus.release(1, pids["busy"].pid)
+
+
+def _kernel_process(kernel_id: str):
+    import psutil
+
+    for proc in psutil.process_iter(["cmdline"]):
+        if any(f"kernel-{kernel_id}.json" in part for part in proc.info["cmdline"] or []):
+            return proc
+    raise AssertionError(f"no process for kernel {kernel_id}")
+
+
+def _connection_file(proc) -> str:
+    return next(part for part in proc.cmdline() if part.endswith(".json") and "kernel-" in part)
