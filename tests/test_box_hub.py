@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 
 import pytest
 from playwright.sync_api import expect, sync_playwright
@@ -186,3 +187,40 @@ def _kernel_process(kernel_id: str):
 
 def _connection_file(proc) -> str:
     return next(part for part in proc.cmdline() if part.endswith(".json") and "kernel-" in part)
+
+
+def test_a_kernel_holding_gpu_memory_while_idle_says_so_in_its_notebook(team, hub):  # noqa: F811
+    from jupyter_client import BlockingKernelClient
+
+    alice, carol = team.login("alice"), team.login("carol")
+    token = hub.user_tokens.get(alice) or hub.start_server(alice)
+    (team.box / "policy.yaml").write_text(f"group: {team.group}\nadmins: [{carol}]\nidle_kernel_minutes: 0.05\n")
+    status, kernel = hub.api(f"user/{alice}/api/kernels", "POST", {"name": "python3"}, token=token)
+    assert status == 201, kernel
+    proc = _kernel_process(kernel["id"])
+    client = BlockingKernelClient(connection_file=_connection_file(proc))
+    client.load_connection_file()
+    client.start_channels()
+    try:
+        client.wait_for_ready(timeout=60)
+        # the notice looks every minute; the test's kernel looks every half second
+        client.execute_interactive(
+            "import jiyu_magics.magics.idle_notice as notice\nnotice.CHECK_EVERY_S = 0.5\n%load_ext jiyu_magics",
+            timeout=60,
+        )
+        team.gpus.hold(1, proc.pid, 2 * 2**30)  # the model it trained stays on GPU 1
+        deadline, said = time.monotonic() + 60, []
+        while time.monotonic() < deadline and not said:
+            try:
+                msg = client.get_iopub_msg(timeout=1)
+            except Exception:  # queue.Empty: nothing yet
+                continue
+            if msg["msg_type"] == "stream" and "jiyu: this kernel has held" in msg["content"]["text"]:
+                said.append(msg["content"]["text"])
+        assert said, "no notice in the notebook"
+        assert said[0].startswith("jiyu: this kernel has held 2.0 GiB on GPU 1 while idle for 0 min;")
+        assert "an admin of the box may reclaim it" in said[0]
+    finally:
+        client.stop_channels()
+        team.gpus.release(1, proc.pid)
+        hub.api(f"user/{alice}/api/kernels/{kernel['id']}", "DELETE", token=token)
