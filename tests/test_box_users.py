@@ -35,7 +35,7 @@ PREEMPT_AFTER_MIN = 0.05  # 3 s: a test's waiting run preempts soon
 @pytest.fixture(scope="module")
 def team():
     """Three users, one box of 2 GPUs; everything removed afterwards, also on failure."""
-    users = UnixUsers(["alice", "bob", "carol"])
+    users = UnixUsers(["alice", "bob", "carol"], outsiders=("dave",))  # dave is not in the box's group
     try:
         box = users.root / "box"
         state = users.root / "nvml_processes.json"
@@ -321,3 +321,11 @@ def test_while_the_keeper_is_down_a_job_waits_saying_why_and_starts_once_it_is_b
         )
     assert started.returncode == 0
     wait_until(lambda: status_of(team, "alice", run_id) == "succeeded", 180, what="the job once the keeper is back")
+
+
+def test_a_user_outside_the_boxs_group_is_refused_in_one_line_and_sees_why(team):
+    status = jiyu(team, "dave", "box", "status")
+    assert status.returncode == 2 and "you may not use the box's book" in status.stderr, status.stderr
+    assert "ask its admin to add you to its group" in status.stderr and len(status.stderr.splitlines()) == 1
+    gpu = jiyu(team, "dave", "gpu")
+    assert gpu.returncode == 0 and "owners unknown: you may not use the box's book" in gpu.stdout, gpu.stdout

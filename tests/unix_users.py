@@ -34,15 +34,16 @@ def can_make_users() -> bool:
 
 
 class UnixUsers:
-    """``names`` as real users in one new group, under a world-readable scratch folder."""
+    """``names`` as real users in one new group (``outsiders`` in none of ours), under a
+    world-readable scratch folder."""
 
-    def __init__(self, names: list[str]):
+    def __init__(self, names: list[str], outsiders: tuple[str, ...] = ()):
         remove_leftovers()
         tag = secrets.token_hex(2)
         self.root = Path(tempfile.mkdtemp(prefix="jiyu-box-"))
         os.chmod(self.root, 0o755)
         self.group = f"jiyugrp{tag}"
-        self.names = {name: f"{name}{tag}" for name in names}  # alice -> alice3f2a
+        self.names = {name: f"{name}{tag}" for name in [*names, *outsiders]}  # alice -> alice3f2a
         self.uids: dict[str, int] = {}
         self.python = user_python(self.root / "python")
         self._run(["groupadd", self.group])
@@ -55,7 +56,7 @@ class UnixUsers:
                     "-M",
                     "-N",
                     "-g",
-                    self.group,
+                    "nogroup" if short in outsiders else self.group,
                     "-d",
                     str(home),
                     "-s",

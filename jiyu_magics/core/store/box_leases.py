@@ -18,6 +18,7 @@ from collections.abc import Sequence
 
 from ..box.client import BoxClient, BoxRefused, BoxUnreachable
 from ..box.location import BoxLocation, find
+from ..runs.files import StoreUnusable
 from ..runs.model import RunStatus
 from .database import StoreDatabase
 from .leases import GpuSlot, Lease, LeaseBook, Turn, Waiting
@@ -55,15 +56,15 @@ class BoxLeaseBook(LeaseBook):
                 kind=lease["kind"],
                 mine=lease["mine"],
             )
-            for lease in self.box.call("status")["leases"]
+            for lease in self._status()["leases"]
         ]
 
     def queue(self) -> list[Waiting]:
         """This user's waiting runs with their places in the box-wide queue (runs wanting no
         GPU queue here, apart)."""
         try:
-            status = self.box.call("status")
-        except BoxUnreachable:  # a listing goes on without places; the waiting line says why
+            status = self._status()
+        except StoreUnusable:  # a listing goes on without places; the waiting line says why
             return [w for w in super().queue() if w.gpus == 0]
         mine = [Waiting(w["run_id"], w["gpus"], w["priority"], w["position"]) for w in status["queue"] if w["mine"]]
         return mine + [w for w in super().queue() if w.gpus == 0]
@@ -79,7 +80,7 @@ class BoxLeaseBook(LeaseBook):
                 "created": w["queued"],
                 "queue_reason": w["waiting_reason"],
             }
-            for w in self.box.call("status")["queue"]
+            for w in self._status()["queue"]
             if not w["mine"]
         ]
 
@@ -180,6 +181,14 @@ class BoxLeaseBook(LeaseBook):
 
     def requeue(self, run_id: str) -> None:
         self.box.call("requeue", run=run_id)
+
+    def _status(self) -> dict:
+        """The book as this user may see it. A refusal (not a member of the box's group) is,
+        for a reader, a book it cannot use: its one line, where views say why owners are missing."""
+        try:
+            return self.box.call("status")
+        except BoxRefused as refused:
+            raise StoreUnusable(str(refused)) from None
 
     def _release(self, run_ids: Sequence[str]) -> None:
         """Tells the book; when it cannot be told, it frees them once the owner is gone."""
