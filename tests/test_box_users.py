@@ -29,6 +29,7 @@ pytestmark = pytest.mark.skipif(
     reason="needs root to make Unix users (useradd, runuser)",
 )
 GPUS = 2
+PYTHON3 = {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}}
 PREEMPT_AFTER_MIN = 0.05  # 3 s: a test's waiting run preempts soon
 
 
@@ -329,3 +330,49 @@ def test_a_user_outside_the_boxs_group_is_refused_in_one_line_and_sees_why(team)
     assert "ask its admin to add you to its group" in status.stderr and len(status.stderr.splitlines()) == 1
     gpu = jiyu(team, "dave", "gpu")
     assert gpu.returncode == 0 and "owners unknown: you may not use the box's book" in gpu.stdout, gpu.stdout
+
+
+NPROC_CELLS = [
+    "%load_ext jiyu_magics",
+    "import torch\nfrom torch.utils.data import DataLoader, TensorDataset\n"
+    "X = torch.randn(256, 8); y = X.sum(1, keepdim=True)\nmodel = torch.nn.Linear(8, 1)",
+    "%%train --nproc 1 --epochs 1 --name behind-bob\noptimizer = torch.optim.SGD(model.parameters(), 0.05)\n"
+    "train_loader = DataLoader(TensorDataset(X, y), batch_size=32)\nloss_fn = torch.nn.MSELoss()",
+]
+
+
+def test_a_train_nproc_cell_in_alices_kernel_waits_for_bobs_lease(team):
+    """%%train --nproc leases through the same queue as jobs: in a real kernel of alice's
+    (a notebook run by nbconvert as alice), it waits for bob's job, saying so in its cell."""
+    import nbformat
+    from nbformat.v4 import new_code_cell, new_notebook
+
+    bob = team.login("bob")
+    holder = submit(team, "bob", notebook_for(team, "bob", "hold.ipynb", steps=150, step_seconds=0.1), "--gpus", "2")
+    wait_until(lambda: status_of(team, "bob", holder) == "running", 120, what="bob's job holding both GPUs")
+    path = team.home("alice") / "nproc.ipynb"
+    nbformat.write(new_notebook(cells=[new_code_cell(c) for c in NPROC_CELLS], metadata=PYTHON3), path)
+    os.chown(path, team.uids["alice"], -1)
+    done = team.run(
+        "alice",
+        [
+            str(team.python),
+            "-m",
+            "nbconvert",
+            "--to",
+            "notebook",
+            "--execute",
+            "--inplace",
+            str(path),
+            "--ExecutePreprocessor.timeout=600",
+        ],
+        extra=team.extra,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    executed = nbformat.read(path, as_version=4)
+    text = "".join(o.get("text", "") for o in executed.cells[2].outputs)
+    assert re.search(rf"queued at position 1, waiting for 1 GPU\(s\): GPU 0 leased by {bob} \(job, ", text), text
+    (ran,) = [r for r in runs_of(team, "alice").values() if r["name"] == "behind-bob"]
+    bobs = runs_of(team, "bob")[holder]
+    assert ran["status"] == "succeeded" and ran["started"] >= min(g["ended"] for g in bobs["gpus"])
