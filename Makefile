@@ -10,7 +10,7 @@ export MKL_NUM_THREADS ?= 1
 export OMP_WAIT_POLICY ?= PASSIVE
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: setup demo test lint-ts docs image-check test-slurm test-system-deps browser bench gpu-checks gpu-wheels screenshots \
+.PHONY: setup demo gpu-report test lint-ts docs image-check test-slurm test-system-deps browser bench gpu-checks gpu-wheels screenshots \
 	options-doc readme api-schema api-types clean
 
 setup: $(STAMP)
@@ -28,10 +28,14 @@ $(STAMP): pyproject.toml $(FRONTEND)
 	$(BIN)/pip install -q -e '.[test]'
 	touch $@
 
-demo: setup
-	$(BIN)/jiyu gpu
-	-$(BIN)/jiyu doctor
+demo: gpu-report
 	$(BIN)/python scripts/run_notebook.py notebooks/01_quickstart.ipynb --out demo-output
+
+# The GPUs and the doctor's findings. A CPU box is no failure of the demo: the doctor says why
+# CUDA is not usable (its exit code 1), and the demo goes on on the CPU (no "Error 1 (ignored)").
+gpu-report: setup
+	$(BIN)/jiyu gpu
+	@echo "$(BIN)/jiyu doctor"; $(BIN)/jiyu doctor || echo "(no usable GPU here: the demo trains on the CPU)"
 
 # The layers (pyproject.toml [tool.importlinter]) first: a broken contract fails in a second, before
 # the ~20-minute suite; ruff's lints (pyflakes catches an undefined name a merge left) and its

@@ -5,10 +5,12 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import secrets
 import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -86,6 +88,27 @@ def nvml_double(monkeypatch):
     assert getattr(pynvml, "_DOUBLE", False), "the NVML test double was not picked up"
     yield pynvml
     sys.modules.pop("pynvml", None)
+
+
+@pytest.fixture
+def other_user() -> Iterator[str]:
+    """A real second Unix user of this machine (``useradd``, as root), removed after the test,
+    also when it fails: someone who shares the box and must reach none of our work."""
+    reason = None
+    if os.geteuid() != 0:
+        reason = "making a second Unix user needs root"
+    elif not (shutil.which("useradd") and shutil.which("runuser") and shutil.which("userdel")):
+        reason = "useradd, runuser and userdel are needed"
+    if reason:
+        if os.environ.get(REQUIRE_SERVICES_ENV) == "1":
+            pytest.fail(f"{reason} ({REQUIRE_SERVICES_ENV}=1)", pytrace=False)
+        pytest.skip(reason)
+    name = f"jiyu{secrets.token_hex(3)}"
+    subprocess.run(["useradd", "-M", "-N", "-g", "nogroup", "-s", "/bin/sh", name], check=True)
+    try:
+        yield name
+    finally:
+        subprocess.run(["userdel", name], check=False)
 
 
 @pytest.fixture

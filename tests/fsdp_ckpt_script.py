@@ -5,10 +5,10 @@ PLAN: ``{"out": DIR, "calls": [{"name", "resume", "max_steps", "ckpt_dir", "ckpt
 "keep_ckpts"}, ...]}``. Each call trains a freshly built (same seed) model with AdamW and
 a per-step LR schedule on tensor data (the engine's batched gather: the same global sample order
 on any number of ranks). Rank 0 writes ``OUT/<name>.json`` (status, step, loss per step,
-checkpoints), and every rank takes part in gathering the full model and optimizer
-state as it is in memory after the call, which rank 0 saves to ``OUT/<name>-state.pt``: what a
-checkpoint must hold, bit for bit. The script owns the process group, so it outlives each
-``fit`` for the gathering.
+checkpoints; for a call ``fit`` refused, ``{"refused": LINE}``), and every rank takes part in
+gathering the full model and optimizer state as it is in memory after the call, which rank 0
+saves to ``OUT/<name>-state.pt``: what a checkpoint must hold, bit for bit. The script owns the
+process group, so it outlives each ``fit`` for the gathering.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
 
-from jiyu_magics.train import fit
+from jiyu_magics.train import TrainConfigError, fit
 
 plan = json.loads(Path(sys.argv[1]).read_text())
 out = Path(plan["out"])
@@ -43,19 +43,24 @@ def build() -> tuple[nn.Module, torch.optim.Optimizer, torch.optim.lr_scheduler.
 for call in plan["calls"]:
     model, optimizer, scheduler = build()
     options = {k: call[k] for k in ("resume", "max_steps", "ckpt_dir", "ckpt_every", "keep_ckpts") if k in call}
-    result = fit(
-        model,
-        optimizer,
-        (x, y),
-        batch_size=16,
-        loss_fn=nn.CrossEntropyLoss(),
-        scheduler=scheduler,
-        strategy="fsdp",
-        seed=3,
-        log_every=1,
-        name=call["name"],
-        **options,
-    )
+    try:
+        result = fit(
+            model,
+            optimizer,
+            (x, y),
+            batch_size=16,
+            loss_fn=nn.CrossEntropyLoss(),
+            scheduler=scheduler,
+            strategy="fsdp",
+            seed=3,
+            log_every=1,
+            name=call["name"],
+            **options,
+        )
+    except TrainConfigError as refused:  # every rank refuses alike (a damaged checkpoint): on to the next call
+        if dist.get_rank() == 0:
+            (out / f"{call['name']}.json").write_text(json.dumps({"refused": str(refused)}))
+        continue
     full = get_state_dict(model, optimizer, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
     if dist.get_rank() == 0:
         dumped = {"model": full[0], "optimizer": full[1], "lr": scheduler.get_last_lr()}

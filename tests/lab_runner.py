@@ -77,7 +77,8 @@ def jupyter_lab(
 ) -> Iterator[Lab]:
     """``env`` adds to the server's environment (e.g. the NVML double's shared-box settings),
     ``args`` to its command line (e.g. ``--JiyuApp.kernel_idle_warning=0``); ``app="notebook"``
-    starts Notebook 7 (the same front-end extension system) instead of JupyterLab."""
+    starts Notebook 7 (the same front-end extension system) instead of JupyterLab, and
+    ``app="jupyter_server"`` the bare server (no front-end: what the REST API alone needs)."""
     root, home, jupyter = workdir / "root", workdir / "jiyu_home", workdir / "jupyter"
     for folder in (root, home, jupyter / "config", jupyter / "runtime"):
         folder.mkdir(parents=True, exist_ok=True)
@@ -92,6 +93,11 @@ def jupyter_lab(
         **(env or {}),
     }
     klass = "LabApp" if app == "jupyterlab" else "JupyterNotebookApp"
+    front_end = [
+        f"--{klass}.user_settings_dir={jupyter / 'settings'}",
+        f"--{klass}.workspaces_dir={jupyter / 'workspaces'}",
+        f"--{klass}.expose_app_in_browser=True",
+    ]
     command = [
         sys.executable,
         "-m",
@@ -103,9 +109,7 @@ def jupyter_lab(
         "--ServerApp.port_retries=0",
         f"--IdentityProvider.token={token}",
         f"--ServerApp.root_dir={root}",
-        f"--{klass}.user_settings_dir={jupyter / 'settings'}",
-        f"--{klass}.workspaces_dir={jupyter / 'workspaces'}",
-        f"--{klass}.expose_app_in_browser=True",
+        *(front_end if app != "jupyter_server" else []),
         *args,
     ]
     log = open(workdir / "jupyter_lab.log", "wb")

@@ -55,6 +55,22 @@ def training_events(run: Run, steps: int = 5, total: int = 20) -> RunFiles:
     return files
 
 
+def coloured_traceback(message: str = "boom on rank 1") -> str:
+    """A traceback as a rank's IPython shell prints it into its pool's log: in colour, with
+    the terminal codes IPython's own formatter writes."""
+    import sys
+
+    from IPython.core.ultratb import FormattedTB
+
+    try:
+        raise ValueError(message)
+    except ValueError:
+        kind, value, tb = sys.exc_info()
+    text = FormattedTB(mode="Context", theme_name="linux").text(kind, value, tb)
+    assert "\x1b[" in text, "IPython's formatter wrote no colour: the tests using this would prove nothing"
+    return text
+
+
 def body(response: HTTPResponse) -> dict:
     return json.loads(response.body)
 

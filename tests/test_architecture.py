@@ -45,6 +45,11 @@ BREAKING_IMPORTS = [
     ("matplotlib-in-views", {"train/_probe.py": "import matplotlib\n"}, "jiyu_magics.train._probe -> matplotlib"),
     ("trackers-in-trackers", {"jobs/_probe.py": "import mlflow\n"}, "jiyu_magics.jobs._probe -> mlflow"),
     (
+        "rank-side",
+        {"ranks/rank_shell.py": "from . import agent\n"},
+        "jiyu_magics.ranks.rank_shell is not allowed to import jiyu_magics.ranks.agent",
+    ),
+    (
         "layers",
         {"trackers/_probe.py": "from jiyu_magics.jobs import lifecycle\n"},
         "jiyu_magics.trackers is not allowed to import jiyu_magics.jobs",

@@ -57,6 +57,16 @@ def test_quickstart_trains_digits_to_95_percent(workdir):
     assert "image/png" in mimetypes_of(nb.cells[-1])  # the confusion matrix
     status = next(c for c in nb.cells if c.source == "%gpu_status")
     assert "text/html" in mimetypes_of(status)  # the GPU table, or the one-line no-GPU answer
+    # what jiyu says along the way (which run --resume last continues...) is output, not the
+    # stderr box a notebook paints pink for errors and warnings
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    stderr = [(c.source.splitlines()[0], o.text) for c in code for o in c.outputs if o.get("name") == "stderr"]
+    assert stderr == [], stderr
+    assert "jiyu: --resume last: " in "".join(o.text for o in resumed_cell(nb).outputs if o.get("name") == "stdout")
+
+
+def resumed_cell(nb):
+    return next(c for c in nb.cells if c.cell_type == "code" and c.source.startswith("%train --resume last"))
 
 
 def test_amp_transformer_compares_fp32_and_bf16(workdir):
@@ -99,6 +109,17 @@ def test_ranks_notebook_keeps_its_ranks_and_trains_on_them(workdir):
         "[rank1] rank 1 of 2: 1437 training images",
     ]
     assert "pushed hyper to 2 rank(s)" in output_of(nb, "hyper = ")
+    failed = next(c for c in nb.cells if c.cell_type == "code" and c.source.startswith("%%ranks\nif rank == 1:"))
+    (error,) = [o for o in failed.outputs if o.output_type == "error"]
+    assert error.evalue == "rank 1: ValueError: a bad batch on rank 1", error.evalue
+    assert "the process group was rebuilt" in re.sub(r"\x1b\[[0-9;]*m", "", "\n".join(error.traceback))
+    kept = output_of(nb, "%%ranks --all-output\ntotal = torch.ones(1)")
+    assert sorted(kept.splitlines()) == [
+        f"[rank{r}] rank {r}: still 1437 training images and a model; all_reduce says 2" for r in (0, 1)
+    ], kept
+    streamed = output_of(nb, "%%ranks --bg")  # updated in place from the background (update_display_data)
+    assert "rank 0: 180 predictions made" in streamed and "finished (%ranks wait shows how)" in streamed, streamed
+    assert re.search(r"\d+\.\d% of 360 test images right", output_of(nb, "%ranks gather preds")), nb
     accuracies = re.findall(
         r"\[rank(\d)\] rank \d: test accuracy ([\d.]+)%", output_of(nb, "%%ranks --all-output\nmodel.eval()")
     )

@@ -50,3 +50,17 @@ def test_gpu_status_does_not_import_torch():
     code = "import sys, jiyu_magics.core.gpu.snapshot as g; g.snapshot(); print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize("package", ["jiyu_magics.jobs", "jiyu_magics.train"])
+def test_no_name_loaded_on_first_use_is_also_a_module_of_its_package(package):
+    """Importing a submodule binds its name on the package, over a function of that name that
+    ``__getattr__`` would load (``jobs.upkeep`` was a module once the first submit had imported
+    it, and the server's upkeep failed from then on: issue 36)."""
+    import importlib
+    import pkgutil
+
+    module = importlib.import_module(package)
+    lazy = getattr(module, "_HOMES", None) or module.EXPORTS
+    submodules = {info.name for info in pkgutil.iter_modules(module.__path__)}
+    assert sorted(set(lazy) & submodules) == []

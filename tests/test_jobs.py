@@ -24,7 +24,7 @@ from jiyu_magics.jobs.process import rank_records as ranks
 from .cli_runner import jiyu
 from .jobs_workload import assert_no_processes, finished, processes_of, steps_logged, wait_for, write_notebook
 from .ports import free_port
-from .server_fixtures import ended_run
+from .server_fixtures import coloured_traceback, ended_run
 
 pytestmark = pytest.mark.usefixtures("torchrun_tmp")
 
@@ -287,6 +287,23 @@ def test_cli_submit_logs_and_jobs(tmp_path):
     assert listing[0]["exit_code"] == 0 and listing[0]["kind"] == "job" and listing[0]["derived"] is False
     assert not {"pid", "owner_pid", "queue_rank", "polled"} & set(listing[0]), "the store's bookkeeping stays private"
     assert "No active runs" in jiyu("jobs").stdout
+
+
+def test_jiyu_logs_shows_a_coloured_traceback_as_text():
+    """A ranks pool's log holds its ranks' IPython tracebacks in colour: ``jiyu logs`` printed
+    the codes (``[91mValueError[39m``) into files, pagers and notebook cells."""
+    run = ended_run("ranks", "pool", status="failed")
+    traceback = coloured_traceback()
+    RunFiles.of(run.id).create().log.write_text(f"[rank0]: ready\n{traceback}\n[rank0]: after\n")
+    plain = re.sub(r"\x1b\[[0-9;]*m", "", traceback)
+    for args, expected in (
+        ((), f"[rank0]: ready\n{plain}\n[rank0]: after\n"),
+        (("--tail", "2"), f"{plain.splitlines()[-1]}\n[rank0]: after\n"),
+        (("-f",), f"[rank0]: ready\n{plain}\n[rank0]: after\n"),
+    ):
+        shown = jiyu("logs", run.id, *args)
+        assert shown.returncode == 0 and "\x1b" not in shown.stdout, (args, shown.stdout)
+        assert shown.stdout == expected, args
 
 
 def test_a_notebook_without_code_is_refused_and_creates_nothing(tmp_path):

@@ -101,6 +101,8 @@ def test_reload_mid_run_then_open_shows_the_live_page_with_stop(browser, lab, jo
     assert status_of(lab, job.run_id) == "stopped"
     resume = body.get_by_label("Checkpoints").locator("code", has_text="--resume")
     expect(resume.first).to_contain_text("--name page-digits", timeout=15_000)
+    # the line form, as `jiyu show` and the stop's own message print it
+    expect(resume.first).to_have_text(re.compile(r"^%train --resume \S+ --name page-digits$"))
     # the checkpoints listed are the ones on disk (--keep-ckpts removed the older), with how many went
     recorded = [e["path"] for e in read_events(RunFiles.of(job.run_id, home=lab.home).events)[0] if e["kind"] == "ckpt"]
     kept = [p for p in recorded if Path(p).exists()]
@@ -297,15 +299,15 @@ def test_submit_dialog_lists_the_parameters_and_keeps_a_refusal_in_the_dialog(br
     dialog = page.locator(".jp-Dialog")
     expect(dialog.locator(".jp-JiyuSubmit-names")).to_have_text("The parameters cell sets: lr, epochs")
     dialog.get_by_label("Run name").fill("refused")
-    dialog.get_by_label('Parameters, one "name = value" a line').fill("lr = 0.5\nnope = 3")
+    dialog.get_by_label('Parameters, one "name = value" a line').fill("lr = 0.5\nepoch = 3")
     dialog.get_by_role("button", name="Submit").click()
     error = page.locator(".jp-Dialog .jp-JiyuSubmit-error")
-    expect(error).to_contain_text("unknown parameter nope", timeout=30_000)  # the server's 400, in the dialog
-    expect(error).to_contain_text("lr")
+    expect(error).to_contain_text("unknown parameter epoch", timeout=30_000)  # the server's 400, in the dialog
+    expect(error).to_contain_text("(did you mean epochs?)")  # as the CLI answers a mistyped option
     expect(page.locator(".jp-Dialog").get_by_label("Run name")).to_have_value("refused")
     assert (
         page.locator(".jp-Dialog").get_by_label('Parameters, one "name = value" a line').input_value()
-        == "lr = 0.5\nnope = 3"
+        == "lr = 0.5\nepoch = 3"
     ), "what was typed is kept"
     page.locator(".jp-Dialog").get_by_role("button", name="Cancel").click()
     expect(page.locator(".jp-Dialog")).to_have_count(0)

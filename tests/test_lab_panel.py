@@ -18,10 +18,11 @@ from playwright.sync_api import expect, sync_playwright
 
 from jiyu_magics import jobs as jobs_api
 from jiyu_magics.core.events.log import read_events
-from jiyu_magics.core.runs.files import store_path
+from jiyu_magics.core.runs.files import RunFiles, store_path
 from jiyu_magics.core.store.run_row import UnknownRun
 from jiyu_magics.core.store.run_store import RunStore
 
+from .gpu_box import GpuBox
 from .jobs_workload import assert_no_processes
 from .lab_runner import jupyter_lab, launch_chromium, submit_training_job, training_notebook
 
@@ -31,7 +32,13 @@ PYTHON3 = {"kernelspec": {"name": "python3", "display_name": "Python 3", "langua
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
-    with jupyter_lab(tmp_path_factory.mktemp("lab"), {"refreshInterval": 1}) as lab:
+    """The Lab, its GPUs two idle H100s of the NVML double's shared box (``lab.box``): no
+    process of the test machine on the cards of the screenshots the documentation shows."""
+    folder = tmp_path_factory.mktemp("lab")
+    box = GpuBox(folder / "nvml_processes.json", 2)
+    env = {"JIYU_NVML_DOUBLE_GPUS": "2", "JIYU_NVML_DOUBLE_PROCESSES": str(box.state)}
+    with jupyter_lab(folder, {"refreshInterval": 1}, env=env) as lab:
+        lab.box = box  # type: ignore[attr-defined]
         yield lab
 
 
@@ -103,8 +110,10 @@ def luminance(css_color: str) -> float:
 
 def test_panel_follows_a_training_run_live(page, lab, jobs, artifacts):
     panel = page.locator(PANEL)
+    lab.box.set_util(0, 45)
     expect(panel.locator(".jp-JiyuGpu")).to_have_count(2, timeout=30_000)
     expect(panel.get_by_role("progressbar", name="GPU 0 utilisation")).to_have_attribute("aria-valuenow", "45")
+    lab.box.set_util(0, 0)  # the screenshots show idle cards: the jobs here train on the CPU
 
     job = jobs(lab, "digits-mlp", steps=120, pace=0.25)
     row = panel.locator(f'li.jp-JiyuRun[data-run-id="{job.run_id}"]')
@@ -209,7 +218,9 @@ def test_stop_from_the_panel_stops_the_run(page, lab, jobs):
     )
 
 
-def test_submit_from_the_toolbar_starts_a_job_the_panel_can_stop(page, lab):
+def test_submit_from_the_toolbar_starts_a_job_the_panel_can_stop(page, lab, artifacts):
+    """A job submitted from the notebook's toolbar; its log without the terminal colours it
+    printed, and a second log beside the first, in its tab area, not squeezing the notebook."""
     cells = [
         {
             "cell_type": "code",
@@ -223,7 +234,10 @@ def test_submit_from_the_toolbar_starts_a_job_the_panel_can_stop(page, lab):
             "metadata": {},
             "execution_count": None,
             "outputs": [],
-            "source": "import time\nfor i in range(n):\n    print('tick', i, flush=True)\n    time.sleep(1)",
+            # in colour, as tqdm, rich or a rank's IPython traceback write
+            "source": (
+                "import time\nfor i in range(n):\n    print('\\x1b[32mtick\\x1b[0m', i, flush=True)\n    time.sleep(1)"
+            ),
         },
     ]
     (lab.root / "ticks.ipynb").write_text(
@@ -241,6 +255,25 @@ def test_submit_from_the_toolbar_starts_a_job_the_panel_can_stop(page, lab):
     expect(row.locator(".jp-JiyuChip")).to_have_text("running", timeout=90_000)
     run = next(r for r in RunStore(store_path(lab.home)).list() if r.name == "ticks-from-lab")
     assert (run.kind, run.nproc, run.params) == ("job", 1, {"n": 600})
+    row.get_by_role("button", name="Open the log of ticks-from-lab").click()
+    log = page.locator("#jiyu-log-area-" + run.id).locator(".jp-JiyuLog-text")
+    expect(log).to_contain_text("tick 1", timeout=60_000)
+    assert "\x1b" not in log.inner_text() and "[32m" not in log.inner_text(), log.inner_text()
+    earlier = RunStore(store_path(lab.home)).create("job", "earlier-run", status="running")
+    RunStore(store_path(lab.home)).finish(earlier.id, "succeeded", exit_code=0)
+    RunFiles.of(earlier.id, home=lab.home).create().log.write_text("an earlier run's log\n")
+    page.evaluate(
+        f"() => {{ window.jupyterapp.commands.execute('jiyu:open-log', {{id: '{earlier.id}', name: 'earlier-run'}}); }}"
+    )
+    expect(page.locator("#jiyu-log-area-" + earlier.id)).to_contain_text("an earlier run's log", timeout=15_000)
+    tabs = page.locator(".lm-DockPanel-tabBar", has=page.get_by_text("Log: ticks-from-lab", exact=True))
+    expect(tabs.get_by_text("Log: earlier-run", exact=True)).to_have_count(1)  # one tab area for both logs
+    notebook, main = (
+        page.locator(".jp-NotebookPanel").bounding_box(),
+        page.locator("#jp-main-dock-panel").bounding_box(),
+    )
+    assert notebook["width"] > 0.4 * main["width"], (notebook, main)
+    page.screenshot(path=artifacts / "lab_panel_two_logs.png")
     row.get_by_role("button", name="Stop ticks-from-lab").click()
     page.locator(".jp-Dialog").get_by_role("button", name="Stop run").click()
     expect(row.locator(".jp-JiyuChip")).to_have_text("stopped", timeout=60_000)
@@ -338,3 +371,40 @@ def test_a_ranks_pool_shows_in_the_panel_with_the_notebook_that_drives_it(page, 
     expect(row.locator(".jp-JiyuChip")).to_have_text("succeeded", timeout=60_000)
     (pool,) = [r for r in RunStore(store_path(lab.home)).list() if r.name == "lab-pool"]
     assert (pool.kind, pool.status) == ("ranks", "succeeded") and pool.notebook.endswith("lab-pool.ipynb")
+
+
+def test_runs_of_one_name_show_what_differs_at_the_default_sidebar_width(page, lab, tmp_path, artifacts):
+    """Two in-kernel runs of one name whose only difference is the lr their cell gives the
+    optimizer (no parameters cell): the rows said nothing while Compare found it; and at the
+    sidebar's default width a name of 20 characters was cut to 8 by the chip and the kind."""
+    from .notebook_runner import execute, notebook
+
+    name = "digits-baseline-sgd1"
+    cell = (
+        f"%%train --max-steps 4 --seed 0 --no-ckpt --name {name}\n"
+        "model = torch.nn.Linear(4, 2)\noptimizer = torch.optim.SGD(model.parameters(), lr={lr})\n"
+        "train_loader = torch.utils.data.DataLoader(data, batch_size=16)\n"
+        "train_step = lambda model, batch: torch.nn.functional.cross_entropy(model(batch[0]), batch[1])"
+    )
+    nb = notebook(
+        "%load_ext jiyu_magics",
+        "import torch\nx = torch.randn(64, 4)\ndata = torch.utils.data.TensorDataset(x, (x[:, 0] > 0).long())",
+        cell.replace("{lr}", "0.1"),
+        "first = train_result.run_id",
+        cell.replace("{lr}", "0.05"),
+    )
+    with pytest.MonkeyPatch.context() as patch:  # in the Lab's run store
+        patch.setenv("JIYU_HOME", str(lab.home))
+        execute(nb, tmp_path)
+    runs = [r for r in RunStore(store_path(lab.home)).list() if r.name == name]
+    assert [r.params for r in runs] == [{}, {}], "nothing in the runs' parameters tells them apart"
+    panel = page.locator(PANEL)
+    for run, lr in zip(runs, ("0.05", "0.1"), strict=True):  # newest first
+        row = panel.locator(f'li.jp-JiyuRun[data-run-id="{run.id}"]')
+        expect(row.locator(".jp-JiyuChip")).to_have_text("succeeded", timeout=30_000)
+        expect(row.locator(".jp-JiyuRun-params")).to_have_text(f"lr={lr}")
+        title = row.locator(".jp-JiyuRun-name")
+        expect(title).to_have_text(name)
+        assert title.evaluate("n => n.scrollWidth <= n.clientWidth"), "the name is shown whole, not cut"
+    assert panel.evaluate("n => n.scrollWidth <= n.clientWidth"), "nothing makes the panel scroll sideways"
+    panel.locator(f'li.jp-JiyuRun[data-run-id="{runs[0].id}"]').screenshot(path=artifacts / "lab_panel_row.png")

@@ -6,6 +6,7 @@ grouped; Stop ends it and nothing is left. Screenshot: test-artifacts/lab_panel_
 
 from __future__ import annotations
 
+import re
 import threading
 
 import pytest
@@ -72,6 +73,15 @@ def test_the_panel_shows_a_stalled_run_and_its_stacks(page, stalled_run, artifac
     dialog = page.locator(".jp-Dialog")
     expect(dialog).to_contain_text(f"rank 1 is in train_step (job.py:{SLEEP_LINE})", timeout=15_000)
     expect(dialog).to_contain_text("rank 0 is in")
+    # folded as `jiyu stacks` prints it: the user's frames first; runpy, torchrun and jiyu a click away
+    group = dialog.locator(".jp-JiyuStacks-group").first
+    expect(group.locator(".jp-JiyuStacks-part").first).to_have_text("your code (outermost first):")
+    folded = group.locator(".jp-JiyuStacks-folded")
+    plumbing = re.compile(r"^\d+ frames? of jiyu, IPython, runpy and torchrun folded$")
+    expect(folded.locator("summary")).to_have_text(plumbing)
+    shown = "\n".join(dialog.locator(".jp-JiyuStacks-group > pre.jp-JiyuStacks-frames").all_inner_texts())
+    assert "train_step" in shown and "runpy" not in shown and "jiyu_magics" not in shown, shown
+    expect(folded.locator("pre")).to_be_hidden()
     page.screenshot(path=artifacts / "lab_panel_stall.png")
     dialog.get_by_role("button", name="Close").click()
     row.get_by_role("button", name="Stop stuck-in-allreduce").click()

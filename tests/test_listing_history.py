@@ -16,7 +16,7 @@ from jiyu_magics import jobs
 from jiyu_magics.core.events.log import EventLog
 from jiyu_magics.core.runs.files import RunFiles, store_path
 from jiyu_magics.core.store.run_store import RunStore
-from jiyu_magics.jobs.upkeep import upkeep
+from jiyu_magics.jobs.run_upkeep import upkeep
 
 from .cli_runner import jiyu
 from .jobs_workload import finished, write_notebook

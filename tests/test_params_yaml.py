@@ -83,6 +83,8 @@ def test_jiyu_export_applies_files_then_yaml_then_pairs(tmp_path):
         (["-f", "missing.yaml"], "jiyu export: error: -f missing.yaml: cannot read it (No such file or directory)"),
         (["-y", "lr: [1"], "jiyu export: error: -y: cannot read it as YAML at line 1, column 7"),
         (["-y", "typo: 1"], "unknown parameter typo"),
+        (["-p", "lrr", "1"], "unknown parameter lrr: cell 1 (tagged parameters) defines "),
+        (["-p", "lrr", "1"], " (did you mean lr?)"),  # as a mistyped option is answered
     ],
 )
 def test_jiyu_export_bad_parameters_exit_2_with_one_line(tmp_path, args, message):

@@ -152,25 +152,57 @@ def test_push_and_pull_move_objects_and_weights(kernel):
     assert missing.status == "error" and "rank 1 has no 'nothing_here'" in missing.text + str(missing.errors)
 
 
+def test_scatter_and_gather_split_and_join_along_the_first_dimension(kernel):
+    kernel.run("import numpy as np\nrows = torch.arange(10.0).reshape(5, 2)\ntable = np.arange(7)")
+    scattered = kernel.run("%ranks scatter rows --as part")
+    assert "scattered rows as part over 2 rank(s) (3, 2 along the first dimension)" in scattered.text, scattered.text
+    shown = kernel.run("%%ranks --all-output\nprint(part.shape[0], float(part.sum()))")
+    assert sorted(shown.text.splitlines()) == ["[rank0] 3 15.0", "[rank1] 2 30.0"]
+    kernel.run("%%ranks\npart = part * (rank + 1)")
+    gathered = kernel.run("%ranks gather part --as back\nprint(back.tolist())")
+    assert gathered.text.strip().endswith(str([[0.0, 1.0], [2.0, 3.0], [4.0, 5.0], [12.0, 14.0], [16.0, 18.0]]))
+    kernel.run("%ranks scatter table")
+    joined = kernel.run("%ranks gather table --as table_back\nprint(type(table_back).__name__, table_back.tolist())")
+    assert joined.text.strip().endswith("ndarray [0, 1, 2, 3, 4, 5, 6]"), joined.text
+    bad = kernel.run("scalar = 3\n%ranks scatter scalar")
+    assert bad.status == "error" and "UsageError: %ranks scatter: cannot split a int" in bad.text, bad.text
+
+
 def test_an_error_on_rank_1_ends_the_cell_with_its_traceback_and_the_pool_lives(kernel):
     pool = pool_of(kernel.home).id
-    started = time.monotonic()
+    pids = rank_pids(kernel.home, pool)
     failed = kernel.run("%%ranks\nif rank == 1:\n    raise ValueError('rank one gave up')\nprint('rank', rank, 'fine')")
-    took = time.monotonic() - started
     assert failed.status == "error" and failed.text == "rank 0 fine\n"
     (error,) = failed.errors
     assert (error["ename"], error["evalue"]) == ("RankCellError", "rank 1: ValueError: rank one gave up")
-    traceback = "\n".join(error["traceback"])
-    assert "raise ValueError('rank one gave up')" in re.sub(r"\x1b\[[0-9;]*m", "", traceback)
+    traceback = re.sub(r"\x1b\[[0-9;]*m", "", "\n".join(error["traceback"]))
+    assert "raise ValueError('rank one gave up')" in traceback
     assert "jiyu_magics" not in traceback and "(on rank 1)" in traceback
-    assert took < 10, f"the error took {took:.1f} s to reach the cell"
+    assert "rebuilt" not in traceback, "no collective was left half done: nothing to rebuild"
     after = kernel.run("%%ranks\nprint('next', x.item())")
     assert (after.status, after.text) == ("ok", "next 3.0\n")
-    assert pool_of(kernel.home).id == pool, "the same pool, its state kept"
+    assert pool_of(kernel.home).id == pool and rank_pids(kernel.home, pool) == pids, "the same ranks, state kept"
+
+
+def test_the_same_error_on_every_rank_is_one_traceback_every_time(kernel):
+    """An error on every rank at once, again and again (the kernel's interrupt must never land
+    in a rank that just finished): one grouped traceback each time, no stray line, no restart."""
+    pool = pool_of(kernel.home).id
+    pids = rank_pids(kernel.home, pool)
+    for _ in range(12):
+        failed = kernel.run("%%ranks\nundefined_name")
+        (error,) = failed.errors
+        assert error["evalue"] == "ranks 0, 1: NameError: name 'undefined_name' is not defined", error
+        assert failed.text == "" and "KeyboardInterrupt" not in "".join(error["traceback"])
+    kernel.run("class Unloadable:\n    def __reduce__(self):\n        return (eval, ('1/0',))\nodd = Unloadable()")
+    for _ in range(4):
+        refused = kernel.run("%ranks push odd")
+        assert refused.status == "error" and "odd cannot be unpickled here: ZeroDivisionError" in refused.text
+    assert "ZMQError" not in refused.text and rank_pids(kernel.home, pool) == pids
 
 
 def assert_an_interrupt_ends_a_busy_cell(kernel: Kernel) -> None:
-    """A kernel interrupt 3 s into a cell every rank is busy in ends it with rank 0's
+    """A kernel interrupt 3 s into a cell every rank is busy in ends it with every rank's
     KeyboardInterrupt within 10 s."""
     msg = kernel.start("%%ranks\nimport time\nfor _ in range(600):\n    time.sleep(0.1)")
     time.sleep(3)
@@ -178,7 +210,8 @@ def assert_an_interrupt_ends_a_busy_cell(kernel: Kernel) -> None:
     kernel.manager.interrupt_kernel()
     cell = kernel.wait(msg, timeout=60)
     took = time.monotonic() - interrupted
-    assert cell.errors and cell.errors[0]["evalue"].startswith("rank 0: KeyboardInterrupt"), cell.errors
+    assert cell.errors and cell.errors[0]["evalue"].endswith(": KeyboardInterrupt"), cell.errors
+    assert cell.errors[0]["evalue"].startswith(("ranks 0, 1", "ranks 0–1", "rank 0")), cell.errors
     assert took < 10, f"the interrupt took {took:.1f} s"
 
 
@@ -190,29 +223,116 @@ def test_an_interrupt_interrupts_every_rank_and_the_pool_lives(kernel):
     assert pool_of(kernel.home).id == pool
 
 
-def test_a_hang_is_flagged_with_every_ranks_stack_and_the_pool_restarts(kernel):
-    """Rank 1 waits in a collective rank 0 never joins: the cell says it stalled and where
-    every rank is; an interrupt cannot reach into gloo's wait, so the pool is started again and
-    the cell says the ranks' state was lost."""
-    old = pool_of(kernel.home)
-    old_pids = rank_pids(kernel.home, old.id)
-    msg = kernel.start(
-        "%%ranks --stall-timeout 3\nimport torch.distributed as dist, torch\n"
-        "if dist.get_rank() == 1:\n    dist.all_reduce(torch.ones(1))"
+def test_an_interrupt_inside_a_collective_aborts_it_and_keeps_every_ranks_state(kernel):
+    """Rank 0 waits in a barrier while rank 1 sleeps: the stop button ends the cell in seconds,
+    the barrier aborted, the process group rebuilt in the same processes, and the next cell's
+    collective is right."""
+    pool = pool_of(kernel.home).id
+    pids = rank_pids(kernel.home, pool)
+    msg = kernel.start("%%ranks\nimport time\nif rank == 1:\n    time.sleep(120)\ndist.barrier()")
+    time.sleep(2)
+    interrupted = time.monotonic()
+    kernel.manager.interrupt_kernel()
+    cell = kernel.wait(msg, timeout=60)
+    took = time.monotonic() - interrupted
+    (error,) = cell.errors
+    assert error["evalue"] == "rank 1: KeyboardInterrupt", error
+    notes = re.sub(r"\x1b\[[0-9;]*m", "", "\n".join(error["traceback"]))
+    assert "time.sleep(120)" in notes and "rank 0: the collective it waited in was aborted" in notes
+    assert "the process group was rebuilt" in notes and "every rank kept its state" in notes
+    assert took < 10, f"the interrupt took {took:.1f} s"
+    assert_collectives_right(kernel, 2)
+    assert rank_pids(kernel.home, pool) == pids
+
+
+def assert_collectives_right(kernel: Kernel, nproc: int) -> None:
+    """Every rank's state is there (``x``, made in the first cell) and a fresh all_reduce sums
+    each rank's own value (a collective left over from before would sum something else)."""
+    cell = kernel.run(
+        "%%ranks --all-output\nz = torch.ones(2) * (rank + 1)\ndist.all_reduce(z)\nprint(z.tolist(), x.item())"
     )
+    total = float(nproc * (nproc + 1) // 2)  # x was made the same way in the pool's first cell
+    expected = f"{[total, total]} {total}"
+    assert cell.status == "ok", cell.errors
+    assert sorted(cell.text.splitlines()) == sorted(f"[rank{r}] {expected}" for r in range(nproc)), cell.text
+
+
+def test_a_hang_names_the_missing_rank_and_the_stop_button_keeps_the_state(kernel):
+    """Rank 1 waits in an all_reduce rank 0 never makes: the cell says it stalled, which rank is
+    missing and which collective the other waits in (operation, sequence number, shape), with
+    every rank's stack; the stop button then ends the cell in seconds with the state kept."""
+    pool = pool_of(kernel.home)
+    pids = rank_pids(kernel.home, pool.id)
+    msg = kernel.start("%%ranks --stall-timeout 3\nif rank == 1:\n    dist.all_reduce(torch.ones(5, 2))")
     store = RunStore(store_path(kernel.home))
-    wait_for(lambda: store.get(old.id).stalled_since is not None, 60, what="the pool flagged stalled")
+    wait_for(lambda: store.get(pool.id).stalled_since is not None, 60, what="the pool flagged stalled")
+    interrupted = time.monotonic()
     kernel.manager.interrupt_kernel()
     cell = kernel.wait(msg, timeout=180)
+    took = time.monotonic() - interrupted
     assert "stalled: rank 1 has not finished 3 s after another rank did" in cell.text, cell.text
-    assert re.search(r"rank 1 is in .*all_reduce", cell.text), cell.text
-    assert f"jiyu stacks {old.id}" in cell.text
-    assert f"ranks pool {old.id} was restarted as" in cell.text and "the ranks' state" in cell.text
-    new = pool_of(kernel.home)
-    assert new.id != old.id and RunStore(store_path(kernel.home)).get(old.id).status == "failed"
-    wait_for(lambda: alive(old_pids) == [], 30, what="the stuck ranks to end")
-    assert kernel.run("%%ranks\nprint('fresh', 'x' in globals())").text == "fresh False\n"
-    kernel.run("%%ranks\nimport torch, torch.distributed as dist\nrank = dist.get_rank()\nx = torch.ones(1) * 3")
+    assert re.search(r"rank 1 waits in all_reduce #\d+ \(Float \[5, 2\]\)", cell.text), cell.text
+    assert re.search(r"rank 0 left the cell after collective #\d+: it never entered #\d+", cell.text), cell.text
+    assert re.search(r"rank 1 is in .*all_reduce", cell.text) and f"jiyu stacks {pool.id}" in cell.text
+    (error,) = cell.errors
+    assert error["evalue"] in ("rank 1: interrupted", "rank 1: KeyboardInterrupt"), error
+    assert took < 10, f"the stop took {took:.1f} s"
+    assert_collectives_right(kernel, 2)
+    assert pool_of(kernel.home).id == pool.id and rank_pids(kernel.home, pool.id) == pids
+
+
+def test_a_collective_one_rank_made_alone_never_pairs_with_a_later_one(kernel):
+    """Rank 0 starts an all_reduce nobody joins and leaves it pending (async): the ranks' counts
+    of collectives differ, so the process group is rebuilt before the next cell, whose
+    all_reduce then sums what it should."""
+    cell = kernel.run("%%ranks\nif rank == 0:\n    pending = dist.all_reduce(torch.full((2,), 100.0), async_op=True)")
+    assert cell.status == "ok" and "the process group was rebuilt (the ranks made different numbers" in cell.text
+    assert_collectives_right(kernel, 2)
+
+
+def test_a_background_cell_streams_and_wait_collects_its_end(kernel):
+    started = kernel.run(
+        "%%ranks --bg\nimport time\nfor i in range(3):\n    print('step', i, flush=True)\n"
+        "    time.sleep(0.3)\nraise KeyError('late')"
+    )
+    assert started.status == "ok" and started.displays, "the cell returns at once, with a display to stream into"
+    refused = kernel.run("%%ranks\nprint('meanwhile')")
+    assert refused.status == "error" and "a %%ranks --bg cell runs on the pool: %ranks wait" in refused.text
+    waited = kernel.run("%ranks wait")
+    (error,) = waited.errors
+    assert error["evalue"] == "ranks 0, 1: KeyError: 'late'", error
+    assert kernel.run("%%ranks\nprint('free again')").text == "free again\n"
+
+
+def test_another_unix_user_cannot_reach_the_pools_sockets(kernel, other_user):
+    """Another user of the machine could connect to a pool's loopback port before its ranks,
+    claim an 8 GiB frame and flood it (the pool's start hung, the kernel grew 2 GB). Its sockets
+    are Unix sockets in a folder only the pool's user enters: the other user cannot connect at all,
+    nor read the pool's address file, and the pool does not notice the attempts."""
+    import json
+    import stat
+
+    from jiyu_magics.ranks.pool import ADDRESS_FILE
+
+    from .test_private_home import as_user
+
+    pool = pool_of(kernel.home)
+    address_file = RunFiles.of(pool.id, kernel.home).root / ADDRESS_FILE
+    address = json.loads(address_file.read_text())
+    sockets = [Path(address[name].removeprefix("ipc://")) for name in ("requests", "replies")]
+    assert all(s.is_socket() for s in sockets) and stat.S_IMODE(sockets[0].parent.stat().st_mode) == 0o700
+    assert stat.S_IMODE(address_file.stat().st_mode) == 0o600
+    probe = (
+        "import socket, sys\nfor path in sys.argv[1:]:\n    s = socket.socket(socket.AF_UNIX)\n"
+        "    try:\n        s.connect(path); s.sendall(b'\\xff' + b'\\x00' * 7 + b'\\x02' * 8); print('connected')\n"
+        "    except OSError as e:\n        print(type(e).__name__)"
+    )
+    for _ in range(3):
+        tried = as_user(other_user, "/usr/bin/python3", "-c", probe, *map(str, sockets))
+        assert tried.stdout.split() == ["PermissionError", "PermissionError"], tried.stdout + tried.stderr
+    refused = as_user(other_user, "/bin/cat", str(address_file))
+    assert refused.returncode != 0 and "Permission denied" in refused.stderr
+    assert kernel.run("%%ranks\nprint('unbothered', rank)").text == "unbothered 0\n"
 
 
 def test_train_on_the_pool_uses_the_ranks_objects_without_export(kernel):
@@ -223,15 +343,32 @@ def test_train_on_the_pool_uses_the_ranks_objects_without_export(kernel):
     )
     trained = kernel.run(
         "%%train --nproc 2 --epochs 2 --name on-the-pool\noptimizer = torch.optim.SGD(model.parameters(), 0.1)\n"
-        "loss_fn = torch.nn.CrossEntropyLoss()\ntrain_loader = DataLoader(TensorDataset(X, y), batch_size=32)"
+        "loss_fn = torch.nn.CrossEntropyLoss()\ntrain_loader = DataLoader(TensorDataset(X, y), batch_size=32)\n"
+        "print('the body ran')"
     )
     assert trained.status == "ok", trained.errors
     store = RunStore(store_path(kernel.home))
     (run,) = [r for r in store.list() if r.name == "on-the-pool"]
     assert (run.kind, run.status, run.params["pool"]) == ("ddp", "succeeded", pool_of(kernel.home).id)
+    log = RunFiles.of(run.id, kernel.home).log.read_text().splitlines()
+    assert sorted(line for line in log if "the body ran" in line) == ["[rank0]: the body ran", "[rank1]: the body ran"]
+    from jiyu_magics.core.processes.info import process_start_time
+    from jiyu_magics.jobs.process import rank_records
+
+    os.environ["JIYU_HOME"] = str(kernel.home)
+    records = rank_records.read_all(run.id)  # who each rank is: its pid and its process's start, so never "killed"
+    assert [(r.rank, r.started) for r in records] == [(r.rank, process_start_time(r.pid)) for r in records]
     assert not RunFiles(RunFiles.of(run.id, kernel.home).root).script.exists(), "nothing was exported"
     result = kernel.run("print(train_result.status, train_result.step, train_result.run_id)")
     assert result.text.split() == ["succeeded", "8", run.id]  # 2 epochs of 256 / (32 x 2 ranks)
+    assert "%ranks pull model --from 0" in kernel.run("print(train_result)").text
+    kernel.run(
+        "import torch\nmodel = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))"
+    )
+    pulled = kernel.run("%ranks pull model")
+    assert "loaded rank 0's model weights into the notebook's model" in pulled.text, pulled.text + str(pulled.errors)
+    said = kernel.run("print(train_result)").text
+    assert "%ranks pull" not in said and "rank 0's trained model was pulled into the notebook's model" in said, said
     moved = kernel.run("%%ranks --all-output\nprint(round(float(model[0].weight.detach().sum()), 5))")
     lines = sorted(moved.text.splitlines())
     assert len(lines) == 2 and lines[0].split()[1] == lines[1].split()[1], "DDP kept both ranks' weights equal"
@@ -258,7 +395,9 @@ def test_jiyu_stop_kernel_restart_and_kill_9_end_the_pool_and_leave_no_process(t
         assert stop.returncode == 0 and f"Run {pool.id} (stopped): stopped." in stop.stdout, stop.stdout + stop.stderr
         assert alive(pids) == [] and kernel.manager.is_alive()
         said = kernel.run("%%ranks\nprint('back')")
-        assert "was restarted as" in said.text and said.text.endswith("back\n"), said.text
+        assert said.status == "error" and "back" not in said.text, "a stopped pool is never started again unasked"
+        assert f"UsageError: ranks pool {pool.id} has ended (" in said.text and "%ranks start N" in said.text
+        assert "Traceback" not in said.text and len(RunStore(store_path(kernel.home)).list()) == 1, said.text
         kernel.run("%ranks stop")
         assert kernel.run(START.format(name="restarted")).status == "ok"
         pool = pool_of(kernel.home)
@@ -329,5 +468,40 @@ def test_an_nccl_pool_of_one_rank_leases_its_gpu_and_keeps_a_tensor_on_it(tmp_pa
         assert kept.text.strip() == "cuda:0 [0.0, 1.0, 2.0, 3.0] True", kept.text
         kernel.run("%ranks stop")
         assert RunStore(store_path(kernel.home)).leases.live() == []
+    finally:
+        kernel.close()
+
+
+@pytest.mark.gpu
+def test_an_error_inside_an_nccl_collective_aborts_the_communicator_and_keeps_the_gpus_state(tmp_path):
+    """On a machine with two GPUs: rank 1 raises while rank 0 waits in an NCCL all_reduce; the
+    communicator is aborted (``ncclCommAbort``), the cell ends with rank 1's error, and in the
+    same processes a new NCCL group sums right while each rank's tensor is still on its GPU."""
+    import torch
+
+    if torch.cuda.device_count() < 2:
+        pytest.skip("needs two GPUs: one NCCL rank per GPU")
+    kernel = Kernel(tmp_path, tmp_path / "home", env={"TMPDIR": str(tmp_path)})
+    try:
+        assert kernel.run("%load_ext jiyu_magics\n%ranks start 2 --name nccl-abort").status == "ok"
+        kernel.run(
+            "%%ranks\nimport torch, torch.distributed as dist\nrank = dist.get_rank()\n"
+            "x = torch.full((4,), float(rank + 1), device='cuda')\ndist.all_reduce(x)"
+        )
+        failed = kernel.run(
+            "%%ranks\nif rank == 1:\n    raise ValueError('bad batch')\ndist.all_reduce(torch.ones(8, device='cuda'))"
+        )
+        (error,) = failed.errors
+        assert error["evalue"] == "rank 1: ValueError: bad batch", error
+        assert "the process group was rebuilt" in re.sub(r"\x1b\[[0-9;]*m", "", "\n".join(error["traceback"]))
+        after = kernel.run(
+            "%%ranks --all-output\nz = torch.ones(1, device='cuda') * (rank + 1)\ndist.all_reduce(z)\n"
+            "print(dist.get_backend(), z.item(), x.tolist(), x.device)"
+        )
+        assert sorted(after.text.splitlines()) == [
+            "[rank0] nccl 3.0 [3.0, 3.0, 3.0, 3.0] cuda:0",
+            "[rank1] nccl 3.0 [3.0, 3.0, 3.0, 3.0] cuda:1",
+        ], after.text
+        kernel.run("%ranks stop")
     finally:
         kernel.close()

@@ -21,7 +21,7 @@ from jiyu_magics.core.runs.files import RunFiles
 from jiyu_magics.core.store.run_store import RunStore
 from jiyu_magics.jobs import scheduler_follower
 from jiyu_magics.jobs.process import rank_records
-from jiyu_magics.jobs.ranks.pool import ADDRESS_FILE
+from jiyu_magics.ranks.pool import ADDRESS_FILE
 
 from .jobs_workload import assert_no_processes, wait_for
 from .test_ranks import Kernel, assert_an_interrupt_ends_a_busy_cell, pool_of
@@ -30,13 +30,16 @@ pytestmark = pytest.mark.slurm
 HANDSHAKE_S = 5.0
 
 
-def handshake(endpoint: str, source: str, kind: int) -> str:
+def handshake(endpoint: str, source: str, kind: int, keys: dict, client: tuple[bytes, bytes] | None = None) -> str:
     """Connects a socket of ``kind`` (the one a rank connects there) to ``endpoint`` from the
-    address ``source`` and says how ZMQ's handshake ended: ``accepted``, ``refused`` (the
-    kernel's ZAP handler said no) or ``none``."""
+    address ``source`` as a CurveZMQ client of the kernel's key (``keys``: the pool's address
+    file), with the pool's client key or ``client``'s, and says how ZMQ's handshake ended:
+    ``accepted``, ``refused`` (the kernel's ZAP handler said no) or ``none``."""
     context = zmq.Context()
     sock = context.socket(kind)
     sock.setsockopt(zmq.LINGER, 0)
+    public, secret = client or (keys["client_public"].encode(), keys["client_secret"].encode())
+    sock.curve_serverkey, sock.curve_publickey, sock.curve_secretkey = keys["server_key"].encode(), public, secret
     monitor = sock.get_monitor_socket()
     sock.connect(f"tcp://{source}:0;{endpoint.removeprefix('tcp://')}")
     outcome = "none"
@@ -91,12 +94,15 @@ def test_a_pool_on_two_slurm_nodes_runs_cells_on_both_and_only_its_nodes_reach_t
         )
         assert sorted(both.text.splitlines()) == ["[rank0] 0 2 n1 3.0", "[rank1] 1 2 n2 3.0"], both.text
 
-        # the kernel's sockets let in the allocation's nodes (n1 127.0.1.1, n2 127.0.1.2) only
+        # the kernel's sockets let in the allocation's nodes (n1 127.0.1.1, n2 127.0.1.2), with
+        # the pool's own CurveZMQ key, only
         address = json.loads((RunFiles.of(pool.id).root / ADDRESS_FILE).read_text())
+        stranger = zmq.curve_keypair()
         for endpoint, kind in ((address["requests"], zmq.DEALER), (address["replies"], zmq.PUSH)):
-            assert handshake(endpoint, "127.0.1.2", kind) == "accepted"
-            assert handshake(endpoint, "127.0.0.1", kind) == "refused", "this machine is not a node of the allocation"
-            assert handshake(endpoint, "127.0.1.3", kind) == "refused", "an address that is no node of the allocation"
+            assert handshake(endpoint, "127.0.1.2", kind, address) == "accepted"
+            assert handshake(endpoint, "127.0.1.2", kind, address, stranger) == "refused", "a key not the pool's"
+            assert handshake(endpoint, "127.0.0.1", kind, address) == "refused", "not a node of the allocation"
+            assert handshake(endpoint, "127.0.1.3", kind, address) == "refused", "no node of the allocation"
 
         # rank 1 (on n2) fails while rank 0 (on n1) sleeps: rank 0 is interrupted over the channel
         began = time.monotonic()

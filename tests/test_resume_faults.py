@@ -132,7 +132,7 @@ def test_resume_last_after_a_no_ckpt_run_refuses_and_names_the_run_last_checkpoi
     capsys.readouterr()
     error, third = train(shell, "%train --epochs 2 --name exp --resume last-checkpoint")
     assert error is None and third.step == 16 and third.message.startswith("Trained 8 more steps"), third.message
-    said = capsys.readouterr().err
+    said = capsys.readouterr().out  # a note: output, not the stderr a notebook paints pink
     assert f"jiyu: --resume last-checkpoint: run {first.run_id} (succeeded), its checkpoint of step 8: " in said
 
 
@@ -144,5 +144,27 @@ def test_resume_with_another_accum_converts_the_steps_and_says_so(shell, capsys)
     error, resumed = train(shell, "%train --epochs 2 --accum 4 --name acc --resume last")
     assert error is None and resumed.status == "succeeded"
     assert (resumed.step, resumed.total_steps) == (4, 4) and resumed.message.startswith("Trained 2 more steps")
-    said = capsys.readouterr().err
+    said = capsys.readouterr().out  # a note: output, not the stderr a notebook paints pink
     assert "the checkpoint counted steps of --accum 1; this call's of --accum 4: its step 8 is step 2 here" in said
+
+
+def test_resume_last_says_a_damaged_checkpoint_and_takes_the_intact_one_before_it(shell, capsys):
+    shell.run_cell("model = torch.nn.Linear(4, 1)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)")
+    _, first = train(shell, "%train --epochs 2 --ckpt-every 4 --keep-ckpts 2 --name fallback")
+    older, newest = first.checkpoints
+    data = bytearray(open(newest, "rb").read())
+    data[len(data) // 2] ^= 0xFF
+    open(newest, "wb").write(bytes(data))
+    capsys.readouterr()
+    error, resumed = train(shell, "%train --epochs 3 --name fallback --resume last")
+    assert error is None and resumed.step == 24 and resumed.message.startswith("Trained 12 more steps"), error
+    said = capsys.readouterr().err
+    assert (
+        f"jiyu: checkpoint {newest} is damaged: its SHA-256 differs from the one saved with it "
+        f"(step-00000016.pt.sha256); resuming from the one before it, {older}\n"
+    ) in said, said
+    error, _ = train(shell, f"%train --epochs 3 --name explicit --resume {newest}")
+    assert type(error).__name__ == "UsageError" and str(error) == (
+        f"checkpoint {newest} is damaged: its SHA-256 differs from the one saved with it "
+        "(step-00000016.pt.sha256); resume from an earlier checkpoint"
+    )

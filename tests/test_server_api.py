@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -22,7 +23,16 @@ from jiyu_magics.core.store.run_store import RunStore
 from jiyu_magics.server.handlers import ROUTES
 
 from .conftest import ROOT
-from .server_fixtures import body, concrete, ended_run, live_run, run_routes, server_config, training_events
+from .server_fixtures import (
+    body,
+    coloured_traceback,
+    concrete,
+    ended_run,
+    live_run,
+    run_routes,
+    server_config,
+    training_events,
+)
 
 
 async def fails(fetch_call) -> tuple[int, dict]:
@@ -257,6 +267,26 @@ async def test_log_follows_in_chunks_without_splitting_characters(jp_fetch):
     assert seen == text and replies >= len(text.encode()) // 7
     code, reply = await fails(jp_fetch("jiyu", "api", "runs", run.id, "log", params={"offset": chunk["size"] + 1}))
     assert code == 400 and "past the end" in reply["message"]
+
+
+@pytest.mark.parametrize("jp_server_config", [server_config(chunk_bytes=5)])
+async def test_log_comes_without_terminal_colour_codes_even_cut_between_chunks(jp_fetch):
+    """A rank's IPython traceback is coloured: the panel's Logs showed ``[91mValueError[39m``."""
+    run = live_run()
+    traceback = coloured_traceback()
+    RunFiles.of(run.id).create().log.write_text(f"[rank1]: step 3\n{traceback}\nafter\n", encoding="utf-8")
+    seen, offset = "", 0
+    while True:
+        chunk = body(await jp_fetch("jiyu", "api", "runs", run.id, "log", params={"offset": offset}))
+        assert "\x1b" not in chunk["text"] and "[91m" not in chunk["text"] and "[39m" not in chunk["text"], chunk
+        seen += chunk["text"]
+        if chunk["offset"] == chunk["size"]:
+            break
+        assert chunk["offset"] > offset, "a chunk that holds back a cut code still moves on"
+        offset = chunk["offset"]
+    plain = re.sub(r"\x1b\[[0-9;]*m", "", traceback)  # what the traceback says, as a terminal shows it
+    assert seen == f"[rank1]: step 3\n{plain}\nafter\n"
+    assert "ValueError: boom on rank 1" in seen
 
 
 async def test_log_of_a_finished_run_says_no_more_will_come(jp_fetch):

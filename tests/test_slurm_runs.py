@@ -20,7 +20,7 @@ from jiyu_magics.core.runs.files import RunFiles
 from jiyu_magics.core.store.run_store import RunStore
 from jiyu_magics.jobs import scheduler_follower
 from jiyu_magics.jobs.backends.slurm import commands as slurm_commands
-from jiyu_magics.jobs.upkeep import upkeep
+from jiyu_magics.jobs.run_upkeep import upkeep
 
 from .cli_runner import jiyu
 from .jobs_workload import assert_no_processes, wait_for

@@ -181,9 +181,13 @@ def test_a_stalled_train_nproc_cells_dashboard_says_stalled_with_the_stacks_head
         states = [dict(state) for state in list(client.widget_state.values())]  # comm id -> the model's state
         return [st.get("value", "") for st in states if st.get("_model_name") == "HTMLModel"]
 
+    def elapsed_label(client) -> str:
+        states = [dict(state) for state in list(client.widget_state.values())]
+        return next(st["value"] for st in states if st.get("_model_name") == "LabelModel" and "elapsed" in st["value"])
+
     def seen_while_stalled(run_id, client):
         try:
-            return wait_for(
+            values = wait_for(
                 lambda: (
                     [v for v in html_values(client) if "⚠ stalled: no step since step" in v]
                     and [v for v in html_values(client) if v.startswith("<b>stalled</b>")]
@@ -191,10 +195,17 @@ def test_a_stalled_train_nproc_cells_dashboard_says_stalled_with_the_stacks_head
                 60,
                 what="the dashboard's stall line",
             ) and html_values(client)
+            frozen = elapsed_label(client)
+            moved = wait_for(lambda: (lambda now: now if now != frozen else None)(elapsed_label(client)), 15)
+            return values, (frozen, moved)
         finally:
             jiyu("stop", run_id, "--grace", "2")
 
-    _, run_id, values = stalled_cell(tmp_path, jiyu_home, seen_while_stalled)
+    _, run_id, (values, clock) = stalled_cell(tmp_path, jiyu_home, seen_while_stalled)
+    # no step comes while it is stalled; the elapsed time goes on (it froze with the last step)
+    assert clock[0].split(" · ")[0] == clock[1].split(" · ")[0], clock
+    shown = [c.rsplit("elapsed ", 1)[1].split(":") for c in clock]  # m:ss
+    assert [int(m) * 60 + int(s) for m, s in shown] == sorted({int(m) * 60 + int(s) for m, s in shown}), clock
     note = next(v for v in values if "⚠ stalled: no step since step" in v)
     assert "⚠ stalled: no step since step 11 · " in note, note
     assert "rank 1 is in train_step (the current cell, line 10)" in note, note

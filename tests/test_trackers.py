@@ -149,10 +149,13 @@ def test_each_event_becomes_scalars_with_their_steps_and_a_resume_restarts_the_c
 
 
 # -- live, from %%train in a kernel ------------------------------------------------------------
-def test_train_track_puts_the_run_in_tensorboard_and_mlflow_as_it_logged_it(shell, where):
+def test_train_track_puts_the_run_in_tensorboard_and_mlflow_as_it_logged_it(shell, where, capsys):
     tb, uri, track = where
     shell.run_cell_magic("train", f"--epochs 3 --refresh 0.01 --log-every 4 --name digits --track {track}", BODY)
     result = shell.user_ns["train_result"]
+    said = capsys.readouterr().out  # the end of the run says where its data went
+    assert f"tracked in TensorBoard: {tb}" in said and f"(tensorboard --logdir {tb})" in said, said
+    assert "tracked in MLflow: run digits " in said and f" in experiment jiyu at {uri}" in said, said
     assert result.status == "succeeded" and result.step == 48
     steps, vals = logged(result.run_id, "step"), logged(result.run_id, "val")
     wait_for(lambda: not followers_of(result.run_id), timeout=120, message="the follower to finish and exit")
@@ -173,6 +176,19 @@ def test_train_track_puts_the_run_in_tensorboard_and_mlflow_as_it_logged_it(shel
     assert params["fit.epochs"] == "3" and params["fit.log_every"] == "4", "fit options too"
     assert (params["fit.optimizer"], params["optimizer.lr"], params["fit.model"]) == ("AdamW", "0.01", "Sequential")
     assert run.data.tags["jiyu.kind"] == "kernel" and run.data.tags["jiyu.status"] == "succeeded"
+    # a training run, as MLflow 3 files one; the offset it keeps is bookkeeping, hidden by its UI
+    assert client.get_experiment(run.info.experiment_id).tags["mlflow.experimentKind"] == "custom_model_development"
+    assert [o.model_id for o in client.get_run(run.info.run_id).outputs.model_outputs], "the model it trained"
+    assert not [tag for tag in run.data.tags if tag.startswith("jiyu.offset")], run.data.tags
+    assert run.data.tags[f"mlflow.jiyu.offset.{result.run_id}"].isdigit()
+    # what the dashboard and the summary say once the follower has: the folder, the MLflow run
+    from jiyu_magics.trackers.where import places
+
+    tb_place, mlflow_place = (p.text for p in places(result.run_id, logged(result.run_id, "start")[0]["track"]))
+    assert tb_place == f"TensorBoard: {tb_folder(tb)} (tensorboard --logdir {tb})"
+    assert mlflow_place == (
+        f"MLflow: run digits ({run.info.run_id}) in experiment jiyu at {uri} (mlflow ui --backend-store-uri {uri})"
+    )
     assert run.data.metrics["val/accuracy"] == pytest.approx(vals[-1]["accuracy"])
     assert logged(result.run_id, "start")[0]["track"] == f"tensorboard:{tb},mlflow:{uri}"
 
@@ -190,7 +206,7 @@ def test_resume_last_continues_the_same_tracker_run(shell, where):
 
     client, run = mlflow_run(uri, first.run_id)  # the chain's first run names the tracker run
     assert run.info.status == "FINISHED"
-    assert {f"jiyu.offset.{first.run_id}", f"jiyu.offset.{second.run_id}"} <= set(run.data.tags)
+    assert {f"mlflow.jiyu.offset.{first.run_id}", f"mlflow.jiyu.offset.{second.run_id}"} <= set(run.data.tags)
     steps = [m.step for m in client.get_metric_history(run.info.run_id, "train/loss")]
     assert steps == list(range(4, 33, 4)), "one curve: 4..16, then 20..32 from the checkpoint at 16"
     assert mlflow_run(uri, second.run_id)[1] is None, "no MLflow run of its own"
@@ -250,6 +266,39 @@ def test_jiyu_track_exports_a_finished_run_once(shell, where):
     assert len(client.get_metric_history(run.info.run_id, "train/loss")) == 4 and run.info.status == "FINISHED"
     assert len(tb_scalars(tb_folder(tb))["train/loss"]) == 4
     assert len(list(tb_folder(tb).glob("events.out.tfevents.*"))) == 1, "the second export wrote no file"
+
+
+def test_a_dead_tracker_is_said_in_the_runs_own_cell_and_jiyu_track_writes_only_where_asked(tmp_path, where):
+    """Issue 36, in a real kernel: the follower's failure showed in whichever cell ran next (it
+    came seconds after the run's cell ended); an export also wrote the destinations the run's
+    cell had named and reported their failure as the one asked for (exit 1); and a port where
+    nothing listens took MLflow's own retries, 4 minutes, to be said."""
+    from .notebook_runner import execute, notebook, text_of
+    from .ports import free_port
+
+    tb, _, _ = where
+    dead = f"http://127.0.0.1:{free_port()}"
+    nb = execute(
+        notebook(
+            "%load_ext jiyu_magics\n" + SETUP,
+            f"%%train --max-steps 4 --refresh 0.01 --name elsewhere --track mlflow:{dead}\n{BODY}",
+            "print(train_result.run_id)",
+        ),
+        tmp_path,
+        timeout=180,
+    )
+    run_id = text_of(nb.cells[2]).strip()
+    why = f"Unreachable: nothing listens at {dead} (connection refused)"
+    said = f"jiyu: cannot write run {run_id} to MLflow ({dead}): {why}"
+    assert said in text_of(nb.cells[1]), text_of(nb.cells[1])
+    assert "cannot write" not in text_of(nb.cells[2])
+    done = jiyu("track", run_id, "--to", f"tensorboard:{tb}")
+    events = len(read_events(RunFiles.of(run_id).events)[0])
+    exported = f"run {run_id} (elsewhere): {events} events exported to TensorBoard ({tb})\n"
+    assert (done.returncode, done.stdout, done.stderr) == (0, exported, "")
+    refused = jiyu("track", run_id, "--to", f"mlflow:{dead}", timeout=60)
+    assert (refused.returncode, refused.stdout) == (1, ""), refused.stderr
+    assert refused.stderr == f"run {run_id} (elsewhere): not exported to MLflow ({dead}): {why}\n"
 
 
 def test_jiyu_track_refuses_bad_input_in_one_line(where):
@@ -338,10 +387,10 @@ def test_mlflow_takes_at_most_50_points_a_second_per_metric_from_a_fast_run():
     from jiyu_magics.trackers.translate import Point
 
     fast = [Point("train/loss", 1.0 / s, s, 100 + s / 1000) for s in range(1, 1001)]  # 1 s at 1 kHz
-    kept = MlflowSink._thinned(SimpleNamespace(kept_at={}), fast)
+    kept = MlflowSink._thinned(SimpleNamespace(), fast, {})
     assert 45 <= len(kept) <= 52 and kept[-1].step == 1000 and kept[0].step == 1
     assert all(b.t - a.t >= 0.02 - 1e-9 for a, b in zip(kept[:-2], kept[1:-1], strict=True))
     slow = [Point("train/loss", 1.0, s, 100 + s * 0.5) for s in range(1, 2001)]  # every 0.5 s: an export
-    assert MlflowSink._thinned(SimpleNamespace(kept_at={}), slow) == slow
+    assert MlflowSink._thinned(SimpleNamespace(), slow, {}) == slow
     short = fast[:40]
-    assert MlflowSink._thinned(SimpleNamespace(kept_at={}), short) == short
+    assert MlflowSink._thinned(SimpleNamespace(), short, {}) == short

@@ -5,7 +5,10 @@ with MlflowClient; each run's page in each UI screenshotted in headless Chromium
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
+import threading
 import urllib.parse
 
 import nbformat
@@ -16,12 +19,16 @@ from jiyu_magics.core.events.log import read_events
 from jiyu_magics.core.runs.files import RunFiles
 from jiyu_magics.core.store.run_store import RunStore
 
+from .cli_runner import jiyu
 from .conftest import ROOT
 from .notebook_runner import execute, notebook, text_of
+from .test_trackers import followers_of
 from .trackers_tools import (
+    TcpGate,
     chromium_page,
     get_json,
     mlflow_finished,
+    mlflow_run,
     mlflow_server,
     tb_folder,
     tb_scalars,
@@ -113,8 +120,11 @@ def test_a_notebook_job_is_followed_by_its_supervisor_into_tensorboard_and_mlflo
             page.screenshot(path=artifacts / "tensorboard_run.png")
 
     with chromium_page() as page:
+        # MLflow opens in its GenAI view, which filed a run without a model as an "evaluation run"
+        page.goto(f"{mlflow.url}/#/experiments/{tracked.info.experiment_id}")
+        page.get_by_text("Training runs", exact=True).first.wait_for()  # listed there, as the run it is
         run_page = f"{mlflow.url}/#/experiments/{tracked.info.experiment_id}/runs/{tracked.info.run_id}"
-        page.goto(run_page + "/model-metrics")
+        page.goto(run_page + "/model-metrics?workflowType=machine_learning")  # as the summary links it
         page.get_by_placeholder("Search metric charts").fill("loss")
         page.get_by_role("button", name="Close", exact=True).click()  # MLflow's assistant panel, over the charts
         page.get_by_text("tracked-job (main-fit/train/loss)").first.wait_for()
@@ -142,7 +152,78 @@ def test_train_nproc_is_followed_by_its_kernel(tmp_path, mlflow):
     status, run_id = text_of(nb.cells[2]).split()
     assert status == "succeeded" and RunStore().get(run_id).kind == "ddp"
     client, tracked = wait_for(lambda: mlflow_finished(mlflow.url, run_id), timeout=120, message="MLflow's run to end")
+    summary = text_of(nb.cells[1])  # the cell's end summary names where the data went, with the run's page
+    page = f"{mlflow.url}/#/experiments/{tracked.info.experiment_id}/runs/{tracked.info.run_id}"
+    mlflow_line = f"tracked in MLflow: run ddp-tracked ({tracked.info.run_id}) in experiment jiyu at {page}"
+    assert mlflow_line in summary, summary
+    assert f"tracked in TensorBoard: {tb_folder(tb)} (tensorboard --logdir {tb})" in summary, summary
     assert [m.step for m in client.get_metric_history(tracked.info.run_id, "train/loss")] == [2, 4, 6, 8]
-    assert tracked.data.params["fit.nproc"] == "2" and tracked.data.params["train"].startswith("--nproc 2")
+    assert tracked.data.params["fit.nproc"] == "2" and "train" not in tracked.data.params  # the line is no parameter
     wait_for(lambda: "succeeded" in (tb_folder(tb) / "jiyu-sync.json").read_text(), message="TensorBoard's end")
     assert [s for s, _ in tb_scalars(tb_folder(tb))["train/loss"]] == [2, 4, 6, 8]
+
+
+PACED = """
+import time
+model = torch.nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), 0.05)
+train_loader = torch.utils.data.DataLoader(data, batch_size=16)
+def loss_fn(out, target):
+    time.sleep(0.03)  # 30 points a second: under the rate MLflow takes whole (50)
+    return torch.nn.functional.mse_loss(out, target)
+"""
+
+
+def steps_so_far(run_id: str) -> int:
+    return sum(1 for e in read_events(RunFiles.of(run_id).events)[0] if e["kind"] == "step")
+
+
+def mlflow_steps(uri: str, run_id: str) -> list[int]:
+    client, run = mlflow_run(uri, run_id)
+    return [m.step for m in client.get_metric_history(run.info.run_id, "train/loss")] if run else []
+
+
+def stage_outage(gate: TcpGate, uri: str, failures: list) -> None:
+    """MLflow goes away once it holds the run's first points; it is back when the follower
+    failed to reach it and 100 more steps were logged meanwhile (a backlog past what one write
+    takes unthinned); 30 steps later the run is interrupted (it stops at a step boundary)."""
+    try:
+        run = wait_for(lambda: next(iter(RunStore().list(include_finished=False)), None), message="the run")
+        wait_for(lambda: mlflow_steps(uri, run.id), timeout=120, message="the run's first points in MLflow")
+        gate.down()
+        down_at = steps_so_far(run.id)
+        wait_for(lambda: gate.refused and steps_so_far(run.id) >= down_at + 100, timeout=120, message="a backlog")
+        gate.up()
+        up_at = steps_so_far(run.id)
+        wait_for(lambda: steps_so_far(run.id) >= up_at + 30, timeout=120, message="steps after the outage")
+        os.kill(os.getpid(), signal.SIGINT)  # the kernel's interrupt: fit stops at a step boundary
+    except BaseException as error:  # noqa: BLE001 - raised again in the test's thread
+        gate.up()
+        failures.append(error)
+
+
+def test_every_point_logged_while_mlflow_was_down_arrives_after_it(ip, mlflow, monkeypatch, capfd):
+    """Issue 36: MLflow down in the middle of a run lost the points the follower had failed
+    to write (their thinning clock moved on anyway), said "caught up", and ``jiyu track`` said
+    "already in MLflow". The outage is staged by a relay in front of the module's server."""
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")  # each write fails at once while it is down
+    gate, failures = TcpGate(int(mlflow.url.rsplit(":", 1)[1])), []
+    ip.run_cell(DATA)
+    stager = threading.Thread(target=stage_outage, args=(gate, mlflow.url, failures), daemon=True)
+    stager.start()
+    try:
+        ip.run_cell_magic("train", f"--max-steps 5000 --log-every 1 --name outage --track mlflow:{gate.url}", PACED)
+        stager.join(60)
+        result = ip.user_ns["train_result"]
+        assert not failures, failures
+        assert result.status == "stopped", result.message
+        wait_for(lambda: not followers_of(result.run_id), timeout=120, message="the follower to catch up and exit")
+    finally:
+        gate.close()
+    logged = steps_logged(result.run_id, "outage")
+    assert len(logged) > 150 and mlflow_steps(mlflow.url, result.run_id) == logged, "every point, once, in order"
+    said = capfd.readouterr().err
+    assert f"jiyu: cannot write run {result.run_id} to MLflow ({gate.url})" in said
+    assert f"jiyu: MLflow ({gate.url}) reachable again; run {result.run_id} caught up" in said
+    again = jiyu("track", result.run_id, "--to", f"mlflow:{mlflow.url}")  # the server itself: the gate is gone
+    assert again.stdout == f"run {result.run_id} (outage): already in MLflow ({mlflow.url})\n", again.stderr

@@ -40,7 +40,7 @@ class Ranks:
     def __init__(self, folder: Path):
         self.folder, self.home = folder, folder / "home"
 
-    def run(self, nproc: int, *calls: dict, timeout: float = 240) -> None:
+    def run(self, nproc: int, *calls: dict, timeout: float = 240) -> str:
         plan = self.folder / f"plan-{calls[0]['name']}.json"
         plan.write_text(json.dumps({"out": str(self.folder), "calls": list(calls)}))
         env = dict(
@@ -62,6 +62,7 @@ class Ranks:
             _kill_tree(launcher.pid)
             raise AssertionError(f"torchrun of {plan.name} did not finish in {timeout} s") from None
         assert launcher.returncode == 0, output[-4000:]
+        return output
 
     def result(self, name: str) -> dict:
         return json.loads((self.folder / f"{name}.json").read_text())
@@ -120,7 +121,8 @@ def model_and_optimizer(state: dict) -> dict:
 @pytest.fixture(scope="module")
 def ranks(tmp_path_factory) -> Ranks:
     """Two ranks: 12 steps with a checkpoint every 4 (two kept); a second call resumes the
-    middle one and trains the same last 4 steps; a third loads the last one and trains none."""
+    middle one and trains the same last 4 steps; a third loads the last one and trains none.
+    A fourth (``z``) leaves two checkpoints for the damage tests."""
     ranks = Ranks(tmp_path_factory.mktemp("fsdp"))
     a, f = ranks.folder / "A", ranks.folder
     ranks.run(
@@ -128,6 +130,7 @@ def ranks(tmp_path_factory) -> Ranks:
         {"name": "a", "max_steps": 12, "ckpt_dir": str(a), "ckpt_every": 4, "keep_ckpts": 2},
         {"name": "a-again", "resume": str(a / "step-00000008.dcp"), "max_steps": 12, "ckpt_dir": str(f / "A2")},
         {"name": "a-load", "resume": str(a / "step-00000012.dcp"), "max_steps": 12, "ckpt_dir": str(f / "A3")},
+        {"name": "z", "max_steps": 8, "ckpt_dir": str(f / "Z"), "ckpt_every": 4, "keep_ckpts": 2},
     )
     return ranks
 
@@ -138,11 +141,21 @@ def test_every_rank_writes_its_shard_into_one_folder_and_old_ones_rotate_out(ran
     last = a / "step-00000012.dcp"
     assert sorted(p.name for p in last.iterdir()) == [
         ".metadata",
+        ".metadata.sha256",
         "__0_0.distcp",
+        "__0_0.distcp.sha256",
         "__1_0.distcp",
+        "__1_0.distcp.sha256",
         "jiyu-state.pt",
         "jiyu-state.pt.sha256",
     ]
+    checked = subprocess.run(
+        ["sha256sum", "-c", *sorted(p.name for p in last.iterdir() if p.suffix == ".sha256")],
+        cwd=last,
+        capture_output=True,
+        text=True,
+    )
+    assert checked.returncode == 0 and checked.stdout.count(": OK") == 4, checked.stdout + checked.stderr
     state = load_state_file(last)
     assert (state["step"], state["world_size"], len(state["rng"]), len(state["epoch_rng"])) == (12, 2, 2, 2)
     run = ranks.result("a")["run_id"]
@@ -190,7 +203,9 @@ def test_two_to_one_rank_loads_exactly_and_continues_as_an_unsharded_resume(one_
     assert sorted(sharded) == list(range(9, 17)) and sharded == unsharded
     assert sorted(p.name for p in (one_rank.folder / "B" / "step-00000012.dcp").iterdir()) == [
         ".metadata",
+        ".metadata.sha256",
         "__0_0.distcp",
+        "__0_0.distcp.sha256",
         "jiyu-state.pt",
         "jiyu-state.pt.sha256",
     ]
@@ -263,8 +278,10 @@ def test_export_weights_of_a_run_and_its_one_line_refusals(ranks, tmp_path, monk
     assert whole.returncode == 0, whole.stderr
     one_file = model_and_optimizer(load_checkpoint(tmp_path / "whole.pt"))
     assert differences(one_file, model_and_optimizer(ranks.state("a"))) == [], "what --resume whole.pt would load"
-    folder, inside = tmp_path / "folder", last / "x.pt"
+    folder, inside, kept, link = tmp_path / "folder", last / "x.pt", tmp_path / "kept.txt", tmp_path / "link.pt"
     folder.mkdir()
+    kept.write_text("mine")
+    link.symlink_to(kept)
     refusals = {
         ("nope", "--to", "x.pt"): "no run with id 'nope'",
         (run, "--step", "4", "--to", "x.pt"): f"run {run} has no checkpoint of step 4; its checkpoints: steps 8, 12",
@@ -272,17 +289,84 @@ def test_export_weights_of_a_run_and_its_one_line_refusals(ranks, tmp_path, monk
         (run, "--to", "/dev/null"): "--to /dev/null is a device, not a file: refusing to write over it",
         (run, "--to", str(folder)): f"--to {folder} is a folder, not a file: refusing to write over it",
         (str(last), "--to", str(inside)): f"--to {inside} is the checkpoint being exported (or inside it)",
+        (run, "--to", str(link)): f"--to {link} is a symbolic link; pass --force to write to its target",
     }
     for args, line in refusals.items():
         refused = jiyu("export-weights", *args, cwd=tmp_path)
         assert (refused.returncode, refused.stderr) == (2, f"jiyu export-weights: error: {line}\n"), args
+    assert kept.read_text() == "mine" and link.is_symlink(), "nothing written through the link"
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         "folder",
+        "kept.txt",
+        "link.pt",
         "w8.pt",
         "w8.pt.sha256",
         "whole.pt",
         "whole.pt.sha256",
     ]
+    forced = jiyu("export-weights", run, "--to", str(link), "--force")
+    assert forced.returncode == 0 and link.is_symlink(), forced.stderr
+    assert differences(torch.load(kept, weights_only=True), load_checkpoint(last)["model"]) == [], "--force: its target"
+
+
+def flip_16_bytes(path: Path) -> None:
+    """16 bytes in the middle of the file inverted: what torch.load and DCP would not notice."""
+    data = bytearray(path.read_bytes())
+    middle = len(data) // 2
+    data[middle : middle + 16] = bytes(b ^ 0xFF for b in data[middle : middle + 16])
+    path.write_bytes(bytes(data))
+
+
+@pytest.fixture(scope="module")
+def damaged(ranks) -> tuple[Ranks, str, str]:
+    """16 bytes flipped inside rank 1's shard of run ``z``'s newest checkpoint (step 8); then,
+    on two ranks, ``--resume last`` of ``z`` and a resume naming that checkpoint. Returns the
+    ranks, ``z``'s run id and what the launch said."""
+    z_run = ranks.result("z")["run_id"]
+    z, f = ranks.folder / "Z", ranks.folder
+    flip_16_bytes(z / "step-00000008.dcp" / "__1_0.distcp")
+    said = ranks.run(
+        2,
+        {"name": "z", "resume": "last", "max_steps": 12, "ckpt_dir": str(f / "Z2")},
+        {"name": "z-path", "resume": str(z / "step-00000008.dcp"), "max_steps": 12, "ckpt_dir": str(f / "Z3")},
+    )
+    return ranks, z_run, said
+
+
+def test_a_damaged_shard_is_refused_and_resume_last_takes_the_intact_one_before_it(damaged):
+    ranks, _, said = damaged
+    z = ranks.folder / "Z"
+    newest, before = z / "step-00000008.dcp", z / "step-00000004.dcp"
+    line = (
+        f"checkpoint {newest} is damaged: the SHA-256 of its __1_0.distcp differs from the one saved with it "
+        "(__1_0.distcp.sha256)"
+    )
+    assert f"jiyu: {line}; resuming from the one before it, {before}\n" in said, said[-3000:]
+    resumed = ranks.result("z")
+    assert resumed["status"] == "succeeded" and sorted(ranks.losses("z")) == list(range(5, 13))
+    assert ranks.losses("z") == {s: v for s, v in ranks.losses("a").items() if s > 4}, "step 4's exact state"
+    assert ranks.result("z-path") == {"refused": f"{line}; resume from an earlier checkpoint"}
+    assert list((ranks.folder / "Z3").iterdir()) == [], "the refused resume saved nothing"
+
+
+def test_export_weights_refuses_a_damaged_checkpoint_in_one_line(damaged, tmp_path, monkeypatch):
+    ranks, z_run, _ = damaged
+    monkeypatch.setenv("JIYU_HOME", str(ranks.home))
+    z = ranks.folder / "Z"
+    line = "is damaged: the SHA-256 of its __1_0.distcp differs from the one saved with it (__1_0.distcp.sha256)"
+    for args in ((z_run,), (str(z / "step-00000008.dcp"),)):
+        refused = jiyu("export-weights", *args, "--to", str(tmp_path / "w.pt"))
+        assert (refused.returncode, refused.stderr) == (
+            2,
+            f"jiyu export-weights: error: checkpoint {z / 'step-00000008.dcp'} {line}; "
+            "export an earlier checkpoint (a run's --step N)\n",
+        ), args
+    assert not (tmp_path / "w.pt").exists()
+    done = jiyu("export-weights", z_run, "--step", "4", "--to", str(tmp_path / "w4.pt"))
+    assert done.returncode == 0, done.stderr
+    flip_16_bytes(z / "step-00000004.dcp" / ".metadata")
+    refused = jiyu("export-weights", z_run, "--step", "4", "--to", str(tmp_path / "w4.pt"))
+    assert refused.returncode == 2 and "its .metadata differs" in refused.stderr, refused.stderr
 
 
 def test_a_save_cut_short_is_never_picked_and_goes_once_its_writer_is_gone(tmp_path):

@@ -241,3 +241,80 @@ def test_options_and_namespace_lookup_are_reusable_by_a_launcher(shell):
     assert kwargs["model"] is shell.user_ns["model"] and kwargs["train_data"] is shell.user_ns["train_loader"]
     assert kwargs["val_data"] is shell.user_ns["val_loader"] and "train_step" not in kwargs
     assert (kwargs["epochs"], kwargs["amp"], kwargs["accum"], kwargs["save_ckpts"]) == (2, "bf16", 4, True)
+
+
+def test_a_run_ends_on_its_samples_over_its_wall_time_not_its_last_short_batch(shell):
+    """512 samples in batches of 100: each epoch ends on a batch of 12. Logged every step, the
+    last step's rate is that batch's (a run at 780 samples/s ended saying 52); the end, the
+    run store's summary (the panel's row) and the summary text say the call's own rate."""
+    from jiyu_magics.core.events.log import read_events
+    from jiyu_magics.core.runs.files import RunFiles
+    from jiyu_magics.views.train_text import summary_text
+    from jiyu_magics.views.training_view import TrainingView
+
+    body = BODY.replace("batch_size=32", "batch_size=100").replace("val_loader = ", "unused = ").replace(
+        "loss_fn = ", "unused_loss = "
+    ) + (
+        "import time\n"
+        "def train_step(model, batch):  # a step takes 10 ms whatever its size, as on a GPU that waits on data\n"
+        "    time.sleep(0.01)\n"
+        "    return nn.functional.cross_entropy(model(batch[0]), batch[1])\n"
+    )
+    shell.run_cell_magic("train", "--epochs 2 --log-every 1 --refresh 0.01 --no-ckpt", body)
+    run_id = shell.user_ns["train_result"].run_id
+    events, _ = read_events(RunFiles.of(run_id).events)
+    steps = [e for e in events if e["kind"] == "step"]
+    (end,) = [e for e in events if e["kind"] == "end"]
+    total, final = 2 * 512, end["samples_per_s"]
+    # the loop's wall time lies between the logged steps' span and the whole call's
+    assert total / end["elapsed"] * 0.95 <= final <= total / (steps[-1]["elapsed"] - steps[0]["elapsed"]) * 1.05, (
+        final,
+        end,
+        steps[0],
+        steps[-1],
+    )
+    assert final > 3 * steps[-1]["samples_per_s"], "the last batch of 12 does not decide the run's rate"
+    assert RunStore().get(run_id).summary["samples_per_s"] == final
+    assert f"{final:,.0f} samples/s" in summary_text(TrainingView.of(events))
+
+
+def test_the_gpus_column_says_cpu_for_a_kernel_run_on_the_cpu_as_for_a_cpu_job(shell):
+    """``jiyu jobs``: a CPU job (0 GPUs requested) said ``cpu``, a kernel's run on the CPU
+    (which never queues) ``n/a``: the same kind of run, two words."""
+    import json
+
+    from .cli_runner import jiyu
+    from .server_fixtures import ended_run
+
+    shell.run_cell_magic("train", "--max-steps 2 --name on-cpu --no-ckpt", BODY)
+    kernel_run = shell.user_ns["train_result"].run_id
+    job = ended_run("job", "cpu-job", gpus_requested=0)
+    listing = {r["id"]: r["display"]["gpus"] for r in json.loads(jiyu("jobs", "--all", "--json").stdout)}
+    assert listing == {kernel_run: "cpu", job.id: "cpu"}, listing
+    table = jiyu("jobs", "--all").stdout
+    assert [line.split()[5] for line in table.splitlines()[2:]] == ["cpu", "cpu"], table
+
+
+def test_without_a_parameters_cell_the_run_records_what_its_line_and_its_body_read(shell):
+    """No parameters cell (terminal IPython, an untagged notebook): the run's parameters were
+    the names the magic line braces only, so the run page listed ``epochs`` and not the
+    ``lr`` and ``batch_size`` its body read from the notebook."""
+    shell.run_cell("lr = 0.02\nbatch_size = 64\nepochs = 1\nwidth = 32\nnote = 'baseline'\nunused = 7")
+    shell.run_cell(
+        "%%train --epochs {epochs} --name read-names --no-ckpt\n"
+        "model = nn.Sequential(nn.Linear(20, width), nn.ReLU(), nn.Linear(width, 2))\n"
+        "optimizer = torch.optim.AdamW(model.parameters(), lr=lr)\n"
+        "train_loader = DataLoader(TensorDataset(X, y), batch_size=batch_size, shuffle=True)\n"
+        "loss_fn = nn.CrossEntropyLoss()\n"
+        "print(note)\n",
+        store_history=True,
+    )
+    result = shell.user_ns["train_result"]
+    assert result.status == "succeeded"
+    assert RunStore().get(result.run_id).params == {
+        "epochs": 1,
+        "width": 32,
+        "lr": 0.02,
+        "batch_size": 64,
+        "note": "baseline",
+    }, "the line's names, then the body's numbers and strings; not X, y, nn, torch, nor what it does not read"

@@ -282,17 +282,25 @@ def test_rank_output_and_a_print_in_the_cell_body_reach_the_cell(tmp_path):
 
 
 def test_in_a_terminal_rank_zeros_lines_are_printed(ip, tmp_path, monkeypatch, capsys):
-    """Terminal IPython (no widgets): rank 0's lines are printed as they come, ``[rank0]``-prefixed."""
+    """Terminal IPython (no widgets): rank 0's lines are printed as they come, ``[rank0]``-prefixed.
+    The run's parameters are the notebook's values its line names, never the line itself
+    (``train = "--nproc 2 ..."`` was one, and Compare called it a differing parameter)."""
+    from jiyu_magics.core.run_comparison import compare
+
     monkeypatch.chdir(tmp_path)
-    ip.run_cell(DATA.split("\n", 1)[1], store_history=True)  # what the ranks replay
-    ip.run_cell_magic(
-        "train",
-        "--nproc 2 --max-steps 2 --name ddp-terminal",
+    ip.run_cell(DATA.split("\n", 1)[1] + "\nsteps = 2", store_history=True)  # what the ranks replay
+    ip.run_cell(
+        "%%train --nproc 2 --max-steps {steps} --name ddp-terminal\n"
         "print(f\"hello from rank {os.environ.get('RANK', 'kernel')}\")" + RECORDING_BODY,
+        store_history=True,
     )
     out = capsys.readouterr().out
     assert "[rank0] hello from rank 0" in out and "[rank1]" not in out, out
-    assert ip.user_ns["train_result"].status == "succeeded"
+    result = ip.user_ns["train_result"]
+    assert result.status == "succeeded"
+    assert RunStore().get(result.run_id).params == {"steps": 2}
+    (record,), _ = compare([result.run_id])
+    assert [c for c in record if c.startswith("param.")] == ["param.steps"], record
 
 
 def test_after_reset_the_ranks_replay_only_what_came_after_it(ip, tmp_path, monkeypatch, capsys):

@@ -7,8 +7,11 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
+import struct
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -160,3 +163,78 @@ def chromium_page(width: int = 1400, height: int = 900):
             yield page
         finally:
             browser.close()
+
+
+class TcpGate:
+    """A tracker server's outage, staged in front of the real one: a TCP relay on 127.0.0.1
+    that clients connect to instead of the server. ``down()`` resets every connection and
+    every new one at once (counted in ``refused``: a client's failed attempt), ``up()`` relays
+    again; the server behind it runs on and keeps what it got. Threads only: no process."""
+
+    def __init__(self, target_port: int):
+        self.target = ("127.0.0.1", target_port)
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.open, self.refused = True, 0
+        self._pairs: list[tuple[socket.socket, socket.socket]] = []
+        self._lock = threading.Lock()
+        threading.Thread(target=self._accept, name="tcp-gate", daemon=True).start()
+
+    def down(self) -> None:
+        with self._lock:
+            self.open = False
+            pairs, self._pairs = self._pairs, []
+        for pair in pairs:
+            for sock in pair:
+                _reset(sock)
+
+    def up(self) -> None:
+        with self._lock:
+            self.open = True
+
+    def close(self) -> None:
+        self.down()
+        self.listener.close()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return  # closed
+            with self._lock:
+                if not self.open:
+                    self.refused += 1
+                    _reset(client)
+                    continue
+                try:
+                    server = socket.create_connection(self.target, timeout=10)
+                except OSError:
+                    _reset(client)
+                    continue
+                self._pairs.append((client, server))
+            for a, b in ((client, server), (server, client)):
+                threading.Thread(target=_pump, args=(a, b), daemon=True).start()
+
+
+def _pump(source: socket.socket, sink: socket.socket) -> None:
+    try:
+        while data := source.recv(65536):
+            sink.sendall(data)
+    except OSError:
+        pass
+    for sock in (source, sink):
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+
+def _reset(sock: socket.socket) -> None:
+    """Closed with an RST (SO_LINGER 0): the peer's next read or write fails at once."""
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        sock.close()
+    except OSError:
+        pass

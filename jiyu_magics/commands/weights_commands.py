@@ -20,6 +20,9 @@ def add_commands(commands) -> None:
     p.add_argument("--to", required=True, metavar="FILE", help="the file to write (replaced if it is one)")
     p.add_argument("--step", type=int, metavar="N", help="the run's checkpoint of step N (default: its newest)")
     p.add_argument("--whole", action="store_true", help="model, optimizer, step and RNG, not only the weights")
+    p.add_argument(
+        "--force", action="store_true", help="write through a symbolic link at FILE (to its target; refused otherwise)"
+    )
     p.set_defaults(handler=run_export_weights)
 
 
@@ -31,7 +34,7 @@ def run_export_weights(args: argparse.Namespace) -> int:
 
     try:
         source = _checkpoint(args)
-        print(export_weights(source, args.to, whole=args.whole).describe())
+        print(export_weights(source, args.to, whole=args.whole, force=args.force).describe())
     except (JobError, TrainConfigError) as error:
         raise CliError(str(error)) from None
     except OSError as error:  # the atomic write's own line says what and where (a full disk: how much)

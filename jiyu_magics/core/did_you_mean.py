@@ -1,4 +1,6 @@
-"""``did you mean --lr?`` for an option argparse did not recognise, in the magics and the CLI.
+"""``did you mean --lr?`` for an option argparse did not recognise, in the magics and the CLI;
+``did you mean lr?`` for a ``-p`` name a notebook's parameters cell does not set (the CLI, the
+magics and the panel's Submit dialog, through the one export check).
 
 argparse suggests close matches itself from Python 3.14 (``suggest_on_error``); the project
 runs on 3.11, so the parsers' error paths add the suggestion to argparse's own message with
@@ -33,3 +35,12 @@ def with_suggestion(message: str, options: list[str], commands: list[str] | None
         if match:
             return f"{message} (did you mean {match[0]}?)"
     return message
+
+
+def suggestion(words: list[str], known: set[str] | list[str]) -> str:
+    """`` (did you mean lr?)`` for the first of ``words`` close to one of ``known``, else ``""``."""
+    for word in words:
+        match = difflib.get_close_matches(word, sorted(known), n=1, cutoff=0.6)
+        if match:
+            return f" (did you mean {match[0]}?)"
+    return ""

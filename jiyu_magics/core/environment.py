@@ -90,7 +90,19 @@ VARIABLES = (
     ),
     Variable("JIYU_FINAL_WEIGHTS", "`%%train --nproc`", "Where rank 0 writes the trained weights for the kernel."),
     Variable("JIYU_RUN_STATUS", "the supervisor", "The run's final status, for the `--notify` command."),
-    Variable("JIYU_POOL", "`%ranks start`", "A ranks pool's address file: its kernel's sockets and the pool's secret."),
+    Variable(
+        "JIYU_POOL", "`%ranks start`", "A ranks pool's address file: its kernel's sockets (and keys, on an allocation)."
+    ),
+    Variable(
+        "JIYU_POOL_SUPERVISED",
+        "the pool's supervisor",
+        "Set in the ranks it forks: it hosts the pool's store (under torchrun rank 0 does).",
+    ),
+    Variable(
+        "JIYU_POOL_GENERATION",
+        "the pool's supervisor",
+        "The generation of the process group a rank joins first (a replacement joins the next one).",
+    ),
     Variable("RANK", "torchrun", "This process's rank: `fit` joins the process group (NCCL on GPUs, gloo on CPU)."),
     Variable("WORLD_SIZE", "torchrun", "How many ranks the job has."),
     Variable("LOCAL_RANK", "torchrun", "This rank's index on its node: its GPU."),

@@ -14,6 +14,7 @@ import math
 from dataclasses import dataclass, field
 
 from .events.log import read_events
+from .events.tracked import tracked
 from .runs.files import RunFiles
 from .store.run_row import Run
 from .store.run_store import RunStore
@@ -29,14 +30,6 @@ GROUPS: tuple[tuple[str, str], ...] = (
 INTERNAL_OPTIONS = frozenset(
     {"keep_ckpts", "log_interval_s", "log_every", "ckpt_every", "ckpt_dir", "save_ckpts", "stall_timeout"}
     | {"fast_data", "name", "resume", "val_every", "scheduler_interval"}
-)
-DATA: tuple[tuple[str, str], ...] = (
-    ("batch_size", "batch_size"),
-    ("steps_per_epoch", "steps_per_epoch"),
-    ("accum", "accum"),
-    ("nproc", "nproc"),
-    ("kind", "data"),
-    ("total_steps", "total_steps"),
 )
 
 
@@ -69,26 +62,6 @@ def curves_of(run_id: str) -> RunCurves:
 
 def _finite(value) -> bool:
     return isinstance(value, (int, float)) and math.isfinite(value)
-
-
-def tracked(start: dict, params: dict) -> dict:
-    """What a tracker records of a call, from its ``start`` event (and the run's ``-p``
-    parameters), as grouped columns."""
-    config = {**params, **(start.get("config") or {})}
-    columns: dict = {f"param.{k}": v for k, v in sorted(config.items())}
-    columns["model.class"] = start.get("model")
-    columns["model.parameters"] = start.get("params")
-    columns["optimizer.class"] = start.get("optimizer")
-    groups = start.get("optimizer_groups") or []
-    for index, group in enumerate(groups):
-        for key, value in group.items():
-            columns[f"optimizer.{key}" + (f"[{index}]" if index else "")] = value
-    columns["optimizer.scheduler"] = start.get("scheduler")
-    for column, key in DATA:
-        columns[f"data.{column}"] = start.get(key)
-    for key, value in sorted((start.get("options") or {}).items()):
-        columns[f"option.{key}"] = value
-    return {k: v for k, v in columns.items() if v is not None or k.startswith(("param.", "option."))}
 
 
 def group_of(column: str) -> str:

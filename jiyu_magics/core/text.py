@@ -10,6 +10,13 @@ UTF-8 terminal accepts). ``shown`` escapes what would forge a line or move the c
 from __future__ import annotations
 
 import os
+import re
+
+# Terminal control sequences (ECMA-48): CSI (colours, ``\x1b[0;31m``), OSC (titles, links, ended by
+# BEL or ST) and the two-character escapes. IPython colours a rank's traceback, tqdm moves the
+# cursor: a log shown as text keeps their words and drops the codes.
+ANSI_ESCAPE = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|(?![\[\]])[0-~])")
+ANSI_CUT = re.compile(r"\x1b(?:\[[0-?]*[ -/]*|\][^\x07\x1b]*\x1b?)?\Z")  # a sequence the text ends inside
 
 
 class BadPath(ValueError):
@@ -42,3 +49,16 @@ def bounded(text: str, head: int = 4096, tail: int = 4096) -> str:
     if len(text) <= head + tail:
         return text
     return f"{text[:head]} … [{len(text) - head - tail} characters left out] … {text[-tail:]}"
+
+
+def without_ansi(text: str) -> str:
+    """``text`` without its terminal colour and cursor codes (a log read as text, not played
+    on a terminal: ``jiyu logs``, the panel's Logs)."""
+    return ANSI_ESCAPE.sub("", text) if "\x1b" in text else text
+
+
+def ansi_cut(text: str) -> int | None:
+    """Where ``text`` ends inside an escape sequence (a chunk of a growing log cut there), so
+    a reader can hold that tail back for the next chunk; None when it does not."""
+    found = ANSI_CUT.search(text, max(0, len(text) - 512)) if "\x1b" in text[-512:] else None
+    return found.start() if found else None

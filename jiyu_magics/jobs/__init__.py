@@ -21,7 +21,9 @@ from typing import TYPE_CHECKING
 
 # Each public name and the module that defines it, imported on first use (PEP 562): ``jiyu
 # --help`` or ``jiyu jobs`` need one or two of them, not the launcher, the scheduler backends
-# and the exporter (tens of milliseconds of a command's start-up).
+# and the exporter (tens of milliseconds of a command's start-up). No name here may also be a
+# module of this package: importing that module binds its name on the package, over the function
+# (``jobs.upkeep`` became a module once a submit had imported it; tests/test_imports.py checks).
 _HOMES = {
     "list_runs": ".run_control",
     "list_page": ".run_control",
@@ -41,10 +43,10 @@ _HOMES = {
     "Launch": ".process.torchrun_launch",
     "parse_lines": ".export.params",
     "parse_pairs": ".export.params",
-    "upkeep": ".upkeep",
-    "SubmitNotes": ".submit",
-    "submit": ".submit",
-    "submit_notes": ".submit",
+    "upkeep": ".run_upkeep",
+    "SubmitNotes": ".submission",
+    "submit": ".submission",
+    "submit_notes": ".submission",
 }
 _ORIGINAL_NAMES: dict[str, str] = {}
 
@@ -65,8 +67,8 @@ if TYPE_CHECKING:
         stop,
         stop_report,
     )
-    from .submit import SubmitNotes, submit, submit_notes
-    from .upkeep import upkeep
+    from .run_upkeep import upkeep
+    from .submission import SubmitNotes, submit, submit_notes
 
 
 def __getattr__(name: str):

@@ -52,6 +52,7 @@ from ..core.runs.model import RunStatus
 from ..core.runs.states import TransitionRefused
 from ..core.store.run_row import Run
 from ..core.store.run_store import RunStore
+from ..trackers.follow_process import OWNER_WAIT_S
 from ..trackers.owner import RunTracking
 from .final_status import Outcome, closing_events, decide
 from .gpu_queue import Grant
@@ -108,7 +109,8 @@ class RunLifecycle:
         self.stop_result: StopResult | None = None
         self._store_checked = -float("inf")
         self.stall_watch: StallWatch | None = None  # made when local ranks run; a follower's is given
-        self.tracking = RunTracking(run_id, [*track, *(spec.track or [])])
+        wait_s = OWNER_WAIT_S if owner == "kernel" else 0.0  # a cell: the trackers' last word shows in it
+        self.tracking = RunTracking(run_id, [*track, *(spec.track or [])], wait_s=wait_s)
         self.outage = StoreOutage(run_id, self.store, note, leases=lambda: self.grant.leases if self.grant else ())
 
     @classmethod

@@ -1,4 +1,9 @@
-"""A run's ``stdout.log``: its tail, and following it while the run is active."""
+"""A run's ``stdout.log``: its tail, and following it while the run is active.
+
+The text comes without terminal colour codes (``core.text.without_ansi``): a rank's IPython
+traceback is coloured for a terminal, and ``jiyu logs`` into a file, a pager or a notebook
+cell showed ``\x1b[0;31m`` where the colour was meant. Reads stop at whole lines, so no code is
+cut between two reads."""
 
 from __future__ import annotations
 
@@ -11,6 +16,7 @@ from ..core.runs.model import RunStatus
 from ..core.store import lost_runs
 from ..core.store.run_row import Run
 from ..core.store.run_store import RunStore
+from ..core.text import without_ansi
 from .job_error import JobError
 
 FOLLOW_POLL_S = 0.5
@@ -45,7 +51,7 @@ def tail(run_id: str, lines: int | None = None, end: str = "") -> tuple[str, int
             data = _all(f) if lines is None else _last_lines(f, size, lines)
     except FileNotFoundError:
         data, size = b"", 0
-    text = data.decode("utf-8", "replace") + end
+    text = without_ansi(data.decode("utf-8", "replace")) + end
     if lines is not None and end:
         text = "".join(text.splitlines(keepends=True)[-lines:]) if lines else ""
     return text, size
@@ -76,7 +82,7 @@ def read_from(run_id: str, offset: int) -> tuple[str, int]:
     except FileNotFoundError:
         return "", offset
     end = data.rfind(b"\n") + 1
-    return data[:end].decode("utf-8", "replace"), offset + end
+    return without_ansi(data[:end].decode("utf-8", "replace")), offset + end
 
 
 def follow(
@@ -109,4 +115,4 @@ def _unterminated_rest(run_id: str, offset: int) -> str:
         return ""
     with open(path, "rb") as f:
         f.seek(offset)
-        return f.read().decode("utf-8", "replace")
+        return without_ansi(f.read().decode("utf-8", "replace"))

@@ -30,7 +30,7 @@ from ..core.store.run_store import RunStore
 from .final_status import Outcome
 from .lifecycle import RunLifecycle, record_end_without_owner
 from .rank_placement import LocalProcessGroup
-from .upkeep import upkeep
+from .run_upkeep import upkeep
 
 NOTIFY_TIMEOUT_S = 60.0
 USAGE_SAMPLE_S = 5.0  # how often the supervisor samples its GPUs' utilisation for idle GPU time

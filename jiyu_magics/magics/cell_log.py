@@ -106,11 +106,12 @@ class LoggedMonitor:
 
 
 @contextmanager
-def cell_log() -> Iterator[CellLog]:
+def cell_log(launched: bool = False) -> Iterator[CellLog]:
     """``sys.stdout``/``sys.stderr`` teed into a CellLog while the cell trains; nothing teed
-    under a launcher (``JIYU_RUN_ID``: a job, ``--nproc``), which writes the log itself."""
+    under a launcher, which writes the log itself (``JIYU_RUN_ID``: a job, ``--nproc``;
+    ``launched``: a ranks pool's rank training its kernel's ``%%train --nproc``)."""
     log = CellLog()
-    if os.environ.get(RUN_ID_ENV):
+    if launched or os.environ.get(RUN_ID_ENV):
         yield log
         return
     out, err = sys.stdout, sys.stderr

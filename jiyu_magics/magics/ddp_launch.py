@@ -28,8 +28,8 @@ from ..core.runs.model import RunKind, RunStatus
 from ..jobs.export.kernel_replay import relaunch_history
 from ..jobs.launch_spec import LaunchSpec, visible_gpus
 from ..jobs.lifecycle import RunLifecycle
-from ..jobs.ranks.placement import PoolPlacement, PoolTraining
 from ..jobs.submit_options import SubmitOptions
+from ..ranks.placement import PULL_HINT, PoolPlacement, PoolTraining
 from .cell_history import CellHistory
 from .frontend import in_notebook
 
@@ -61,9 +61,15 @@ class DdpLaunch:
         model,
         on_monitor: Callable[[object], None] | None = None,
         pool=None,
+        config: dict | None = None,
     ):
         self.shell, self.line, self.args, self.cell = shell, line, args, cell or ""
         self.model, self.on_monitor, self.pool = model, on_monitor, pool
+        # the run's parameters: the notebook's values (``run_config``), as a kernel run records
+        # them; never the magic line itself, which Compare took for a differing parameter
+        from ..train.run_facts import plain
+
+        self.config = {str(k): plain(v) for k, v in (config or {}).items()}
         self.offset = 0  # how far the dashboard has read the event log
         self.final_weights: Path | None = None  # where rank 0 hands its weights back (not on a pool)
 
@@ -80,7 +86,7 @@ class DdpLaunch:
             spec,
             owner="kernel",
             notebook=notebook,
-            params={"train": self.line},
+            params=self.config,
             track=self._track(),  # this kernel follows them (trackers.owner)
         )
         with self.lifecycle:
@@ -110,7 +116,7 @@ class DdpLaunch:
             LaunchSpec(nproc=self.pool.nproc),
             owner="kernel",
             notebook=notebook,
-            params={"train": self.line, "pool": self.pool.run_id},
+            params={**self.config, "pool": self.pool.run_id},
             placement=self.placement,
             track=self._track(),  # this kernel follows them (trackers.owner)
         )
@@ -236,7 +242,8 @@ class DdpLaunch:
         events, _ = read_events(self.lifecycle.files.events)
         result = FitResult.from_events(self.lifecycle.run_id, events, outcome.status.value)
         if self.final_weights is None:
-            result.message += " (the trained model stays in the ranks: %ranks pull model --from 0)"
+            result.message += PULL_HINT
+            self.pool.trained = result
         elif self.final_weights.exists():
             load_weights(self.model, self.final_weights)
         elif outcome.status is RunStatus.STOPPED:
@@ -281,7 +288,9 @@ def launch_ddp(
     model,
     on_monitor: Callable[[object], None] | None = None,
     pool=None,
+    config: dict | None = None,
 ) -> None:
     """Trains ``model`` (the kernel's, after the cell body ran) as ``%%train --nproc``; on a
-    ranks ``pool`` instead, the ranks' objects (the cell's body runs there, not here)."""
-    DdpLaunch(shell, line, args, cell, model, on_monitor, pool).run()
+    ranks ``pool`` instead, the ranks' objects (the cell's body runs there, not here).
+    ``config``: the notebook's parameters, recorded as the run's."""
+    DdpLaunch(shell, line, args, cell, model, on_monitor, pool, config).run()

@@ -1,11 +1,12 @@
-"""``%ranks`` and ``%%ranks``: torchrun ranks that stay alive across cells, driven from a notebook.
+"""``%ranks`` and ``%%ranks``: ranks that stay alive across cells, driven from a notebook.
 
-The pool (``jobs.ranks.pool``) is a run of kind ``ranks``; this module parses, delegates and shows.
-A cell's output streams in live (rank 0's, or every rank's with ``--all-output``), rank 0's rich
-output (a display, a figure, the last expression) shows as the kernel's own, and a failing rank
-ends the cell with its error and the traceback of its cell. The pool lives on through errors and
-interrupts; when a rank died or stayed stuck in a collective it is started again, and the cell
-says that the ranks' state was lost.
+The pool (``ranks.pool``) is a run of kind ``ranks``; its agent (``ranks.agent``) decides what
+happens when a rank fails, hangs or dies; this module parses, delegates and shows
+(``ranks_output``). A cell's output streams in live (rank 0's, or every rank's with
+``--all-output``), rank 0's rich output (a display, a figure, the last expression) shows as the
+kernel's own, and a failing rank ends the cell with its error and the traceback of its cell.
+The ranks keep their state through errors, interrupts, hangs and a dead peer; a pool that
+ended (stopped, or its launcher died) is never started again unasked.
 """
 
 from __future__ import annotations
@@ -13,40 +14,27 @@ from __future__ import annotations
 import argparse
 import atexit
 import os
-import pickle
 import shlex
 import sys
-import threading
 import time
-from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, magics_class
 
 from ..core.runs.launch_context import NOTEBOOK_ENV
+from .ranks_output import Background, Echo, RankCellError, RankDied, report, show_stall
 
 if TYPE_CHECKING:  # imported when a pool starts: %load_ext stays light (no zmq, no lifecycle)
     from IPython.core.interactiveshell import InteractiveShell
 
-    from ..jobs.ranks.channel import Message
-    from ..jobs.ranks.pool import RanksPool, Request
+    from ..ranks.agent import Outcome, PoolAgent
+    from ..ranks.requests import Request
+
+__all__ = ["RankCellError", "RankDied", "RanksMagics", "pool_of"]
 
 PUSH_WARN_BYTES = 100 * 2**20
-WATCH_S = 1.0
 DEFAULT_STALL_S = 10.0
-
-
-class RankCellError(RuntimeError):
-    """A rank's cell failed: one line naming the rank and its error, then that rank's
-    traceback as its shell formatted it (the cell's own frames)."""
-
-    def __init__(self, rank: int, line: str, traceback: Sequence[str] = ()):
-        super().__init__(f"rank {rank}: {line}")
-        self.rank, self.traceback = rank, list(traceback)
-
-    def _render_traceback_(self) -> list[str]:
-        return [*self.traceback, f"(on rank {self.rank})"] if self.traceback else [f"RankCellError: {self}"]
 
 
 class _Parser(argparse.ArgumentParser):
@@ -63,6 +51,7 @@ START.add_argument("nproc", type=int)
 START.add_argument("--device", default=None, help="cpu: gloo ranks that lease no GPU")
 START.add_argument("--gpus", type=int, default=None)
 START.add_argument("--name", default=None)
+START.add_argument("--replace-dead", action="store_true")
 START.add_argument("--backend", choices=("local", "slurm"), default="local")
 START.add_argument("--nodes", type=int, default=1)
 START.add_argument("--partition", default=None)
@@ -74,20 +63,28 @@ PULL = _parser("%ranks pull")
 PULL.add_argument("name")
 PULL.add_argument("--from", dest="rank", type=int, default=0)
 PULL.add_argument("--as", dest="local", default=None)
+SCATTER = _parser("%ranks scatter")
+SCATTER.add_argument("name")
+SCATTER.add_argument("--as", dest="remote", default=None)
+GATHER = _parser("%ranks gather")
+GATHER.add_argument("name")
+GATHER.add_argument("--as", dest="local", default=None)
+RESTART = _parser("%ranks restart")
+RESTART.add_argument("ranks", nargs="*", type=int)
 CELL = _parser("%%ranks")
 CELL.add_argument("ranks", nargs="?", default=None)
 CELL.add_argument("--all-output", action="store_true")
 CELL.add_argument("--stall-timeout", type=float, default=DEFAULT_STALL_S)
+CELL.add_argument("--bg", action="store_true")
+CELL.add_argument("--on-join", action="store_true")
 
 
 @magics_class
 class RanksMagics(Magics):
     def __init__(self, shell: InteractiveShell | None = None) -> None:
         super().__init__(shell)
-        self.pool: RanksPool | None = None
-        self.busy = False
-        self.died: str | None = None  # why the pool ended while no cell watched it
-        self._watch: threading.Thread | None = None
+        self.agent: PoolAgent | None = None
+        self.background: Background | None = None
         atexit.register(self._at_exit)
 
     @property
@@ -98,39 +95,58 @@ class RanksMagics(Magics):
 
     @line_cell_magic
     def ranks(self, line: str, cell: str | None = None):
-        """Ranks that stay alive across cells: torchrun workers that keep their variables,
-        their process group and their GPU memory from one cell to the next.
+        """Ranks that stay alive across cells: processes that keep their variables, their
+        process group and their GPU memory from one cell to the next, and through a failure.
 
         Line form::
 
-            %ranks start N [--device cpu] [--gpus G] [--name NAME]
-                                 start N ranks under torchrun (gloo on the CPU, NCCL on GPUs);
-                                 the pool is a run: it leases its GPUs through the queue and
-                                 shows in %jobs, jiyu jobs and the lab panel
+            %ranks start N [--device cpu] [--gpus G] [--name NAME] [--replace-dead]
+                                 start N ranks (gloo on the CPU, NCCL on GPUs); the pool is a
+                                 run: it leases its GPUs through the queue and shows in %jobs,
+                                 jiyu jobs and the lab panel. --replace-dead: a rank that dies
+                                 is replaced at once (then the --on-join cell runs)
             %ranks start N --backend slurm --nodes M [--partition P] [--time T]
                            [--gpus-per-node G] [--device cpu]
                                  N ranks on each of M nodes of a Slurm allocation (waits while
                                  Slurm holds the job); the kernel lets in the allocation's
                                  nodes only, and interrupts reach the ranks over the channel
-            %ranks [status]      the pool: its run, each rank's pid and device
+            %ranks [status]      the pool: its run, each rank's pid, device and state
             %ranks push NAME ... send the kernel's objects to every rank (pickled)
             %ranks pull NAME [--from K] [--as LOCAL]
                                  bring rank K's object back (default rank 0); a module's
                                  weights load into the kernel's module of that name
+            %ranks scatter NAME [--as NAME]
+                                 a tensor, array or list split along its first dimension,
+                                 one part per rank
+            %ranks gather NAME [--as LOCAL]
+                                 every rank's NAME joined along the first dimension, in rank order
+            %ranks restart [K ...]
+                                 a new process for rank K (a dead one, or one that is stuck),
+                                 joined with the others, which keep their state; then the
+                                 --on-join cell runs on every rank. Without K: every dead rank,
+                                 or a process group that could not be rebuilt
+            %ranks wait          the end of a --bg cell: its errors, as the cell would have shown them
             %ranks stop          end the pool (kernel shutdown, restart or death ends it too)
 
         Cell form::
 
-            %%ranks [RANKS] [--all-output] [--stall-timeout S]
+            %%ranks [RANKS] [--all-output] [--stall-timeout S] [--bg]
             <code run on every rank, or on RANKS: 0, or 0,2>
+
+            %%ranks --on-join
+            <code every rank runs after a replacement rank joined (empty: none)>
 
         The cell's output streams in live (rank 0's; --all-output: every rank's, each line
         prefixed); rank 0's displays and figures show here. An error on any rank ends the cell
-        with that rank's traceback; the ranks still busy are interrupted and the pool lives on.
-        A kernel interrupt interrupts every rank's cell (inside fit: a stop at the next step,
-        with a checkpoint). When a rank has not finished S seconds (default 10) after another
-        did, the cell says it stalled, with every rank's stack. %%train --nproc N uses a pool
-        of N: no export, the objects the ranks hold.
+        with that rank's traceback (one traceback for the same error on several ranks); the
+        ranks still busy are interrupted, a collective waiting for the failed rank is aborted,
+        the process group is rebuilt, and every rank keeps its state. A kernel interrupt does
+        the same (inside fit: a stop at the next step, with a checkpoint). A rank that dies is
+        named ("rank 3 died: killed by SIGKILL — out of memory?"); the others keep their state.
+        When a rank has not finished S seconds (default 10) after another did, the cell says
+        where each rank is: the collective it waits in and the rank that never came. --bg
+        returns at once; its output streams in; %ranks wait collects its end. %%train --nproc
+        N uses a pool of N: no export, the objects the ranks hold.
         """
         if cell is not None:
             return self._cell(line, cell)
@@ -142,202 +158,299 @@ class RanksMagics(Magics):
             "stop": self._stop,
             "push": self._push,
             "pull": self._pull,
+            "scatter": self._scatter,
+            "gather": self._gather,
+            "restart": self._restart,
+            "wait": self._wait_background,
         }.get(command)
         if handler is None:
-            raise UsageError(f"%ranks {command}: expected start, status, stop, push or pull")
+            raise UsageError(
+                f"%ranks {command}: expected start, status, stop, push, pull, scatter, gather, restart or wait"
+            )
         return handler(rest)
 
     # -- the pool ----------------------------------------------------------------------------------
     def _start(self, words: list[str]) -> None:
+        from ..jobs.job_error import JobError
+        from ..ranks.agent import PoolAgent
+        from ..ranks.pool import RanksPool
+
         args = START.parse_args(words)
-        if self.pool is not None and self.pool.alive():
-            raise UsageError(f"a pool runs already: {self.pool.describe()}; %ranks stop first")
+        if self.agent is not None and not self.agent.pool.ended and self.agent.pool.alive():
+            raise UsageError(f"a pool runs already: {self.agent.pool.describe()}; %ranks stop first")
         slurm = {"partition": args.partition, "time": args.time, "gpus_per_node": args.gpus_per_node}
         slurm = {name: value for name, value in slurm.items() if value is not None}
         if args.backend == "local" and (slurm or args.nodes != 1):
             named = [*slurm, *(["nodes"] if args.nodes != 1 else [])]
             given = ", ".join(f"--{name.replace('_', '-')}" for name in named)
             raise UsageError(f"%ranks start: {given} take(s) --backend slurm (a local pool runs on this machine)")
-        self.pool = self._new_pool(
-            args.nproc,
-            device=args.device,
-            gpus=args.gpus,
-            name=args.name,
-            nodes=args.nodes,
-            backend=args.backend,
-            slurm=slurm or None,
-        )
-        print(f"jiyu: {self.pool.describe()}: ready in {time.time() - self.pool.started:.1f} s")
-
-    def _new_pool(self, nproc: int, **options) -> RanksPool:
-        from ..jobs.job_error import JobError
-        from ..jobs.ranks.pool import RanksPool
-
+        if args.replace_dead and args.backend != "local":
+            raise UsageError(
+                "%ranks start: --replace-dead needs a local pool (torchrun ends a Slurm pool's ranks together)"
+            )
         notebook = os.environ.get(NOTEBOOK_ENV) or self.ipython.user_ns.get("__session__")
         try:
             pool = RanksPool.start(
-                nproc, notebook=notebook, on_wait=lambda text: print(f"jiyu: {text}", flush=True), **options
+                args.nproc,
+                device=args.device,
+                gpus=args.gpus,
+                name=args.name,
+                notebook=notebook,
+                nodes=args.nodes,
+                backend=args.backend,
+                slurm=slurm or None,
+                on_wait=lambda text: print(f"jiyu: {text}", flush=True),
             )
         except JobError as error:
             raise UsageError(str(error)) from None
-        self.died = None
-        self._watch = threading.Thread(target=self._watch_pool, args=(pool,), name="jiyu-ranks-watch", daemon=True)
-        self._watch.start()
-        return pool
+        except KeyboardInterrupt:  # its run was ended, nothing of it left running (the lifecycle)
+            raise UsageError("%ranks start: interrupted; no pool was started") from None
+        pool.watch_idle()
+        self.agent = PoolAgent(pool, replace_dead=args.replace_dead)
+        print(f"jiyu: {pool.describe()}: ready in {time.time() - pool.started:.1f} s")
 
     def _status(self, words: list[str]) -> None:
         if words:
             raise UsageError(f"%ranks status takes no arguments, got {' '.join(words)}")
-        pool = self._require_pool()
+        if self.agent is None:
+            print("jiyu: no ranks pool runs in this kernel (%ranks start N)")
+            return
+        pool = self.agent.pool
+        if pool.ended or not pool.alive():
+            print(f"jiyu: ranks pool {pool.run_id} has ended ({pool.record_end()})")
+            return
         print(pool.describe())
+        if self.agent.broken:
+            print(f"jiyu: {self.agent.broken}")
 
     def _stop(self, words: list[str]) -> None:
         if words:
             raise UsageError(f"%ranks stop takes no arguments, got {' '.join(words)}")
-        if self.pool is None:
-            print("jiyu: no ranks pool runs in this kernel")
+        if self.agent is None:
+            print("jiyu: no ranks pool runs in this kernel (%ranks start N)")
             return
-        pool, self.pool = self.pool, None
-        print(f"jiyu: {pool.shutdown() or f'ranks pool {pool.run_id} had already ended'}")
+        agent, self.agent = self.agent, None
+        self.background = None
+        print(f"jiyu: {agent.pool.shutdown() or f'ranks pool {agent.run_id} had already ended'}")
 
-    def _require_pool(self) -> RanksPool:
-        """The pool, started again when a rank died since the last cell (said in one line)."""
-        if self.pool is None:
-            raise UsageError("no ranks pool runs in this kernel: %ranks start N")
-        if not self.pool.alive():
-            why = self.died or self.pool.record_death()
-            self._restart(f"it ended: {why}")
-        return self.pool
+    def _restart(self, words: list[str]) -> None:
+        args = RESTART.parse_args(words)
+        agent = self._agent()
+        from ..jobs.job_error import JobError
 
-    def _restart(self, reason: str) -> None:
-        old = self.pool
-        assert old is not None
-        keep = ("device", "gpus", "name", "nodes", "backend", "slurm")
-        self.pool = self._new_pool(old.nproc // old.options["nodes"], **{k: old.options[k] for k in keep})
+        pool = agent.pool
+        ranks = args.ranks or pool.dead()
+        bad = [rank for rank in ranks if not 0 <= rank < pool.nproc]
+        if bad:
+            raise UsageError(f"%ranks restart {bad[0]}: this pool has ranks 0 to {pool.nproc - 1}")
+        began = time.monotonic()
+        echo = Echo(all_ranks=False)
+        try:
+            if ranks:
+                outcome = agent.replace(ranks, on_message=echo.take)
+            elif agent.broken:
+                agent.rebuild("asked by %ranks restart")
+                print("jiyu: the process group was rebuilt; every rank kept its state")
+                return
+            else:
+                print("jiyu: every rank runs; nothing to restart (%ranks restart K replaces rank K)")
+                return
+        except JobError as error:
+            raise UsageError(str(error)) from None
         print(
-            f"jiyu: ranks pool {old.run_id} was restarted as {self.pool.run_id} ({reason}); "
-            "the ranks' state (variables, models) was lost",
-            flush=True,
+            f"jiyu: {pool.describe()}: rank(s) {', '.join(map(str, ranks))} joined in {time.monotonic() - began:.1f} s"
         )
+        if outcome.joined is not None:
+            from ..ranks.agent import Outcome
 
-    def _watch_pool(self, pool: RanksPool) -> None:
-        """While no cell uses it: a pool whose rank died (or that ``jiyu stop`` stopped) has
-        its end recorded now, not at the next cell."""
-        while self.pool is pool and not pool.ended:
-            time.sleep(WATCH_S)
-            if not self.busy and self.pool is pool and not pool.ended and not pool.alive():
-                self.died = pool.record_death()
+            report(Outcome(outcome.joined), "%%ranks --on-join")
+
+    def _agent(self) -> PoolAgent:
+        """The pool, refused in one line when there is none or it ended (nothing restarts it
+        unasked: a stop stays a stop)."""
+        from ..ranks.agent import PoolGone
+
+        if self.agent is None:
+            raise UsageError("no ranks pool runs in this kernel: %ranks start N")
+        try:
+            self.agent.check()
+        except PoolGone as gone:
+            self.agent = None
+            raise UsageError(str(gone)) from None
+        if self.background is not None and not self.background.done.is_set():
+            raise UsageError("a %%ranks --bg cell runs on the pool: %ranks wait for its end first")
+        return self.agent
+
+    def _run(self, what: str, *args, **kwargs) -> Outcome:
+        """A request through the agent; the pool's refusals (a dead rank, a broken group) as one line."""
+        from ..jobs.job_error import JobError
+
+        agent = self._agent()
+        try:
+            return agent.run(*args, **kwargs)
+        except JobError as error:
+            raise UsageError(f"{what}: {error}") from None
 
     def _at_exit(self) -> None:
-        if self.pool is not None:
-            self.pool.shutdown()
+        if self.agent is not None:
+            self.agent.pool.shutdown()
 
     # -- objects -----------------------------------------------------------------------------------
     def _push(self, words: list[str]) -> None:
+        from ..ranks.protocol import Kind
+
         args = PUSH.parse_args(words)
-        pool = self._require_pool()
-        buffers = []
-        for name in args.names:
-            if name not in self.ipython.user_ns:
-                raise UsageError(f"%ranks push: no {name!r} in the notebook")
+        counts, buffers = self._packed(args.names, "%ranks push")
+        self._warn_size(sum(len(memoryview(b)) for b in buffers))
+        outcome = self._run("%ranks push", Kind.PUSH, {"names": args.names, "counts": counts}, buffers=buffers)
+        report(outcome, "%ranks push")
+        print(f"jiyu: pushed {', '.join(args.names)} to {len(outcome.request.ranks)} rank(s)")
+
+    def _packed(self, names: list[str], what: str, values: list | None = None) -> tuple[list[int], list]:
+        """The objects as the ranks take them (``ranks.objects``); what pickle refuses, in one line."""
+        from ..ranks.objects import pack
+
+        counts: list[int] = []
+        buffers: list = []
+        for index, name in enumerate(names):
+            if values is None and name not in self.ipython.user_ns:
+                raise UsageError(f"{what}: no {name!r} in the notebook")
+            value = self.ipython.user_ns[name] if values is None else values[index]
             try:
-                buffers.append(pickle.dumps(self.ipython.user_ns[name], protocol=pickle.HIGHEST_PROTOCOL))
+                count, parts = pack([value])
             except Exception as error:  # noqa: BLE001 - whatever pickle refuses, in one line
-                raise UsageError(f"%ranks push: {name} cannot be pickled: {type(error).__name__}: {error}") from None
-        size = sum(map(len, buffers))
-        if size > PUSH_WARN_BYTES:
-            print(f"jiyu: pushing {size / 2**20:.0f} MiB to each of {pool.nproc} ranks", file=sys.stderr)
-        request = self._wait(pool.begin("push", {"names": args.names}, buffers=buffers))
-        self._raise_first_failure(request, "%ranks push")
-        print(f"jiyu: pushed {', '.join(args.names)} to {pool.nproc} rank(s)")
+                raise UsageError(f"{what}: {name} cannot be pickled: {type(error).__name__}: {error}") from None
+            counts += count
+            buffers += parts
+        return counts, buffers
+
+    def _warn_size(self, size: int) -> None:
+        if size > PUSH_WARN_BYTES and self.agent is not None:
+            print(f"jiyu: sending {size / 2**20:.0f} MiB to {self.agent.pool.nproc} ranks", file=sys.stderr)
 
     def _pull(self, words: list[str]) -> None:
+        from ..ranks.objects import unpack
+        from ..ranks.protocol import Kind
+
         args = PULL.parse_args(words)
-        pool = self._require_pool()
-        request = self._wait(pool.begin("pull", {"name": args.name}, ranks=[args.rank]))
-        self._raise_first_failure(request, "%ranks pull")
-        message = request.values[args.rank]
-        value = pickle.loads(message.buffers[0])  # signed by the pool's own rank
+        outcome = self._run("%ranks pull", Kind.PULL, {"name": args.name}, ranks=[args.rank])
+        report(outcome, "%ranks pull")
+        message = outcome.request.values[args.rank]
+        (value,) = unpack(message["counts"], message.buffers)  # from the pool's own rank
         local = args.local or args.name
         target = self.ipython.user_ns.get(local)
         if message["form"] == "state_dict" and hasattr(target, "load_state_dict"):
             target.load_state_dict(value)
             print(f"jiyu: loaded rank {args.rank}'s {args.name} weights into the notebook's {local}")
+            self._pulled_training(f" (rank {args.rank}'s trained {args.name} was pulled into the notebook's {local})")
             return
         self.ipython.user_ns[local] = value
         what = "weights (a state dict: no module of that name here)" if message["form"] == "state_dict" else "value"
         print(f"jiyu: {local} = rank {args.rank}'s {args.name} {what}")
 
+    def _pulled_training(self, said: str) -> None:
+        """The latest %%train on the pool no longer says its weights are only in the ranks."""
+        from ..ranks.placement import PULL_HINT
+
+        trained = self.agent.trained if self.agent is not None else None
+        if trained is not None and PULL_HINT in trained.message:
+            trained.message = trained.message.replace(PULL_HINT, said)
+
+    def _scatter(self, words: list[str]) -> None:
+        from ..ranks.protocol import Kind
+        from ..train.array_parts import split
+
+        args = SCATTER.parse_args(words)
+        agent = self._agent()
+        if args.name not in self.ipython.user_ns:
+            raise UsageError(f"%ranks scatter: no {args.name!r} in the notebook")
+        try:
+            parts = split(self.ipython.user_ns[args.name], agent.pool.nproc)
+        except TypeError as error:
+            raise UsageError(f"%ranks scatter: {error}") from None
+        remote = args.remote or args.name
+        packed = {rank: self._packed([remote], "%ranks scatter", [part]) for rank, part in enumerate(parts)}
+        per_rank = {rank: buffers for rank, (_, buffers) in packed.items()}
+        fields = {"names": [remote], "counts": {rank: counts for rank, (counts, _) in packed.items()}}
+        outcome = self._run("%ranks scatter", Kind.PUSH, fields, per_rank=per_rank)
+        report(outcome, "%ranks scatter")
+        sizes = ", ".join(str(_length(part)) for part in parts)
+        print(f"jiyu: scattered {args.name} as {remote} over {len(parts)} rank(s) ({sizes} along the first dimension)")
+
+    def _gather(self, words: list[str]) -> None:
+        from ..ranks.objects import unpack
+        from ..ranks.protocol import Kind
+        from ..train.array_parts import join
+
+        args = GATHER.parse_args(words)
+        outcome = self._run("%ranks gather", Kind.PULL, {"name": args.name})
+        report(outcome, "%ranks gather")
+        values = outcome.request.values
+        parts = [unpack(values[rank]["counts"], values[rank].buffers)[0] for rank in sorted(values)]
+        try:
+            joined = join(parts)
+        except TypeError as error:
+            raise UsageError(f"%ranks gather: {error}") from None
+        local = args.local or args.name
+        self.ipython.user_ns[local] = joined
+        print(
+            f"jiyu: {local} = {args.name} of {len(parts)} rank(s), joined along the first dimension ({_length(joined)})"
+        )
+
     # -- cells -------------------------------------------------------------------------------------
     def _cell(self, line: str, cell: str) -> None:
+        from ..ranks.protocol import Kind
+
         args = CELL.parse_args(shlex.split(line))
-        pool = self._require_pool()
-        ranks = _ranks(args.ranks, pool.nproc)
+        if args.on_join:
+            self._on_join(args, cell)
+            return
+        agent = self._agent()
+        ranks = _ranks(args.ranks, agent.pool.nproc)
         echo = Echo(all_ranks=args.all_output, shown=ranks[0] if args.ranks else 0)
-        request = self._wait(
-            pool.begin("execute", {"code": cell}, ranks=ranks, on_message=echo.take), stall=args.stall_timeout
-        )
-        echo.flush()
-        self._raise_first_failure(request, "%%ranks")
+        if args.bg:
+            self.background = Background.start(agent, cell, ranks, echo, args.stall_timeout)
+            return
+        stalled: list[bool] = []
 
-    def _wait(self, request: Request, stall: float | None = None) -> Request:
-        """Until every rank replied: a kernel interrupt interrupts the ranks (a second one ends
-        a pool whose ranks do not come back); a rank stuck after its peer failed, or a rank
-        that died, restarts the pool."""
-        self.busy = True
-        flagged = False
+        def on_stall(request: Request) -> None:
+            stalled.append(True)
+            show_stall(agent, request, args.stall_timeout)
+
         try:
-            while True:
-                try:
-                    if request.pump():
-                        break
-                    if stall and not flagged and request.first_done and time.monotonic() - request.first_done > stall:
-                        flagged = self._flag_stall(request, stall)
-                except KeyboardInterrupt:
-                    if request.released is not None and time.monotonic() - request.released > 1.0:
-                        request.stuck = request.pending
-                        break
-                    request.interrupt()
+            outcome = self._run(
+                "%%ranks",
+                Kind.EXECUTE,
+                {"code": cell},
+                ranks=ranks,
+                on_message=echo.take,
+                stall=args.stall_timeout,
+                on_stall=on_stall,
+            )
         finally:
-            self.busy = False
-            if flagged:
-                request.pool.lifecycle.store.mark_stalled(request.pool.run_id, None)
-        pool = request.pool
-        if request.stuck:
-            stuck = ", ".join(map(str, request.stuck))
-            pool.kill(f"rank {stuck} did not come back from an interrupt (stuck in a collective)")
-            self._restart(f"rank {stuck} was stuck where an interrupt cannot reach (inside a collective)")
-        elif "lost" in request.statuses.values():
-            self._restart(f"it ended: {pool.record_death()}")
-        return request
+            if stalled:  # the stall is over with the cell
+                agent.pool.lifecycle.store.mark_stalled(agent.run_id, None)
+        echo.flush()
+        report(outcome, "%%ranks")
 
-    def _flag_stall(self, request: Request, stall: float) -> bool:
-        """Some ranks finished the cell, others not ``stall`` seconds later: say so, with every
-        rank's stack (the pool run is flagged stalled while it lasts)."""
-        from ..core.runs import stack_groups
-        from ..jobs.stack_dump import dump_stacks
+    def _on_join(self, args: argparse.Namespace, cell: str) -> None:
+        if args.ranks or args.bg or args.all_output:
+            raise UsageError("%%ranks --on-join takes no ranks, --bg or --all-output: it runs on every rank")
+        agent = self._agent()
+        agent.join_hook = cell if cell.strip() else None
+        if agent.join_hook is None:
+            print("jiyu: no join hook: a replacement rank joins with an empty namespace")
+        else:
+            print("jiyu: kept as the join hook: every rank runs it after a replacement rank joined")
 
-        pool = request.pool
-        pool.lifecycle.store.mark_stalled(pool.run_id, request.first_done and time.time())
-        folder = dump_stacks(pool.run_id)
-        waiting = ", ".join(map(str, request.pending))
-        print(f"jiyu: stalled: rank {waiting} has not finished {stall:g} s after another rank did", flush=True)
-        if folder is not None:
-            waiting_stacks = [s for s in stack_groups.read_dump(folder) if s.rank in request.pending]
-            for group in stack_groups.group(waiting_stacks):
-                print(f"jiyu:   {group.headline()}", flush=True)
-            print(f"jiyu:   every rank's stack: jiyu stacks {pool.run_id}", flush=True)
-        return True
-
-    @staticmethod
-    def _raise_first_failure(request: Request, what: str) -> None:
-        failure = request.first_failure()
-        if failure is not None:
-            rank, error = failure
-            raise RankCellError(rank, f"{error['ename']}: {error['evalue']}".rstrip(": "), error["traceback"])
-        if request.refusals:
-            rank = min(request.refusals)
-            raise UsageError(f"{what}: {request.refusals[rank]}")
+    def _wait_background(self, words: list[str]) -> None:
+        if words:
+            raise UsageError(f"%ranks wait takes no arguments, got {' '.join(words)}")
+        if self.background is None:
+            print("jiyu: no %%ranks --bg cell to wait for")
+            return
+        background, self.background = self.background, None
+        report(background.wait(), "%%ranks --bg")
 
 
 def _ranks(text: str | None, nproc: int) -> list[int]:
@@ -354,47 +467,16 @@ def _ranks(text: str | None, nproc: int) -> list[int]:
     return ranks
 
 
-class Echo:
-    """What a cell shows of the ranks' messages: streams as they come (each line prefixed
-    with its rank when every rank's output is shown), displays of the shown rank."""
-
-    def __init__(self, all_ranks: bool, shown: int = 0):
-        self.all_ranks, self.shown = all_ranks, shown
-        self.partial: dict[tuple[int, str], str] = {}
-
-    def take(self, message: Message) -> None:
-        rank = message.get("rank")
-        if message.kind == "stream" and (self.all_ranks or rank == self.shown):
-            self._stream(rank, message["name"], message["text"])
-        elif message.kind == "display" and rank == self.shown:
-            from IPython.display import publish_display_data
-
-            publish_display_data(message["data"], message.get("metadata") or {})
-
-    def _stream(self, rank: int, name: str, text: str) -> None:
-        out = sys.stderr if name == "stderr" else sys.stdout
-        if not self.all_ranks:
-            out.write(text)
-            out.flush()
-            return
-        text = self.partial.pop((rank, name), "") + text
-        *lines, rest = text.split("\n")
-        out.write("".join(f"[rank{rank}] {line}\n" for line in lines))
-        out.flush()
-        if rest:
-            self.partial[(rank, name)] = rest
-
-    def flush(self) -> None:
-        for (rank, name), rest in self.partial.items():
-            (sys.stderr if name == "stderr" else sys.stdout).write(f"[rank{rank}] {rest}\n")
-        self.partial.clear()
+def _length(value) -> object:
+    shape = getattr(value, "shape", None)
+    return tuple(shape)[0] if shape else len(value)
 
 
 MAGICS = [RanksMagics]
 
 
-def pool_of(shell) -> RanksPool | None:
-    """The ranks pool this kernel drives, if one runs (``%%train --nproc N`` trains on it)."""
+def pool_of(shell) -> PoolAgent | None:
+    """The ranks pool this kernel drives (its agent), if one runs (``%%train --nproc N`` trains on it)."""
     magics = shell.magics_manager.registry.get("RanksMagics")
-    pool = getattr(magics, "pool", None)
-    return pool if pool is not None and not pool.ended else None
+    agent = getattr(magics, "agent", None)
+    return agent if agent is not None and not agent.pool.ended else None

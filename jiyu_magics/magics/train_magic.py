@@ -212,10 +212,12 @@ class TrainMagics(Magics):
         if pool is not None:
             return self._launch(line, args, cell, None, pool)
         if launching:
-            return self._launch(line, args, cell, self._run_body(args, cell, launching)["model"])
+            kwargs = self._run_body(args, cell, launching)
+            return self._launch(line, args, cell, kwargs["model"], config=kwargs["config"])
         from .cell_log import cell_log
 
-        with cell_log() as log:  # a kernel run's Logs show what the cell printed, its body's prints too
+        launched = self.launch_context is not None and self.launch_context.run_id is not None
+        with cell_log(launched) as log:  # a kernel run's Logs show what the cell printed, its body's prints too
             self._train(args, self._run_body(args, cell, launching), log)
 
     @staticmethod
@@ -252,16 +254,15 @@ class TrainMagics(Magics):
         kwargs = fit_kwargs(
             args, namespace, rebound(namespace, before) if body else frozenset(), defining_cells(self.shell)
         )
-        return {**kwargs, "config": self._config(namespace)}
+        return {**kwargs, "config": self._config(namespace, cell)}
 
-    def _config(self, namespace: dict) -> dict:
+    def _config(self, namespace: dict, body: str | None) -> dict:
         """The notebook's parameters as the run records them (``run_config``)."""
         from ..core.runs.launch_context import LaunchContext
-        from .run_config import parameter_names, run_config
+        from .run_config import call_config
 
         context = self.launch_context or LaunchContext.from_environ()
-        names = parameter_names(context.notebook, context.run_id, getattr(self, "_raw_line", None))
-        return run_config(namespace, names)
+        return call_config(namespace, context.notebook, context.run_id, getattr(self, "_raw_line", None), body)
 
     def _pool(self, args: Namespace):
         """The kernel's ranks pool, when one runs: ``--nproc N`` trains there (N must be its size)."""
@@ -275,13 +276,20 @@ class TrainMagics(Magics):
             )
         return pool
 
-    def _launch(self, line: str, args: Namespace, cell: str | None, model, pool=None) -> None:
+    def _launch(self, line: str, args: Namespace, cell: str | None, model, pool=None, config=None) -> None:
         """``--nproc``: the same cell under torchrun, from this kernel's model and history, or
         on the kernel's ranks pool with the objects its ranks hold."""
         from .ddp_launch import launch_ddp
 
         launch_ddp(
-            self.shell, line, args, cell, model, on_monitor=lambda m: setattr(TrainMagics, "dashboard", m), pool=pool
+            self.shell,
+            line,
+            args,
+            cell,
+            model,
+            on_monitor=lambda m: setattr(TrainMagics, "dashboard", m),
+            pool=pool,
+            config=config,
         )
 
     def _train(self, args: Namespace, kwargs: dict, log) -> None:

@@ -18,7 +18,7 @@ from traitlets import Float, Int, TraitError, Unicode, default, validate
 
 from ..core.gpu.owners import BUSY_ENV, DEFAULT_BUSY_MIB, check_busy_mib
 from ..core.gpu.status import peak_memory
-from ..core.runs.files import HOME_ENV
+from ..core.runs.files import HOME_ENV, private_folder
 from . import box_kernels
 from . import jobs_bridge as bridge
 from .gpu_sampler import GpuSampler, Holders
@@ -170,7 +170,7 @@ class JiyuApp(ExtensionApp):
     def initialize_settings(self) -> None:
         home = Path(self.jiyu_home).expanduser() if self.jiyu_home else None
         if home is not None:
-            home.mkdir(parents=True, exist_ok=True)
+            private_folder(home, above=True)
             os.environ[HOME_ENV] = str(home)
         os.environ[BUSY_ENV] = f"{self.gpu_busy_mib:g}"
         if self.max_cpu_jobs:

@@ -1,8 +1,9 @@
 """A finished run into a tracker after the fact: ``jiyu track ID --to tensorboard|mlflow``.
 
-The same follower as a live run's, closed at once: it goes on from the offset the tracker
-already holds for the run (none: from the start), so exporting twice, or exporting a run that
-was followed live, writes nothing new. A run still active is refused: its owner's follower is
+The same follower as a live run's, closed at once, writing only to the destination asked for
+(not those the run's cells named): it goes on from the offset the tracker already holds for the
+run (none: from the start), so exporting twice, or exporting a run that was followed live,
+writes nothing new. A run still active is refused: its owner's follower is
 the one that writes it (``--track`` at launch), and an export would only race it.
 """
 
@@ -43,8 +44,7 @@ def export_run(run: Run, destination: Destination) -> Exported:
         )
     if not RunFiles.of(run.id).events.exists():
         raise ExportRefused(f"run {run.id} ({run.name}) has no event log to export")
-    said: list[str] = []
-    follower = TrackerFollower(run.id, [destination], say=said.append)
+    follower = TrackerFollower(run.id, [destination], say=lambda line: None, named_in_log=False)
     follower.close(run.status)
     syncing = follower.syncing[0]
-    return Exported(run, destination, syncing.written, said[0].removeprefix("jiyu: ") if said else None)
+    return Exported(run, destination, syncing.written, syncing.error)

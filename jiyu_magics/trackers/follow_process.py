@@ -18,6 +18,7 @@ requeued Slurm attempt goes on there, and its owner's end finishes it).
 from __future__ import annotations
 
 import argparse
+import contextvars
 import os
 import select
 import signal
@@ -27,6 +28,7 @@ import threading
 import time
 from collections.abc import Iterable
 
+from ..core.runs.files import RunFiles
 from ..core.runs.model import RunStatus
 from ..core.store.database import StoreUnusable
 from ..core.store.run_store import RunStore, UnknownRun
@@ -34,15 +36,20 @@ from .destinations import Destination, TrackSpecError, as_strings, parse_track
 from .follower import POLL_S, TrackerFollower
 
 STORE_CHECK_S = 2.0
-MLFLOW_HTTP = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_TIMEOUT": "30"}
+TRACKERS_LOG = "trackers.log"  # what a follower says once its owner stopped listening
+OWNER_WAIT_S = 15.0  # how long a kernel's run waits at its end for its follower (``done``)
 
 
 class FollowerProcess:
-    """The owner's handle on a follower process: ``done()`` closes its pipe, and the follower
-    finishes in the background (the owner does not wait for the tracker)."""
+    """The owner's handle on a follower process. What the follower says (a tracker it cannot
+    write, one reachable again) is said where its owner is (``_Relay``). ``done()`` closes its
+    pipe; with ``wait_s`` (a kernel's run: its cell) it waits that long for the follower to
+    finish, so that what it says about the run's end shows in the run's own cell, not in
+    whichever cell runs next; a follower that takes longer finishes in the background and says
+    the rest into the run's ``trackers.log``."""
 
-    def __init__(self, proc: subprocess.Popen):
-        self.proc = proc
+    def __init__(self, proc: subprocess.Popen, relay: _Relay):
+        self.proc, self.relay = proc, relay
 
     @classmethod
     def start(cls, run_id: str, destinations: Iterable[Destination]) -> FollowerProcess:
@@ -53,25 +60,73 @@ class FollowerProcess:
             cmd,
             stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
             start_new_session=True,  # a kernel interrupt (SIGINT to the kernel's group) is not its
             close_fds=True,
         )
-        # reaped when it exits: a kernel that trains all day leaves no zombie per run
-        threading.Thread(target=proc.wait, name=f"jiyu-track-reaper-{run_id}", daemon=True).start()
-        return cls(proc)
+        return cls(proc, _Relay(proc, run_id))
 
-    def done(self) -> None:
+    def done(self, wait_s: float = 0.0) -> None:
         if self.proc.stdin is not None and not self.proc.stdin.closed:
             try:
                 self.proc.stdin.close()
             except OSError:
                 pass
+        if wait_s and not self.relay.finished(wait_s):
+            self.relay.to_log()
+            print(
+                f"jiyu: run {self.relay.run_id}'s trackers are still being written; their follower goes on in "
+                f"the background and says what comes of it in {self.relay.log}",
+                file=sys.stderr,
+                flush=True,
+            )
 
     def wait(self, timeout: float | None = None) -> int | None:
         try:
             return self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
             return None
+
+
+class _Relay:
+    """The follower's standard error, line by line, on its owner's: on a thread that runs in the
+    owner's context as it was when the follower started (in IPython's kernel, that context names
+    the cell that started the run, so a line lands there even while the thread outlives it),
+    until ``to_log``; from then on into the run's ``trackers.log``. It reaps the follower once
+    its stderr closes: a kernel that trains all day leaves no zombie per run."""
+
+    def __init__(self, proc: subprocess.Popen, run_id: str):
+        self.proc, self.run_id = proc, run_id
+        self.log = RunFiles.of(run_id).root / TRACKERS_LOG
+        self._to_owner = True
+        context = contextvars.copy_context()
+        self._thread = threading.Thread(
+            target=context.run, args=(self._relay,), name=f"jiyu-track-{run_id}", daemon=True
+        )
+        self._thread.start()
+
+    def finished(self, timeout: float) -> bool:
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    def to_log(self) -> None:
+        self._to_owner = False
+
+    def _relay(self) -> None:
+        assert self.proc.stderr is not None
+        for raw in self.proc.stderr:
+            line = raw.decode("utf-8", errors="replace")
+            try:
+                if self._to_owner:
+                    sys.stderr.write(line)
+                    sys.stderr.flush()
+                else:
+                    with open(self.log, "a", encoding="utf-8") as log:
+                        log.write(line)
+            except (OSError, ValueError):
+                continue  # the owner's stream is gone (a closed kernel), the folder too: nothing to say it to
+        self.proc.stderr.close()
+        self.proc.wait()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -85,8 +140,6 @@ def main(argv: list[str] | None = None) -> int:
         destinations = parse_track(args.track)
     except TrackSpecError as error:
         parser.exit(2, f"{parser.prog}: error: {error}\n")
-    for name, value in MLFLOW_HTTP.items():  # a tracking server that is down: our own retries, not minutes of its
-        os.environ.setdefault(name, value)
     follower = TrackerFollower(args.run_id, destinations)
     stopping = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))

@@ -17,6 +17,7 @@ per outage on stderr; it never stops the follower or the run.
 
 from __future__ import annotations
 
+import copy
 import fcntl
 import os
 import sys
@@ -32,6 +33,7 @@ from .destinations import Destination, TrackSpecError, parse_track
 from .identity import RunIdentity, identify
 from .sinks import Sink, open_sink
 from .translate import Translator
+from .where import record
 
 POLL_S = 0.5  # the host's clock: a step is in the tracker within this plus one write
 READ_LIMIT = 4 << 20  # bytes read per poll and destination: a long log is caught up in slices
@@ -54,9 +56,14 @@ class Syncing:
         self.retry_at = 0.0
         self.status: RunStatus | None = None
         self.written = 0  # events written by this follower (an export says how many)
+        self.error: str | None = None  # this destination's last failure, until it is reachable again
 
     def open(self, identity: RunIdentity) -> None:
         self.sink = open_sink(self.destination, identity)
+        try:  # where it went, for the run's dashboard and summary to say
+            record(RunFiles(self.events.parent), self.destination, self.sink.place())
+        except OSError:
+            pass
         self.offset = self.sink.synced_offset()
         if self.offset:  # the translator's context (call, step) as of that offset
             seen, _ = read_events(self.events, 0, self.offset)
@@ -64,13 +71,20 @@ class Syncing:
             self.status = _last_status(seen)
 
     def sync(self) -> bool:
-        """Writes what the log gained; True when it read to the log's end."""
+        """Writes what the log gained; True when it read to the log's end. A write that fails
+        leaves everything as it was (the offset, the translator's place in the run's calls), so
+        the next try writes the same events again, with what the log gained meanwhile."""
         events, offset = read_events(self.events, self.offset, READ_LIMIT)
         if offset == self.offset:
             return True
+        before = copy.deepcopy(self.translator)
         translation = self.translator.feed(events)
         assert self.sink is not None, "open() first"
-        self.sink.write(translation, offset)
+        try:
+            self.sink.write(translation, offset)
+        except BaseException:
+            self.translator = before
+            raise
         self.offset = offset
         self.written += len(events)
         if translation.status is not None:
@@ -85,8 +99,12 @@ class TrackerFollower:
         destinations: Iterable[Destination] = (),
         events: Path | str | None = None,
         say: Callable[[str], None] | None = None,
+        named_in_log: bool = True,
     ):
+        """``named_in_log``: also the destinations the log's ``start`` events name (a live run's
+        follower); an export writes only where it was asked to."""
         self.run_id = run_id
+        self.named_in_log = named_in_log
         self.events = Path(events) if events is not None else RunFiles.of(run_id).events
         self.say = say or _say
         self.syncing: list[Syncing] = []
@@ -122,7 +140,10 @@ class TrackerFollower:
         if self.identity is None:
             return
         if not self._lock(wait=CLOSE_WAIT_S):
-            self.say(f"jiyu: another follower of run {self.run_id} still writes its trackers; it ends them")
+            line = f"another follower of run {self.run_id} still writes its trackers; it ends them"
+            for syncing in self.syncing:
+                syncing.error = line
+            self.say(f"jiyu: {line}")
             return
         for syncing in self.syncing:
             for _ in range(CLOSE_SLICES):  # to the log's end, slice by slice, unless the tracker fails
@@ -177,12 +198,13 @@ class TrackerFollower:
             return False
         if syncing.failures:
             self.say(f"jiyu: {syncing.destination.label} reachable again; run {self.run_id} caught up")
-            syncing.failures = 0
+            syncing.failures, syncing.error = 0, None
         return done
 
     def _fail(self, syncing: Syncing, error: Exception) -> None:
+        syncing.error = _one_line(error)
         if syncing.failures == 0:
-            self.say(f"jiyu: cannot write run {self.run_id} to {syncing.destination.label}: {_one_line(error)}")
+            self.say(f"jiyu: cannot write run {self.run_id} to {syncing.destination.label}: {syncing.error}")
         syncing.retry_at = time.monotonic() + RETRY_S[min(syncing.failures, len(RETRY_S) - 1)]
         syncing.failures += 1
         if isinstance(error, (ImportError, TrackSpecError)):
@@ -193,6 +215,8 @@ class TrackerFollower:
         for event in starts:
             if self.identity is None:
                 self.identity = identify(self.run_id, event)
+            if not self.named_in_log:
+                continue
             try:
                 for destination in parse_track(event.get("track") or None):
                     self.add(destination)

@@ -32,8 +32,11 @@ CHECK_S = 1.0
 
 
 class RunTracking:
-    def __init__(self, run_id: str, track: Iterable[str | Destination] = ()):
+    def __init__(self, run_id: str, track: Iterable[str | Destination] = (), wait_s: float = 0.0):
+        """``wait_s``: how long ``finish`` waits for the follower (a kernel's cell: what the
+        follower says about the run's end shows there); a detached owner does not wait."""
         self.run_id = run_id
+        self.wait_s = wait_s
         self.destinations = parse_track([str(d) for d in track])
         self.follower: FollowerProcess | None = None
         self.offset = 0
@@ -54,7 +57,7 @@ class RunTracking:
             if self.destinations:  # its pipe closes below: it catches up to the recorded end and ends
                 self.follower = FollowerProcess.start(self.run_id, self.destinations)
         if self.follower is not None:
-            self.follower.done()
+            self.follower.done(wait_s=self.wait_s)
 
     def _scan(self) -> None:
         found, self.offset = named_in_log(RunFiles.of(self.run_id).events, self.offset)

@@ -12,15 +12,15 @@ see ``sharded_checkpoint``), made atomic the same way (names, discovery and remo
 
 The SHA-256 of a file's bytes is taken as torch writes them (no second pass) and kept beside it
 in ``sha256sum``'s format (``step-00000120.pt.sha256``: ``sha256sum -c`` checks it too; in a
-sharded checkpoint, its state file's). Loading verifies it; a file without one (saved by an
-older jiyu, or a crash between the two renames) loads as before.
+sharded checkpoint, each rank's shard's, DCP's metadata's and the state file's:
+``checkpoint_sums``). Loading verifies them; a checkpoint without them (saved by an older jiyu,
+or a crash between the two renames) loads as before.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
-import hashlib
 import os
 import pickle
 import shutil
@@ -31,10 +31,11 @@ import torch
 
 from .checkpoint_files import STATE_FILE, checksum_path, fsync_folder, is_sharded, remove_stale_temps, temp_name
 from .checkpoint_files import newest_checkpoint as newest_checkpoint  # where callers have always found it
+from .checkpoint_sums import HashingWriter, damage, file_damage, sum_line
 from .train_errors import TrainConfigError
 
 FORMAT = "jiyu-checkpoint/1"
-READ_CHUNK = 8 * 1024 * 1024
+EARLIER = "resume from an earlier checkpoint"
 
 
 class CheckpointWriteError(OSError):
@@ -46,21 +47,6 @@ class CheckpointWriteError(OSError):
         return [f"CheckpointWriteError: {self}"]
 
 
-class _Hashing:
-    """The file torch writes into, hashing the bytes on their way (torch's writer only writes
-    and flushes a file object: it never seeks back)."""
-
-    def __init__(self, file):
-        self.file, self.digest = file, hashlib.sha256()
-
-    def write(self, data) -> int:
-        self.digest.update(data)
-        return self.file.write(data)
-
-    def flush(self) -> None:
-        self.file.flush()
-
-
 def save_atomic(state: dict[str, Any], path: Path | str) -> Path:
     path = Path(path)
     temp = temp_name(path, os.getpid())
@@ -70,11 +56,11 @@ def save_atomic(state: dict[str, Any], path: Path | str) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)  # a folder that cannot be made: one line too
         remove_stale_temps(path.parent)
         with open(temp, "wb") as f:
-            hashing = _Hashing(f)
+            hashing = HashingWriter(f)
             torch.save(state, hashing)  # type: ignore[arg-type]  # a writable binary file: write and flush
             f.flush()
             os.fsync(f.fileno())
-        sums_temp.write_text(f"{hashing.digest.hexdigest()}  {path.name}\n")
+        sums_temp.write_text(sum_line(hashing.digest.hexdigest(), path.name))
         sums.unlink(missing_ok=True)  # a checkpoint saved again under its name: never beside the old sum
         os.replace(temp, path)
         os.replace(sums_temp, sums)
@@ -172,50 +158,60 @@ def _mib(count: int) -> str:
     return f"{count / 2**20:.1f} MiB"
 
 
-def load_checkpoint(path: Path | str, map_location: Any = "cpu", parts: set[str] | None = None) -> dict[str, Any]:
+def load_checkpoint(
+    path: Path | str,
+    map_location: Any = "cpu",
+    parts: set[str] | None = None,
+    verified: bool = False,
+    advice: str = EARLIER,
+) -> dict[str, Any]:
     """A checkpoint's contents, whole, in this process; a sharded checkpoint's shards are put
-    together (full tensors, on the CPU), only its ``parts`` (``{"model"}``) when given. A file
-    that is not a jiyu checkpoint (a pickled model, a truncated download) is bad input, said in
-    one line, not a traceback from ``torch.load``."""
+    together (full tensors, on the CPU), only its ``parts`` (``{"model"}``) when given. Every
+    file's checksum is verified first, unless the caller did (``verified``): a damaged one is
+    refused in one line ending with ``advice``. A file that is not a jiyu checkpoint (a pickled
+    model, a truncated download) is bad input, said in one line, not a traceback from
+    ``torch.load``."""
+    if not verified:
+        verify_checkpoint(path, advice)
     if is_sharded(Path(path)):
-        return {**load_state_file(path), **_load_sharded_tensors(Path(path), parts)}
-    return _load_file(path, map_location)
+        return {**load_state_file(path, verified=True), **_load_sharded_tensors(Path(path), parts)}
+    return _load_file(path, map_location, verified=True)
 
 
-def load_state_file(path: Path | str) -> dict[str, Any]:
+def load_state_file(path: Path | str, verified: bool = False) -> dict[str, Any]:
     """What a checkpoint holds beside the model and optimizer (step, position, RNG, ...): a
     sharded checkpoint's ``STATE_FILE``, or a file checkpoint read whole."""
     path = Path(path)
     if is_sharded(path):
-        return _load_file(path / STATE_FILE, "cpu", name=path)
-    return _load_file(path, "cpu")
+        return _load_file(path / STATE_FILE, "cpu", name=path, verified=verified)
+    return _load_file(path, "cpu", verified=verified)
 
 
 def verify_checksum(path: Path | str, name: Path | str | None = None) -> None:
     """``TrainConfigError`` when the file's SHA-256 differs from the one saved beside it."""
-    sums = checksum_path(path)
     try:
-        recorded = sums.read_text().split()[0]
-    except (OSError, IndexError):
-        return  # none saved: an older jiyu's checkpoint
-    digest = hashlib.sha256()
-    try:
-        with open(path, "rb") as f:
-            while block := f.read(READ_CHUNK):
-                digest.update(block)
+        problem = file_damage(Path(path), required=False, inside=name is not None)
     except OSError as error:
         raise TrainConfigError(f"cannot read checkpoint {name or path}: {error.strerror or error}") from None
-    if digest.hexdigest() != recorded.lower():
-        raise TrainConfigError(
-            f"checkpoint {name or path} is damaged: its SHA-256 differs from the one saved with it "
-            f"({sums.name}); resume from an earlier checkpoint"
-        )
+    if problem:
+        raise TrainConfigError(f"checkpoint {name or path} is damaged: {problem}; {EARLIER}")
 
 
-def _load_file(path: Path | str, map_location: Any, name: Path | str | None = None) -> dict[str, Any]:
-    """One checkpoint file, its checksum verified first: a file whose bytes changed on disk
-    is bad input, said in one line, never a model with a wrong weight."""
-    verify_checksum(path, name)
+def verify_checkpoint(path: Path | str, advice: str = EARLIER) -> None:
+    """``TrainConfigError`` when any file of the checkpoint (each shard of a sharded one) is
+    damaged; ``advice`` ends the line."""
+    problem = damage(Path(path))
+    if problem:
+        raise TrainConfigError(f"{problem}; {advice}")
+
+
+def _load_file(
+    path: Path | str, map_location: Any, name: Path | str | None = None, verified: bool = False
+) -> dict[str, Any]:
+    """One checkpoint file, its checksum verified first (unless the caller did): a file whose
+    bytes changed on disk is bad input, said in one line, never a model with a wrong weight."""
+    if not verified:
+        verify_checksum(path, name)
     name = name or path
     try:
         state = torch.load(path, map_location=map_location, weights_only=True)

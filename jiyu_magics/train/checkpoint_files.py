@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+from collections.abc import Iterable
 from pathlib import Path
 
 import psutil
@@ -65,12 +66,22 @@ def checkpoints_in(folder: Path, label: str = "") -> list[Path]:
 def newest_checkpoint(folder: Path | str) -> Path | None:
     """The most recently completed checkpoint in ``folder`` (temporary files and folders
     excluded; those of writers that died mid-save are removed while we look)."""
+    found = complete_checkpoints(folder)
+    return found[0] if found else None
+
+
+def complete_checkpoints(folder: Path | str) -> list[Path]:
+    """Every complete checkpoint in ``folder``, whatever call wrote it, newest first."""
     folder = Path(folder)
     if not folder.is_dir():
-        return None
+        return []
     remove_stale_temps(folder)
-    candidates = [p for p in folder.glob("*") if not p.name.startswith(".") and _looks_complete(p)]
-    return max(candidates, key=lambda p: (saved_at(p), p.name), default=None)
+    return newest_first(p for p in folder.glob("*") if not p.name.startswith(".") and _looks_complete(p))
+
+
+def newest_first(paths: Iterable[Path]) -> list[Path]:
+    """Checkpoints by when each was completed, the newest first."""
+    return sorted(paths, key=lambda p: (saved_at(p), p.name), reverse=True)
 
 
 def _looks_complete(path: Path) -> bool:

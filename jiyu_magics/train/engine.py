@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import gc
 import math
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -44,16 +43,17 @@ from .end_messages import (
 )
 from .evaluate import evaluate
 from .finite_check import FiniteGuard
-from .fit_calls import is_own_after_restart, own_checkpoint, restored_message, starts_afresh
+from .fit_calls import is_own_after_restart, own_checkpoints, restored_message, starts_afresh
 from .fit_options import FitOptions, tracked
 from .fit_result import FitResult
 from .input_checks import check_objects, trainable_parameters
+from .intact_checkpoint import first_intact
 from .loop_position import LoopPosition
 from .model_wrap import uses_ddp, uses_fsdp, wrap_model
 from .precision import resolve_precision
 from .process_group import join_process_group
 from .reporter import Reporter
-from .run_binding import RunBinding, check_resume_request, default_name, resume_path
+from .run_binding import RunBinding, check_resume_request, default_name, resume_candidates
 from .run_facts import class_name, optimizer_groups, options_of, plain
 from .schedule_check import schedule_mismatch
 from .stack_signal import stacks_on_signal
@@ -557,18 +557,22 @@ class Trainer:
         }
 
     def _resume(self) -> None:
-        path = self._resume_path() if self.dist.is_writer else None
-        path = self.dist.broadcast(str(path) if path else None)
-        if path is None:
+        candidates = [str(p) for p in self._resume_candidates()] if self.dist.is_writer else None
+        candidates = self.dist.broadcast(candidates)
+        if not candidates:
             return
+        path = first_intact(candidates, self.dist)  # every file's checksum, before anything loads
         # a file checkpoint is checked on the CPU before anything loads: a refusal costs no GPU memory
-        state = load_state_file(path) if is_sharded(Path(path)) else load_checkpoint(path, map_location="cpu")
+        if is_sharded(Path(path)):
+            state = load_state_file(path, verified=True)
+        else:
+            state = load_checkpoint(path, map_location="cpu", verified=True)
         load_model_optimizer_state(self.raw_model, self.optimizer, state, path, self.sharded, self.dist.distributed)
         load_other_states(state, self.precision.scaler, self.scheduler)
         self.position.restore(state, self.dist.world_size)
         converted = self.position.convert_accum(state.get("accum", self.opts.accum), self.opts.accum, self.plan)
         if converted and self.dist.is_writer:
-            print(f"jiyu: {converted}", file=sys.stderr)
+            print(f"jiyu: {converted}")  # what the resume did, said as output: a notebook paints stderr pink
         self.data.seed = self.data_seed = state["data_seed"]
         self.resumed_from = path
         writer = state.get("run_id")
@@ -578,13 +582,14 @@ class Trainer:
             state, self.run_binding.call, self.context.relaunched
         )
 
-    def _resume_path(self) -> Path | None:
-        """Relaunched (a torchrun restart, a requeue): this call's own newest checkpoint,
-        whatever it asked for (it is newer than anything it started from); else what it asked for."""
-        own = own_checkpoint(self._ckpt_folder(), self.run_binding.call, self.context.relaunched)
-        if own is not None or starts_afresh(self.opts.resume, self.run_binding.owned, self.context.relaunched):
+    def _resume_candidates(self) -> list[Path]:
+        """Relaunched (a torchrun restart, a requeue): this call's own checkpoints, newest first,
+        whatever it asked for (they are newer than anything it started from); else what it asked
+        for (``--resume last``: that run's, newest first)."""
+        own = own_checkpoints(self._ckpt_folder(), self.run_binding.call, self.context.relaunched)
+        if own or starts_afresh(self.opts.resume, self.run_binding.owned, self.context.relaunched):
             return own
-        return resume_path(self.opts.resume, self.run_binding, self.name)
+        return resume_candidates(self.opts.resume, self.run_binding, self.name)
 
     # -- the end ----------------------------------------------------------------------------
     def _last_checkpoint(self) -> str | None:

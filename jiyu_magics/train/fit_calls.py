@@ -21,7 +21,7 @@ import torch
 
 from ..core.runs.launch_context import LaunchContext
 from .checkpoint import load_state_file
-from .checkpoint_files import checkpoints_in, saved_at
+from .checkpoint_files import checkpoints_in, newest_first
 from .train_errors import TrainConfigError
 
 _started: dict[tuple, int] = {}  # (run id, attempt) -> calls started in this process
@@ -61,13 +61,12 @@ def starts_afresh(requested: str | None, owned: bool, relaunched: bool) -> bool:
     return requested is None and not owned and relaunched
 
 
-def own_checkpoint(folder: Path, call: FitCall, relaunched: bool) -> Path | None:
-    """When relaunched (``LaunchContext.relaunched``), this call's newest checkpoint in
-    ``folder``; None otherwise."""
+def own_checkpoints(folder: Path, call: FitCall, relaunched: bool) -> list[Path]:
+    """When relaunched (``LaunchContext.relaunched``), this call's checkpoints in ``folder``,
+    newest first; none otherwise."""
     if not relaunched or not folder.is_dir():
-        return None
-    mine = [p for p in checkpoints_in(folder, call.label) if call.owns(_peek(p))]
-    return max(mine, key=lambda p: (saved_at(p), p.name), default=None)
+        return []
+    return newest_first(p for p in checkpoints_in(folder, call.label) if call.owns(_peek(p)))
 
 
 def is_own_after_restart(state: dict, call: FitCall, relaunched: bool) -> bool:
@@ -87,7 +86,7 @@ def _peek(path: Path) -> dict:
     checkpoint's state file holds no model or optimizer)."""
     if path.is_dir():
         try:
-            return load_state_file(path)
+            return load_state_file(path, verified=True)  # whose it is; a resume checks it before it loads
         except TrainConfigError:
             return {"call": "unreadable"}
     try:

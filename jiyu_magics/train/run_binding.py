@@ -27,8 +27,8 @@ from ..core.store.database import StoreUnusable
 from ..core.store.run_row import Run, new_run_id
 from ..core.store.run_store import RunStore
 from ..trackers.destinations import parse_track
-from ..trackers.follow_process import FollowerProcess
-from .checkpoint_files import is_checkpoint, newest_checkpoint, saved_at
+from ..trackers.follow_process import OWNER_WAIT_S, FollowerProcess
+from .checkpoint_files import complete_checkpoints, is_checkpoint, newest_first
 from .fit_calls import FitCall
 from .process_group import DistContext
 from .train_errors import TrainConfigError
@@ -124,15 +124,16 @@ class RunBinding:
                 _warn_unrecorded(problem)
 
     def close(self) -> None:
-        """After the ``end`` event: the follower reads the rest and ends the tracker run on
-        its own (``fit`` does not wait for the tracker)."""
+        """After the ``end`` event: the follower reads the rest and ends the tracker run; ``fit``
+        waits for it a little (``OWNER_WAIT_S``), so that a tracker that failed is said in the
+        run's own cell, then leaves it to finish in the background."""
         if self.events is not None:
             try:
                 self.events.close()
             except OSError:
                 pass
         if self.follower is not None:
-            self.follower.done()
+            self.follower.done(wait_s=OWNER_WAIT_S)
 
 
 def _register(name: str, dist: DistContext, params: dict, notebook: str | None) -> str:
@@ -178,32 +179,33 @@ def default_name(model: object, notebook: str | None) -> str:
 LAST, LAST_CHECKPOINT = "last", "last-checkpoint"  # --resume's words: see FitOptions.resume
 
 
-def resume_path(requested: str | None, run: RunBinding, name: str) -> Path | None:
-    """The checkpoint to start from. ``requested`` is a path, ``last`` (the newest earlier run
-    of the same name, which must have left a checkpoint) or ``last-checkpoint`` (the newest
-    checkpoint of any earlier run of that name); without it a launcher's ``JIYU_RESUME``
-    (``LaunchContext.resume``) means ``last``. (A torchrun restart resumes each call from its
-    own checkpoints: ``fit_calls.own_checkpoint``, asked first.) Says which run and step a
-    ``last`` resumes."""
+def resume_candidates(requested: str | None, run: RunBinding, name: str) -> list[Path]:
+    """The checkpoints to start from, the one to take first first. ``requested`` is a path (the
+    only candidate), ``last`` (the newest earlier run of the same name, which must have left a
+    checkpoint) or ``last-checkpoint`` (the newest checkpoint of any earlier run of that name):
+    that run's checkpoints, newest first (``intact_checkpoint`` takes the newest intact one).
+    Without it a launcher's ``JIYU_RESUME`` (``LaunchContext.resume``) means ``last``. (A
+    torchrun restart resumes each call from its own checkpoints: ``fit_calls.own_checkpoints``,
+    asked first.) Says which run and step a ``last`` resumes."""
     implicit = requested is None
     if implicit:
         requested = run.context.resume
     if requested is None:
-        return None
+        return []
     if requested not in (LAST, LAST_CHECKPOINT):
         path = Path(requested).expanduser()
         if not is_checkpoint(path):
             raise TrainConfigError(_missing(requested, path))
-        return path
+        return [path]
     # an attached run (a launcher's) first looks in its own folder: a torchrun restart continues
     # itself; an explicit ``last`` then falls back to the last run of the same name, as in a kernel
-    found = newest_checkpoint(run.files.ckpt) if not run.owned else None
-    if found is None and not (implicit and not run.owned):
+    found = complete_checkpoints(run.files.ckpt) if not run.owned else []
+    if not found and not (implicit and not run.owned):
         past = _last_of_name(name, run.run_id, run.context.notebook, any_run=requested == LAST_CHECKPOINT)
         if past is not None:
             found = past[1]
-            print(f"jiyu: --resume {requested}: {_described(*past)}", file=sys.stderr)
-    if found is None and not implicit:
+            print(f"jiyu: --resume {requested}: {_described(past[0], found[0])}")  # a note, not a warning: plain output
+    if not found and not implicit:
         raise TrainConfigError(
             f"--resume {requested}: no checkpoint of an earlier run named {name!r}; give a checkpoint path instead"
         )
@@ -226,9 +228,9 @@ def check_resume_request(requested: str | None, name: str, context: LaunchContex
         )
 
 
-def _last_of_name(name: str, current: str, notebook: str | None, any_run: bool) -> tuple[Run, Path] | None:
-    """The newest earlier run named ``name`` (from the same notebook) and its newest
-    checkpoint. Unless ``any_run``, that run must have left one: resuming an older run behind
+def _last_of_name(name: str, current: str, notebook: str | None, any_run: bool) -> tuple[Run, list[Path]] | None:
+    """The newest earlier run named ``name`` (from the same notebook) and its checkpoints,
+    newest first. Unless ``any_run``, that run must have left one: resuming an older run behind
     the newest one's back (it ran with ``--no-ckpt``, or failed before its first checkpoint)
     would silently undo it, so it is refused, naming the run ``last-checkpoint`` would take."""
     try:
@@ -241,13 +243,13 @@ def _last_of_name(name: str, current: str, notebook: str | None, any_run: bool) 
     for past in runs:
         if past.id != current and past.name == name and past.notebook == notebook:
             newest = newest or past
-            found = _newest_of(RunFiles.of(past.id), name)
-            if found is not None:
+            found = _checkpoints_of(RunFiles.of(past.id), name)
+            if found:
                 if past is not newest and not any_run:
                     raise TrainConfigError(
                         f"--resume last: the newest run named {name!r}, {newest.id} ({newest.status}), left no "
                         f"checkpoint (--no-ckpt, or it ended before its first); --resume last-checkpoint resumes "
-                        f"the newest one there is, {_described(past, found)}"
+                        f"the newest one there is, {_described(past, found[0])}"
                     )
                 return past, found
     return None
@@ -260,15 +262,12 @@ def _described(run: Run, path: Path) -> str:
     return f"run {run.id} ({run.status}), its checkpoint{at}: {path}"
 
 
-def _newest_of(files: RunFiles, name: str) -> Path | None:
-    """The newest checkpoint a past run left, wherever it wrote it: its ``ckpt`` events record
-    each path (a ``--ckpt-dir`` outside the run folder included); its own folder covers runs
-    whose events do not."""
+def _checkpoints_of(files: RunFiles, name: str) -> list[Path]:
+    """The checkpoints a past run left, wherever it wrote them, newest first: its ``ckpt``
+    events record each path (a ``--ckpt-dir`` outside the run folder included); its own folder
+    covers runs whose events do not."""
     recorded = [Path(path) for path in _recorded_checkpoints(files.events, name)]
-    candidates = [path for path in recorded if is_checkpoint(path)]
-    own = newest_checkpoint(files.ckpt) if files.ckpt.is_dir() else None
-    candidates += [own] if own is not None else []
-    return max(candidates, key=saved_at, default=None)
+    return newest_first({*(path for path in recorded if is_checkpoint(path)), *complete_checkpoints(files.ckpt)})
 
 
 def _missing(requested: str, path: Path) -> str:

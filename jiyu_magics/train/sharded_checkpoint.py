@@ -11,7 +11,9 @@ before its first step), so every key, ``step`` included, is saved and loaded.
 
 What is not model or optimizer (step, epoch, position in the epoch, every rank's RNG, scaler,
 scheduler, which call wrote it) goes, as in a file checkpoint, into ``STATE_FILE`` in the
-folder, written by rank 0.
+folder, written by rank 0. Every file gets its SHA-256 beside it as it is written (each rank its
+shard's, rank 0 the metadata's: ``checksummed_dcp``); a resume checks them all, the ranks
+sharing the reading, before anything loads (``intact_checkpoint``).
 
 Atomic like a file checkpoint: the ranks write into ``.<name>.tmp-<pid of rank 0>``, and rank 0
 renames it to its name only after ``dcp.save`` returned on it (which it does after every rank's
@@ -44,6 +46,7 @@ from .checkpoint import (
     write_failure,
 )
 from .checkpoint_files import STATE_FILE, fsync_folder, remove_checkpoint, remove_path, remove_stale_temps, temp_name
+from .checksummed_dcp import checksummed_writer
 from .process_group import DistContext
 
 
@@ -57,7 +60,7 @@ def save_sharded(
     try:
         model_state, optimizer_state = get_state_dict(model, optimizer)
         tensors = {"model": model_state, "optimizer": optimizer_state}
-        dcp.save(tensors, checkpoint_id=temp, no_dist=not dist.distributed)
+        dcp.save(tensors, storage_writer=checksummed_writer(temp), no_dist=not dist.distributed)
     except (Exception, CheckpointException) as error:  # DCP's own is a BaseException
         if dist.is_writer:
             remove_path(temp)

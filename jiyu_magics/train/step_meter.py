@@ -28,6 +28,7 @@ class Window:
     first_bad_step: int | None
     bad_value: float | None
     samples_per_s: float | None
+    samples: float  # every rank's samples in the window
     elapsed: float
     data_wait: float | None  # share of wall time spent waiting for the next batch
     grad_norm: float | None
@@ -87,6 +88,7 @@ class StepMeter:
             first_bad_step=int(first_bad) if first_bad < NO_BAD_STEP else None,
             bad_value=bad[1] if bad else (math.nan if first_bad < NO_BAD_STEP else None),
             samples_per_s=samples / elapsed if elapsed else None,
+            samples=samples,
             elapsed=elapsed,
             data_wait=wait_share / world,
             grad_norm=norm_sum / norm_count if norm_count else None,

@@ -6,7 +6,8 @@ process group, whatever number of ranks wrote them) and writes, atomically, eith
 weights alone (a plain ``{name: tensor}`` state dict: ``model.load_state_dict(torch.load(F))``)
 or the whole checkpoint as one jiyu checkpoint file (model, optimizer, step, RNG ...), which
 ``--resume`` takes like any other. A file checkpoint exports the same way. Which checkpoint, and
-whether ``--to`` may be written, is settled before torch is imported: a refusal is immediate.
+whether ``--to`` may be written, and whether every file of the checkpoint still holds the bytes
+its sum was taken of, is settled before torch is imported: a refusal is immediate.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from ..core.runs.files import RunFiles
 from ..core.runs.model import EventKind
 from ..core.user_files import file_kind
 from .checkpoint_files import is_checkpoint, is_sharded, newest_checkpoint
+from .checkpoint_sums import damage
 from .train_errors import TrainConfigError
 
 
@@ -48,15 +50,19 @@ def _size(count: int) -> str:
     return f"{count / 2**20:.1f} MiB" if count >= 2**20 else f"{count / 2**10:.1f} KiB"
 
 
-def export_weights(source: Path | str, to: Path | str, whole: bool = False) -> ExportedWeights:
-    """Writes the checkpoint ``source`` (a file or a sharded folder) to the file ``to``."""
+def export_weights(source: Path | str, to: Path | str, whole: bool = False, force: bool = False) -> ExportedWeights:
+    """Writes the checkpoint ``source`` (a file or a sharded folder) to the file ``to`` (through
+    a symbolic link there only when ``force``)."""
     source = Path(source)
     if not is_checkpoint(source):
         raise TrainConfigError(f"{source} is not a checkpoint (a .pt file or a complete .dcp folder)")
-    target = writable_target(Path(to), source)
+    target = writable_target(Path(to), source, follow_links=force)
+    damaged = damage(source)  # every file against the sum saved with it (each shard of a sharded one)
+    if damaged:
+        raise TrainConfigError(f"{damaged}; export an earlier checkpoint (a run's --step N)")
     from .checkpoint import load_checkpoint, save_atomic, tensor_bytes  # torch, once the input is known good
 
-    state = load_checkpoint(source, parts=None if whole else {"model"})
+    state = load_checkpoint(source, parts=None if whole else {"model"}, verified=True)
     if "model" not in state:
         raise TrainConfigError(f"{source} holds no model weights")
     payload = {k: v for k, v in state.items() if k != "sharded"} if whole else state["model"]
@@ -72,11 +78,15 @@ def export_weights(source: Path | str, to: Path | str, whole: bool = False) -> E
     )
 
 
-def writable_target(to: Path, source: Path) -> Path:
-    """Where to write: ``to``, or the file a link there points to. A folder, a device, a pipe
-    or a socket is refused (an atomic write replaces what is there: ``/dev/null`` would become a
-    file), and so is the source itself."""
-    target = Path(os.path.realpath(to.expanduser()))
+def writable_target(to: Path, source: Path, follow_links: bool = False) -> Path:
+    """Where to write: ``to``, or with ``follow_links`` (``--force``) the file a link there
+    points to; a link is refused otherwise, as ``jiyu export -o`` and ``jiyu plot -o`` refuse
+    one. A folder, a device, a pipe or a socket is refused (an atomic write replaces what is
+    there: ``/dev/null`` would become a file), and so is the source itself."""
+    to = to.expanduser()
+    if to.is_symlink() and not follow_links:
+        raise TrainConfigError(f"--to {to} is a symbolic link; pass --force to write to its target")
+    target = Path(os.path.realpath(to))
     try:
         mode = target.stat().st_mode
     except FileNotFoundError:

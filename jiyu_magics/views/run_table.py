@@ -36,7 +36,7 @@ def row(run: Run, summary: RunSummary | None = None) -> dict:
         "kind": _kind(run),
         "status": _status(run, summary),
         "nproc": str(run.nproc * run.nnodes),
-        "gpus": gpus_text(run),
+        "gpus": gpus_text(run, summary),
         "progress": progress,
         "fraction": summary.get("progress"),
         "loss": _number(summary.get("loss")),
@@ -80,17 +80,19 @@ def stall_text(since: float, now: float | None = None) -> str:
     return f"no step for {seconds // 3600} h {seconds % 3600 // 60} min"
 
 
-def gpus_text(run: Run) -> str:
+def gpus_text(run: Run, summary: RunSummary | None = None) -> str:
     """The GPU indices a run holds (or held); what a queued run waits for; ``cpu`` for a run
-    that wants none."""
+    that wants none or trained on the CPU: a kernel's CPU run (which never queues) said n/a
+    where a CPU job said cpu. n/a only where it is not known."""
     held = sorted({g["index"] for g in run.gpus})
     if held:
         return ",".join(map(str, held))
-    if run.gpus_requested is None:
-        return NA
-    if run.gpus_requested == 0:
+    if run.status == RunStatus.QUEUED and run.gpus_requested:
+        return f"{run.gpus_requested} wanted"
+    device = (summary.get("device") if summary is not None else None) or ""
+    if run.gpus_requested == 0 or device.startswith("cpu"):
         return "cpu"
-    return f"{run.gpus_requested} wanted" if run.status == RunStatus.QUEUED else NA
+    return NA
 
 
 def _number(value) -> str:

@@ -87,6 +87,11 @@ def header_text(view: TrainingView) -> str:
     )
 
 
+def tracking_lines(view: TrainingView) -> list[str]:
+    """Where ``--track`` sent the run: ``tracked in TensorBoard: ...``, one line a tracker."""
+    return [f"tracked in {place}" for place in view.tracking or []]
+
+
 def summary_text(view: TrainingView) -> str:
     lines = [header_text(view), progress_line(view)]
     if view.message:
@@ -94,7 +99,7 @@ def summary_text(view: TrainingView) -> str:
     error = view.first_error
     if error and error not in (view.message or ""):
         lines.append(f"error: {error}")
-    return "\n".join(lines)
+    return "\n".join(lines + tracking_lines(view))
 
 
 def summary_html(view: TrainingView, png_base64: str | None = None, svg: str | None = None) -> str:
@@ -111,9 +116,10 @@ def summary_html(view: TrainingView, png_base64: str | None = None, svg: str | N
         f"<img alt='loss curve' style='max-width:100%' src='data:image/png;base64,{png_base64}'/>" if png_base64 else ""
     )
     colour = status_colour(view.status)
+    tracked = "".join(f"<div class='jiyu-tracked'>{html.escape(line)}</div>" for line in tracking_lines(view))
     return (
         f"<div class='jiyu-train-summary'><div><b style='color:{colour}'>{html.escape(view.status_text)}</b> · "
         f"{html.escape(header_text(view))}</div><div>{html.escape(view.message or '')}</div>"
         f"<div style='display:flex;flex-wrap:wrap;gap:1em;align-items:flex-start'>{image}"
-        f"<table style='font-size:90%'>{rows}</table></div></div>"
+        f"<table style='font-size:90%'>{rows}</table></div>{tracked}</div>"
     )

@@ -23,6 +23,15 @@ WAITING = "waiting"  # shown before the first start event: not a run status
 class TrainingView(RunState):
     gpu_util: int | None = None  # from NVML, filled by the dashboard when present
     fit_name: str | None = None  # the call's own run name, where a viewer titles it by its job's (%job attach)
+    tracking: list[str] | None = None  # where its trackers hold it (``trackers.where``), filled by the viewer
+
+    def elapsed_at(self, now: float) -> float | None:
+        """The call's wall time at ``now`` (unix time): the last step's ``elapsed`` plus the time
+        since that step while the call runs, so a stalled run's clock goes on where its steps stop."""
+        if self.elapsed is None or self.finished:
+            return self.elapsed
+        since = self.step_at if self.step_at is not None else self.updated
+        return self.elapsed + max(0.0, now - since) if since is not None else self.elapsed
 
     @property
     def status_text(self) -> str:

@@ -8,7 +8,7 @@ import sys
 import time
 from typing import TextIO
 
-from ..views.train_text import TEXT_INTERVAL_S, header_text, progress_line
+from ..views.train_text import TEXT_INTERVAL_S, header_text, progress_line, tracking_lines
 from ..views.training_view import TrainingView
 from .summary_plot import summary_png
 
@@ -63,6 +63,12 @@ class TextProgress:
             if self.tty and self.view.losses:
                 self._redraw(progress_line(self.view))  # the final numbers stay on screen
             self._write(self.view.message or progress_line(self.view))
+            if self.view.track:
+                from ..trackers.where import places
+
+                self.view.tracking = [p.text for p in places(self.view.run_id, self.view.track, self.view.name)]
+                for line in tracking_lines(self.view):
+                    self._write(line)
             summary_png(self.view)
 
     def _redraw(self, line: str) -> None:

@@ -27,7 +27,7 @@ from ..core.gpu import snapshot as gpu
 from ..core.runs.model import RunStatus
 from ..views.format import duration, na
 from ..views.loss_chart import loss_svg
-from ..views.train_text import header_text, stat_rows, steps_text, summary_html, summary_text
+from ..views.train_text import header_text, stat_rows, steps_text, summary_html, summary_text, tracking_lines
 from ..views.training_view import TrainingView
 from .comm_pump import CommPump
 from .event_follow import follow
@@ -40,6 +40,8 @@ WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
 DEFAULT_REFRESH_S = 1.0
 MAX_RENDER_SHARE = 0.01  # a slow front-end link stretches the interval to keep rendering under 1%
 GPU_EVERY_S = 5.0
+CLOCK_S = 1.0  # the elapsed time is redrawn this often while no event comes
+TRACKING_EVERY_S = 2.0  # where --track sent the run: looked up this often until its followers said
 # What a front-end without ipywidgets shows while training (the summary replaces it at the end),
 # and what a notebook saved mid-run keeps: the way to progress such a front-end can show.
 FALLBACK_TEXT = (
@@ -72,6 +74,8 @@ class TrainingDashboard:
         self.offset = 0  # how far an event log was read (follow mode)
         self._drawn_version = -1
         self._gpu_checked = 0.0
+        self._clock_drawn = 0.0  # when the progress label's elapsed time was last drawn
+        self._tracking_checked = 0.0
         self.widget: widgets.VBox | None = None  # built with the first render: a call rejected early opens no widget
         self.handle = None
         self._show_pending = False
@@ -136,9 +140,12 @@ class TrainingDashboard:
         """Handles pending clicks, then redraws if anything changed since the last redraw."""
         started = time.perf_counter()
         self.pump()
+        self._look_up_tracking()
         if self.view.version != self._drawn_version or self._gpu_due():
             self._sample_gpu()
             self.render()
+        elif self.widget is not None and not self.view.finished and time.monotonic() - self._clock_drawn >= CLOCK_S:
+            self._set_progress_text()  # no event (a stall): the elapsed time still moves
         spent = time.perf_counter() - started
         self.busy_s += spent
         self.interval = max(self.refresh, spent / MAX_RENDER_SHARE)
@@ -151,7 +158,7 @@ class TrainingDashboard:
         self._set(self.header, "value", f"<b>{view.status_text}</b> · {escape(header_text(view))}")
         self._set(self.progress, "value", view.progress or 0.0)
         self._set(self.progress, "bar_style", BAR_STYLES.get(view.status, ""))
-        self._set(self.progress_label, "value", self._progress_text())
+        self._set_progress_text()
         self._set(self.chart, "value", loss_svg(view, scale=self.scale))
         self._set(self.stats, "value", _stats_table(view))
         self._set(self.notes, "value", _notes(view))
@@ -162,6 +169,7 @@ class TrainingDashboard:
         """The final refresh, then the static summary in place of the widget."""
         if self.widget is None:
             return  # never shown: the call was rejected before training started
+        self._look_up_tracking(force=True)
         self.render()
         if self.handle is None:
             return
@@ -200,14 +208,33 @@ class TrainingDashboard:
         if self.on_stop is not None:
             self.on_stop()
 
+    def _set_progress_text(self) -> None:
+        self._clock_drawn = time.monotonic()
+        self._set(self.progress_label, "value", self._progress_text())
+
     def _progress_text(self) -> str:
         view = self.view
         parts = [steps_text(view)]
         if view.eta is not None and not view.finished:
             parts.append(f"ETA {duration(view.eta)}")
-        if view.elapsed is not None:
-            parts.append(f"elapsed {duration(view.elapsed)}")
+        elapsed = view.elapsed_at(time.time())
+        if elapsed is not None:
+            parts.append(f"elapsed {duration(elapsed)}")
         return " · ".join(parts)
+
+    def _look_up_tracking(self, force: bool = False) -> None:
+        """Where ``--track`` sent the run (``trackers.where``): named as the destination first,
+        then as its follower found it (the TensorBoard folder, the MLflow run and its page)."""
+        view = self.view
+        if not view.track or (not force and time.monotonic() - self._tracking_checked < TRACKING_EVERY_S):
+            return
+        self._tracking_checked = time.monotonic()
+        from ..trackers.where import places
+
+        found = [place.text for place in places(view.run_id, view.track, view.name)]
+        if found != view.tracking:
+            view.tracking = found
+            self._drawn_version = -1  # redraw: the view's events did not change
 
     def _gpu_due(self) -> bool:
         return (self.view.device or "").startswith("cuda") and time.monotonic() - self._gpu_checked > GPU_EVERY_S
@@ -247,4 +274,5 @@ def _notes(view: TrainingView) -> str:
         lines.append(f"<div>{escape(view.message)}</div>")
     elif view.checkpoint:
         lines.append(f"<div style='color:#666'>last checkpoint: {escape(na(view.checkpoint))}</div>")
+    lines += [f"<div class='jiyu-tracked' style='color:#666'>{escape(line)}</div>" for line in tracking_lines(view)]
     return "".join(lines)

@@ -130,6 +130,7 @@ export type Event =
       step?: number | null;
       message?: string | null;
       elapsed?: number | null;
+      samples_per_s?: number | null;
       exit_code?: number | null;
       source?: string | null;
     }
@@ -167,6 +168,10 @@ export interface RunSummary {
   progress: number | null;
   parent_run: string | null;
   parent_step: number | null;
+  device: string | null;
+  tracked: {
+    [k: string]: unknown;
+  } | null;
 }
 /**
  * This interface was referenced by `JiyuRESTAPI`'s JSON-Schema

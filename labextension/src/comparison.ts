@@ -218,8 +218,13 @@ function percentage(value: number | null): string {
 }
 
 /**
- * What tells runs of one name apart: for each run, "name=value" of the parameters whose
- * values are not the same in every run of that name (empty when nothing differs).
+ * What tells runs of one name apart, as Compare finds it: for each run, "name=value" of the
+ * columns whose values are not the same in every run of that name (empty when nothing
+ * differs). The columns are the run's parameters and what its summary keeps of Compare's
+ * (the parameters cell, model, optimizer hyperparameters, data): an `lr` set in the cell's
+ * body, not in a parameters cell, differs as `lr` of the optimizer. A column that differs
+ * exactly as an earlier one does (a parameter that sets the optimizer's lr) is said once;
+ * a name is shown without its group unless two shown columns share it.
  */
 export function differingParams(runs: ReadonlyArray<IRun>): Map<string, string> {
   const byName = new Map<string, IRun[]>();
@@ -228,11 +233,49 @@ export function differingParams(runs: ReadonlyArray<IRun>): Map<string, string> 
   }
   const result = new Map<string, string>();
   for (const group of byName.values()) {
-    const keys = [...new Set(group.flatMap(r => Object.keys(r.params ?? {})))].sort();
-    const differing = keys.filter(k => new Set(group.map(r => shown(r.params?.[k]))).size > 1);
-    for (const run of group) {
-      result.set(run.id, differing.map(k => `${k}=${shown(run.params?.[k])}`).join(' '));
-    }
+    const columns = group.map(listedColumns);
+    const names = [...new Set(columns.flatMap(c => [...c.keys()]))].sort(
+      (a, b) => groupIndex(groupOf(a)) - groupIndex(groupOf(b))
+    );
+    // a run that never started (or ended before summaries kept these) has no say in them
+    const knows = (index: number, column: string) =>
+      column.startsWith('param.') || group[index].summary.tracked !== null;
+    const valuesOf = (column: string) =>
+      columns.flatMap((c, index) => (knows(index, column) ? [shown(c.get(column))] : []));
+    const seen: string[] = [];
+    const differing = names.filter(column => {
+      const values = valuesOf(column);
+      const key = values.join('\u0000');
+      if (new Set(values).size < 2 || seen.includes(key)) {
+        return false;
+      }
+      seen.push(key);
+      return true;
+    });
+    const short = (column: string) => column.slice(column.indexOf('.') + 1);
+    const label = (column: string) =>
+      differing.filter(c => short(c) === short(column)).length > 1 ? column : short(column);
+    group.forEach((run, index) => {
+      result.set(
+        run.id,
+        differing
+          .filter(column => knows(index, column))
+          .map(column => `${label(column)}=${shown(columns[index].get(column))}`)
+          .join(' ')
+      );
+    });
   }
   return result;
+}
+
+/** A run's columns as a list knows them: its parameters, then its summary's of Compare's. */
+function listedColumns(run: IRun): Map<string, unknown> {
+  const columns = new Map<string, unknown>();
+  for (const [key, value] of Object.entries(run.params ?? {})) {
+    columns.set(`param.${key}`, value);
+  }
+  for (const [column, value] of Object.entries(run.summary.tracked ?? {})) {
+    columns.set(column, value); // the call's own parameters over the run's -p values, as Compare
+  }
+  return columns;
 }

@@ -302,7 +302,6 @@ export function RunRow(props: { run: IRun; differing?: string } & IRunActions): 
             onChange={() => selection.toggle(v.id)}
           />
         )}
-        <span className={`jp-JiyuChip jp-mod-${v.status}`}>{v.statusLabel}</span>
         <span className="jp-JiyuRun-name" title={`${v.name} (${v.id})`}>
           {v.name}
         </span>
@@ -310,22 +309,25 @@ export function RunRow(props: { run: IRun; differing?: string } & IRunActions): 
           {v.kind}
         </span>
       </div>
-      {/* its own line: beside the name, "no step for 12 min" left the name no room */}
-      <StallChip run={props.run} />
+      {/* the status under the name, not beside it: at the sidebar's default width the chip
+          and the kind left a name 8 characters */}
       <div className="jp-JiyuRun-meta">
+        <span className={`jp-JiyuChip jp-mod-${v.status}`}>{v.statusLabel}</span>
         <span className="jp-JiyuRun-id" title={`run ${v.id}, started at ${v.meta.split(' · ')[1]}`}>
           {v.meta}
         </span>
         {props.differing && (
           <span
             className="jp-JiyuRun-params"
-            title="parameters that differ between runs of this name"
+            title="what differs between runs of this name, as Compare finds it"
           >
             {props.differing}
           </span>
         )}
         <RunLineage run={props.run} />
       </div>
+      {/* its own line, under the status it qualifies: beside the name it left the name no room */}
+      <StallChip run={props.run} />
       {v.gpuText && <div className="jp-JiyuRun-gpus">{v.gpuText}</div>}
       <RunProgress view={v} />
       <Sparkline values={v.losses} />

@@ -85,8 +85,15 @@ const plugin: JupyterFrontEndPlugin<void> = {
           content: new LogView(api, id, String(args.name ?? id))
         });
         widget.id = `jiyu-log-area-${id}`;
+        // the first log opens beside what is in front; the next ones join its tab area, so
+        // two logs do not squeeze the notebook to a strip
+        const sibling = logs.find(w => w.isAttached && w.parent !== null);
         void logs.add(widget);
-        openBeside(app, widget, 'split-right');
+        openBeside(
+          app,
+          widget,
+          sibling ? { ref: sibling.id, mode: 'tab-after' } : { mode: 'split-right' }
+        );
         return widget;
       }
     });
@@ -196,8 +203,12 @@ const plugin: JupyterFrontEndPlugin<void> = {
  * Into the main area, or, where that holds one document only (Notebook 7: a second main
  * widget is silently dropped), into the panel below it.
  */
-function openBeside(app: JupyterFrontEnd, widget: MainAreaWidget, mode?: 'split-right'): void {
-  app.shell.add(widget, 'main', mode ? { mode } : undefined);
+function openBeside(
+  app: JupyterFrontEnd,
+  widget: MainAreaWidget,
+  where?: { mode: 'split-right' | 'tab-after'; ref?: string }
+): void {
+  app.shell.add(widget, 'main', where);
   if (!widget.isAttached) {
     app.shell.add(widget, 'down');
     giveRoom(widget);

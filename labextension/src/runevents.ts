@@ -120,6 +120,10 @@ function fold(h: IRunHistory, e: IRunEvent): void {
     h.advice.push(e.message);
   } else if (e.kind === 'end') {
     h.end = e;
+    // the call's samples over its wall time: a step's rate is its last window's only
+    if (typeof e.samples_per_s === 'number') {
+      h.last.samples_per_s = e.samples_per_s;
+    }
   }
 }
 
@@ -136,9 +140,13 @@ export function final(points: ReadonlyArray<IPoint>): number | null {
   return points.length ? points[points.length - 1].y : null;
 }
 
-/** The command that resumes training from a checkpoint, as the magic takes it. */
+/**
+ * The command that resumes training from a checkpoint, as `jiyu show` and a stopped run's
+ * message print it: the line form, which runs in a cell of its own with the notebook's objects
+ * (a `%%train` cell with nothing under it is refused).
+ */
 export function resumeCommand(name: string, checkpoint: ICheckpoint): string {
-  return `%%train --resume ${quote(checkpoint.path)} --name ${quote(name)}`;
+  return `%train --resume ${quote(checkpoint.path)} --name ${quote(name)}`;
 }
 
 /** The run a resumed run continues, and the step of the checkpoint it resumed from. */

@@ -13,7 +13,7 @@ import { ancestorSeries, IAncestor } from './lineage';
 import { best, IRankRecord, IRunHistory, parentOf, resumeCommand } from './runevents';
 import type { RunFeed } from './runfeed';
 import { ACTIVE_STATUSES, IRun, IRunCheckpoints } from './types';
-import { describeRun } from './view';
+import { describeRun, shortPaths } from './view';
 
 export function RunPageBody(props: {
   feed: RunFeed;
@@ -266,7 +266,9 @@ function Facts(props: { run: IRun; history: IRunHistory; ranks?: IRankRecord[] }
             ))}
             <tr>
               <th>notebook</th>
-              <td>{run.notebook ?? fmt.NA}</td>
+              <td title={run.notebook ?? undefined}>
+                {run.notebook ? shortPaths(run.notebook) : fmt.NA}
+              </td>
             </tr>
             <tr>
               <th>GPUs</th>

@@ -7,7 +7,8 @@
 
 import * as React from 'react';
 
-import { IRun, IStackDump } from './types';
+import { IRun, IStackDump, IStackFrame, IStackGroup } from './types';
+import { shortPaths } from './view';
 
 /** `no step for 12 min`, as `%jobs` and `jiyu jobs` say it (views/run_table.stall_text). */
 export function stallText(since: number, now: number): string {
@@ -60,15 +61,67 @@ export function StacksBody(props: { dump: IStackDump }): JSX.Element {
           <summary>
             {g.ranks.length === 1 ? 'rank' : 'ranks'} {g.ranks.join(', ')}
           </summary>
-          <pre className="jp-JiyuStacks-frames">
-            {g.frames
-              .slice()
-              .reverse()
-              .map(f => `  File "${f.file}", line ${f.line} in ${f.func}`)
-              .join('\n')}
-          </pre>
+          <GroupFrames group={g} />
         </details>
       ))}
     </div>
   );
+}
+
+/**
+ * A group's stack as `jiyu stacks` prints it: the user's frames first (outermost first, by
+ * notebook cell where the run's line map says), then the libraries' (innermost last); the
+ * frames of jiyu, IPython, runpy and torchrun that only carry the user's code to the rank
+ * folded, a click away.
+ */
+function GroupFrames(props: { group: IStackGroup }): JSX.Element {
+  const g = props.group;
+  if (g.stopped) {
+    return (
+      <p className="jp-JiyuStacks-stopped">
+        stopped: it dumps its stack once continued (kill -CONT PID); Stop ends it
+      </p>
+    );
+  }
+  const outerFirst = g.frames.slice().reverse();
+  const user = outerFirst.filter(f => (f.kind ?? 'user') === 'user');
+  const library = outerFirst.filter(f => f.kind === 'library');
+  const folded = outerFirst.filter(f => f.kind === 'jiyu');
+  return (
+    <>
+      {user.length > 0 && (
+        <>
+          <p className="jp-JiyuStacks-part">your code (outermost first):</p>
+          <pre className="jp-JiyuStacks-frames">{user.map(f => frameText(f, true)).join('\n')}</pre>
+        </>
+      )}
+      {library.length > 0 && (
+        <>
+          <p className="jp-JiyuStacks-part">then, in libraries (innermost last):</p>
+          <pre className="jp-JiyuStacks-frames">
+            {library.map(f => frameText(f, true)).join('\n')}
+          </pre>
+        </>
+      )}
+      {folded.length > 0 && (
+        <details className="jp-JiyuStacks-folded">
+          <summary>
+            {folded.length} frame{folded.length === 1 ? '' : 's'} of jiyu, IPython, runpy and
+            torchrun folded
+          </summary>
+          <pre className="jp-JiyuStacks-frames">
+            {outerFirst.map(f => frameText(f, false)).join('\n')}
+          </pre>
+        </details>
+      )}
+    </>
+  );
+}
+
+/** A frame's line; `short`: its file cut to the last two parts (the whole stack, folded, has them whole). */
+function frameText(f: IStackFrame, short: boolean): string {
+  if (f.cell) {
+    return `  ${f.cell}, in ${f.func}\n      ${f.source ?? ''}`;
+  }
+  return `  File "${short ? shortPaths(f.file) : f.file}", line ${f.line} in ${f.func}`;
 }

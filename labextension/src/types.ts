@@ -153,11 +153,26 @@ export interface IStackGroup {
   ranks: number[];
   /** "rank 1 is in train_step (job.py:17)". */
   headline: string;
-  /** The main thread's frames, innermost first. */
-  frames: Array<{ file: string; line: number; func: string }>;
+  /** The main thread's frames, innermost first (views/stack_view.py `as_json`). */
+  frames: IStackFrame[];
   /** Every thread, as faulthandler (and py-spy, where it ran) wrote it. */
   text: string;
   native: boolean;
+  /** The ranks' process state when they were stopped (SIGSTOP): no stack until continued. */
+  stopped?: string | null;
+}
+
+/** One frame, with where it is in the notebook when the run's line map says. */
+export interface IStackFrame {
+  file: string;
+  line: number;
+  func: string;
+  /** The user's code, a library's, or what carries it to the rank (jiyu, IPython, runpy, torchrun). */
+  kind?: 'user' | 'library' | 'jiyu';
+  /** "cell 3, line 9" for a frame of an exported notebook's job. */
+  cell?: string | null;
+  /** That line's text. */
+  source?: string | null;
 }
 
 /** A run's newest stack dump: `dumped` is its folder's name; null and no groups when none. */

@@ -51,7 +51,8 @@ export function describeRun(run: IRun): IRunView {
     active,
     canStop: active && run.kind !== 'kernel' && !run.stop_requested,
     progress: s.progress ?? fmt.fraction(s.step, s.total_steps),
-    stepText: run.kind === 'ranks' ? 'ranks pool' : stepText(s.step, s.total_steps, s.epoch),
+    stepText:
+      run.kind === 'ranks' ? 'ranks pool' : stepText(s.step, s.total_steps, s.epoch, active),
     lossText: `loss ${fmt.loss(s.loss)}`,
     // a stalled run's last rate is history, not a rate: it is not shown while the stall lasts
     rateText: active && run.stalled_since !== null ? 'stalled' : fmt.rate(s.samples_per_s),
@@ -130,9 +131,15 @@ export function gpuText(run: IRun): string | null {
   return null;
 }
 
-function stepText(step: number | null, total: number | null, epoch: number | null): string {
+function stepText(
+  step: number | null,
+  total: number | null,
+  epoch: number | null,
+  active: boolean
+): string {
   if (step === null) {
-    return 'starting';
+    // an ended run that logged no step (a notebook job without %%train) did not "start"
+    return active ? 'starting' : 'no steps logged';
   }
   const of = total ? `/${total}` : '';
   return epoch === null ? `step ${step}${of}` : `step ${step}${of} · ep ${epoch}`;

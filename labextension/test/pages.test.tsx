@@ -83,11 +83,13 @@ describe('the run page', () => {
         onStop={() => undefined}
       />
     );
-    expect(listed).toContain('%%train --resume /runs/ab/ckpt-3.pt --name digits-mlp');
+    expect(listed).toContain('%train --resume /runs/ab/ckpt-3.pt --name digits-mlp');
     expect(listed).toContain('1 on disk · 7 older rotated out (--keep-ckpts) or deleted');
     expect(listed).toContain('2.0 KiB');
     expect(html).toContain('bf16');
     expect(html).toContain('Stop digits-mlp');
+    // the notebook's folder cut to its last parts, the whole path a hover away
+    expect(html).toContain('title="/work/train.ipynb"');
   });
 
   it('shows no validation rows without validation, and no eta once the run ended', () => {
@@ -110,9 +112,25 @@ describe('the run page', () => {
     expect(running).toContain('<dt>eta</dt>');
   });
 
+  it("ends on the run's samples over its wall time, not its last short batch's rate", () => {
+    const steps: IRunEvent[] = [
+      { kind: 'step', t: 101, step: 27, loss: 1, samples_per_s: 790 },
+      { kind: 'step', t: 102, step: 28, loss: 1, samples_per_s: 52 },
+      { kind: 'end', t: 103, step: 28, status: 'succeeded', samples_per_s: 781.5 }
+    ];
+    const ended = renderToStaticMarkup(
+      <Metrics run={run({ status: 'succeeded' })} history={history([], steps)} />
+    );
+    expect(ended).toContain('<dt>throughput</dt><dd>782/s</dd>');
+    const running = renderToStaticMarkup(
+      <Metrics run={run({ status: 'running' })} history={history([], steps.slice(0, 2))} />
+    );
+    expect(running).toContain('<dt>throughput</dt><dd>52/s</dd>');
+  });
+
   it('quotes a checkpoint path with spaces in the resume command', () => {
     expect(resumeCommand('my run', { step: 1, path: '/a b/c.pt' })).toBe(
-      "%%train --resume '/a b/c.pt' --name 'my run'"
+      "%train --resume '/a b/c.pt' --name 'my run'"
     );
   });
 });
@@ -221,6 +239,33 @@ describe('compare', () => {
     expect(found.get('aaaa')).toBe('lr=0.1');
     expect(found.get('bbbb')).toBe('lr=0.01');
     expect(found.get('cccc')).toBe('');
+  });
+
+  it("tells them apart by the optimizer's lr set in the cell's body, as Compare does", () => {
+    const tracked = (lr: number) => ({
+      'param.epochs': 3,
+      'model.class': 'Sequential',
+      'optimizer.class': 'AdamW',
+      'optimizer.lr': lr,
+      'data.batch_size': 64
+    });
+    const first = run({ id: 'aaaa', params: { epochs: 3 } }, { tracked: tracked(0.001) });
+    const second = run({ id: 'bbbb', params: { epochs: 3 } }, { tracked: tracked(0.003) });
+    const queued = run({ id: 'cccc', status: 'queued', params: { epochs: 3 } });
+    const found = differingParams([first, second, queued]);
+    expect(found.get('aaaa')).toBe('lr=0.001');
+    expect(found.get('bbbb')).toBe('lr=0.003');
+    expect(found.get('cccc')).toBe('');
+    // a parameter that sets the optimizer's lr differs once, under its own name
+    const byParam = (lr: number, id: string) =>
+      run({ id, params: { lr } }, { tracked: { 'param.lr': lr, 'optimizer.lr': lr } });
+    expect(differingParams([byParam(0.1, 'x'), byParam(0.2, 'y')]).get('x')).toBe('lr=0.1');
+    // two columns of one name that differ apart keep their groups
+    const both = (p: number, o: number, id: string) =>
+      run({ id, params: { lr: p } }, { tracked: { 'param.lr': p, 'optimizer.lr': o } });
+    expect(differingParams([both(1, 0.1, 'x'), both(2, 0.3, 'y')]).get('y')).toBe(
+      'param.lr=2 optimizer.lr=0.3'
+    );
   });
 });
 

@@ -21,6 +21,8 @@ export function summary(fields: Partial<IRunSummary> = {}): IRunSummary {
     progress: null,
     parent_run: null,
     parent_step: null,
+    device: null,
+    tracked: null,
     ...fields
   };
 }

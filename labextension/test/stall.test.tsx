@@ -81,4 +81,57 @@ describe('stalled runs', () => {
       'File &quot;/r/job.py&quot;, line 40 in &lt;module&gt;\n  File &quot;/r/job.py&quot;, line 17 in train_step'
     );
   });
+
+  it("folds the frames that carry the user's code to the rank, as jiyu stacks does", () => {
+    const plumbing = Array.from({ length: 20 }, (_, i) => ({
+      file: '/venv/site-packages/IPython/core/interactiveshell.py',
+      line: 100 + i,
+      func: `run_code_${i}`,
+      kind: 'jiyu' as const
+    }));
+    const html = renderToStaticMarkup(
+      <StacksBody
+        dump={{
+          run_id: 'abc',
+          dumped: '20261201T020000',
+          groups: [
+            {
+              ranks: [0, 1],
+              headline: 'ranks 0, 1 are in train_step (cell 2, line 9)',
+              // innermost first, as the server sends them
+              frames: [
+                {
+                  file: '/venv/torch/distributed/c10d.py',
+                  line: 5,
+                  func: 'all_reduce',
+                  kind: 'library'
+                },
+                {
+                  file: '/r/job.py',
+                  line: 17,
+                  func: 'train_step',
+                  kind: 'user',
+                  cell: 'cell 2, line 9',
+                  source: 'dist.all_reduce(t)'
+                },
+                ...plumbing
+              ],
+              text: '',
+              native: false
+            }
+          ]
+        }}
+      />
+    );
+    const shown = html.slice(0, html.indexOf('jp-JiyuStacks-folded'));
+    expect(shown).toContain('your code (outermost first):');
+    expect(shown).toContain('cell 2, line 9, in train_step\n      dist.all_reduce(t)');
+    expect(shown).toContain('then, in libraries (innermost last):');
+    expect(shown).toContain('File &quot;…/distributed/c10d.py&quot;, line 5 in all_reduce');
+    expect(html).toContain('/venv/torch/distributed/c10d.py'); // whole, in the folded stack
+    expect(shown.indexOf('train_step')).toBeLessThan(shown.indexOf('all_reduce'));
+    expect(shown).not.toContain('run_code_');
+    expect(html).toContain('20 frames of jiyu, IPython, runpy and torchrun folded');
+    expect(html).toContain('run_code_19'); // a click away, in the folded details
+  });
 });

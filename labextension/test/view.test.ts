@@ -39,6 +39,8 @@ describe('describeRun', () => {
     expect(v.progress).toBeNull();
     expect(v.stepText).toBe('starting');
     expect(v.active).toBe(true);
+    // ended without a logged step (a notebook job without %%train): it is not starting
+    expect(describeRun(run({ status: 'succeeded' })).stepText).toBe('no steps logged');
   });
 
   it('offers Stop only for active background runs not already stopping', () => {

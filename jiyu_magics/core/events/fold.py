@@ -16,10 +16,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
-from typing import TypedDict
+from typing import Any, TypedDict
 
 from ..runs.model import EventKind, RunStatus
 from .schema import FIELDS, KINDS
+from .tracked import brief
 
 START_FIELDS = tuple(FIELDS[EventKind.START])
 STEP_FIELDS = tuple(FIELDS[EventKind.STEP])
@@ -50,14 +51,18 @@ class RunSummary(TypedDict):
     progress: float | None  # step / total_steps, 0..1
     parent_run: str | None  # the run this call resumed from (its checkpoint's), or None
     parent_step: int | None  # the step of that checkpoint
+    device: str | None  # what the call trained on (cpu, cuda:0), as its start says
+    # what Compare records of the call but its fit options (``events.tracked.brief``): the
+    # parameters cell, model, optimizer hyperparameters, data; what tells runs of a name apart
+    tracked: dict[str, Any] | None
 
 
-LINEAGE_KEYS = ("parent_run", "parent_step")
+ADDED_KEYS = ("parent_run", "parent_step", "device", "tracked")  # since summaries were first stored
 
 
 def complete(summary: RunSummary) -> RunSummary:
     """A stored summary with the keys added since it was stored (as "not known")."""
-    missing = [key for key in LINEAGE_KEYS if key not in summary]
+    missing = [key for key in ADDED_KEYS if key not in summary]
     return summary if not missing else RunSummary(**{**summary, **dict.fromkeys(missing)})  # type: ignore[typeddict-item]
 
 
@@ -193,6 +198,8 @@ class RunState:
         self.message = event.get("message")
         self.step = event.get("step", self.step)
         self.elapsed = event.get("elapsed", self.elapsed)
+        if event.get("samples_per_s") is not None:  # the call's own, over its wall time
+            self.samples_per_s = event["samples_per_s"]
         self.eta = None
 
     def _add_history(self, event: dict) -> None:
@@ -252,6 +259,8 @@ class RunState:
             progress=self.progress,
             parent_run=self.parent_run,
             parent_step=self.parent_step,
+            device=self.device,
+            tracked=brief({key: getattr(self, key) for key in START_FIELDS}) if self.status is not None else None,
         )
 
 

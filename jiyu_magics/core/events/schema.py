@@ -41,8 +41,10 @@ here are allowed and passed on unchecked:
   ``timeout``, ``stacks`` (the folder holding every rank's stack dumped then). When the step
   moves again the owner writes a second one with ``cleared`` (the time it moved) and
   ``lasted`` (seconds it stood still).
-- ``end``: ``status`` (succeeded|stopped|failed), ``step``, ``message``, ``elapsed``; a run's
-  launcher (a job's supervisor) may add its own after it, with ``exit_code`` and ``source``.
+- ``end``: ``status`` (succeeded|stopped|failed), ``step``, ``message``, ``elapsed``,
+  ``samples_per_s`` (the call's samples, all ranks, over its training loop's wall time: the rate
+  its views end on, not the last step event's); a run's launcher (a job's supervisor) may add
+  its own after it, with ``exit_code`` and ``source``.
 - ``error``: ``message``, ``step``, ``rank`` (the failing rank writes it: the one exception to
   "rank 0 writes"); a launcher's own has ``source`` instead of a rank.
 """
@@ -117,6 +119,7 @@ FIELDS: dict[EventKind, dict[str, type]] = {
         "step": int,
         "message": str,
         "elapsed": float,
+        "samples_per_s": float,
         "exit_code": int,
         "source": str,
     },

@@ -24,8 +24,10 @@ from .info import process_alive
 
 # command-line marks of torchrun's agent and of a rank (``jobs.process.rank_worker``, which
 # every launcher runs: jobs, ``%%train --nproc``, ranks pools); a rank's forked data loader
-# workers carry the same command line and die with it
-AGENT_MARKS = ("torch.distributed.run", "torchrun")
+# workers carry the same command line and die with it. A local ranks pool's supervisor is its
+# agent; its ranks are forked from it and carry its command line (``supervised_ranks``).
+POOL_SUPERVISOR_MARK = "jiyu_magics.ranks.supervisor"
+AGENT_MARKS = ("torch.distributed.run", "torchrun", POOL_SUPERVISOR_MARK)
 RANK_MARK = "jiyu_magics.jobs.process.rank_worker"
 
 

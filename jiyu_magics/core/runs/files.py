@@ -3,6 +3,12 @@
 One home folder (``JIYU_HOME``, default ``~/.jiyu``) holds the SQLite run store and one folder
 per run, so the kernel, background jobs, the CLI and the Jupyter server all find the same runs
 without talking to each other.
+
+All of it is private to its user: the home, ``runs/`` and each run's folder are made 0700 (a
+run folder holds the notebook's code as ``job.py``, its logs and its checkpoints), the store
+0600 (``core.store.database``), so another user of the machine reads none of it. A home that
+exists already keeps its mode (``chmod 700 ~/.jiyu`` closes one an older jiyu made 0755); the
+folders made in it from then on are private all the same.
 """
 
 from __future__ import annotations
@@ -18,6 +24,8 @@ RUN_ID_ENV = "JIYU_RUN_ID"
 # The signal on which a launched rank writes every thread's Python stack into its
 # ``stack_live`` file (SIGUSR1 is the scheduler's time limit, SIGTERM the stop).
 STACK_SIGNAL_NAME = "SIGUSR2"
+PRIVATE_FOLDER = 0o700  # the home, runs/ and each run's folder: their user's alone
+PRIVATE_FILE = 0o600  # the run store
 
 
 class StoreUnusable(RuntimeError):
@@ -33,13 +41,38 @@ def jiyu_home() -> Path:
     and jobs can point a process at another home without re-importing."""
     home = Path(os.environ.get(HOME_ENV) or Path.home() / ".jiyu").expanduser()
     try:
-        home.mkdir(parents=True, exist_ok=True)
+        private_folder(home, above=True)
     except OSError as error:  # a file of that name, a read-only or missing parent: one line, not a traceback
         raise StoreUnusable(
             f"the jiyu home folder {home} cannot be made ({error.strerror or error}): "
             f"set {HOME_ENV} to a folder you can write"
         ) from None
     return home
+
+
+def private_folder(path: Path, above: bool = False) -> Path:
+    """``path`` as a folder, each folder made for it on the way private (0700): a run folder's
+    first maker (its registration, its ranks, a crash record) makes ``runs/`` too, and the home
+    if it is gone. ``above``: the folders above ``path`` that are missing are made as any
+    other's (``mkdir -p``), only ``path`` private (a home's)."""
+    if above and not os.path.lexists(path.parent):
+        path.parent.mkdir(parents=True, exist_ok=True)
+    missing = []
+    while not os.path.lexists(path):
+        missing.append(path)
+        if path.parent == path:
+            break
+        path = path.parent
+    for folder in reversed(missing):
+        try:
+            os.mkdir(folder, PRIVATE_FOLDER)
+        except FileExistsError:
+            pass  # made by another process meanwhile
+    if missing:
+        path = missing[0]
+    if not path.is_dir():
+        raise NotADirectoryError(20, "Not a directory", str(path))
+    return path
 
 
 def store_path(home: Path | None = None) -> Path:
@@ -67,7 +100,7 @@ class RunFiles:
         return cls(run_dir(run_id, home))
 
     def create(self) -> RunFiles:
-        self.ckpt.mkdir(parents=True, exist_ok=True)
+        private_folder(self.ckpt)
         return self
 
     @property
@@ -119,6 +152,11 @@ class RunFiles:
         """``nodes/``: each node of a multi-node job's ``<node>.json`` (its checks before
         torchrun, ``jobs.process.node_records``) and ``<node>.error.json`` (torchrun's failure)."""
         return self.root / "nodes"
+
+    @property
+    def trackers(self) -> Path:
+        """Where the run's trackers hold it (``trackers.where``), as their followers found it."""
+        return self.root / "trackers.json"
 
     @property
     def loss_plot(self) -> Path:

@@ -38,6 +38,7 @@ class LaunchContext:
     error_file: str | None = None  # where a failing rank writes its error for torchrun
     visible_devices: str | None = None  # CUDA_VISIBLE_DEVICES as this process was started with it
     track: str | None = None  # JIYU_TRACK: the trackers of a call that names none (trackers.destinations)
+    master: tuple[str, int] | None = None  # MASTER_ADDR:MASTER_PORT, the rendezvous store of a torchrun world
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] | None = None) -> LaunchContext:
@@ -56,6 +57,9 @@ class LaunchContext:
             error_file=env.get("TORCHELASTIC_ERROR_FILE") or None,
             visible_devices=env.get("CUDA_VISIBLE_DEVICES"),
             track=env.get(TRACK_ENV),
+            master=(env["MASTER_ADDR"], int(env["MASTER_PORT"]))
+            if env.get("MASTER_ADDR") and env.get("MASTER_PORT")
+            else None,
         )
 
     @property

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from ..runs.files import HOME_ENV, StoreUnusable  # the home folder's failure too: one type for both
+from ..runs.files import HOME_ENV, PRIVATE_FILE, StoreUnusable  # the home folder's failure too: one type for both
 from .lock_holder import describe_holder
 
 SCHEMA_VERSION = 9
@@ -223,6 +223,15 @@ def _drop_orphans(path: Path) -> None:
             Path(f"{path}{suffix}").unlink(missing_ok=True)
 
 
+def _create_private(path: Path) -> None:
+    """A new store is made empty (SQLite's new database) and readable by its user alone; SQLite
+    gives its ``-wal`` and ``-shm`` files the same mode. An existing store keeps its own."""
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE_FILE))
+    except FileExistsError:
+        pass
+
+
 class StoreDatabase:
     def __init__(self, path: Path):
         self.path = path
@@ -237,6 +246,7 @@ class StoreDatabase:
         _let_go(self.path)
         try:
             _drop_orphans(self.path)
+            _create_private(self.path)
         except OSError as error:  # a read-only or failing disk: one line, as for sqlite3's errors
             raise explain(self.path, error) from None
         with self.read() as db:

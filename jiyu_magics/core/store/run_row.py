@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any, TypedDict
 
 from ..events.fold import RunSummary
-from ..runs.files import run_dir
+from ..runs.files import private_folder, run_dir
 from ..runs.model import RunKind, RunStatus
 
 RECORD_FILE = "run.json"
@@ -157,7 +157,7 @@ def save_record(run: Run) -> None:
     corrupt store can be rebuilt (``repair``). Best effort: the store is the authority."""
     folder = run_dir(run.id)
     try:
-        folder.mkdir(parents=True, exist_ok=True)
+        private_folder(folder)
         temp = folder / f".{RECORD_FILE}.{os.getpid()}"
         temp.write_text(json.dumps(run.to_row()))
         os.replace(temp, folder / RECORD_FILE)

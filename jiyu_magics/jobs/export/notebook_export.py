@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ...core.did_you_mean import suggestion
 from ...core.runs.line_map import LineMap, MappedCell
 from ...core.text import BadPath, utf8_path
 from ..job_error import JobError
@@ -394,7 +395,7 @@ def _check_known(params: Mapping[str, Any], cell: SourceCell, transformer) -> No
     if unknown:
         raise JobError(
             f"unknown parameter {', '.join(unknown)}: {cell.label} (tagged parameters) defines "
-            f"{', '.join(sorted(defined)) or 'nothing'}"
+            f"{', '.join(sorted(defined)) or 'nothing'}{suggestion(unknown, defined)}"
         )
 
 

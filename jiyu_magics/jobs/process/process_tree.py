@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 import psutil
 
-from ...core.processes.run_processes import AGENT_MARKS, alive, tagged
+from ...core.processes.run_processes import AGENT_MARKS, POOL_SUPERVISOR_MARK, alive, tagged
 from .torchrun_command import WORKER_MODULE
 
 KILL_WAIT_S = 5.0
@@ -90,17 +90,38 @@ def stop_run(run_id: str, root_pid: int | None, grace: float = 10.0, spare: Iter
 
 
 def first_to_stop(procs: list[psutil.Process]) -> list[psutil.Process]:
-    """Who gets the SIGTERM: each rank (the top-most process running the rank worker; the
-    processes it forked run the same command line), and strays (processes of the run outside
-    any rank, not torchrun). Not torchrun, not the ranks' own children."""
+    """Who gets the SIGTERM: each rank (the top-most process running the rank worker, or forked
+    by a ranks pool's supervisor; the processes a rank forked run the same command line), and
+    strays (processes of the run outside any rank, not an agent). Not torchrun or the pool's
+    supervisor, not the ranks' own children."""
     commands = {p.pid: _command(p) for p in procs}
-    agents = {pid for pid, cmd in commands.items() if any(mark in part for part in cmd for mark in AGENT_MARKS)}
-    workers = {pid for pid, cmd in commands.items() if WORKER_MODULE in cmd and pid not in agents}
+    marked = {pid for pid, cmd in commands.items() if any(mark in part for part in cmd for mark in AGENT_MARKS)}
+    supervised = {p.pid for p in procs if _is_pool_rank(p, commands)}
+    agents = marked - supervised
+    workers = {pid for pid, cmd in commands.items() if WORKER_MODULE in cmd and pid not in agents} | supervised
     ranks = [p for p in procs if p.pid in workers and _ppid(p) not in workers]
     rank_pids = {p.pid for p in ranks}
     agents |= {ppid for p in ranks if (ppid := _ppid(p)) is not None}
     strays = [p for p in procs if p.pid not in workers and p.pid not in agents and not rank_pids & set(_ancestors(p))]
     return ranks + strays
+
+
+def _is_pool_rank(proc: psutil.Process, commands: dict[int, list[str]]) -> bool:
+    """Forked by a pool's supervisor (or by such a rank): the supervisor's command line, under
+    a process with that command line."""
+    if not any(POOL_SUPERVISOR_MARK in part for part in commands.get(proc.pid, [])):
+        return False
+    parent = _ppid(proc)
+    return parent is not None and any(POOL_SUPERVISOR_MARK in part for part in _parent_command(parent, commands))
+
+
+def _parent_command(pid: int, commands: dict[int, list[str]]) -> list[str]:
+    if pid in commands:
+        return commands[pid]
+    try:
+        return psutil.Process(pid).cmdline()
+    except psutil.Error:
+        return []
 
 
 def stop(procs: Iterable[psutil.Process], grace: float = 10.0, spare: Iterable[int] = ()) -> StopResult:

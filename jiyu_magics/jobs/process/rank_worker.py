@@ -23,6 +23,7 @@ import socket
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
@@ -53,16 +54,30 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m jiyu_magics.jobs.process.rank_worker SCRIPT [ARGS...]", file=sys.stderr)
         return 2
     script = os.path.abspath(argv[0])
+
+    def run_script() -> None:
+        sys.argv = [script, *argv[1:]]
+        sys.path.insert(0, os.path.dirname(script))
+        runpy.run_path(script, run_name="__main__")
+
+    return run_rank(run_script, script)
+
+
+def run_rank(target: Callable[[], object], script: str | None = None, *, watch_peers: bool = True) -> int:
+    """Runs ``target`` as a rank: its start and end recorded, SIGTERM a stop, SIGUSR1 a time
+    limit, dying with its parent. ``script``: the file whose frames start the user's traceback.
+    ``watch_peers=False``: a peer's failure is not this rank's end (a ranks pool's rank, whose
+    pool survives it)."""
     run_id = os.environ.get(RUN_ID_ENV)
     record = _start_record() if run_id else None  # a rank of a run reports itself
     if run_id and record:
         ranks.write(run_id, record)
     signal.signal(signal.SIGTERM, _stop_now)
     signal.signal(signal.SIGUSR1, _time_limit_now)
-    if run_id and record and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+    if watch_peers and run_id and record and int(os.environ.get("WORLD_SIZE", "1")) > 1:
         peer_failure.watch(run_id, record)
     try:
-        ending = _run(script, argv, run_id)
+        ending = _run(target, script, run_id)
     except job_stop.JobStopped:  # a second stop came while the first was being handled
         ending = Ending(0, None, True)
     # The script is over: a late stop (a second sender) must not cut the record short nor kill
@@ -76,14 +91,12 @@ def main(argv: list[str] | None = None) -> int:
     return ending.code
 
 
-def _run(script: str, argv: list[str], run_id: str | None) -> Ending:
-    sys.argv = [script, *argv[1:]]
-    sys.path.insert(0, os.path.dirname(script))
+def _run(target: Callable[[], object], script: str | None, run_id: str | None) -> Ending:
     try:
         parent_death.die_with_parent()
         if _stop_requested(run_id):
             raise job_stop.not_started()
-        runpy.run_path(script, run_name="__main__")
+        target()
     except job_stop.JobStopped as stop:
         return _stopped(stop)
     except SystemExit as exit:
@@ -166,7 +179,7 @@ def _start_record() -> ranks.RankRecord:
     )
 
 
-def _print_user_traceback(error: BaseException, script: str) -> None:
+def _print_user_traceback(error: BaseException, script: str | None) -> None:
     """The traceback from the script's first frame on: runpy's and our frames are noise. The
     script's frames are named by their notebook cell where its export left a line map
     (``cell 3, line 9, in train_step``)."""
@@ -174,17 +187,17 @@ def _print_user_traceback(error: BaseException, script: str) -> None:
     while tb is not None and tb.tb_frame.f_code.co_filename != script:
         tb = tb.tb_next
     text = "".join(traceback.format_exception(type(error), error, tb or error.__traceback__))
-    line_map = LineMap.read(Path(script).with_suffix(".map.json"))
+    line_map = LineMap.read(Path(script).with_suffix(".map.json")) if script else None
     print("\n".join(map_traceback(text.rstrip("\n").splitlines(), line_map)), file=sys.stderr)
 
 
-def _write_elastic_error_file(error: BaseException, script: str) -> None:
+def _write_elastic_error_file(error: BaseException, script: str | None) -> None:
     """torchrun's error file (or the one ``fit`` wrote): the call stack torchrun prints at the
     end names the notebook's cells too."""
     path = os.environ.get("TORCHELASTIC_ERROR_FILE")
     if not path:
         return  # no torchrun
-    line_map = LineMap.read(Path(script).with_suffix(".map.json"))
+    line_map = LineMap.read(Path(script).with_suffix(".map.json")) if script else None
     if os.path.exists(path):  # fit's own record wrote it
         _map_error_file(path, line_map)
         return

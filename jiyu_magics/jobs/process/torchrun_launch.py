@@ -56,8 +56,6 @@ class Launch:
         parent-death SIGTERM, stop at a step with a checkpoint (``parent_death``). The
         request follows the thread that starts torchrun, so by default it is made from a
         main thread only (the kernel's cells and the supervisor run there)."""
-        if die_with_parent is None:
-            die_with_parent = threading.current_thread() is threading.main_thread()
         files = RunFiles.of(run_id).create()
         cmd = torchrun.command(
             Path(script).resolve(),
@@ -69,11 +67,32 @@ class Launch:
             log_dir=files.root / "torchrun",
             args=args,
         )
+        return cls.start_command(
+            cmd, nproc=nproc, run_id=run_id, cwd=cwd, env=env, log=log, die_with_parent=die_with_parent
+        )
+
+    @classmethod
+    def start_command(
+        cls,
+        cmd: Sequence[str],
+        *,
+        nproc: int,
+        run_id: str,
+        cwd: str | os.PathLike | None = None,
+        env: Mapping[str, str] | None = None,
+        log: IO[bytes] | None = None,
+        die_with_parent: bool | None = None,
+    ) -> Launch:
+        """Another launcher of ranks as the run's child process group, started as torchrun is
+        (a ranks pool's supervisor): the same environment, log, session and parent-death rule."""
+        if die_with_parent is None:
+            die_with_parent = threading.current_thread() is threading.main_thread()
+        files = RunFiles.of(run_id).create()
         own_log = log is None
         output = open(files.log, "ab") if log is None else log
         try:
             proc = subprocess.Popen(
-                cmd,
+                list(cmd),
                 cwd=cwd,
                 env=torchrun.environment(run_id, files.error, env),
                 stdin=subprocess.DEVNULL,

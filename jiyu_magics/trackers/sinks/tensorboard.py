@@ -29,6 +29,7 @@ from tensorboard.summary.writer.event_file_writer import EventFileWriter
 from ...core.runs.model import RunStatus
 from ..identity import RunIdentity
 from ..translate import Param, Point, Resume, Translation, record_params
+from ..where import Place, tensorboard_place
 
 SYNC_FILE = "jiyu-sync.json"
 QUEUE_SIZE = 4096  # events the writer's thread may hold between our flushes
@@ -51,6 +52,9 @@ class TensorBoardSink:
         self.offset, self.status = synced.get("offset", 0), synced.get("status")
         self.step = synced.get("step", 0)
         self.end_time: float | None = None
+
+    def place(self) -> Place:
+        return tensorboard_place(str(self.folder.parent), str(self.folder))
 
     def synced_offset(self) -> int:
         return self.offset

@@ -24,8 +24,8 @@ from .job_error import JobError
 from .launch_spec import LaunchSpec, visible_gpus
 from .lifecycle import RunLifecycle, record_end_without_owner
 from .process import torchrun_command as torchrun
+from .run_upkeep import upkeep
 from .submit_options import SubmitOptions
-from .upkeep import upkeep
 
 EXPORT_NOTES = "export.json"
 # Supervisors this process started: polled now and then so none stays a zombie in a kernel.

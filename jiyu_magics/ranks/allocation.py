@@ -16,13 +16,13 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from ..backends.slurm import commands as slurm
-from ..backends.slurm.placement import SlurmJob
-from ..job_error import JobError
+from ..jobs.backends.slurm import commands as slurm
+from ..jobs.backends.slurm.placement import SlurmJob
+from ..jobs.job_error import JobError
 from .channel import KernelEnd
 
 if TYPE_CHECKING:
-    from ..lifecycle import RunLifecycle
+    from ..jobs.lifecycle import RunLifecycle
 
 HOST_ENV = "JIYU_POOL_HOST"  # the kernel's address the allocation's nodes reach, where the route's is not
 FOLLOW_S = 1.0

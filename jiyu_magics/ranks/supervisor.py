@@ -1,0 +1,253 @@
+"""``python -m jiyu_magics.ranks.supervisor NPROC``: a local pool's ranks, forked from a warm
+parent and supervised one by one.
+
+Why not torchrun, as every other run on this machine: torchrun's agent treats its workers as one
+group. When one dies it stops all the others (then restarts all of them, or ends), and a pool
+exists to keep its ranks' state: a model loaded on 8 GPUs, an optimizer, a dataset in memory.
+Here a rank that dies is reported to the kernel at once (its exit code, or the signal that killed
+it: the OOM killer's SIGKILL) and the others live on; the kernel may ask for a replacement, which
+joins the same world at the process group's next generation.
+
+Why fork: importing torch, IPython and matplotlib and making the rank's shell is most of a rank's
+start. The supervisor does it once, before any thread, CUDA context or ZMQ context exists, then
+forks each rank (copy-on-write) and, later, each replacement. It also hosts the pool's rendezvous
+store (the ranks come and go; the store stays) and prefixes each rank's output with
+``[rankN]:`` in the run's log, as torchrun does.
+
+It ends once its kernel said shutdown (or a SIGTERM came) and no rank is left: the kernel's
+``shutdown`` ends the ranks, a stop's SIGTERM reaches each rank (it stops, recorded). Until then
+it waits, even with every rank dead, for the kernel to ask for replacements; it dies with the
+kernel (its parent's death signal), the ranks with it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import sys
+import time
+import traceback
+import warnings
+from dataclasses import dataclass, field
+
+import zmq
+
+from ..core.processes.run_processes import POOL_SUPERVISOR_MARK
+from ..core.runs.files import RUN_ID_ENV
+from ..jobs.process import rank_records
+from ..jobs.process.rank_worker import run_rank
+from .channel import ADDRESS_ENV, Address, SupervisorEnd
+from .protocol import Kind, Message, RankExit
+from .worker import GENERATION_ENV, SUPERVISED_ENV
+
+MARK = POOL_SUPERVISOR_MARK  # its command line: the pool's agent, as torchrun's for a job
+ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")  # a traceback's colours are for the notebook, not the log
+
+
+@dataclass
+class Child:
+    rank: int
+    pid: int
+    pidfd: int
+    output: int  # the read end of its stdout/stderr pipe
+    partial: bytes = b""
+
+
+@dataclass
+class Supervisor:
+    nproc: int
+    master: tuple[str, int]
+    address: Address
+    children: dict[int, Child] = field(default_factory=dict)  # by pidfd
+    end: SupervisorEnd | None = None
+    last_exits: dict[int, int] = field(default_factory=dict)  # rank -> how its latest process ended
+    stopping: bool = False  # a SIGTERM came, or the kernel's shutdown: once no rank is left, it ends
+
+    @property
+    def exit_code(self) -> int:
+        """0 when every rank's latest process ended cleanly (a shutdown, a stop), else 1."""
+        return int(any(self.last_exits.values()))
+
+    @property
+    def waiting_for_replacements(self) -> bool:
+        """No rank left, but the last ones died (killed, crashed): the kernel may replace them."""
+        return not self.stopping and any(self.last_exits.values())
+
+    def spawn(self, rank: int, generation: int) -> None:
+        """Forks rank ``rank``, to join the process group at ``generation``."""
+        sys.stdout.flush()
+        sys.stderr.flush()
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the rank: never returns into the supervisor's loop
+            code = 1
+            try:
+                os.close(read)
+                for sibling in self.children.values():
+                    os.close(sibling.pidfd)
+                    os.close(sibling.output)
+                os.dup2(write, 1)
+                os.dup2(write, 2)
+                os.close(write)
+                code = self._rank(rank, generation)
+            except BaseException:  # noqa: BLE001 - whatever ends it, it ends here, said
+                traceback.print_exc()
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(code)
+        os.close(write)
+        os.set_blocking(read, False)
+        pidfd = os.pidfd_open(pid)
+        self.children[pidfd] = Child(rank, pid, pidfd, read)
+
+    def _rank(self, rank: int, generation: int) -> int:
+        for signum in (signal.SIGTERM, signal.SIGCHLD, signal.SIGINT):
+            signal.signal(signum, signal.SIG_DFL)
+        os.environ.update(
+            {
+                "RANK": str(rank),
+                "LOCAL_RANK": str(rank),
+                "WORLD_SIZE": str(self.nproc),
+                "LOCAL_WORLD_SIZE": str(self.nproc),
+                "MASTER_ADDR": self.master[0],
+                "MASTER_PORT": str(self.master[1]),
+                GENERATION_ENV: str(generation),
+                SUPERVISED_ENV: "1",
+            }
+        )
+        from .worker import serve
+
+        return run_rank(serve, watch_peers=False)
+
+    # -- the loop ------------------------------------------------------------------------------
+    def serve(self) -> int:
+        """Until no rank is left: their output to the log, their exits to the kernel, the
+        kernel's requests for a replacement."""
+        self.end = SupervisorEnd(self.address)
+        self.end.send(Message(Kind.SUPERVISOR, {"pid": os.getpid()}))
+        poller = zmq.Poller()
+        poller.register(self.end.socket, zmq.POLLIN)
+        watched: set[int] = set()
+        while self.children or self.waiting_for_replacements:
+            for new in list(self.children.values()):
+                if new.pidfd not in watched:
+                    poller.register(new.pidfd, zmq.POLLIN)
+                    poller.register(new.output, zmq.POLLIN)
+                    watched.add(new.pidfd)
+            for ready, _ in poller.poll():
+                if ready is self.end.socket:
+                    self._take_requests()
+                    continue
+                child = self._child_of(ready)
+                if child is None:
+                    continue
+                self._relay(child)
+                if ready == child.pidfd:  # what it printed last came first
+                    poller.unregister(child.pidfd)
+                    poller.unregister(child.output)
+                    watched.discard(child.pidfd)
+                    self._reap(child)
+        self.end.close()
+        return self.exit_code
+
+    def _child_of(self, fd: int) -> Child | None:
+        return next((c for c in self.children.values() if fd in (c.pidfd, c.output)), None)
+
+    def _relay(self, child: Child) -> None:
+        """What the rank printed, each line ``[rankN]: ``-prefixed, into the log."""
+        chunks = []
+        while True:
+            try:
+                chunk = os.read(child.output, 65536)
+            except BlockingIOError:
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+        data = child.partial + b"".join(chunks)
+        *lines, child.partial = data.split(b"\n")
+        if lines:
+            text = "".join(f"[rank{child.rank}]: {ANSI.sub('', line.decode(errors='replace'))}\n" for line in lines)
+            sys.stdout.write(text)
+            sys.stdout.flush()
+
+    def _reap(self, child: Child) -> None:
+        del self.children[child.pidfd]
+        if child.partial:
+            child.partial += b"\n"
+            self._relay(child)
+        os.close(child.pidfd)
+        os.close(child.output)
+        _, status = os.waitpid(child.pid, 0)
+        code = os.waitstatus_to_exitcode(status)
+        killed_by = -code if code < 0 else None
+        self.last_exits[child.rank] = code
+        self._record(child, code, killed_by)
+        assert self.end is not None
+        self.end.send(RankExit(child.rank, child.pid, None if killed_by else code, killed_by).message())
+
+    def _record(self, child: Child, code: int, killed_by: int | None) -> None:
+        """The rank records its own end when it can; a kill it cannot: its parent says which
+        signal it was (as torchrun's report does for a job's ranks)."""
+        run_id = os.environ.get(RUN_ID_ENV)
+        if not run_id:
+            return
+        record = next((r for r in rank_records.read_all(run_id) if r.rank == child.rank and r.pid == child.pid), None)
+        if record is None or record.ended is not None:
+            return
+        if killed_by is not None:
+            record.signal = killed_by
+        else:
+            record.ended, record.exit_code = time.time(), code
+        rank_records.write(run_id, record)
+
+    def _take_requests(self) -> None:
+        assert self.end is not None
+        while (message := self.end.receive()) is not None:
+            if message.kind is Kind.SPAWN and not self.stopping:
+                self.spawn(int(message["rank"]), int(message["generation"]))
+            elif message.kind is Kind.SHUTDOWN:
+                self.stopping = True
+
+    def stop(self, signum, frame) -> None:
+        """SIGTERM to the supervisor (someone stopped it, not the pool's own stop, which signals
+        the ranks): every rank stops, then the supervisor ends with them."""
+        self.stopping = True
+        for child in self.children.values():
+            try:
+                os.kill(child.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                continue
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1 or not argv[0].isdigit() or int(argv[0]) < 1:
+        print(f"usage: python -m {MARK} NPROC", file=sys.stderr)
+        return 2
+    nproc = int(argv[0])
+    warnings.filterwarnings(
+        "ignore", message=".*fork.*", category=DeprecationWarning
+    )  # forked before any thread of ours
+    from ..jobs.process import parent_death
+    from ..train.pool_group import host_store
+    from .worker import warm
+
+    parent_death.request(signal.SIGKILL)  # as torchrun: the ranks then stop on their own parent's death
+    warm()
+    store = host_store()
+    supervisor = Supervisor(nproc, ("127.0.0.1", store.port), Address.load(os.environ[ADDRESS_ENV]))
+    signal.signal(signal.SIGTERM, supervisor.stop)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the kernel's interrupts reach the ranks over the channel
+    for rank in range(nproc):
+        supervisor.spawn(rank, generation=0)
+    return supervisor.serve()
+
+
+if __name__ == "__main__":
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)  # nothing left to clean up: finalizing torch, IPython and the store took two seconds
