@@ -8,6 +8,7 @@ processes of this test (a run whose owner is gone holds nothing), the uids need 
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import time
@@ -75,7 +76,11 @@ def test_among_waiting_users_the_one_with_fewer_recent_gpu_hours_goes_first(book
     assert bob_turn["position"] == 1 and bob_turn["head"]  # bob used less: he goes ahead of her earlier run
     alice_turn = book.wait(alice, run("a0000002", 1))
     assert alice_turn["position"] == 2 and not alice_turn["head"]
-    assert alice_turn["reason"] == f"{BOB}'s job (position 1) starts first"
+    assert re.fullmatch(
+        rf"{BOB}'s job \(position 1\) starts first: fair share, {BOB} used 0\.00 GPU-hours in the last 24 h, "
+        rf"{ALICE} 0\.\d\d",
+        alice_turn["reason"],
+    ), alice_turn["reason"]
 
 
 def test_users_take_turns_and_priority_orders_each_users_own_runs():

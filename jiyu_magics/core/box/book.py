@@ -476,15 +476,31 @@ class Book:
         assert entry is not None
         if entry.state == "holding":
             return {"position": None, "head": False, "reason": None, "holding": True}
-        turns = rules.order(self._live_entries(db).values(), self._usage(db), self.policy().cap())
+        usage = self._usage(db)
+        turns = rules.order(self._live_entries(db).values(), usage, self.policy().cap())
         turn = next((t for t in turns if (t.entry.uid, t.entry.run_id) == (entry.uid, entry.run_id)), None)
         if turn is None:
             return {"position": None, "head": False, "reason": "its owner is gone", "holding": False}
         reason = turn.blocked
         if reason == "runs ahead of it start first":
             head = next(t for t in turns if t.blocked is None)
-            reason = f"{head.entry.user}'s {head.entry.kind} (position {head.position}) starts first"
+            reason = self._why_behind(entry, head, usage)
         return {"position": turn.position, "head": turn.blocked is None, "reason": reason, "holding": False}
+
+    def _why_behind(self, entry: rules.Entry, head: rules.Turn, usage: rules.Usage) -> str:
+        """Which rule put the head of the queue ahead of this run: its user's own order, a
+        user allowed to jump the queue, or fair share (with both users' recent GPU-hours)."""
+        ahead = f"{head.entry.user}'s {head.entry.kind} (position {head.position}) starts first"
+        if head.entry.uid == entry.uid:
+            return f"{ahead}: your own runs go by --priority, then by when they were queued"
+        if head.entry.jumped is not None:
+            return f"{ahead}: moved ahead of the queue (may_jump_queue)"
+        hours = {uid: usage.recent_s.get(uid, 0.0) / 3600 for uid in (head.entry.uid, entry.uid)}
+        window = self.policy().fair_share_hours
+        return (
+            f"{ahead}: fair share, {head.entry.user} used {hours[head.entry.uid]:.2f} GPU-hours in the last "
+            f"{window:g} h, {entry.user} {hours[entry.uid]:.2f}"
+        )
 
     def _why_no_gpus(
         self, db: sqlite3.Connection, entry: rules.Entry, slots: list[tuple[str, int]], held: list[rules.HeldGpu]
