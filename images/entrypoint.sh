@@ -143,6 +143,19 @@ start_sshd() {
         "$(for key in "$JIYU_SSH_HOST_KEY_DIR"/ssh_host_*_key.pub; do fingerprint "$key"; done | paste -sd' ')"
 }
 
+# --- A shared GPU box ------------------------------------------------------------------------
+
+# JIYU_BOX_INIT=1: this container is a box several users share (a JupyterHub's image started as
+# root): its GPU book keeper is set up (or found running) before anything else starts, at
+# JIYU_BOX (default /var/lib/jiyu/box), for the members of JIYU_BOX_GROUP when it is set.
+start_box() {
+    [[ ${JIYU_BOX_INIT:-0} == 1 ]] || return 0
+    local args=(box init)
+    [[ -z ${JIYU_BOX:-} ]] || args+=(--path "$JIYU_BOX")
+    [[ -z ${JIYU_BOX_GROUP:-} ]] || args+=(--group "$JIYU_BOX_GROUP")
+    "${JIYU_CLI:-jiyu}" "${args[@]}" >&2 || die "the GPU box could not be set up (jiyu ${args[*]})"
+}
+
 # --- JupyterLab ------------------------------------------------------------------------------
 
 # A token on the command line would show in `ps` (also on the host); an empty one, or another
@@ -196,6 +209,7 @@ main() {
     install -d -m 0700 "$JIYU_STATE_DIR"
     : >"$JIYU_STATE_DIR/services"
     warn_unwritable "$JIYU_WORKSPACE" "$JIYU_WORKSPACE"/*/
+    start_box
     start_sshd
     [[ $1 != lab ]] || start_jupyterlab "${@:2}"
     exec "$@"

@@ -15,6 +15,7 @@ import sys
 from ._version import __version__
 from .commands import (
     CliError,
+    box_commands,
     gpu_commands,
     job_commands,
     plot_commands,
@@ -25,6 +26,7 @@ from .commands import (
     usage_commands,
     weights_commands,
 )
+from .core.box.client import BoxRefused
 from .core.did_you_mean import with_suggestion
 from .core.store import database
 from .core.store.database import StoreBusy, StoreUnusable
@@ -34,6 +36,7 @@ from .core.store.database import StoreBusy, StoreUnusable
 DISK_ERRORS = frozenset({errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EACCES, errno.EPERM})
 BUSY_EXIT = 75  # EX_TEMPFAIL (sysexits.h): the store is busy, the same command may succeed later
 COMMAND_MODULES = (
+    box_commands,
     gpu_commands,
     job_commands,
     run_commands,
@@ -94,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     database.busy_notice = lambda line: print(f"jiyu {args.command}: {line}", file=sys.stderr, flush=True)
     try:
         return int(args.handler(args) or 0)
-    except CliError as error:
+    except (CliError, BoxRefused) as error:  # a box's rule refused it: the same one line, exit 2
         parser.exit(2, f"jiyu {args.command}: error: {error}\n")
     except StoreBusy as error:  # a healthy store another process holds: "try again", not "repair"
         parser.exit(BUSY_EXIT, f"jiyu {args.command}: error: {error}\n")

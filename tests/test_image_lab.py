@@ -200,3 +200,18 @@ def test_healthcheck_fails_on_a_stale_runtime_file_and_on_a_closed_port(lab_env)
     closed = healthcheck(lab_env)
     assert closed.returncode == 1
     assert closed.stdout.startswith(f"unhealthy: http://127.0.0.1:{port}/api: ") and "refused" in closed.stdout
+
+
+def test_the_entrypoint_sets_up_a_shared_box_when_asked(lab_env, tmp_path):
+    from .unix_users import ROOT
+
+    box = tmp_path / "box"
+    env = {**lab_env, "JIYU_BOX_INIT": "1", "JIYU_BOX": str(box), "PYTHONPATH": str(ROOT)}
+    try:
+        done = run(env, "jiyu", "box", "status", "--json")
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout)["leases"] == [] and (box / "policy.yaml").exists()
+        assert "The box's book keeper started" in done.stderr
+    finally:
+        subprocess.run(["jiyu", "box", "stop", "--path", str(box)], env=env, capture_output=True, timeout=30)
+    assert not (box / "book.sock").exists()

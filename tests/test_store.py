@@ -188,5 +188,6 @@ def test_a_version_1_store_is_migrated_in_place(tmp_path):
     assert old.gpus == []  # the lease table exists, empty
     assert old.stalled_since is None and not old.stalled
     assert (old.owner_pid, old.owner_started) == (None, None)
-    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 8
+    assert old.preemptible is False
+    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 9
     assert migrated.history("abcd1234") == []  # the transitions table exists; the run predates it

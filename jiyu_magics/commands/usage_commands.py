@@ -8,7 +8,7 @@ import argparse
 def add_commands(commands) -> None:
     p = commands.add_parser(
         "usage",
-        help="GPU-hours and idle GPU-hours per run, notebook or day",
+        help="GPU-hours and idle GPU-hours per run, notebook, day or user",
         description="GPU time is each run's lease time x its GPUs; idle GPU time is time "
         "a leased GPU (or one a kernel holds memory on) ran under 5% utilisation, "
         "as sampled by the Jupyter server and the job supervisors.",
@@ -20,7 +20,12 @@ def add_commands(commands) -> None:
         metavar="WHEN",
         help="how far back: 30m, 12h, 7d, 2w, or a date (2026-11-01); default 7d",
     )
-    p.add_argument("--by", choices=("run", "notebook", "day"), default="run", help="how to group (default run)")
+    p.add_argument(
+        "--by",
+        choices=("run", "notebook", "day", "user"),
+        default="run",
+        help="how to group (default run); user: every user of a shared box (jiyu box), GPU time only",
+    )
     p.add_argument("--json", action="store_true", help="print the rows as JSON")
     p.set_defaults(handler=run_usage)
 

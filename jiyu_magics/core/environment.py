@@ -21,6 +21,20 @@ class Variable:
 
 VARIABLES = (
     Variable("JIYU_HOME", "you", "The folder of the run store (jiyu.sqlite) and the run folders; default ~/.jiyu."),
+    Variable(
+        "JIYU_BOX",
+        "you / the admin",
+        "The folder of the shared box's GPU book (`jiyu box init --path`); default /var/lib/jiyu/box when "
+        "it exists, else leases stay in JIYU_HOME.",
+    ),
+    Variable(
+        "JIYU_BOX_INIT",
+        "the admin (the image)",
+        "`1`: the image's entrypoint runs `jiyu box init` (at JIYU_BOX, for JIYU_BOX_GROUP) before anything else.",
+    ),
+    Variable(
+        "JIYU_BOX_GROUP", "the admin (the image)", "The Unix group whose members may use the box the image sets up."
+    ),
     Variable("JIYU_UI", "you", "`text`: `%%train` shows text progress instead of the ipywidgets dashboard."),
     Variable(
         "JIYU_MAX_CPU_JOBS",

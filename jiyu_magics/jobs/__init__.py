@@ -29,6 +29,7 @@ _HOMES = {
     "list_page": ".run_control",
     "move_to_top": ".run_control",
     "queued_runs": ".run_control",
+    "others_waiting": ".run_control",
     "resolve": ".run_control",
     "stop": ".run_control",
     "stop_report": ".run_control",
@@ -55,7 +56,17 @@ if TYPE_CHECKING:
     from .job_error import JobError
     from .lifecycle import RunLifecycle
     from .process.torchrun_launch import Launch
-    from .run_control import StopReport, list_page, list_runs, move_to_top, queued_runs, resolve, stop, stop_report
+    from .run_control import (
+        StopReport,
+        list_page,
+        list_runs,
+        move_to_top,
+        others_waiting,
+        queued_runs,
+        resolve,
+        stop,
+        stop_report,
+    )
     from .run_upkeep import upkeep
     from .submission import SubmitNotes, submit, submit_notes
 
@@ -75,6 +86,7 @@ __all__ = [
     "stop_report",
     "StopReport",
     "queued_runs",
+    "others_waiting",
     "move_to_top",
     "resolve",
     "list_runs",

@@ -9,10 +9,12 @@ run's ``queue_reason``: ``jiyu jobs``, the panel and the waiting line in the run
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 
 import psutil
 
+from ..core.gpu.owners import lease_holder
 from ..core.gpu.snapshot import GpuDevice, GpuProcess, GpuSnapshot
 from ..core.store.leases import GpuSlot
 
@@ -28,15 +30,12 @@ def holders_line(snap: GpuSnapshot, usable: Iterable[GpuSlot], own_pids: Iterabl
         if device.visible_index is None:
             continue
         if device.leases:
-            runs = ", ".join(_leaser(lease) for lease in device.leases)
+            now = time.time()
+            runs = ", ".join(lease_holder(lease, now) for lease in device.leases)
             parts.append(f"GPU {device.index} leased by {runs}")
         elif device.uuid not in free:
             parts.append(f"GPU {device.index} held by {_processes(device, own)}")
     return "; ".join(parts) or None
-
-
-def _leaser(lease: dict) -> str:
-    return f"run {lease.get('run_name') or lease['run_id']} ({lease['run_id']})"
 
 
 def _processes(device: GpuDevice, own: set[int]) -> str:
@@ -50,7 +49,7 @@ def _who(proc: GpuProcess) -> str:
     """``PID 1234 (python, not a jiyu run)``, or the owner's own label (a run, a kernel)."""
     owner = proc.owner or {}
     kind = owner.get("kind")
-    if kind in ("run", "kernel"):
+    if kind in ("run", "kernel", "user"):
         return f"PID {proc.pid} ({owner.get('label')})"
     if kind == "outside" or proc.command is None:
         return f"PID {proc.pid} (outside this container)"

@@ -17,6 +17,7 @@ import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from ..core.box.client import BoxUnreachable
 from ..core.gpu import snapshot as gpu
 from ..core.gpu.owners import Attribution
 from ..core.runs.model import RunStatus
@@ -30,6 +31,7 @@ CPU_LIMIT_ENV = "JIYU_MAX_CPU_JOBS"
 VISIBLE_ENV = "CUDA_VISIBLE_DEVICES"
 HEAD_POLL_S = 0.2  # how often the first run in line checks for GPUs
 WAIT_POLL_S = 1.0  # how often the others check whether they moved up
+BOX_POLL_S = 0.02  # on a box the keeper waits with the answer (up to a second): ask again at once
 
 
 @dataclass
@@ -67,7 +69,7 @@ class GpuQueue:
     def try_place(self, run_id: str) -> Grant | None:
         """The run's grant if it may start now, else None (not its turn, or too few GPUs)."""
         self.store.record_lost()  # a queued run's owner writes: dead runs end, their GPUs with them
-        active = [r for r in self.store.list(include_finished=False) if r.active]
+        active = [r for r in self.store.list(include_finished=False, annotate=False) if r.active]
         run = next((r for r in active if r.id == run_id), None)
         if run is None or run.status != RunStatus.QUEUED:
             return None
@@ -75,15 +77,35 @@ class GpuQueue:
             return Grant()
         if run.gpus_requested == 0:
             return self._admit_cpu(run)
-        if run.queue_position != 1:
+        try:
+            return self._lease(run, active)
+        except BoxUnreachable as problem:  # the box's keeper is down: the run waits, nothing is lost
+            self._note(run, str(problem))
+            return None
+
+    def _lease(self, run: Run, active: list[Run]) -> Grant | None:
+        turn = self.store.leases.turn(run.id)
+        if not turn.head:
+            if turn.reason is not None:  # a box's rule says why (its per-user limit, fair share)
+                self._note(run, turn.reason)
             return None
         snap = gpu.snapshot()
         slots = Attribution(active, self.store.leases.live(), own_pids=self.own_pids).usable(snap)
         leases = self.store.leases.acquire(run.id, slots)
-        reason = None if leases else holders_line(snap, slots, self.own_pids)
-        if reason != run.queue_reason:  # who holds the GPUs it waits for, written when it changes
+        if leases:
+            self._note(run, None)
+            return Grant(leases, ",".join(lease.uuid for lease in leases))
+        said = self.store.leases.last_turn
+        holders = holders_line(snap, slots, self.own_pids)
+        if said is not None and said.preempting:
+            holders = f"{holders or 'too few GPUs are free'}; {said.preempting}"
+        self._note(run, holders)
+        return None
+
+    def _note(self, run: Run, reason: str | None) -> None:
+        """Who holds the GPUs it waits for, or the rule it waits on, written when it changes."""
+        if reason != run.queue_reason:
             self.store.update(run.id, queue_reason=reason)
-        return Grant(leases, ",".join(lease.uuid for lease in leases)) if leases else None
 
     def _admit_cpu(self, run: Run) -> Grant | None:
         if not self.store.leases.admit(run.id, cpu_job_limit()):
@@ -91,6 +113,8 @@ class GpuQueue:
         return Grant(visible_devices="" if gpu.snapshot().available else None)
 
     def poll_interval(self, run_id: str) -> float:
+        if self.store.leases.blocks:  # a box's keeper held the answer until the queue moved
+            return BOX_POLL_S
         position = self.store.get(run_id).queue_position
         return HEAD_POLL_S if position in (None, 1) else WAIT_POLL_S
 

@@ -30,6 +30,7 @@ class LaunchSpec:
     gpus: int | None = None  # GPUs per node to lease; None: one per process where GPUs are visible, else 0
     priority: int = 0  # higher starts first among waiting runs
     share: bool = False  # may lease GPUs other sharing runs lease too
+    preemptible: bool = False  # on a box: stops with a checkpoint and requeues for a long-waiting run of another user
     stall_timeout: float | None = None  # the default of the job's fit calls (seconds; 0: off; None: the rule)
     track: list[str] | None = None  # the trackers the submission named (trackers.destinations), for its owner
 
@@ -53,7 +54,12 @@ class LaunchSpec:
 
     def queue_fields(self) -> dict:
         """What the run store's queue needs of the spec (the run row's columns)."""
-        return {"gpus_requested": self.gpus, "priority": self.priority, "share": bool(self.share)}
+        return {
+            "gpus_requested": self.gpus,
+            "priority": self.priority,
+            "share": bool(self.share),
+            "preemptible": bool(self.preemptible),
+        }
 
     def save(self, files: RunFiles) -> None:
         (files.root / LAUNCH_FILE).write_text(json.dumps(asdict(self), indent=2))

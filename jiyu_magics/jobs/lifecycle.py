@@ -102,6 +102,7 @@ class RunLifecycle:
         self.job: ScheduledHandle | None = None  # the handle, where a scheduler holds the ranks
         self.grant: Grant | None = None
         self.stop_requested = False
+        self.preempted = False  # another user's run asked for its GPUs (on a box): stop, then requeue
         self.stop_grace = DEFAULT_STOP_GRACE_S
         self.outcome: Outcome | None = None
         self._stopper: threading.Thread | None = None
@@ -327,6 +328,53 @@ class RunLifecycle:
         run = self.outage.seen(self.store.stored(self.run_id))
         if run.stop_requested:
             self._send_stop(run.stop_grace)
+        elif run.preemptible and self.store.leases.preempt_wanted(self.run_id):
+            self._preempt(run)
+
+    def _finished_anyway(self) -> bool:
+        """The ranks had ended their work before the preemption reached them: nothing to resume."""
+        handle = self.handle
+        return handle is not None and handle.poll() == 0 and not any(r.stopped for r in handle.ranks())
+
+    def _preempt(self, run: Run) -> None:
+        """Another user's run waited past the box's limit for these GPUs: the ranks stop with
+        a checkpoint (``stopping``, no stop request: a person's stop still ends the run), and
+        the owner then puts the run back in the queue (``requeue``)."""
+        try:
+            self.store.transition(
+                self.run_id,
+                {RunStatus.STARTING, RunStatus.RUNNING},
+                RunStatus.STOPPING,
+                "preempted on the box: another user's run waited past preempt_after_minutes",
+            )
+        except TransitionRefused:
+            return
+        self.preempted = True
+        self._send_stop(run.stop_grace)
+        self.stop_requested = False  # the stop is the preemption's; the run goes on after it
+
+    def requeue(self) -> bool:
+        """After a preemption's stop: the run back in the queue at its old place, its leases
+        ended, ready for ``start`` again (its ranks then resume from their checkpoints). False
+        when a person asked to stop it meanwhile: it ends instead."""
+        if not self.preempted:
+            return False
+        self._leave_nothing_running()
+        run = self.store.stored(self.run_id)
+        if run.stop_requested or run.status is not RunStatus.STOPPING or self._finished_anyway():
+            return False
+        self.store.transition(
+            self.run_id,
+            {RunStatus.STOPPING},
+            RunStatus.QUEUED,
+            "preempted: its checkpoint is saved; it waits for GPUs again",
+            queue_reason="preempted: resumes from its checkpoint when GPUs free",
+        )
+        self.store.leases.requeue(self.run_id)
+        self.handle = self.job = None
+        self.grant, self._stopper, self.stop_result, self.stall_watch = None, None, None, None
+        self.stop_requested = self.preempted = False
+        return True
 
     def _send_stop(self, grace: float | None) -> None:
         self.stop_requested = True

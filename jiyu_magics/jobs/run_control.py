@@ -86,8 +86,21 @@ def queued_runs() -> list[Run]:
     return sorted(waiting, key=lambda r: order.get(r.id, len(order)))
 
 
-def move_to_top(run_id: str) -> Run:
-    """Moves a queued run ahead of every waiting run (``jiyu queue --top``)."""
+def others_waiting() -> list[dict]:
+    """Other users' runs in a box's queue, as every member sees them (user, kind, GPUs, place,
+    since when); none without a box."""
+    return RunStore().leases.others_waiting()
+
+
+@dataclass
+class TopMove:
+    run: Run  # with its new place
+    note: str | None = None  # the box's rule that kept it behind other users' runs
+
+
+def move_to_top(run_id: str) -> TopMove:
+    """Moves a queued run ahead of every waiting run (``jiyu queue --top``); on a box, ahead of
+    other users' runs only for a user the policy lets jump the queue, else ahead of their own."""
     store = RunStore()
     run = resolve(run_id, store)
     if run.status != RunStatus.QUEUED:
@@ -96,7 +109,7 @@ def move_to_top(run_id: str) -> Run:
         store.leases.to_top(run.id)
     except ValueError as error:
         raise JobError(str(error)) from None
-    return store.get(run.id)
+    return TopMove(store.get(run.id), store.leases.top_note)
 
 
 @dataclass

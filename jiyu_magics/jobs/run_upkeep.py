@@ -1,7 +1,8 @@
 """The explicit step in which run owners bring the stored state up to date with the world, so
 that no reader has to: the runs whose processes are gone are recorded ``lost`` (their leases
 end, their logs say so), ended runs from before summaries were stored get theirs, and the runs
-a scheduler holds have their follower running.
+a scheduler holds have their follower running, and a shared box's book hears of runs that
+ended while its keeper could not be told.
 
 Taken by the processes that own runs, never by a listing: the Jupyter server's sampler (every
 ``usage_sample_interval``, 10 s), the next submit, a job's supervisor as it starts, and a
@@ -21,6 +22,8 @@ def upkeep(store: RunStore | None = None) -> list[str]:
     store = store or RunStore()
     lost = store.record_lost()
     store.store_missing_summaries()
-    if any(scheduler_follower.followed(run, store.host) for run in store.list(include_finished=False, annotate=False)):
+    active = store.list(include_finished=False, annotate=False)
+    if any(scheduler_follower.followed(run, store.host) for run in active):
         scheduler_follower.ensure_running()
+    store.leases.reconcile([run.id for run in active if run.active])  # a box's book told what it missed
     return lost

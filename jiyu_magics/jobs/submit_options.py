@@ -100,6 +100,12 @@ class SubmitOptions:
     share: bool = option(
         False, "may lease GPUs that other --share runs lease too (never one a run holds alone)", request=True
     )
+    preemptible: bool = option(
+        False,
+        "on a shared box: when another user's run has waited past the box policy's preempt_after_minutes, "
+        "this job stops with a checkpoint, waits in the queue again and resumes from that checkpoint",
+        request=True,
+    )
     name: str | None = option(None, "a name for the run (default: the notebook's file name)", request=True)
     max_restarts: int = option(
         0,
@@ -299,6 +305,7 @@ class SubmitOptions:
             gpus=self.gpus,
             priority=self.priority,
             share=self.share,
+            preemptible=self.preemptible,
             stall_timeout=self.stall_timeout,
             track=self.track or None,
         )

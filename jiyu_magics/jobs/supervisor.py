@@ -22,6 +22,7 @@ import time
 
 from ..core.gpu.status import owned_snapshot
 from ..core.gpu.usage import accrue
+from ..core.runs.launch_context import RESUME_ENV
 from ..core.runs.model import RunStatus
 from ..core.store.database import StoreUnusable
 from ..core.store.run_row import UnknownRun
@@ -62,16 +63,28 @@ class Supervisor:
         except StoreUnusable:
             pass  # housekeeping for others' runs; this one goes on (``store_outage``)
         with self.lifecycle as lifecycle:
-            started = lifecycle.start(stop_wanted=lambda: self.stop_wanted, on_wait=self.say)
-            grant, handle = lifecycle.grant, lifecycle.handle  # both set by a start that started the ranks
-            if started and grant is not None and handle is not None:
-                self.say(
-                    f"torchrun started: {self.spec.nproc} process(es) per node on {grant.describe()}, pid {handle.pid}"
-                )
-            lifecycle.wait(stop_wanted=lambda: self.stop_wanted, tick=self._sample_usage)
+            env: dict[str, str] = {}
+            while True:
+                self._start_and_wait(env)
+                if not lifecycle.requeue():  # preempted on a box: wait again, then resume
+                    break
+                self.say("preempted for another user's run: checkpoint saved, back in the queue")
+                env = {RESUME_ENV: "last"}
             outcome = lifecycle.end()
         self._notify(outcome.status.value)
         return 0
+
+    def _start_and_wait(self, env: dict[str, str]) -> None:
+        lifecycle = self.lifecycle
+        started = lifecycle.start(env=env, stop_wanted=lambda: self.stop_wanted, on_wait=self.say)
+        grant, handle = lifecycle.grant, lifecycle.handle  # both set by a start that started the ranks
+        if started and grant is not None and handle is not None:
+            resumed = " (resuming from its checkpoints)" if env else ""
+            self.say(
+                f"torchrun started: {self.spec.nproc} process(es) per node on {grant.describe()}, "
+                f"pid {handle.pid}{resumed}"
+            )
+        lifecycle.wait(stop_wanted=lambda: self.stop_wanted, tick=self._sample_usage)
 
     def _sample_usage(self) -> None:
         """Idle GPU time of this job's GPUs, sampled here (NVML, every few seconds) rather than

@@ -19,6 +19,9 @@ def magic_classes() -> list[type[Magics]]:
 def register(ipython) -> None:
     for cls in magic_classes():
         ipython.register_magics(cls)
+    from .idle_notice import start  # on a shared box: a GPU held while idle is said in the notebook
+
+    start(ipython)
 
 
 def unregister(ipython) -> None:

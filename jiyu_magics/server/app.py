@@ -19,6 +19,7 @@ from traitlets import Float, Int, TraitError, Unicode, default, validate
 from ..core.gpu.owners import BUSY_ENV, DEFAULT_BUSY_MIB, check_busy_mib
 from ..core.gpu.status import peak_memory
 from ..core.runs.files import HOME_ENV, private_folder
+from . import box_kernels
 from . import jobs_bridge as bridge
 from .gpu_sampler import GpuSampler, Holders
 from .handlers import ROUTES
@@ -175,6 +176,7 @@ class JiyuApp(ExtensionApp):
         if self.max_cpu_jobs:
             os.environ[CPU_LIMIT_ENV] = str(self.max_cpu_jobs)
         self.runs = RunViews(home, limit=self.runs_limit)
+        self.box_idle_s: float | None = None  # a shared box's policy overrides kernel_idle_warning
         self.sampler = GpuSampler(self.refresh_interval, holders=self._holders)
         self.usage_sampling = None
         if self.usage_sample_interval:
@@ -187,7 +189,7 @@ class JiyuApp(ExtensionApp):
         return Holders(
             store=self.runs.store,
             reported=lambda run_id: peak_memory(self.runs.summary(run_id)),
-            idle_warning_s=self.kernel_idle_warning * 60,
+            idle_warning_s=self.box_idle_s if self.box_idle_s is not None else self.kernel_idle_warning * 60,
         )
 
     async def sample_gpus(self) -> dict:
@@ -197,9 +199,14 @@ class JiyuApp(ExtensionApp):
 
     async def upkeep(self) -> None:
         """The server's background step, the one that writes: GPU time credited from a fresh
-        sample, lost runs recorded and the scheduler follower kept running (``jobs.upkeep``)."""
-        await self.sampler.snapshot(await kernel_infos(self.serverapp), accrue=True)
-        await asyncio.get_running_loop().run_in_executor(None, bridge.upkeep)
+        sample, lost runs recorded and the scheduler follower kept running (``jobs.upkeep``);
+        on a shared box, this user's kernels on GPUs reported and an admin's reclaims done."""
+        data = await self.sampler.snapshot(await kernel_infos(self.serverapp), accrue=True)
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(None, bridge.upkeep)
+        reclaim, self.box_idle_s = await loop.run_in_executor(None, box_kernels.report, data.get("kernels", []))
+        for kernel_id in await box_kernels.carry_out(self.serverapp, reclaim):
+            await loop.run_in_executor(None, box_kernels.reclaimed, kernel_id)
 
     def initialize_handlers(self) -> None:
         self.handlers.extend(ROUTES)

@@ -14,7 +14,7 @@ from typing import Any
 from tornado import web
 
 from ..core.store.database import StoreUnusable
-from ..core.store.run_row import UnknownRun
+from ..core.store.run_row import ForeignRun, UnknownRun
 
 
 class RequestError(Exception):
@@ -45,7 +45,8 @@ Verb = Callable[..., Awaitable[Any]]
 
 
 def answers_errors(verb: Verb) -> Verb:
-    """Decorates a handler verb: ``RequestError`` → its status, ``UnknownRun`` → 404, an
+    """Decorates a handler verb: ``RequestError`` → its status, another user's run → 403,
+    ``UnknownRun`` → 404, an
     unusable run store → 503, each with
     ``{"message": ...}`` (``APIHandler.write_error`` writes the JSON, as for auth errors)."""
 
@@ -55,6 +56,8 @@ def answers_errors(verb: Verb) -> Verb:
             return await verb(self, *args, **kwargs)
         except RequestError as error:
             raise web.HTTPError(error.status, str(error)) from None
+        except ForeignRun as error:  # another user's run on a shared box: theirs alone
+            raise web.HTTPError(403, str(error)) from None
         except UnknownRun as error:
             raise web.HTTPError(404, str(error)) from None
         except StoreUnusable as error:

@@ -5,6 +5,10 @@ So the run records a lease on that GPU (by UUID, found through NVML: ``cuda:N`` 
 kernel's ``CUDA_VISIBLE_DEVICES``) for as long as it trains, which keeps queued jobs off the
 GPU, and says so when other runs hold it too (the lease is then a shared one). The lease ends
 with the run, in the transaction that records its end.
+
+On a shared box the box's book takes the lease: a GPU another user leases, or one more GPU
+than the policy allows a user, is refused (``DeviceRefused``, one line naming who holds it or
+the rule) before a step is trained; the user's own runs may share as above.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import os
 
 import torch
 
+from ..core.box.client import BoxRefused, BoxUnreachable
 from ..core.gpu import snapshot as gpu
 from ..core.gpu.visible_devices import parse_visible_devices
 from ..core.store.database import StoreUnusable
@@ -33,6 +38,10 @@ def record_device_lease(
     store = store or RunStore()
     try:
         _, holders = store.leases.record(run_id, slot)
+    except BoxRefused as refused:
+        raise DeviceRefused(f"cuda:{device.index} (GPU {slot.index}): {refused}") from None
+    except BoxUnreachable as problem:
+        return f"{problem}; this training holds GPU {slot.index} without a lease"
     except StoreUnusable:
         return None
     if not holders:
@@ -40,6 +49,10 @@ def record_device_lease(
     held = [store.get(other) for other in holders]
     names = ", ".join(f"run {r.name} ({r.id}, {r.kind}{_where(r.notebook)})" for r in held)
     return f"GPU {slot.index} is leased by {names}; this training shares it"
+
+
+class DeviceRefused(Exception):
+    """The box's book refuses this training its GPU; ``str()`` is one line naming who or the rule."""
 
 
 def _slot_of(device: torch.device, visible_devices: str | None) -> GpuSlot | None:

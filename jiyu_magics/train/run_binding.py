@@ -91,9 +91,14 @@ class RunBinding:
         (launched runs hold theirs from the queue); it says so when other runs hold it too."""
         if not self.owned or self.unrecorded or self.events is None or distributed:
             return
-        from .device_lease import record_device_lease
+        from .device_lease import DeviceRefused, record_device_lease
 
-        line = record_device_lease(self.run_id, device, self.context.visible_devices)
+        try:
+            line = record_device_lease(self.run_id, device, self.context.visible_devices)
+        except DeviceRefused as refused:  # another user's GPU on a shared box: nothing trains
+            self.finish(RunStatus.FAILED, error=str(refused))
+            self.close()
+            raise TrainConfigError(str(refused)) from None
         if line:
             print(f"jiyu: {line}", file=sys.stderr)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from html import escape
 
+from ..core.box.identity import span
 from ..core.gpu.snapshot import GpuDevice, GpuSnapshot
 from .format import NA, bar, duration, gib, human_bytes, na, text_table
 
@@ -117,6 +118,11 @@ def holder_text(d: GpuDevice) -> str:
 
 
 def lease_text(lease: dict) -> str:
+    """A lease's holder: the run (name, id, kind, notebook, since), or for another user's
+    lease on a box only what the box shows everyone: ``bob, job, 2 h``."""
+    if lease.get("user") and not lease.get("mine", True):
+        held = span(time.time() - lease["since"])
+        return f"{lease['user']}, {lease.get('run_kind') or NA}, {held}" + (", shared" if lease.get("shared") else "")
     notebook = f" · {lease['notebook'].rsplit('/', 1)[-1]}" if lease.get("notebook") else ""
     since = time.strftime("%H:%M", time.localtime(lease["since"]))
     shared = ", shared" if lease.get("shared") else ""

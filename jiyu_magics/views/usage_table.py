@@ -6,7 +6,7 @@ import time
 
 from .format import text_table
 
-HEADERS = {"run": "run", "notebook": "notebook", "day": "day"}
+HEADERS = {"run": "run", "notebook": "notebook", "day": "day", "user": "user"}
 
 
 def hours(seconds: float) -> str:

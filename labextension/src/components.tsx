@@ -50,7 +50,11 @@ export function PanelBody(props: IPanelBodyProps): JSX.Element {
         <h2 id="jp-JiyuPanel-gpus" className="jp-JiyuPanel-heading">
           GPUs
         </h2>
-        <GpuSection snapshot={props.gpus} onShutdownKernel={props.onShutdownKernel ?? noShutdown} />
+        <GpuSection
+          snapshot={props.gpus}
+          onShutdownKernel={props.onShutdownKernel ?? noShutdown}
+          onStopLease={props.onStopLease}
+        />
       </section>
       <section className="jp-JiyuPanel-section" aria-labelledby="jp-JiyuPanel-runs">
         <h2 id="jp-JiyuPanel-runs" className="jp-JiyuPanel-heading">
@@ -92,6 +96,7 @@ export function GpuSection(
             device={d}
             kernels={kernels}
             onShutdownKernel={props.onShutdownKernel ?? noShutdown}
+            onStopLease={props.onStopLease}
           />
         ))}
       </ul>
@@ -144,7 +149,7 @@ export function GpuCard(
         text={`${fmt.gib(d.mem_used)} / ${fmt.gib(d.mem_total)} GiB`}
         warn={memFraction !== null && memFraction > 0.9}
       />
-      {d.leases !== undefined && <GpuHolder device={d} />}
+      {d.leases !== undefined && <GpuHolder device={d} onStopLease={props.onStopLease} />}
       <ProcessList
         device={d}
         kernels={props.kernels ?? []}

@@ -13,6 +13,23 @@ import { IGpuDevice, IGpuKernel, IGpuLease, IGpuProcess } from './types';
 export interface IKernelActions {
   /** Asks to shut a kernel down (the panel confirms first). */
   onShutdownKernel(kernel: IGpuKernel): void;
+  /** Asks to stop the run holding a lease (the server refuses another user's, in one line). */
+  onStopLease?(lease: IGpuLease): void;
+}
+
+/** Another user's lease on a shared box: the server sends only who, what kind, since when. */
+export function isForeign(lease: IGpuLease): boolean {
+  return Boolean(lease.user) && lease.mine === false;
+}
+
+/** `2 h`, `12 min`, `40 s`: how long a lease has been held (the CLI's words). */
+export function span(seconds: number): string {
+  if (seconds >= 3600) {
+    return `${Math.round(seconds / 3600)} h`;
+  }
+  return seconds >= 60
+    ? `${Math.round(seconds / 60)} min`
+    : `${Math.max(0, Math.round(seconds))} s`;
 }
 
 /** The file name of a notebook path, for a narrow sidebar. */
@@ -20,7 +37,11 @@ export function notebookName(path: string | null): string | null {
   return path ? (path.split('/').pop() ?? path) : null;
 }
 
-export function leaseText(lease: IGpuLease): string {
+export function leaseText(lease: IGpuLease, now: number = Date.now() / 1000): string {
+  if (isForeign(lease)) {
+    const shared = lease.shared ? ', shared' : '';
+    return `${lease.user}, ${lease.run_kind ?? fmt.NA}, ${span(now - lease.since)}${shared}`;
+  }
   const name = lease.run_name ?? lease.run_id;
   const notebook = notebookName(lease.notebook);
   const where = notebook ? ` · ${notebook}` : '';
@@ -28,15 +49,33 @@ export function leaseText(lease: IGpuLease): string {
   return `${name} (${lease.run_id}, ${lease.run_kind ?? fmt.NA})${where} since ${fmt.clock(lease.since)}${shared}`;
 }
 
-export function GpuHolder(props: { device: IGpuDevice }): JSX.Element | null {
+export function GpuHolder(props: {
+  device: IGpuDevice;
+  onStopLease?: (lease: IGpuLease) => void;
+}): JSX.Element | null {
   const d = props.device;
   if (d.leases.length) {
     return (
       <div className="jp-JiyuGpu-holder jp-mod-leased">
         {d.leases.map(lease => (
-          <div key={`${lease.run_id}-${lease.since}`} className="jp-JiyuGpu-lease">
-            Leased by run {leaseText(lease)}
+          <div
+            key={`${lease.run_id}-${lease.since}`}
+            className={`jp-JiyuGpu-lease${isForeign(lease) ? ' jp-mod-foreign' : ''}`}
+            data-user={lease.user ?? undefined}
+          >
+            Leased by {isForeign(lease) ? '' : 'run '}
+            {leaseText(lease)}
             {lease.reported_memory ? ` · reports ${fmt.gib(lease.reported_memory)} GiB` : ''}
+            {props.onStopLease && (
+              <button
+                type="button"
+                className="jp-JiyuButton jp-mod-stop"
+                aria-label={`Stop the run leasing GPU ${d.index}`}
+                onClick={() => props.onStopLease?.(lease)}
+              >
+                Stop
+              </button>
+            )}
           </div>
         ))}
       </div>

@@ -11,9 +11,9 @@ import { ISelection, PanelBody } from './components';
 import { StacksBody } from './stall';
 import { jiyuIcon } from './icons';
 import { PanelModel } from './model';
-import { notebookName } from './owners';
+import { leaseText, notebookName } from './owners';
 import * as fmt from './format';
-import { IGpuKernel, IRun } from './types';
+import { IGpuKernel, IGpuLease, IRun } from './types';
 
 export const PANEL_ID = 'jiyu-panel';
 
@@ -49,6 +49,7 @@ export class JiyuPanel extends ReactWidget {
             onOpen={this.openRun}
             selection={this.compare ? this.selection() : undefined}
             onShutdownKernel={kernel => void this.confirmShutdown(kernel)}
+            onStopLease={lease => void this.confirmStopLease(lease)}
           />
         )}
       </UseSignal>
@@ -89,6 +90,29 @@ export class JiyuPanel extends ReactWidget {
       Notification.info(`${stopped.name}: ${stopped.status}`, { autoClose: 4000 });
     } catch (error) {
       Notification.error(`Could not stop ${run.name}: ${(error as Error).message}`);
+    }
+    this.model.refreshSoon();
+    return true;
+  }
+
+  /** Stop from a GPU card: the run holding the lease. Another user's on a shared box is
+   * refused by the server in one line (403), shown as the refusal. */
+  async confirmStopLease(lease: IGpuLease): Promise<boolean> {
+    const holder = leaseText(lease);
+    const answer = await showDialog({
+      title: `Stop the run leasing GPU ${lease.index}?`,
+      body: `${holder}: SIGTERM to checkpoint and exit, then SIGKILL after the grace period.`,
+      buttons: [Dialog.cancelButton(), Dialog.warnButton({ label: 'Stop run' })],
+      defaultButton: 0
+    });
+    if (!answer.button.accept) {
+      return false;
+    }
+    try {
+      const stopped = await this.model.api.stop(lease.run_id);
+      Notification.info(`${stopped.name}: ${stopped.status}`, { autoClose: 4000 });
+    } catch (error) {
+      Notification.error(`Could not stop ${holder}: ${(error as Error).message}`);
     }
     this.model.refreshSoon();
     return true;

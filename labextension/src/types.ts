@@ -33,7 +33,8 @@ export interface IGpuProcess {
 
 /** Who a GPU process belongs to (jiyu_magics/core/gpu/owners.py). */
 export interface IProcessOwner {
-  kind: 'run' | 'kernel' | 'other' | 'outside';
+  /** `user`: another Unix user's process on a shared box (only who, never what). */
+  kind: 'run' | 'kernel' | 'other' | 'outside' | 'user';
   label: string;
   run_id: string | null;
   run_name: string | null;
@@ -52,6 +53,10 @@ export interface IGpuLease extends IRunGpu {
   notebook: string | null;
   /** GPU memory the run itself reports (torch's peak), bytes. */
   reported_memory: number | null;
+  /** On a shared box: the Unix user whose lease it is (another user's shows only user, kind, time). */
+  user?: string | null;
+  /** False for another user's lease on a shared box. */
+  mine?: boolean;
 }
 
 /** A kernel holding GPU memory, across GPUs. */

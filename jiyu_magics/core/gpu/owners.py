@@ -20,8 +20,9 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
+from ..box.identity import span, user_name
 from ..processes.info import ancestors as process_ancestors
-from ..processes.info import command_line, environ_value
+from ..processes.info import command_line, environ_value, process_uid
 from ..runs.files import RUN_ID_ENV
 from ..runs.model import RunStatus
 from ..store.leases import GpuSlot, Lease
@@ -75,6 +76,7 @@ class ProcessOwner:
     session_id: str | None = None
     execution_state: str | None = None
     idle_s: float | None = None
+    user: str | None = None  # another Unix user's process: only who, never what
 
     def to_dict(self) -> dict:
         return dict(vars(self))  # flat: asdict's deep copy costs more than the whole lookup
@@ -117,6 +119,9 @@ class Attribution:
         process's environment, then a kernel among its ancestors."""
         if proc.command is None:
             return ProcessOwner("outside", OUTSIDE)
+        user = other_user(proc.pid)
+        if user is not None:  # its command line, environment and notebook are that user's
+            return ProcessOwner("user", f"{user} (another user)", user=user)
         run = self.by_pid.get(proc.pid) or self._tagged_run(proc.pid)
         kernel = self._kernel(proc.pid, ancestors=run is None)
         if run is not None:
@@ -136,13 +141,17 @@ class Attribution:
         device.free = not mine and device.foreign_memory <= threshold
 
     def _lease_record(self, lease: Lease) -> dict:
-        run = self.runs.get(lease.run_id)
+        """A lease as views show it. Another user's (on a box) says the user, the kind and the
+        time only: its run's name, notebook and memory are that user's."""
+        run = self.runs.get(lease.run_id) if lease.mine else None
         return {
             **lease.to_dict(),
             "run_name": getattr(run, "name", None),
-            "run_kind": getattr(run, "kind", None),
+            "run_kind": getattr(run, "kind", None) or lease.kind,
             "notebook": getattr(run, "notebook", None),
-            "reported_memory": self.reported(lease.run_id),
+            "reported_memory": self.reported(lease.run_id) if lease.mine else None,
+            "user": lease.user,
+            "mine": lease.mine,
         }
 
     def _tagged_run(self, pid: int):
@@ -212,6 +221,24 @@ def _kernel_owner(kernel: KernelInfo) -> ProcessOwner:
         execution_state=kernel.execution_state,
         idle_s=kernel.idle_s,
     )
+
+
+def other_user(pid: int) -> str | None:
+    """The login name of the process's owner when that is another user than ours (root sees
+    everyone's processes as theirs to name: an admin's view); None for our own or unknown."""
+    me = os.getuid()
+    if me == 0:
+        return None
+    uid = process_uid(pid)
+    return None if uid is None or uid == me else user_name(uid)
+
+
+def lease_holder(lease: Mapping, now: float) -> str:
+    """Who holds a lease, in a few words: ``bob (job, 2 h)`` for another user's, else the
+    run's name and id."""
+    if lease.get("user") and not lease.get("mine", True):
+        return f"{lease['user']} ({lease.get('run_kind') or 'run'}, {span(now - lease['since'])})"
+    return f"run {lease.get('run_name') or lease['run_id']} ({lease['run_id']})"
 
 
 def kernel_from_process(pid: int) -> KernelInfo | None:

@@ -11,18 +11,22 @@ samplers never count the same seconds twice.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from datetime import datetime
 
+from ..box.client import BoxClient
+from ..box.identity import user_name
+from ..box.location import find
 from ..store.database import StoreDatabase
 from .snapshot import GpuDevice, GpuSnapshot
 
 IDLE_UTIL = 5  # % utilisation below which a held GPU counts as idle
 MAX_GAP_S = 60.0  # the most one sample credits
 HOUR = 3600.0
-BY = ("run", "notebook", "day")
+BY = ("run", "notebook", "day", "user")
 
 
 def accrue(db: StoreDatabase, snap: GpuSnapshot, only: Iterable[str] | None = None, now: float | None = None) -> None:
@@ -81,9 +85,11 @@ class UsageRow:
 
 
 def report(db: StoreDatabase, since: float, by: str = "run", now: float | None = None) -> list[UsageRow]:
-    """GPU and idle GPU time since ``since``, grouped ``by`` run, notebook or (local) day."""
+    """GPU and idle GPU time since ``since``, grouped ``by`` run, notebook, (local) day or user."""
     if by not in BY:
         raise ValueError(f"--by {by!r}: expected one of {', '.join(BY)}")
+    if by == "user":
+        return by_user(db, since, now)
     now = time.time() if now is None else now
     rows: dict[str, UsageRow] = {}
     with db.read() as conn:
@@ -110,6 +116,20 @@ def report(db: StoreDatabase, since: float, by: str = "run", now: float | None =
         if by != "day"
         else sorted(rows.values(), key=lambda r: r.key)
     )
+
+
+def by_user(db: StoreDatabase, since: float, now: float | None = None) -> list[UsageRow]:
+    """GPU time per Unix user: every user's from a box's book (its lease history: GPU time
+    only, idle time is each user's own to see), else this home's own, as its user's."""
+    location = find()
+    if location is None:
+        mine = report(db, since, "run", now)
+        name = user_name(os.getuid())
+        row = UsageRow(name, name, sum(r.gpu_s for r in mine), sum(r.idle_s for r in mine), sum(r.runs for r in mine))
+        return [row] if row.gpu_s or row.runs else []
+    users = BoxClient(location).call("usage", since=float(since))["users"]
+    rows = [UsageRow(u["user"], u["user"], u["gpu_s"] or 0.0, 0.0, u["runs"]) for u in users]
+    return sorted(rows, key=lambda r: (-r.gpu_s, r.key))
 
 
 def _split(by: str, lease, start: float, end: float) -> list[tuple[str, str, float]]:

@@ -93,6 +93,14 @@ def command_line(pid: int) -> str | None:
     return " ".join(part.decode(errors="replace") for part in data.split(b"\0") if part) or None
 
 
+def process_uid(pid: int) -> int | None:
+    """The real uid a process runs as (readable for every process, unlike its environment)."""
+    try:
+        return os.stat(f"{PROC}/{pid}").st_uid if HAS_PROC else psutil.Process(pid).uids().real
+    except (OSError, psutil.Error):
+        return None
+
+
 def process_start_time(pid: int) -> float | None:
     try:
         return psutil.Process(pid).create_time()

@@ -8,8 +8,8 @@ run to be and where it takes it, and a move that is not in ``TRANSITIONS`` is re
     queued ──► starting ──► running ──► stopping ──► stopped
       │  ▲         │    ▲      │  │          │
       │  └─────────┘    │      │  └──► succeeded | failed
-      │  (a scheduler   └──────┘ (requeued by its scheduler: back to queued)
-      │   holds it)
+      │  (a scheduler   └──────┘ (requeued by its scheduler: back to queued;
+      │   holds it)               preempted on a box: stopping, then back to queued)
       └──► stopped | failed | lost        any active state ──► lost
 
 A run is born ``queued`` (a launcher registered it and it waits for its place) or ``running``
@@ -39,8 +39,9 @@ TRANSITIONS: dict[RunStatus, frozenset[RunStatus]] = {
     STARTING: frozenset({RUNNING, QUEUED, STOPPING, SUCCEEDED, FAILED, STOPPED, LOST}),
     # a scheduler's requeue (a time limit) takes it back to queued
     RUNNING: frozenset({STOPPING, QUEUED, SUCCEEDED, FAILED, STOPPED, LOST}),
-    # a stop under way: the ranks checkpoint and exit (a stop that crossed the last step succeeded)
-    STOPPING: frozenset({STOPPED, SUCCEEDED, FAILED, LOST}),
+    # a stop under way: the ranks checkpoint and exit (a stop that crossed the last step succeeded);
+    # a preempted job's ranks checkpointed and it waits again (``RunLifecycle.requeue``)
+    STOPPING: frozenset({STOPPED, SUCCEEDED, FAILED, LOST, QUEUED}),
     SUCCEEDED: frozenset(),
     FAILED: frozenset(),
     STOPPED: frozenset(),

@@ -20,7 +20,7 @@ from pathlib import Path
 from ..runs.files import HOME_ENV, PRIVATE_FILE, StoreUnusable  # the home folder's failure too: one type for both
 from .lock_holder import describe_holder
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 # to version: the statements that bring the one before to it (new tables come from SCHEMA's
 # CREATE ... IF NOT EXISTS, run after every migration)
 MIGRATIONS = {
@@ -44,6 +44,8 @@ MIGRATIONS = {
     7: ("ALTER TABLE runs ADD COLUMN owner_pid INTEGER", "ALTER TABLE runs ADD COLUMN owner_started REAL"),
     # each status change with its reason (``transitions.move``); the table comes from SCHEMA
     8: (),
+    # a job another user's long-waiting run may preempt on a box (``core.box``)
+    9: ("ALTER TABLE runs ADD COLUMN preemptible INTEGER NOT NULL DEFAULT 0",),
 }
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -78,7 +80,8 @@ CREATE TABLE IF NOT EXISTS runs (
     summary TEXT,
     stalled_since REAL,
     owner_pid INTEGER,
-    owner_started REAL
+    owner_started REAL,
+    preemptible INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS runs_by_status ON runs(status);
 CREATE INDEX IF NOT EXISTS runs_by_created ON runs(created);

@@ -46,6 +46,10 @@ class Lease:
     since: float
     ended: float | None = None
     shared: bool = False
+    # on a box (``box_leases``): whose it is and what kind of run, as every user sees it
+    user: str | None = None
+    kind: str | None = None
+    mine: bool = True
 
     def to_dict(self) -> RunGpu:
         return RunGpu(
@@ -67,9 +71,23 @@ class Waiting:
     position: int  # 1-based, within the runs waiting for the same kind of resource
 
 
+@dataclass
+class Turn:
+    """A queued run's turn: its place, whether it may lease now, and why not."""
+
+    position: int | None
+    head: bool
+    reason: str | None = None  # why it waits, when a rule says (a box's per-user limit, fair share)
+    preempting: str | None = None  # whose preemptible runs were asked to yield for it
+
+
 class LeaseBook:
+    blocks = False  # whether turn/acquire wait for the queue to move themselves (a box's book)
+
     def __init__(self, db: StoreDatabase, host: str):
         self.db, self.host = db, host
+        self.last_turn: Turn | None = None  # a box's word on the last ``acquire`` that leased nothing
+        self.top_note: str | None = None  # a box's rule that limited the last ``to_top``
 
     # -- reading -------------------------------------------------------------------------------
     def live(self) -> list[Lease]:
@@ -96,6 +114,35 @@ class LeaseBook:
         """The runs waiting on this host, in the order they will start."""
         with self.db.read() as db:
             return _queue(db, self.host)
+
+    def turn(self, run_id: str) -> Turn:
+        """The queued run's place; the head is first among the runs waiting for GPUs."""
+        place = next((w.position for w in self.queue() if w.run_id == run_id and w.gpus > 0), None)
+        return Turn(place, place == 1)
+
+    def ended(self, run_ids: Sequence[str]) -> None:
+        """The runs ended (their leases ended in the transaction that ended them): nothing
+        more to do here; a box's book hears of it (``box_leases``)."""
+
+    def others_waiting(self) -> list[dict]:
+        """Other users' waiting runs (on a box): position, user, kind, GPUs, since, why."""
+        return []
+
+    def reconcile(self, active: Sequence[str]) -> list[str]:
+        """A box's book told of runs that ended while it was out (``box_leases``); nothing here."""
+        return []
+
+    def owner_of(self, run_id: str) -> str | None:
+        """Another user whose run this id names (on a box), for a refusal that says whose."""
+        return None
+
+    def preempt_wanted(self, run_id: str) -> bool:
+        """Whether another user's run asked this one to yield its GPUs: only on a box."""
+        return False
+
+    def requeue(self, run_id: str) -> None:
+        """A preempted run's leases end and it waits again (``RunLifecycle.requeue``; in the
+        transaction that moves it back to queued, ``transitions.move`` ends its leases here)."""
 
     # -- taking and ending ---------------------------------------------------------------------
     def acquire(self, run_id: str, slots: Sequence[GpuSlot]) -> list[Lease] | None:

@@ -38,6 +38,15 @@ class UnknownRun(LookupError):
     """No run matches the id (or id prefix) the user gave."""
 
 
+class ForeignRun(UnknownRun):
+    """The run is another user's on this box: not in this user's store, and not theirs to see,
+    stop or change (a 403 where an unknown run is a 404)."""
+
+    def __init__(self, run_id: str, owner: str):
+        super().__init__(f"run {run_id} is {owner}'s: only {owner} can see, change or stop it")
+        self.owner = owner
+
+
 @dataclass
 class Run:
     id: str
@@ -74,6 +83,7 @@ class Run:
     priority: int = 0  # higher starts first among waiting runs
     queue_rank: float | None = None  # the order among waiting runs of one priority (submission time)
     share: bool = False  # its GPUs may hold other sharing runs' leases too
+    preemptible: bool = False  # on a box: another user's run that waited long may stop and requeue it
     # its progress summary (``events.log.summarize``), stored once when it ended: listings of
     # thousands of finished runs read no event log. None while it runs (views read the log)
     summary: RunSummary | None = None
@@ -123,6 +133,7 @@ class Run:
         data["summary"] = json.loads(data["summary"]) if data.get("summary") else None
         data["stop_requested"] = bool(data.get("stop_requested"))
         data["share"] = bool(data.get("share"))
+        data["preemptible"] = bool(data.get("preemptible"))
         return cls(**data)
 
     from_record = from_row
@@ -133,6 +144,7 @@ class Run:
         row["summary"] = None if row["summary"] is None else json.dumps(row["summary"])
         row["stop_requested"] = int(row["stop_requested"])
         row["share"] = int(row["share"])
+        row["preemptible"] = int(row["preemptible"])
         return row
 
 

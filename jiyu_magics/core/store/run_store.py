@@ -32,9 +32,10 @@ from ..runs.files import RunFiles, store_path
 from ..runs.model import ACTIVE, RunKind, RunStatus
 from ..text import bounded
 from . import lost_runs
+from .box_leases import lease_book
 from .database import StoreDatabase
 from .leases import LeaseBook
-from .run_row import COLUMNS, Run, UnknownRun, new_run_id, save_record
+from .run_row import COLUMNS, ForeignRun, Run, UnknownRun, new_run_id, save_record
 from .transitions import move, note
 
 STATUSES = RunStatus.values()
@@ -63,7 +64,7 @@ class RunStore:
         self.host = socket.gethostname()
         self.db = StoreDatabase(self.path)
         self._read, self._write = self.db.read, self.db.write
-        self.leases = LeaseBook(self.db, self.host)
+        self.leases: LeaseBook = lease_book(self.db, self.host)
 
     # -- writing ---------------------------------------------------------------------------
     def create(
@@ -131,6 +132,8 @@ class RunStore:
                 then=then,
                 summary=lambda: self.stored_summary(run_id),
             )
+        if target.final:
+            self.leases.ended([run_id])  # a box's book hears it once the home store says it
         run = self.stored(run_id)
         save_record(run)  # the folder says the run's state too: a lost store is rebuilt from it
         return run
@@ -268,7 +271,7 @@ class RunStore:
         with self._read() as db:
             row = db.execute("SELECT * FROM runs WHERE id = ?", (run_id,)).fetchone()
         if row is None:
-            raise UnknownRun(f"no run with id {run_id!r}")
+            raise self._unknown(run_id)
         return self._with_gpus([Run.from_row(row)])[0]
 
     def get(self, run_id: str) -> Run:
@@ -285,7 +288,7 @@ class RunStore:
                 "SELECT * FROM runs WHERE id LIKE ? ORDER BY created DESC LIMIT 2", (prefix.lower() + "%",)
             ).fetchall()
         if not rows:
-            raise UnknownRun(f"no run with id {id_or_prefix!r}")
+            raise self._unknown(prefix.lower())
         if len(rows) > 1 and rows[0]["id"] != prefix.lower():
             raise UnknownRun(f"run id prefix {id_or_prefix!r} is ambiguous; give more characters")
         return self._derived(self._with_gpus([Run.from_row(rows[0])]))[0]
@@ -338,6 +341,11 @@ class RunStore:
         # a sparkline's precision: half the text to parse for each run a listing reads
         summary["losses"] = [float(f"{x:.4g}") if isinstance(x, float) else x for x in summary["losses"]]
         return json.dumps(summary)
+
+    def _unknown(self, run_id: str) -> UnknownRun:
+        """No such run here; on a box, another user's run of that id is named as theirs."""
+        owner = self.leases.owner_of(run_id) if run_id else None
+        return ForeignRun(run_id, owner) if owner else UnknownRun(f"no run with id {run_id!r}")
 
     # -- deriving ----------------------------------------------------------------------------------
     def _active_here(self) -> builtins.list[Run]:

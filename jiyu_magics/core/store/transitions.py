@@ -56,6 +56,8 @@ def move(
         values["ended"] = values.get("ended") or time.time()
         values["stalled_since"] = None
         end_leases(db, [run_id], values["ended"])
+    elif target is RunStatus.QUEUED:  # requeued (a scheduler's requeue, a preemption): it holds nothing while it waits
+        end_leases(db, [run_id], time.time())
     if then is not None:
         then()
     if target.final and summary is not None:
