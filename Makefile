@@ -19,6 +19,9 @@ PY_SOURCES := jiyu_magics tests benchmarks scripts docs
 
 # `pip install -e` also builds the JupyterLab front-end (labextension/, with the jlpm that comes
 # with jupyterlab) and installs it with the server-extension config: re-run when it changes.
+# pip copies the built front-end into the venv once; `labextension develop` replaces that copy with
+# a link to jiyu_magics/labextension, so a rebuild (`jlpm build` in labextension/) is what Lab serves
+# (tests/test_lab_frontend.py fails on a stale copy).
 FRONTEND := $(shell find labextension/src labextension/style labextension/schema -type f 2>/dev/null) \
 	labextension/package.json labextension/yarn.lock
 $(STAMP): pyproject.toml $(FRONTEND)
@@ -26,6 +29,7 @@ $(STAMP): pyproject.toml $(FRONTEND)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q torch==2.13.0
 	$(BIN)/pip install -q -e '.[test]'
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/jupyter labextension develop --overwrite . >/dev/null
 	touch $@
 
 demo: gpu-report

@@ -63,3 +63,18 @@ def _plain(text: str) -> str:
     import re
 
     return re.sub(r"\x1b\[[0-9;]*m", "", text)
+
+
+def test_the_venv_serves_the_front_end_built_from_these_sources():
+    """`pip install -e` copies the built front-end into the venv once: a browser test would then
+    drive old code after a change to labextension/src. `make setup` links it instead; this fails
+    on a copy, and on a build older than its sources (then: `make setup` rebuilds it)."""
+    served = Path(sys.prefix) / "share" / "jupyter" / "labextensions" / "jiyu-magics"
+    built = ROOT / "jiyu_magics" / "labextension"
+    assert served.resolve() == built.resolve(), (
+        f"{served} is a copy, not a link to {built}: run `make setup` (jupyter labextension develop)"
+    )
+    bundle = built / "package.json"
+    sources = [p for d in ("src", "style", "schema") for p in (LABEXT / d).rglob("*") if p.is_file()]
+    newer = [str(p.relative_to(ROOT)) for p in sources if p.stat().st_mtime > bundle.stat().st_mtime]
+    assert sources and not newer, f"changed since the front-end was built: {newer}: run `make setup`"

@@ -64,10 +64,11 @@ def test_the_start_event_records_the_optimizer_per_group_the_model_and_the_line_
     assert first["lr"] == 0.01 and first["weight_decay"] == 0.05 and first["betas"] == [0.8, 0.99]
     assert second["lr"] == pytest.approx(0.001) and second["weight_decay"] == 0.0 and "eps" in second
     assert start["batch_size"] == 16 and start.get("scheduler") is None
-    # no notebook file here (terminal IPython): the names the line used as {name} are recorded
-    assert start["config"] == {"steps": 8, "seed": 3}
+    # no notebook file here (terminal IPython): the names the line used as {name} are recorded,
+    # and the notebook's names the body reads (lr, batch; issue 37), not those it defines (model)
+    assert start["config"] == {"steps": 8, "seed": 3, "lr": 0.01, "batch": 16}
     assert start["options"]["keep_ckpts"] == 2 and start["options"]["max_steps"] == 8
-    assert RunStore().get(run_id).params == {"steps": 8, "seed": 3}, "the store lists them as its parameters"
+    assert RunStore().get(run_id).params == start["config"], "the store lists them as its parameters"
 
 
 def test_a_changed_learning_rate_shows_in_jiyu_compare_though_only_the_notebook_changed(shell):
