@@ -149,7 +149,9 @@ screenshots:
 	  test-artifacts/slurm_jobs_table.png test-artifacts/lab_panel_slurm.png test-artifacts/lab_gpu_owners.png \
 	  test-artifacts/lab_panel_stall.png test-artifacts/tensorboard_run.png \
 	  test-artifacts/mlflow_run.png test-artifacts/lab_run_stopped.png test-artifacts/lab_panel_stalled_row.png test-artifacts/notebook7_compare.png test-artifacts/lab_run_checkpoints.png \
-	  test-artifacts/lab_compare_grouped.png test-artifacts/lab_run_lineage.png docs/img/
+	  test-artifacts/lab_compare_grouped.png test-artifacts/lab_run_lineage.png test-artifacts/lab_panel_ranks.png \
+	  test-artifacts/lab_train_summary_dark.png test-artifacts/lab_compare.png test-artifacts/lab_compare_dark.png \
+	  test-artifacts/lab_run_page.png docs/img/
 
 # The %%train option list of docs/guide/train.md, from FitOptions and the magic's own options (the tests check it).
 options-doc: setup
