@@ -79,7 +79,7 @@ def populate(home: Path, count: int, log: bytes) -> None:
                 summary=summary,
             )
         )
-    store.restore(runs)
+    store.restore(runs, "a benchmark's history")
 
 
 def fresh_process(argv: list[str], env: dict) -> float:

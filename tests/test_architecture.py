@@ -202,6 +202,41 @@ def test_the_check_sees_an_environment_read():
         probe.unlink()
 
 
+# SQL that writes a run's status: a new row, or an UPDATE naming the column. ``RunStore.update``
+# builds its SET from the caller's columns and refuses ``status`` itself (tests/test_store.py).
+STATUS_WRITES = re.compile(r"INSERT\s+(?:OR\s+\w+\s+)?INTO\s+runs\b|UPDATE\s+runs\s+SET\b[^\"']*\bstatus\s*=", re.I)
+
+
+def status_writes(package: Path) -> list[str]:
+    """Where the package writes a run's status other than ``core/store/transitions.py``."""
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        if path.relative_to(package).as_posix() == "core/store/transitions.py":
+            continue
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            if STATUS_WRITES.search(line):
+                found.append(f"{path.relative_to(ROOT)}:{number}")
+    return found
+
+
+def test_a_runs_status_is_written_only_by_the_state_machine():
+    """Every status the store holds was written by ``transitions.arrive`` (born, restored) or
+    ``transitions.move``: no other module inserts a run row or sets its status."""
+    assert status_writes(ROOT / "jiyu_magics") == []
+
+
+def test_the_check_sees_a_status_written_around_the_state_machine():
+    probe = ROOT / "jiyu_magics" / "core" / "store" / "_status_probe.py"
+    probe.write_text(
+        "def f(db):\n    db.execute('INSERT OR REPLACE INTO runs (id, status) VALUES (?, ?)', ('a', 'lost'))\n"
+        "    db.execute(\"UPDATE runs SET status = 'lost' WHERE id = ?\", ('a',))\n"
+    )
+    try:
+        assert status_writes(ROOT / "jiyu_magics") == [f"{probe.relative_to(ROOT)}:{n}" for n in (2, 3)]
+    finally:
+        probe.unlink()
+
+
 def test_every_jiyu_variable_the_package_names_is_documented():
     from jiyu_magics.core.environment import VARIABLES
 
@@ -213,12 +248,13 @@ def test_every_jiyu_variable_the_package_names_is_documented():
 
 # mypy over the package ([tool.mypy] in pyproject.toml), as `make test` runs it. Both runs share
 # the checkout's cache (.mypy_cache): seconds when it is warm, about two minutes when it is cold.
-# (error code, a probe module, the line mypy must report): the last two are errors only under the
-# configuration's strict_equality and warn_unused_ignores, so they show it is read.
+# (error code, a probe module, the line mypy must report): the last three are errors only under the
+# configuration's strict_equality, warn_unused_ignores and check_untyped_defs, so they show it is read.
 TYPE_ERRORS = [
     ("return-value", "def f() -> int:\n    return 'one'\n", 2),
     ("comparison-overlap", "def f(x: int) -> bool:\n    return x == 'one'\n", 2),
     ("unused-ignore", "x: int = 1  # type: ignore[assignment]\n", 1),
+    ("assignment", "def f():\n    x: int = 'one'\n", 2),
 ]
 
 

@@ -198,18 +198,21 @@ def test_a_long_history_is_listed_a_page_at_a_time_and_says_what_it_left_out(ip,
 
     store, now = RunStore(), time.time()
     store.restore(
-        Run(
-            id=new_run_id(),
-            name=f"old-{i}",
-            kind="job",
-            status="succeeded",
-            host=store.host,
-            created=now - 1000 + i,
-            started=now - 1000 + i,
-            ended=now - 999 + i,
-            summary={"step": i},
-        )
-        for i in range(103)
+        [
+            Run(
+                id=new_run_id(),
+                name=f"old-{i}",
+                kind="job",
+                status="succeeded",
+                host=store.host,
+                created=now - 1000 + i,
+                started=now - 1000 + i,
+                ended=now - 999 + i,
+                summary={"step": i},
+            )
+            for i in range(103)
+        ],
+        "a long history, written at once",
     )
     listed = jiyu("jobs", "--all")
     rows = [line for line in listed.stdout.splitlines() if " old-" in line]

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -87,6 +88,42 @@ def test_a_writer_that_expects_another_state_is_refused(store):
         store.transition(run_id, {S.QUEUED}, S.STARTING, "a lease for a run that already runs")
     assert (refused.value.current, refused.value.target) == (S.RUNNING, S.STARTING)
     assert store.stored(run_id).status is S.RUNNING
+
+
+@pytest.mark.parametrize("state", list(RunStatus))
+def test_a_restored_run_arrives_in_its_recorded_state_and_never_over_a_row(store, state):
+    """Restoring (``jiyu store repair``, an owner after a store outage) is a named arrival: in
+    any state its record says, noted with its reason, and refused onto a row the store has."""
+    run_id = run_in(store, state)
+    record = store.stored(run_id)
+    with store.db.write() as db:
+        db.execute("DELETE FROM runs WHERE id = ?", (run_id,))
+        db.execute("DELETE FROM transitions WHERE run_id = ?", (run_id,))
+    assert store.restore([record], "the record came back") == 1
+    assert store.stored(run_id) == record and store.history(run_id) == [(None, state, "the record came back")]
+    assert store.restore([replace(record, name="stale")], "a stale record") == 0
+    assert store.stored(run_id).name == "states" and len(store.history(run_id)) == 1
+    with pytest.raises(TransitionRefused, match=f"is {state}: it cannot become {state}"):
+        states.check_arrival(run_id, state, "restored", state, "over a row")
+
+
+def test_a_run_is_born_only_queued_or_running_and_a_derived_status_is_never_restored(store):
+    for state in set(RunStatus) - states.BORN:
+        with pytest.raises(TransitionRefused, match=f"not in the store: it cannot become {state} .born"):
+            states.check_arrival("feedbeef", None, "born", state, "a launcher")
+    with pytest.raises(ValueError, match="cannot be born"):
+        store.create("job", "lost-born", status=S.LOST)
+    pid, started = dead_process()
+    run = store.create(
+        "job", "dead", status=S.RUNNING, pid=pid, pid_started=started, owner_pid=pid, owner_started=started
+    )
+    record, shown = store.stored(run.id), store.get(run.id)
+    assert (shown.status, shown.derived) == (S.LOST, True)
+    with store.db.write() as db:
+        db.execute("DELETE FROM runs WHERE id = ?", (run.id,))
+    with pytest.raises(ValueError, match="derived status"):
+        store.restore([shown], "a listing's view")
+    assert store.restore([record], "its record") == 1 and store.stored(run.id).status is S.RUNNING
 
 
 def test_an_end_ends_the_leases_in_the_same_transaction(store):

@@ -17,6 +17,7 @@ from tornado.httpclient import HTTPClientError
 from jiyu_magics.core.events.log import EventLog
 from jiyu_magics.core.processes.info import process_start_time
 from jiyu_magics.core.runs.files import RunFiles, store_path
+from jiyu_magics.core.store.repair import FROM_LOG, FROM_RECORD
 from jiyu_magics.core.store.run_row import RECORD_FILE
 from jiyu_magics.core.store.run_store import RunStore
 
@@ -85,6 +86,9 @@ def test_a_deleted_store_is_rebuilt_also_from_folders_without_a_saved_row():
     runs = {r.id: r for r in RunStore().list()}
     assert (runs[kept].name, runs[kept].status, runs[kept].nproc) == ("kept", "succeeded", 2)
     assert (runs[old].name, runs[old].status, runs[old].kind) == ("older-version", "stopped", "ddp")
+    # their history begins with the restore and its reason: the moves before it were in the lost file
+    assert RunStore().history(kept) == [(None, "succeeded", FROM_RECORD)]
+    assert RunStore().history(old) == [(None, "stopped", FROM_LOG)]
 
 
 def test_repair_of_a_readable_store_adds_the_missing_runs_and_keeps_its_rows():
@@ -101,6 +105,9 @@ def test_repair_of_a_readable_store_adds_the_missing_runs_and_keeps_its_rows():
     assert "Set the broken store aside" not in repaired.stdout
     assert "1 run(s) restored" in repaired.stdout and "1 run(s) already in the store kept" in repaired.stdout
     assert listing() == {kept: ("row-name", "succeeded"), missing: ("copied-in", "succeeded")}
+    history = RunStore().history(kept)
+    assert history[0] == (None, "running", "registered") and FROM_RECORD not in {reason for *_, reason in history}
+    assert RunStore().history(missing)[-1] == (None, "succeeded", FROM_RECORD)
 
 
 def test_repair_brings_back_a_running_runs_owner_and_an_older_record_has_none():

@@ -101,9 +101,12 @@ class StoreOutage:
             except UnknownRun:
                 if self.known is None:
                     return False  # nothing to register: its record in the folder is all there is
-                self.store.restore([self.known])
+                # none when a repair restored it from its folder in the meantime: that row stands
+                registered = (
+                    self.store.restore([self.known], "registered again by its owner when the store was back") == 1
+                )
                 self.store.leases.restore(self.leases())
-                row, registered = self.known, True
+                row = self.known if registered else self.store.stored(self.run_id)
             if self._started is not None and row.status in (RunStatus.QUEUED, RunStatus.STARTING):
                 self.store.mark_running(self.run_id, pid=self._started["pid"], pgid=self._started.get("pgid"))
             self.known = self.store.stored(self.run_id)

@@ -30,6 +30,7 @@ from ..jobs.launch_spec import LaunchSpec, visible_gpus
 from ..jobs.lifecycle import RunLifecycle
 from ..jobs.submit_options import SubmitOptions
 from ..ranks.placement import PULL_HINT, PoolPlacement, PoolTraining
+from ..train.monitor import Monitor
 from .cell_history import CellHistory
 from .frontend import in_notebook
 
@@ -170,7 +171,8 @@ class DdpLaunch:
         return extra
 
     # -- during --------------------------------------------------------------------------------
-    def _monitor(self):
+    def _monitor(self) -> Monitor:
+        monitor: Monitor  # the notebook's dashboard, else text progress
         if in_notebook(self.shell):
             from ..widgets.ddp_dashboard import DdpDashboard
 

@@ -26,11 +26,17 @@ class Outbox(Protocol):
 
 
 class Worker(Protocol):
-    """What the display forwarding needs of a rank (``ranks_worker.Worker``)."""
+    """What the display forwarding needs of a rank (``ranks_worker.Worker``). Read-only: the
+    forwarding never sets them, and a worker's ``Sender`` is an ``Outbox`` only when read."""
 
-    rank: int
-    request: str | None
-    sender: Outbox
+    @property
+    def rank(self) -> int: ...
+
+    @property
+    def request(self) -> str | None: ...
+
+    @property
+    def sender(self) -> Outbox: ...
 
     def collective_aborted(self) -> bool: ...
 
@@ -44,7 +50,9 @@ class RankShell(InteractiveShell):
 
     collateral: Any = None  # a callable: whether an error now is an aborted collective's (``forward_displays``)
 
-    def showtraceback(self, exc_tuple=None, filename=None, tb_offset=None, exception_only=False, **kwargs):
+    def showtraceback(
+        self, exc_tuple=None, filename=None, tb_offset=None, exception_only=False, running_compiled_code=False
+    ):
         """An error that is only its aborted collective's ("Connection closed by peer", after a
         peer failed) goes out as one line, unformatted: formatting seven ranks' tracebacks that
         nobody is shown took seconds on a busy machine and delayed the cell's end."""
@@ -55,7 +63,7 @@ class RankShell(InteractiveShell):
                 return
             self._showtraceback(etype, value, [f"{etype.__name__}: {value}"])
             return
-        super().showtraceback(exc_tuple, filename, tb_offset, exception_only, **kwargs)
+        super().showtraceback(exc_tuple, filename, tb_offset, exception_only, running_compiled_code)
 
     def _get_exc_info(self, exc_tuple=None):
         """The error to show, without the frame of the rank's SIGINT handler where an interrupt

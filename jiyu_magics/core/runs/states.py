@@ -17,6 +17,10 @@ A run is born ``queued`` (a launcher registered it and it waits for its place) o
 the listings, but the one final state its own owner may still correct: a run whose owner was
 taken for dead (a host that slept, a store restored from its folders) and then reports its end
 takes that end.
+
+A run enters the store by one of two named arrivals, never onto a row of its id: ``born``
+(``BORN``) or ``restored`` (``RESTORED``: ``jiyu store repair`` writing it back from its folder,
+an owner registering its run again after a store outage), in whatever state its record says.
 """
 
 from __future__ import annotations
@@ -31,6 +35,9 @@ BORN = frozenset({QUEUED, RUNNING})
 ACTIVE = frozenset(ACTIVE_STATUSES)
 FINAL = frozenset({SUCCEEDED, FAILED, STOPPED, LOST})
 ENDS = frozenset({SUCCEEDED, FAILED, STOPPED})  # how an owner says a run ended (lost is noticed, not said)
+# a record is the run's row when it was last written: it comes back as it was, active or final
+RESTORED = frozenset(RunStatus)
+ARRIVALS: dict[str, frozenset[RunStatus]] = {"born": BORN, "restored": RESTORED}
 
 TRANSITIONS: dict[RunStatus, frozenset[RunStatus]] = {
     # waiting for its place; a stop or an owner that fails ends it before anything starts
@@ -51,11 +58,13 @@ TRANSITIONS: dict[RunStatus, frozenset[RunStatus]] = {
 
 class TransitionRefused(RuntimeError):
     """A writer asked for a move the run is not in a state to make: another writer got there
-    first (its final status stands), or the move is not one of ``TRANSITIONS``."""
+    first (its final status stands), or the move is not one of ``TRANSITIONS``. ``current`` is
+    None for a run the store does not have (an arrival in a state it cannot arrive in)."""
 
-    def __init__(self, run_id: str, current: RunStatus, target: RunStatus, reason: str):
+    def __init__(self, run_id: str, current: RunStatus | None, target: RunStatus, reason: str):
         self.run_id, self.current, self.target, self.reason = run_id, current, target, reason
-        super().__init__(f"run {run_id} is {current}: it cannot become {target} ({reason})")
+        where = "not in the store" if current is None else f"is {current}"
+        super().__init__(f"run {run_id} {where}: it cannot become {target} ({reason})")
 
 
 def allowed(current: RunStatus, target: RunStatus) -> bool:
@@ -70,6 +79,14 @@ def check(
     so a writer learns it was not the one that moved the run."""
     if current not in expected or not allowed(current, target):
         raise TransitionRefused(run_id, current, target, reason)
+
+
+def check_arrival(run_id: str, present: RunStatus | None, how: str, target: RunStatus, reason: str) -> None:
+    """Raises ``TransitionRefused`` unless the store has no row of this id and ``target`` is a
+    state the run may arrive in ``how`` (``ARRIVALS``). A row already there is newer than any
+    record of it (the store is the authority), so a restore never overwrites one."""
+    if present is not None or target not in ARRIVALS[how]:
+        raise TransitionRefused(run_id, present, target, f"{how}: {reason}")
 
 
 def ended_as(said: RunStatus, stop_requested: bool) -> RunStatus:

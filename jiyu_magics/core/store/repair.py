@@ -25,6 +25,9 @@ from .run_row import RECORD_FILE, Run
 from .run_store import RunStore
 
 LAUNCH_FILE = "launch.json"
+# a restored run's history begins here (its earlier moves were in the store that was lost)
+FROM_RECORD = "restored by `jiyu store repair` from its folder's run.json"
+FROM_LOG = "rebuilt by `jiyu store repair` from its folder's event log and launch spec"
 
 
 @dataclass
@@ -108,11 +111,11 @@ def repair_store(home: Path | None = None) -> RepairReport:
     with store.db.read() as db:
         known = {row[0] for row in db.execute("SELECT id FROM runs")}
     missing = [folder for folder in run_folders(home) if folder.name not in known]
-    runs = [run_from_folder(folder) for folder in missing]
-    store.restore(run for run in runs if run is not None)
-    return RepairReport(
-        path, aside, sum(r is not None for r in runs), sum((f / RECORD_FILE).exists() for f in missing), kept=len(known)
-    )
+    records = {folder: _recorded_run(folder) for folder in missing}
+    rebuilt = [run_from_folder(folder) for folder, run in records.items() if run is None]
+    restored = store.restore([run for run in records.values() if run is not None], FROM_RECORD)
+    restored += store.restore([run for run in rebuilt if run is not None], FROM_LOG)
+    return RepairReport(path, aside, restored, sum((f / RECORD_FILE).exists() for f in missing), kept=len(known))
 
 
 def _set_aside(path: Path) -> Path:
@@ -125,13 +128,19 @@ def _set_aside(path: Path) -> Path:
     return aside
 
 
-def run_from_folder(folder: Path) -> Run | None:
-    """The run a folder holds: its record, else what its launch spec and its event log tell
-    (folded: the last fit call says how the run ended, or that its end was never recorded)."""
+def _recorded_run(folder: Path) -> Run | None:
     try:
         return Run.from_record(json.loads((folder / RECORD_FILE).read_text()))
     except (OSError, ValueError, TypeError, KeyError):
-        pass
+        return None
+
+
+def run_from_folder(folder: Path) -> Run | None:
+    """The run a folder holds: its record, else what its launch spec and its event log tell
+    (folded: the last fit call says how the run ended, or that its end was never recorded)."""
+    recorded = _recorded_run(folder)
+    if recorded is not None:
+        return recorded
     events, _ = read_events(folder / "events.jsonl")
     if not events and not (folder / LAUNCH_FILE).exists():
         return None

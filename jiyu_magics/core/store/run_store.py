@@ -10,7 +10,8 @@ the Jupyter server's sampler, the next submit, a queued run's owner), at most ev
 while any of them runs, and at the next one that starts otherwise.
 
 Every status change goes through ``transition`` (``transitions.move``, the state machine's
-compare-and-set); ``update`` writes any other column and refuses ``status``.
+compare-and-set), and a run's first status through ``create`` or ``restore`` (``transitions.arrive``,
+its born or restored arrival); ``update`` writes any other column and refuses ``status``.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from .box_leases import lease_book
 from .database import StoreDatabase
 from .leases import LeaseBook
 from .run_row import COLUMNS, ForeignRun, Run, UnknownRun, new_run_id, save_record
-from .transitions import move, note
+from .transitions import arrive, move
 
 STATUSES = RunStatus.values()
 KINDS = RunKind.values()
@@ -100,9 +101,7 @@ class RunStore:
             )
             if run.status == RunStatus.RUNNING and run.started is None:
                 run.started = now
-            row = run.to_row()
-            db.execute(f"INSERT INTO runs ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})", tuple(row.values()))
-            note(db, run_id, None, run.status, born_because)
+            arrive(db, run.to_row(), "born", born_because)
         save_record(run)
         return run
 
@@ -192,16 +191,22 @@ class RunStore:
                 raise UnknownRun(f"no run with id {run_id!r}")
         return self.stored(run_id)
 
-    def restore(self, runs: Iterable[Run]) -> int:
-        """Writes runs back as they were (``jiyu store repair``), replacing rows of the same id."""
-        rows = [run.to_row() for run in runs]
+    def restore(self, runs: Iterable[Run], reason: str) -> int:
+        """Writes runs back as their records say (``jiyu store repair``, an owner registering
+        its run again after a store outage), each noted in its history as ``restored`` with
+        ``reason``; returns how many. A run the store has a row of keeps it: the row is newer."""
+        runs = builtins.list(runs)
+        if any(run.derived for run in runs):
+            raise ValueError("a derived status (lost at read time) was never stored: it cannot be restored")
+        restored = 0
         with self._write() as db:
-            for row in rows:
-                db.execute(
-                    f"INSERT OR REPLACE INTO runs ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})",
-                    tuple(row.values()),
-                )
-        return len(rows)
+            for run in runs:
+                try:
+                    arrive(db, run.to_row(), "restored", reason)
+                    restored += 1
+                except states.TransitionRefused:
+                    pass
+        return restored
 
     def mark_stalled(self, run_id: str, since: float | None) -> Run:
         """The stall flag of a running run: ``since`` the time of the step that stopped moving,

@@ -1,6 +1,7 @@
 """The one writer of a run's status: a compare-and-set inside the caller's write transaction.
 
-Every status the store holds was written here. A caller says which states it expects the run
+Every status the store holds was written here: by ``arrive`` (a run's first row, born or
+restored from its record) or by ``move``. A caller says which states it expects the run
 to be in and where it takes it; ``move`` checks both against the state machine
 (``runs.states``) on the row as it is inside the transaction (``BEGIN IMMEDIATE``: writers
 queue, so two of them never both see the state they expect), and refuses with
@@ -66,6 +67,17 @@ def move(
     db.execute(f"UPDATE runs SET {columns} WHERE id = ?", (target.value, *values.values(), run_id))
     note(db, run_id, current, target, reason)
     return current
+
+
+def arrive(db: sqlite3.Connection, row: dict[str, Any], how: str, reason: str) -> None:
+    """Writes a run's first row, ``how`` it arrives (``states.ARRIVALS``: ``born``, or
+    ``restored`` from its record in the state that says), noted as a move from no state;
+    ``TransitionRefused`` and nothing written when the store has a row of its id already."""
+    run_id, target = row["id"], RunStatus(row["status"])
+    present = db.execute("SELECT status FROM runs WHERE id = ?", (run_id,)).fetchone()
+    states.check_arrival(run_id, None if present is None else RunStatus(present["status"]), how, target, reason)
+    db.execute(f"INSERT INTO runs ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})", tuple(row.values()))
+    note(db, run_id, None, target, reason)
 
 
 def note(db: sqlite3.Connection, run_id: str, source: RunStatus | None, target: RunStatus, reason: str) -> None:
