@@ -34,11 +34,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
-from jiyu_magics.train import engine, fit  # noqa: E402
+from jiyu_magics.train import engine, fit, trainer_checkpoints, trainer_end, trainer_reports  # noqa: E402
 from jiyu_magics.train import reporter as reporter_module  # noqa: E402
 from jiyu_magics.train import run_binding as binding_module  # noqa: E402
 
-# (label, owner, attribute, depth): what the engine does outside its steps, in call order
+# (label, owner, attribute, depth): what the engine does outside its steps, in call order; the owner
+# is the class that defines the method (Trainer's base classes hold its reports, checkpoints and end)
 PHASES = [
     ("join_process_group", engine, "join_process_group", 0),
     ("Trainer._prepare (model.to, data, plan, precision)", engine.Trainer, "_prepare", 0),
@@ -48,11 +49,11 @@ PHASES = [
     ("RunBinding.hold_device", binding_module.RunBinding, "hold_device", 1),
     ("Trainer._start", engine.Trainer, "_start", 0),
     ("Trainer._step_runner (wrap model)", engine.Trainer, "_step_runner", 1),
-    ("Trainer._resume", engine.Trainer, "_resume", 1),
-    ("Trainer._emit_start", engine.Trainer, "_emit_start", 1),
-    ("Trainer._log_pending (last log)", engine.Trainer, "_log_pending", 0),
-    ("Trainer._checkpoint", engine.Trainer, "_checkpoint", 0),
-    ("Trainer._end", engine.Trainer, "_end", 0),
+    ("Trainer._resume", trainer_checkpoints.TrainerCheckpoints, "_resume", 1),
+    ("Trainer._emit_start", trainer_reports.TrainerReports, "_emit_start", 1),
+    ("Trainer._log_pending (last log)", trainer_reports.TrainerReports, "_log_pending", 0),
+    ("Trainer._checkpoint", trainer_checkpoints.TrainerCheckpoints, "_checkpoint", 0),
+    ("Trainer._end", trainer_end.TrainerEnd, "_end", 0),
     ("Reporter.end (end event, run finished)", reporter_module.Reporter, "end", 1),
     ("RunStore.finish (status, stored summary)", binding_module.RunStore, "finish", 2),
     ("RunBinding.close", binding_module.RunBinding, "close", 0),

@@ -8,8 +8,6 @@ dashboard is polled by wall clock, and the stop flag is a plain attribute.
 
 from __future__ import annotations
 
-import gc
-import math
 import time
 from pathlib import Path
 from typing import Any
@@ -23,39 +21,19 @@ from ..core.runs.model import RunStatus
 from . import rng_state as rng
 from .batch_source import training_batches, validation_batches
 from .batches import BatchLoss
-from .checkpoint import checkpoint_folder_usable, load_checkpoint, load_state_file, run_folder_usable
-from .checkpoint_files import is_sharded
+from .checkpoint import checkpoint_folder_usable, run_folder_usable
 from .checkpoint_keeper import CheckpointKeeper
-from .checkpoint_state import (
-    full_model_state,
-    load_model_optimizer_state,
-    load_other_states,
-    model_optimizer_state,
-    other_states,
-)
-from .end_messages import (
-    input_bound_advice,
-    nonfinite_message,
-    oom_message,
-    resume_command,
-    stopped_message,
-    succeeded_message,
-)
-from .evaluate import evaluate
 from .finite_check import FiniteGuard
-from .fit_calls import is_own_after_restart, own_checkpoints, restored_message, starts_afresh
 from .fit_options import FitOptions, tracked
 from .fit_result import FitResult
 from .input_checks import check_objects, trainable_parameters
-from .intact_checkpoint import first_intact
 from .loop_position import LoopPosition
 from .model_wrap import uses_ddp, uses_fsdp, wrap_model
 from .precision import resolve_precision
 from .process_group import join_process_group
 from .reporter import Reporter
-from .run_binding import RunBinding, check_resume_request, default_name, resume_candidates
-from .run_facts import class_name, optimizer_groups, options_of, plain
-from .schedule_check import schedule_mismatch
+from .run_binding import RunBinding, check_resume_request, default_name
+from .run_facts import plain
 from .stack_signal import stacks_on_signal
 from .step_cadence import StepCadence
 from .step_meter import StepMeter
@@ -63,10 +41,12 @@ from .step_plan import StepPlan
 from .step_runner import StepRunner
 from .stop_signal import StopSignal, leave_for_requeue, signals_request_stop
 from .train_errors import NonFiniteLoss, TrainingFailed
-from .weight_handoff import load_initial_weights, write_weights
+from .trainer_checkpoints import TrainerCheckpoints
+from .trainer_end import TrainerEnd
+from .trainer_reports import TrainerReports
+from .weight_handoff import load_initial_weights
 
 END = object()
-ADVICE_AFTER_STEPS = 20  # data wait in the first steps is warm-up (worker start), not a pattern
 
 
 def fit(
@@ -106,31 +86,27 @@ def fit(
     out-of-memory raise :class:`TrainingFailed`
     (its ``.result`` has status ``failed``); other errors are recorded in the run and re-raised.
     """
-    opts = FitOptions.from_kwargs(options)
-    trainer = Trainer(
-        model,
-        optimizer,
-        train_data,
-        loss_fn=loss_fn,
-        train_step=train_step,
-        val_data=val_data,
-        scheduler=scheduler,
-        monitor=monitor,
-        stop=stop,
-        options=opts,
-        from_notebook=from_notebook,
-        config=config,
-        context=context or LaunchContext.from_environ(),
-    )
+    return run_fit(**locals())  # fit's arguments by name: nothing else is bound yet
+
+
+def run_fit(model, optimizer, train_data, *, options: dict, context: LaunchContext | None, **objects) -> FitResult:
+    """``fit``'s arguments as the loop takes them, and the call run. The options are checked into
+    a :class:`FitOptions` (an unknown or invalid one fails here, before anything runs), the
+    launcher's context read from the environment, once, when the caller gave none; a stop for a
+    scheduler's time limit ends the process after the call has closed its run and group."""
+    opts, context = FitOptions.from_kwargs(options), context or LaunchContext.from_environ()
+    trainer = Trainer(model, optimizer, train_data, options=opts, context=context, **objects)
     result = trainer.run()
     leave_for_requeue(trainer.stop)
     return result
 
 
-class Trainer:
+class Trainer(TrainerReports, TrainerCheckpoints, TrainerEnd):
     """One ``fit`` call. Its state lives in a few small objects, each made once: where the loop
     is (``position``), how long it runs (``plan``), when logs, validation and checkpoints fall
-    due (``cadence``), the step itself (``steps``), precision, and the process group (``dist``)."""
+    due (``cadence``), the step itself (``steps``), precision, and the process group (``dist``).
+    Set-up and the loop are here; what it reports, its checkpoints and resume, and its end are
+    its base classes (``trainer_reports``, ``trainer_checkpoints``, ``trainer_end``)."""
 
     def __init__(
         self,
@@ -240,11 +216,6 @@ class Trainer:
         )
         self.meter = StepMeter(self.device)
 
-    def _params(self) -> dict:
-        """What the run store lists as the run's parameters: the ``config`` (the notebook's
-        parameters cell); the options go into the ``start`` event."""
-        return dict(self.config)
-
     def _execute(self) -> FitResult:
         try:
             self._start()
@@ -304,48 +275,6 @@ class Trainer:
             plain=not dist.distributed and self.precision.mode == "off" and opts.accum == 1,
         )
 
-    def _ckpt_folder(self) -> Path:
-        """Absolute: the ``ckpt`` events record where each checkpoint is, for ``--resume last``."""
-        return Path(self.opts.ckpt_dir).expanduser().absolute() if self.opts.ckpt_dir else self.run_binding.files.ckpt
-
-    def _emit_start(self, params_count: int) -> None:
-        plan = self.plan
-        self.report.emit(
-            "start",
-            run_id=self.run_binding.run_id,
-            name=self.name,
-            total_steps=plan.total_steps,
-            epochs=plan.epochs,
-            steps_per_epoch=plan.steps_per_epoch,
-            nproc=self.dist.world_size,
-            batch_size=self.data.batch_size,
-            accum=self.opts.accum,
-            amp=self.precision.mode,
-            device=str(self.device),
-            params=params_count,
-            strategy=self._strategy_name(),
-            backend=self.dist.backend,
-            data=self.data.kind,
-            start_step=self.position.step,
-            resumed_from=self.resumed_from,
-            from_notebook=self.from_notebook,
-            stall_timeout=self.opts.stall_timeout,
-            track=",".join(self.track) or None,
-            model=class_name(self.raw_model),
-            optimizer=class_name(self.optimizer),
-            optimizer_groups=optimizer_groups(self.optimizer),
-            scheduler=class_name(self.scheduler),
-            config=self.config,
-            options=options_of(self.opts),
-            parent_run=self.parent[0] if self.parent else None,
-            parent_step=self.parent[1] if self.parent else None,
-        )
-
-    def _strategy_name(self) -> str:
-        if not self.dist.distributed:
-            return "single"
-        return "fsdp" if self.opts.strategy == "fsdp" else "ddp"
-
     # -- the loop --------------------------------------------------------------------------
     def _loop(self) -> None:
         while not (self._stopping() or self.plan.finished(self.position)):
@@ -397,36 +326,6 @@ class Trainer:
             self._after_step()
         self._end_epoch()
 
-    def _epoch_batches(self):
-        """This epoch's batches. A resume mid-epoch replays the epoch's start (its RNG state,
-        so a shuffling loader draws the same order), skips what was trained, then continues
-        from the RNG state of the checkpoint. ``position.epoch_rng`` holds this rank's state
-        at the epoch's start, for the next checkpoint."""
-        position = self.position
-        if position.resume_rng is not None and position.epoch_rng is not None and position.batch_in_epoch:
-            self._restore_rng(position.epoch_rng, position.epoch)
-            position.epoch_rng = [rng.capture()]
-            batches = self.data.epoch(position.epoch, position.batch_in_epoch)
-            self._restore_rng(position.resume_rng, position.step)
-        else:
-            if position.resume_rng is not None:
-                self._restore_rng(position.resume_rng, position.step)
-            position.epoch_rng = [rng.capture()]
-            batches = self.data.epoch(position.epoch)
-        position.resume_rng = None
-        return iter(batches)
-
-    def _restore_rng(self, states: list[dict], salt: int) -> None:
-        """This rank's RNG state from a checkpoint (one per rank that saved it). A rank it has
-        none for (resumed on more ranks than saved it) gets streams of its own, seeded from the
-        run's data seed, ``salt`` (the epoch or step) and the rank: reproducible, and not a copy
-        of another rank's (which would repeat its dropout masks and augmentations)."""
-        rank = self.dist.rank
-        if rank < len(states):
-            rng.restore(states[rank])
-        else:
-            rng.seed_everything(new_rank_seed(self.data_seed, salt, rank))
-
     def _after_step(self) -> bool:
         """Logs, validates, checkpoints and polls the dashboard when due; True when training ends."""
         step, cadence = self.position.step, self.cadence
@@ -460,224 +359,3 @@ class Trainer:
                 self.scheduler.step(metric)
         else:
             self.scheduler.step()
-
-    # -- logging, validation, checkpoints ----------------------------------------------------
-    def _log_pending(self) -> None:
-        if self.meter.losses:
-            self._log()
-
-    def _log(self) -> None:
-        step = self.position.step
-        window = self.meter.read(self.dist, step, self.stop.requested)
-        self.cadence.logged(step, window)
-        if window.first_bad_step is not None:
-            raise NonFiniteLoss(window.first_bad_step, math.nan if window.bad_value is None else window.bad_value)
-        self.stop_agreed = self.stop_agreed or window.stop
-        self.report.step(step, self.position.epoch, self.plan.total_steps, window, self._lr())
-        self._advise(window.data_wait)
-
-    def _lr(self) -> float | None:
-        lr = self.optimizer.param_groups[0].get("lr")
-        return float(lr) if lr is not None else None
-
-    def _advise(self, data_wait: float | None) -> None:
-        if self.advised or self.position.step < ADVICE_AFTER_STEPS:
-            return
-        message = input_bound_advice(
-            data_wait, self.device.type, self.train_data, local_world_size=self.dist.world_size
-        )
-        if message:
-            self.advised = True
-            self.report.emit("advice", step=self.position.step, message=message)
-
-    def _validate(self) -> None:
-        loss, accuracy = evaluate(
-            self._runner().train_model,
-            self.val_batches,
-            self.batch_loss,
-            self.precision,
-            self.device,
-            self.dist,
-            self.report.validating(self.position.step, self.opts.log_interval_s),
-        )
-        self.report.emit("val", step=self.position.step, epoch=self.position.epoch, loss=loss, accuracy=accuracy)
-
-    def _checkpoint(self) -> None:
-        """A file checkpoint written by rank 0, or under FSDP a sharded one every rank writes."""
-        position = self.position
-        if not self.opts.save_ckpts or position.last_ckpt_step == position.step:
-            return
-        self._refuse_nonfinite()
-        state, step = self._loop_state(), position.step
-        if self.sharded:
-            path = self.keeper.save_sharded(self.raw_model, self.optimizer, state, step, self.dist)
-        else:
-            model, optimizer = model_optimizer_state(self.raw_model, self.optimizer)
-            path = self.keeper.save({"model": model, "optimizer": optimizer, **state}, step, write=self.dist.is_writer)
-        self.report.emit("ckpt", step=step, path=str(path))
-        position.last_ckpt_step = step
-
-    def _refuse_nonfinite(self) -> None:
-        """Before every checkpoint: a NaN written there would rotate the good checkpoints out.
-        The check reads one flag (a checkpoint syncs anyway); when it fails, the pending losses
-        name the exact step, else the weights went bad while the loss still looked finite."""
-        finite = self.finite.holds(self.meter.losses)
-        if not self.dist.reduce([0.0 if finite else 1.0], "max", self.device)[0]:
-            return
-        if self.meter.losses:
-            self._log()  # raises NonFiniteLoss at the first bad loss
-        raise NonFiniteLoss(self.position.step, math.nan, what="weights")
-
-    def _advise_on_schedule(self) -> None:
-        remaining = self.plan.total_steps - self.position.step if self.plan.total_steps is not None else None
-        message = schedule_mismatch(
-            self.scheduler, self.opts.scheduler_interval, remaining, self.opts.accum, self.dist.world_size
-        )
-        if message:
-            self.report.emit("advice", step=self.position.step, message=message)
-
-    def _loop_state(self) -> dict:
-        """Everything a checkpoint holds besides the model and optimizer (every rank's RNG)."""
-        position, dist = self.position, self.dist
-        return {
-            **other_states(self.precision.scaler, self.scheduler),
-            "step": position.step,
-            "epoch": position.epoch,
-            "batch_in_epoch": position.batch_in_epoch,
-            "rng": dist.gather(rng.capture()),
-            # before an epoch drew its first batch, it starts from the RNG state of now
-            "epoch_rng": dist.gather(position.epoch_rng[0] if position.epoch_rng else rng.capture()),
-            "data_seed": self.data_seed,
-            "world_size": dist.world_size,
-            "run_id": self.run_binding.run_id,
-            "total_steps": self.plan.total_steps,
-            "call": self.run_binding.call.as_state(),
-            "optimizer_class": type(self.optimizer).__name__,  # a resume checks it before loading
-            "accum": self.opts.accum,  # what a step was: a resume with another --accum converts
-        }
-
-    def _resume(self) -> None:
-        candidates = [str(p) for p in self._resume_candidates()] if self.dist.is_writer else None
-        candidates = self.dist.broadcast(candidates)
-        if not candidates:
-            return
-        path = first_intact(candidates, self.dist)  # every file's checksum, before anything loads
-        # a file checkpoint is checked on the CPU before anything loads: a refusal costs no GPU memory
-        if is_sharded(Path(path)):
-            state = load_state_file(path, verified=True)
-        else:
-            state = load_checkpoint(path, map_location="cpu", verified=True)
-        load_model_optimizer_state(self.raw_model, self.optimizer, state, path, self.sharded, self.dist.distributed)
-        load_other_states(state, self.precision.scaler, self.scheduler)
-        self.position.restore(state, self.dist.world_size)
-        converted = self.position.convert_accum(state.get("accum", self.opts.accum), self.opts.accum, self.plan)
-        if converted and self.dist.is_writer:
-            print(f"jiyu: {converted}")  # what the resume did, said as output: a notebook paints stderr pink
-        self.data.seed = self.data_seed = state["data_seed"]
-        self.resumed_from = path
-        writer = state.get("run_id")
-        if isinstance(writer, str) and writer != self.run_binding.run_id:  # not a restart of this run
-            self.parent = (writer, int(state["step"]))
-        self.restored_final = self.plan.finished(self.position) and is_own_after_restart(
-            state, self.run_binding.call, self.context.relaunched
-        )
-
-    def _resume_candidates(self) -> list[Path]:
-        """Relaunched (a torchrun restart, a requeue): this call's own checkpoints, newest first,
-        whatever it asked for (they are newer than anything it started from); else what it asked
-        for (``--resume last``: that run's, newest first)."""
-        own = own_checkpoints(self._ckpt_folder(), self.run_binding.call, self.context.relaunched)
-        if own or starts_afresh(self.opts.resume, self.run_binding.owned, self.context.relaunched):
-            return own
-        return resume_candidates(self.opts.resume, self.run_binding, self.name)
-
-    # -- the end ----------------------------------------------------------------------------
-    def _last_checkpoint(self) -> str | None:
-        return str(self.keeper.last) if self.keeper.last else None
-
-    def _end(self, status: RunStatus, message: str | None = None, step: int | None = None) -> FitResult:
-        if status is not RunStatus.FAILED:
-            self._hand_back_weights()
-        message = message or self._message(status, self.report.elapsed)
-        position = self.position
-        step = position.step if step is None else step
-        self.report.end(status, step, message)
-        return FitResult(
-            run_id=self.run_binding.run_id,
-            status=status,
-            message=message,
-            step=step,
-            epoch=position.last_step_epoch(),
-            total_steps=self.plan.total_steps,
-            elapsed=self.report.elapsed,
-            history=self.report.history,
-            checkpoints=[str(p) for p in self.keeper.saved],
-        )
-
-    def _hand_back_weights(self) -> None:
-        """``%%train --nproc``: rank 0 writes the final full weights for the kernel to load
-        (every rank takes part in gathering them under FSDP). Not when stopped before the
-        model was wrapped: there is nothing trained to hand back."""
-        path = Path(self.context.final_weights) if self.context.final_weights else None
-        if path is None or self.steps is None:
-            return
-        model = full_model_state(self.raw_model, self.sharded)
-        if self.dist.is_writer:
-            write_weights(model, path, self.position.step)
-
-    def _message(self, status: RunStatus, elapsed: float) -> str:
-        if status is RunStatus.STOPPED:
-            return self._stopped_message()
-        if self.restored_final and self.resumed_from is not None:
-            return restored_message(self.position.step, self.resumed_from)
-        history, position = self.report.history, self.position
-        last = history[-1] if history else {}
-        val_acc = next((r["val_acc"] for r in reversed(history) if r.get("val_acc") is not None), None)
-        return succeeded_message(
-            position.step, position.start_step, position.last_step_epoch(), elapsed, last.get("loss"), val_acc
-        )
-
-    def _stopped_message(self) -> str:
-        position = self.position
-        return stopped_message(
-            position.step,
-            self.plan.total_steps,
-            position.last_step_epoch(),
-            self.stop.reason,
-            self._last_checkpoint(),
-            self._resume_command(),
-        )
-
-    def _resume_command(self) -> str:
-        return resume_command(self.name, self.plan.epochs, self.opts.max_steps)
-
-    def _nonfinite(self, error: NonFiniteLoss) -> str:
-        return nonfinite_message(
-            error.step,
-            error.value,
-            self._last_checkpoint(),
-            self.keeper.last_step,
-            self.precision.mode,
-            self.opts.clip is not None,
-            error.what,
-        )
-
-    def _release_memory(self, error: torch.OutOfMemoryError) -> str:
-        """Frees what the failed step held (its traceback pins the activations) and the
-        allocator cache, so the kernel can go on."""
-        error.__traceback__ = None
-        self.optimizer.zero_grad(set_to_none=True)
-        self.meter.reset(time.perf_counter(), self.position.step)
-        gc.collect()
-        peak = total = None
-        if self.device.type == "cuda":
-            peak = torch.cuda.max_memory_allocated(self.device)
-            total = torch.cuda.get_device_properties(self.device).total_memory
-            torch.cuda.empty_cache()
-        return oom_message(
-            self.position.step + 1, peak, total, self.data.batch_size, self.opts.accum, self.precision.mode
-        )
-
-
-def new_rank_seed(data_seed: int, salt: int, rank: int) -> int:
-    return (data_seed * 1_000_003 + salt * 7_919 + rank) % 2**63
