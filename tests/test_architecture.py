@@ -202,6 +202,44 @@ def test_the_check_sees_an_environment_read():
         probe.unlink()
 
 
+# The engine stays readable a piece at a time (issue 38): no module under train/ over this many
+# lines, no function over this many from its ``def`` to its last line, docstring included.
+MAX_MODULE_LINES = 450
+MAX_FUNCTION_LINES = 40
+
+
+def oversized(package: Path) -> list[str]:
+    """The modules under ``package`` longer than ``MAX_MODULE_LINES`` and the functions longer
+    than ``MAX_FUNCTION_LINES``, each named with its length."""
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        source, name = path.read_text(), path.relative_to(package.parent.parent).as_posix()
+        if len(source.splitlines()) > MAX_MODULE_LINES:
+            found.append(f"{name}: {len(source.splitlines())} lines")
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno is not None:
+                length = node.end_lineno - node.lineno + 1
+                if length > MAX_FUNCTION_LINES:
+                    found.append(f"{name}:{node.lineno} {node.name}: {length} lines")
+    return found
+
+
+def test_training_modules_and_functions_stay_short():
+    assert oversized(ROOT / "jiyu_magics" / "train") == []
+
+
+def test_the_check_sees_a_long_module_and_a_long_function(tmp_path):
+    train = tmp_path / "jiyu_magics" / "train"
+    train.mkdir(parents=True)
+    body = "".join(f"    x{n} = {n}\n" for n in range(MAX_FUNCTION_LINES - 1))
+    (train / "short.py").write_text(f"def fits():\n{body}")
+    (train / "long.py").write_text(f"def f():\n{body}    return 0\n" + "\n" * (MAX_MODULE_LINES - MAX_FUNCTION_LINES))
+    assert oversized(train) == [
+        f"jiyu_magics/train/long.py: {MAX_MODULE_LINES + 1} lines",
+        f"jiyu_magics/train/long.py:1 f: {MAX_FUNCTION_LINES + 1} lines",
+    ]
+
+
 # SQL that writes a run's status: a new row, or an UPDATE naming the column. ``RunStore.update``
 # builds its SET from the caller's columns and refuses ``status`` itself (tests/test_store.py).
 STATUS_WRITES = re.compile(r"INSERT\s+(?:OR\s+\w+\s+)?INTO\s+runs\b|UPDATE\s+runs\s+SET\b[^\"']*\bstatus\s*=", re.I)
