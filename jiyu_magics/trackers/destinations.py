@@ -131,11 +131,6 @@ def _configured() -> str | list[str] | None:
     return value
 
 
-def resolve_track(values: str | Iterable[str] | None, variable: str | None = None) -> list[Destination]:
-    """What a run tracks: what it named (``none``: nothing), else the default."""
-    return default_track(variable) if values is None else parse_track(values)
-
-
 def as_strings(destinations: Iterable[Destination]) -> list[str]:
     return [str(destination) for destination in destinations]
 

@@ -163,17 +163,3 @@ def record_rank_error(error: BaseException, error_file: str | None) -> None:
     handler = get_error_handler()
     handler.initialize()
     handler.record_exception(error)
-
-
-def join_for_good(context: LaunchContext) -> tuple[str, str]:
-    """A ranks pool's rank joins its process group once, for the life of the process (its
-    cells' ``fit`` calls find it joined and leave it): NCCL on its GPU when the launcher leased
-    it one (``cuda:LOCAL_RANK``), gloo on the CPU otherwise. Its device and backend, as text."""
-    if torch.cuda.is_available():  # the pool's leased GPUs (none: CUDA_VISIBLE_DEVICES is empty)
-        device = torch.device("cuda", context.local_rank)
-        torch.cuda.set_device(device)
-        dist.init_process_group("nccl", device_id=device)
-    else:
-        device = torch.device("cpu")
-        dist.init_process_group("gloo")
-    return str(device), str(dist.get_backend())

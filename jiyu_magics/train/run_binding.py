@@ -103,10 +103,6 @@ class RunBinding:
             print(f"jiyu: {line}", file=sys.stderr)
 
     @property
-    def fit_index(self) -> int:
-        return self.call.index
-
-    @property
     def checkpoint_label(self) -> str:
         return self.call.label
 
