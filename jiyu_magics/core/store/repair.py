@@ -112,7 +112,7 @@ def repair_store(home: Path | None = None) -> RepairReport:
         known = {row[0] for row in db.execute("SELECT id FROM runs")}
     missing = [folder for folder in run_folders(home) if folder.name not in known]
     records = {folder: _recorded_run(folder) for folder in missing}
-    rebuilt = [run_from_folder(folder) for folder, run in records.items() if run is None]
+    rebuilt = [_rebuilt_run(folder) for folder, run in records.items() if run is None]
     restored = store.restore([run for run in records.values() if run is not None], FROM_RECORD)
     restored += store.restore([run for run in rebuilt if run is not None], FROM_LOG)
     return RepairReport(path, aside, restored, sum((f / RECORD_FILE).exists() for f in missing), kept=len(known))
@@ -135,12 +135,9 @@ def _recorded_run(folder: Path) -> Run | None:
         return None
 
 
-def run_from_folder(folder: Path) -> Run | None:
-    """The run a folder holds: its record, else what its launch spec and its event log tell
-    (folded: the last fit call says how the run ended, or that its end was never recorded)."""
-    recorded = _recorded_run(folder)
-    if recorded is not None:
-        return recorded
+def _rebuilt_run(folder: Path) -> Run | None:
+    """The run a folder without a readable record holds, as its launch spec and its event log
+    tell (folded: the last fit call says how the run ended, or that its end was never recorded)."""
     events, _ = read_events(folder / "events.jsonl")
     if not events and not (folder / LAUNCH_FILE).exists():
         return None
