@@ -2,7 +2,7 @@
 check before one is written, and the exact resume from one.
 
 ``Trainer`` (``engine.py``) takes these methods as a base class; they read and set the loop's
-state that its set-up makes, declared below so each side says what it shares. A resume puts the
+state that its set-up makes (declared once, in ``trainer_state.py``). A resume puts the
 loop back at the batch it left: weights, optimizer, scaler and scheduler, the loop's position,
 and every rank's RNG state at the epoch's start and at the checkpoint, so a shuffling loader
 draws the same order and the steps after it see the same random numbers.
@@ -13,57 +13,22 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
-import torch
-
-from ..core.runs.launch_context import LaunchContext
 from . import rng_state as rng
-from .batch_source import LoaderBatches, TensorBatches
 from .checkpoint import load_checkpoint, load_state_file
 from .checkpoint_files import is_sharded
-from .checkpoint_keeper import CheckpointKeeper
 from .checkpoint_state import load_model_optimizer_state, load_other_states, model_optimizer_state, other_states
-from .finite_check import FiniteGuard
 from .fit_calls import is_own_after_restart, own_checkpoints, starts_afresh
-from .fit_options import FitOptions
 from .intact_checkpoint import first_intact
-from .loop_position import LoopPosition
-from .precision import Precision
-from .process_group import DistContext
-from .reporter import Reporter
-from .run_binding import RunBinding, resume_candidates
-from .step_meter import StepMeter
-from .step_plan import StepPlan
+from .run_binding import resume_candidates
 from .train_errors import NonFiniteLoss
+from .trainer_state import TrainerState
 
 
-class TrainerCheckpoints:
+class TrainerCheckpoints(TrainerState):
     """Checkpoints written and resumed from, for one ``fit`` call."""
 
-    raw_model: torch.nn.Module
-    optimizer: torch.optim.Optimizer
-    scheduler: Any
-    opts: FitOptions
-    context: LaunchContext
-    name: str
-    dist: DistContext
-    device: torch.device
-    data: TensorBatches | LoaderBatches
-    data_seed: int
-    plan: StepPlan
-    precision: Precision
-    sharded: bool
-    position: LoopPosition
-    run_binding: RunBinding
-    report: Reporter
-    keeper: CheckpointKeeper
-    meter: StepMeter
-    finite: FiniteGuard
-    resumed_from: str | None
-    parent: tuple[str, int] | None  # resumed from another run's checkpoint: (run id, step)
-    restored_final: bool  # resumed from its own final checkpoint: nothing to train
-    _log: Callable[[], None]  # the loop's log (engine.py): raises NonFiniteLoss at a bad loss
+    _log: Callable[[], None]  # the loop's log (trainer_reports.py): raises NonFiniteLoss at a bad loss
 
     def _ckpt_folder(self) -> Path:
         """Absolute: the ``ckpt`` events record where each checkpoint is, for ``--resume last``."""

@@ -2,7 +2,7 @@
 what to do next, the weights handed back to the kernel, and the memory a failed step held.
 
 ``Trainer`` (``engine.py``) takes these methods as a base class; they read the loop's state
-that its set-up makes, declared below so each side says what it shares. The messages
+that its set-up makes (declared once, in ``trainer_state.py``). The messages
 themselves are worded in ``end_messages.py``; here is what they are told.
 """
 
@@ -14,51 +14,18 @@ from pathlib import Path
 
 import torch
 
-from ..core.runs.launch_context import LaunchContext
 from ..core.runs.model import RunStatus
-from .batch_source import LoaderBatches, TensorBatches
-from .checkpoint_keeper import CheckpointKeeper
 from .checkpoint_state import full_model_state
 from .end_messages import nonfinite_message, oom_message, resume_command, stopped_message, succeeded_message
 from .fit_calls import restored_message
-from .fit_options import FitOptions
 from .fit_result import FitResult
-from .loop_position import LoopPosition
-from .precision import Precision
-from .process_group import DistContext
-from .reporter import Reporter
-from .run_binding import RunBinding
-from .step_meter import StepMeter
-from .step_plan import StepPlan
-from .step_runner import StepRunner
-from .stop_signal import StopSignal
 from .train_errors import NonFiniteLoss
+from .trainer_state import TrainerState
 from .weight_handoff import write_weights
 
 
-class TrainerEnd:
+class TrainerEnd(TrainerState):
     """The end of one ``fit`` call, whichever way it ends."""
-
-    raw_model: torch.nn.Module
-    optimizer: torch.optim.Optimizer
-    opts: FitOptions
-    context: LaunchContext
-    name: str
-    stop: StopSignal
-    dist: DistContext
-    device: torch.device
-    data: TensorBatches | LoaderBatches
-    plan: StepPlan
-    precision: Precision
-    sharded: bool
-    position: LoopPosition
-    steps: StepRunner | None
-    run_binding: RunBinding
-    report: Reporter
-    keeper: CheckpointKeeper
-    meter: StepMeter
-    resumed_from: str | None
-    restored_final: bool
 
     def _last_checkpoint(self) -> str | None:
         return str(self.keeper.last) if self.keeper.last else None

@@ -3,68 +3,28 @@ logs, validation and the advice it gives along the way (input-bound steps, a sch
 not match the run's length).
 
 ``Trainer`` (``engine.py``) takes these methods as a base class; they read the loop's state
-that its set-up makes, declared below so each side says what it shares.
+that its set-up makes (declared once, in ``trainer_state.py``).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any
 
-import torch
-
-from .batch_source import LoaderBatches, TensorBatches
-from .batches import BatchLoss
 from .end_messages import input_bound_advice
 from .evaluate import evaluate
-from .fit_options import FitOptions
-from .loop_position import LoopPosition
-from .precision import Precision
-from .process_group import DistContext
-from .reporter import Reporter
-from .run_binding import RunBinding
 from .run_facts import class_name, optimizer_groups, options_of
 from .schedule_check import schedule_mismatch
-from .step_cadence import StepCadence
-from .step_meter import StepMeter
-from .step_plan import StepPlan
 from .step_runner import StepRunner
-from .stop_signal import StopSignal
 from .train_errors import NonFiniteLoss
+from .trainer_state import TrainerState
 
 ADVICE_AFTER_STEPS = 20  # data wait in the first steps is warm-up (worker start), not a pattern
 
 
-class TrainerReports:
+class TrainerReports(TrainerState):
     """The events one ``fit`` call writes into its run, besides checkpoints and its end."""
 
-    raw_model: torch.nn.Module
-    optimizer: torch.optim.Optimizer
-    scheduler: Any
-    train_data: Any
-    val_batches: Any
-    batch_loss: BatchLoss
-    opts: FitOptions
-    name: str
-    from_notebook: str | None
-    config: dict
-    track: Any
-    stop: StopSignal
-    stop_agreed: bool
-    advised: bool
-    dist: DistContext
-    device: torch.device
-    data: TensorBatches | LoaderBatches
-    plan: StepPlan
-    precision: Precision
-    position: LoopPosition
-    cadence: StepCadence
-    run_binding: RunBinding
-    report: Reporter
-    meter: StepMeter
-    resumed_from: str | None
-    parent: tuple[str, int] | None
     _runner: Callable[[], StepRunner]  # the loop's (engine.py): the wrapped model, once it is wrapped
 
     def _params(self) -> dict:
