@@ -52,6 +52,23 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip_driverless)
 
 
+def pytest_collection_finish(session):
+    """The image's build starts now, beside the rest of the suite, when an image test will run
+    and this machine can build it (tests/image_build.py)."""
+    if session.config.option.collectonly or not any(item.get_closest_marker("image") for item in session.items):
+        return
+    from . import image_build
+
+    if image_build.unavailable() is None:
+        image_build.start_background(ARTIFACTS)
+
+
+def pytest_sessionfinish(session):
+    from . import image_build
+
+    image_build.stop_background()
+
+
 @pytest.fixture(autouse=True)
 def jiyu_home(tmp_path_factory, monkeypatch):
     """Every test gets its own run store and run folders, inherited by the kernels, torchrun
