@@ -108,16 +108,21 @@ def test_a_stopped_queued_run_never_starts(box, tmp_path):
     holder = jobs.submit(nb, nproc=1, gpus=4, params={"steps": 400, "step_seconds": 0.1})
     running(holder.id)
     waiting = jobs.submit(nb, nproc=1, gpus=1, params={"steps": 3})
-    time.sleep(2.0)  # its supervisor is up and checking
+    waits(waiting.id)
     assert status(waiting.id) == "queued" and RunStore().get(waiting.id).queue_position == 1
     stopped = jobs.stop(waiting.id, grace=5)
     assert stopped.status == "stopped" and stopped.error == "stopped before it started" and stopped.started is None
+    assert_no_processes(waiting.id)  # its supervisor is gone: nothing is left that could start it
     jobs.stop(holder.id, grace=5)
-    time.sleep(2.0)  # GPUs free: a run still waiting would start now
     after = RunStore().get(waiting.id)
     assert (after.status, after.started, after.gpus) == ("stopped", None, []) and ranks.read_all(waiting.id) == []
     assert "torchrun started" not in _log(waiting.id)
     assert_no_processes(waiting.id)
+
+
+def waits(run_id: str) -> None:
+    """Its supervisor has asked the queue and written why it waits (an event, not a pause)."""
+    wait_for(lambda: "waiting for" in _log(run_id), 120, what=f"run {run_id}'s waiting line")
 
 
 def _log(run_id: str) -> str:
@@ -177,7 +182,7 @@ def test_a_foreign_process_above_the_threshold_keeps_jobs_off_its_gpu(box, tmp_p
         first = jobs.submit(nb, nproc=1, gpus=1, params={"steps": 400, "step_seconds": 0.1})
         assert rank_devices(first.id, 1) == [uuid_of(1)]
         second = jobs.submit(nb, nproc=1, gpus=1, params={"steps": 3})
-        time.sleep(3.0)
+        waits(second.id)
         assert status(second.id) == "queued"  # GPU 0 is unleased but busy with a foreign process
         other.kill()
         other.wait()
@@ -257,7 +262,7 @@ def test_a_kernel_training_on_gpu_0_keeps_jobs_off_gpu_0_until_the_kernel_dies(b
     first = jobs.submit(nb, nproc=1, params={"steps": 400, "step_seconds": 0.1})
     assert rank_devices(first.id, 1) == [uuid_of(1)]
     second = jobs.submit(nb, nproc=1, params={"steps": 3})
-    time.sleep(3.0)
+    waits(second.id)
     assert status(second.id) == "queued"
     os.kill(manager.provisioner.pid, signal.SIGKILL)  # the kernel dies without a word
     assert rank_devices(second.id, 1) == [uuid_of(0)]  # its lease ended with it: the queue moved on
@@ -286,7 +291,7 @@ def test_sigkill_of_a_runs_process_releases_its_lease_and_the_queue_moves_on(box
     holder = jobs.submit(nb, nproc=1, params={"steps": 400, "step_seconds": 0.1})
     (record,) = wait_for(lambda: ranks.read_all(holder.id), what="the holder's rank")
     waiting = jobs.submit(nb, nproc=1, params={"steps": 3})
-    time.sleep(2.0)
+    waits(waiting.id)
     assert status(waiting.id) == "queued"
     os.kill(RunStore().get(holder.id).pid if victim == "supervisor" else record.pid, signal.SIGKILL)
     assert rank_devices(waiting.id, 1) == [uuid_of(0)]
