@@ -22,7 +22,7 @@ STALL_TIMEOUT = OptionSpec(
     name="stall_timeout",
     type=float,
     default=None,
-    help="Under --nproc or a job: flag the run 'stalled' and dump every rank's Python stack (jiyu stacks ID) "
-    "when no optimizer step was logged for this many seconds; 0 turns it off.",
+    help="In a run of several ranks (--nproc, a job): flag it 'stalled' and dump every rank's Python stack "
+    "(jiyu stacks ID) when no optimizer step was logged for this many seconds; 0 turns it off.",
     metavar="SECONDS",
 )
