@@ -1,13 +1,16 @@
 """Every option of a submission (``%submit``, ``jiyu submit``, ``POST /jiyu/api/runs``),
-declared once with its help and its checks, in the style of ``train.fit_options``.
+declared once with its help and its checks, as ``OptionSpec``s (``core.options``) like ``fit``'s.
 
 ``SubmitOptions`` is the one value the three doors parse into: the magic and the CLI build their
 argparse options from its fields (``argument_specs``: flag names follow torchrun's,
 ``--nproc-per-node`` is an alias of ``--nproc``) and read them back with ``from_args``; the
-server reads a JSON body with ``from_request``. ``validated`` checks them all in one place and
-says what is wrong in one line, naming the option as the user wrote it: ``--nproc`` on the
-command line, ``'nproc'`` in a request. The run name rule (``core.runs.names``) and the stall
-timeout rule (``core.events.stall_clock``) are the core's, used here as by ``fit``.
+server takes a JSON body's fields by these names (``request_fields``) and reads them with
+``from_request``; ``%ranks start`` builds its flags from the options a pool shares with a job
+(``option_spec``), and ``--name`` and ``--stall-timeout`` are ``fit``'s too (``core.options.run_options``).
+``validated`` checks them all in one place and says what is wrong in one line, naming the
+option as the user wrote it: ``--nproc`` on the command line, ``'nproc'`` in a request. The run
+name rule (``core.runs.names``) and the stall timeout rule (``core.events.stall_clock``) are the
+core's, used here as by ``fit``.
 """
 
 from __future__ import annotations
@@ -16,12 +19,12 @@ import argparse
 import dataclasses
 import shlex
 import shutil
-import types
-import typing
-from dataclasses import MISSING, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from ..core.events.stall_clock import BadStallTimeout, check_stall_timeout
+from ..core.options.option_spec import BadOptionValue, OptionSpec, option, specs_of
+from ..core.options.run_options import NAME, STALL_TIMEOUT
 from ..core.runs.names import BadRunName, check_run_name
 from ..trackers.destinations import TrackSpecError, as_strings, parse_track
 from ..trackers.extras import check_installed
@@ -43,33 +46,11 @@ MAX_RESTARTS = 1000
 SLURM, KUBERNETES = "slurm", "kubernetes"
 
 
-def option(
-    default: Any,
-    help: str,
-    *,
-    flags: tuple[str, ...] | None = None,
-    metavar: str | None = None,
-    choices: tuple[str, ...] | None = None,
-    bounds: tuple[int, int] | None = None,
-    backend: str | None = None,
-    request: bool = False,
-) -> Any:
-    """A ``SubmitOptions`` field and what the doors need of it: its flags (default
-    ``--field-name``), help, bounds for a whole number, the backend it is for, and whether a
-    request (``POST /jiyu/api/runs``) may set it."""
-    meta = dict(
-        help=help, flags=flags, metavar=metavar, choices=choices, bounds=bounds, backend=backend, request=request
-    )
-    if isinstance(default, list):
-        return field(default_factory=list, metadata=meta)
-    return field(default=default, metadata=meta)
-
-
 @dataclass
 class SubmitOptions:
     nproc: int = option(
         1,
-        "processes (ranks) per node; one per GPU (default 1)",
+        "Processes (ranks) per node; one per GPU.",
         flags=("--nproc", "--nproc-per-node"),
         metavar="N",
         bounds=(1, MAX_PROCESSES),
@@ -77,40 +58,41 @@ class SubmitOptions:
     )
     nnodes: int = option(
         1,
-        "nodes (default 1); more needs --rdzv-endpoint, or a scheduler (--backend slurm, kubernetes)",
+        "Nodes; more than one needs --rdzv-endpoint, or a scheduler (--backend slurm, kubernetes).",
         metavar="N",
         bounds=(1, MAX_NODES),
         request=True,
     )
     gpus: int | None = option(
         None,
-        "GPUs per node to lease (default: one per process where GPUs are visible, else 0; 0 runs on the CPU); "
-        "the run waits queued until N GPUs are free, and its ranks see exactly those (CUDA_VISIBLE_DEVICES)",
+        "GPUs per node to lease (0 runs on the CPU); the run waits queued until N GPUs are free, "
+        "and its ranks see exactly those (CUDA_VISIBLE_DEVICES).",
+        default_text="one per process where GPUs are visible, else 0",
         metavar="N",
         bounds=(0, MAX_GPUS),
         request=True,
     )
     priority: int = option(
         0,
-        "higher starts first among queued runs; equal priorities start in submission order (default 0)",
+        "Higher starts first among queued runs; equal priorities start in submission order.",
         metavar="P",
         bounds=(-MAX_PRIORITY, MAX_PRIORITY),
         request=True,
     )
     share: bool = option(
-        False, "may lease GPUs that other --share runs lease too (never one a run holds alone)", request=True
+        False, "May lease GPUs that other --share runs lease too (never one a run holds alone).", request=True
     )
     preemptible: bool = option(
         False,
-        "on a shared box: when another user's run has waited past the box policy's preempt_after_minutes, "
-        "this job stops with a checkpoint, waits in the queue again and resumes from that checkpoint",
+        "On a shared box: when another user's run has waited past the box policy's preempt_after_minutes, "
+        "this job stops with a checkpoint, waits in the queue again and resumes from that checkpoint.",
         request=True,
     )
-    name: str | None = option(None, "a name for the run (default: the notebook's file name)", request=True)
+    name: str | None = NAME.field(default_text="the notebook's file name", request=True)
     max_restarts: int = option(
         0,
-        "let torchrun restart failed workers K times; each training call resumes from its own last "
-        "checkpoint, and calls that had finished restore their final weights",
+        "Let torchrun restart failed workers K times; each training call resumes from its own last "
+        "checkpoint, and calls that had finished restore their final weights.",
         metavar="K",
         bounds=(0, MAX_RESTARTS),
     )
@@ -118,83 +100,82 @@ class SubmitOptions:
         "local",
         "local: a detached torchrun here; slurm: a batch job (sbatch); kubernetes: a Kubeflow TrainJob "
         "(kubectl apply). A scheduler's job is submitted when its tool reaches a cluster, else its spec is "
-        "printed with the command to submit it; either way the run is followed in %%jobs / jiyu jobs and "
-        "stopped with jiyu stop",
+        "printed with the command to submit it; either way the run is followed in %jobs / jiyu jobs and "
+        "stopped with jiyu stop.",
         choices=BACKENDS,
         request=True,
     )
-    stall_timeout: float | None = option(
-        None,
-        "flag the run 'stalled' and dump every rank's stack (jiyu stacks ID) when no optimizer step was "
-        "logged for S seconds while its ranks live; the default of the job's %%%%train/fit calls, which may "
-        "set their own (default: the larger of 10x the median step time and 300; 0: off)",
-        metavar="S",
+    stall_timeout: float | None = STALL_TIMEOUT.field(
+        default_text="the larger of 10x the median step time and 300, for the job's %%train/fit calls that set none",
         request=True,
     )
-    notify: str | None = option(None, "run CMD RUN_ID STATUS when the job ends", metavar="CMD")
+    notify: str | None = option(None, "Run CMD RUN_ID STATUS when the job ends.", metavar="CMD")
     track: list[str] = option(
         [],
-        "follow the run live in TensorBoard or MLflow: tensorboard[:DIR] or mlflow[:URI], a comma list or "
-        "repeated for both (its owner follows them, with those its %%%%train --track cells name; a cell "
-        "that names none follows $JIYU_TRACK)",
+        "Follow the run live in TensorBoard or MLflow: tensorboard[:DIR] or mlflow[:URI], a comma list or "
+        "repeated for both (its owner follows them, with those its %%train --track cells name; a cell "
+        "that names none follows $JIYU_TRACK).",
         metavar="TRACKER[:WHERE]",
         request=True,
     )
-    rdzv_endpoint: str | None = option(None, "multi-node rendezvous address (torchrun's)", metavar="HOST:PORT")
-    node_rank: int | None = option(None, "this node's rank (static rendezvous)", metavar="R", bounds=(0, MAX_NODES))
+    rdzv_endpoint: str | None = option(None, "Multi-node rendezvous address (torchrun's).", metavar="HOST:PORT")
+    node_rank: int | None = option(None, "This node's rank (static rendezvous).", metavar="R", bounds=(0, MAX_NODES))
     # -- each becomes a #SBATCH line of the batch script (backends/slurm/options checks them)
     time: str | None = option(
         None,
         "Slurm: the job's time limit (minutes, HH:MM:SS or D-HH:MM); before it, the ranks checkpoint and "
-        "the job is requeued",
+        "the job is requeued.",
         metavar="LIMIT",
         backend=SLURM,
     )
-    partition: str | None = option(None, "Slurm: the partition to run in", metavar="NAME", backend=SLURM)
-    account: str | None = option(None, "Slurm: the account to charge", metavar="NAME", backend=SLURM)
-    qos: str | None = option(None, "Slurm: the quality of service", metavar="NAME", backend=SLURM)
+    partition: str | None = option(None, "Slurm: the partition to run in.", metavar="NAME", backend=SLURM)
+    account: str | None = option(None, "Slurm: the account to charge.", metavar="NAME", backend=SLURM)
+    qos: str | None = option(None, "Slurm: the quality of service.", metavar="NAME", backend=SLURM)
     constraint: str | None = option(
-        None, "Slurm: node features the job needs (a100, a&b, [a|b])", metavar="FEATURES", backend=SLURM
+        None, "Slurm: node features the job needs (a100, a&b, [a|b]).", metavar="FEATURES", backend=SLURM
     )
-    mem: str | None = option(None, "Slurm: memory per node (64G, 500M)", metavar="SIZE", backend=SLURM)
+    mem: str | None = option(None, "Slurm: memory per node (64G, 500M).", metavar="SIZE", backend=SLURM)
     gpus_per_node: int | None = option(
         None,
-        "Slurm: GPUs per node, asked as --gres=gpu:N (default: one per process; 0: a CPU job on gloo)",
+        "Slurm: GPUs per node, asked as --gres=gpu:N (0: a CPU job on gloo).",
+        default_text="one per process",
         metavar="N",
         bounds=(0, MAX_GPUS),
         backend=SLURM,
     )
     sbatch_args: list[str] = option(
         [],
-        "Slurm: any other sbatch option, passed through as written (--sbatch-arg=--exclusive; repeatable)",
+        "Slurm: any other sbatch option, passed through as written (--sbatch-arg=--exclusive; repeatable).",
         flags=("--sbatch-arg",),
         metavar="OPTION",
         backend=SLURM,
     )
     max_requeues: int | None = option(
         None,
-        f"Slurm: times the job is requeued when its time limit comes, resuming from its checkpoint "
-        f"(default {DEFAULT_MAX_REQUEUES}; 0: never)",
+        "Slurm: times the job is requeued when its time limit comes, resuming from its checkpoint (0: never).",
+        default_text=str(DEFAULT_MAX_REQUEUES),
         metavar="K",
         backend=SLURM,
     )
     checkpoint_grace: int | None = option(
         None,
-        f"Slurm: seconds before the time limit at which the ranks are told to checkpoint (SIGUSR1; "
-        f"default {DEFAULT_CHECKPOINT_GRACE_S})",
+        "Slurm: seconds before the time limit at which the ranks are told to checkpoint (SIGUSR1).",
+        default_text=str(DEFAULT_CHECKPOINT_GRACE_S),
         metavar="S",
         backend=SLURM,
     )
     join_timeout: int | None = option(
         None,
-        f"Slurm: seconds every node has to reach the first node's rendezvous before the job fails naming "
-        f"the nodes that never came (default {DEFAULT_JOIN_TIMEOUT_S})",
+        "Slurm: seconds every node has to reach the first node's rendezvous before the job fails naming "
+        "the nodes that never came.",
+        default_text=str(DEFAULT_JOIN_TIMEOUT_S),
         metavar="S",
         backend=SLURM,
     )
     k8s_kind: str | None = option(
         None,
-        "Kubernetes: trainjob (Kubeflow Trainer v2, the default) or pytorchjob (the older training operator)",
+        "Kubernetes: trainjob (Kubeflow Trainer v2) or pytorchjob (the older training operator).",
+        default_text="trainjob",
         choices=K8S_KINDS,
         backend=KUBERNETES,
     )
@@ -226,7 +207,8 @@ class SubmitOptions:
         """From a request's JSON body (the fields a request may set; ``params`` already read),
         checked with the request's names (``'nproc'``). The Slurm options come as one ``slurm``
         object of ``SlurmOptions`` fields (``{"time": "1:00:00", "gpus_per_node": 0}``)."""
-        values = {name: body[name] for name in _REQUEST_FIELDS if name in body and body[name] is not None}
+        requested = [spec.name for spec in option_specs() if spec.request]
+        values = {name: body[name] for name in requested if body.get(name) is not None}
         slurm = body.get("slurm") or {}
         if not isinstance(slurm, dict):
             raise JobError('\'slurm\' must be an object of Slurm options, e.g. {"time": "1:00:00"}')
@@ -240,13 +222,10 @@ class SubmitOptions:
         """Every option checked (``request``: errors name the JSON field, not the flag)."""
         label = (lambda name: f"'{name}'") if request else _flag
         for spec in option_specs():
-            value = getattr(self, spec.name)
-            if spec.bounds is not None and value is not None:
-                _whole(label(spec.name), value, *spec.bounds)
-            if spec.choices is not None and value is not None and value not in spec.choices:
-                raise JobError(f"{label(spec.name)} {value!r}: expected one of {', '.join(spec.choices)}")
-            if spec.type is bool and not isinstance(value, bool):
-                raise JobError(f"{label(spec.name)} must be true or false, got {value!r}")
+            try:
+                spec.check(getattr(self, spec.name), label(spec.name))
+            except BadOptionValue as error:
+                raise JobError(str(error)) from None
         try:
             self.name = check_run_name(self.name)
         except BadRunName as error:
@@ -323,57 +302,23 @@ def _tracks(label: str, value: Any) -> list[str]:
     return as_strings(destinations)
 
 
-@dataclass(frozen=True)
-class OptionSpec:
-    """One ``SubmitOptions`` field as the doors declare it."""
-
-    name: str
-    type: type
-    default: Any
-    help: str
-    flags: tuple[str, ...]
-    metavar: str | None
-    choices: tuple[str, ...] | None
-    bounds: tuple[int, int] | None
-    backend: str | None
-    request: bool
-
-    def argparse_kwargs(self) -> dict[str, Any]:
-        if self.type is bool:
-            return dict(dest=self.name, action="store_true", help=self.help)
-        if self.type is list:
-            return dict(dest=self.name, action="append", metavar=self.metavar, help=self.help)
-        kwargs = dict(dest=self.name, default=self.default, metavar=self.metavar, help=self.help)
-        if self.type in (int, float):
-            kwargs["type"] = self.type
-        if self.choices:
-            kwargs["choices"] = self.choices
-        return kwargs
-
-
 def option_specs() -> list[OptionSpec]:
-    """The options in declaration order (``params`` is the -p/-y/-f options' business)."""
-    hints = typing.get_type_hints(SubmitOptions)
-    specs = []
-    for f in fields(SubmitOptions):
-        if not f.metadata:
-            continue
-        meta = f.metadata
-        specs.append(
-            OptionSpec(
-                name=f.name,
-                type=_value_type(hints[f.name]),
-                default=None if f.default is MISSING else f.default,
-                help=meta["help"],
-                flags=meta["flags"] or ("--" + f.name.replace("_", "-"),),
-                metavar=meta["metavar"],
-                choices=meta["choices"],
-                bounds=meta["bounds"],
-                backend=meta["backend"],
-                request=meta["request"],
-            )
-        )
-    return specs
+    """The options in declaration order (``params`` is the -p/-y/-f options' business): each
+    an ``OptionSpec`` (name, value type, default, help, flags, bounds, choices, whether a
+    request may set it), from which the magic's and the CLI's parsers, the REST request's
+    fields and the checks are made."""
+    return specs_of(SubmitOptions)
+
+
+def option_spec(name: str) -> OptionSpec:
+    """One option's declaration, for a door that takes it too (``%ranks start``)."""
+    return next(spec for spec in option_specs() if spec.name == name)
+
+
+def request_fields() -> list[str]:
+    """The fields of a submission request (``POST /jiyu/api/runs``) that are options: the
+    declared ``request`` ones by name, then ``slurm``, an object of Slurm options."""
+    return [spec.name for spec in option_specs() if spec.request] + ["slurm"]
 
 
 def argument_specs() -> list[tuple[tuple[str, ...], dict[str, Any]]]:
@@ -433,24 +378,12 @@ def params_of(args: argparse.Namespace) -> dict[str, Any]:
     return params
 
 
-def _value_type(hint: Any) -> type:
-    """The value's type: ``int`` of ``int | None``, ``list`` of ``list[str]``."""
-    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
-        hint = next(a for a in typing.get_args(hint) if a is not type(None))
-    return typing.get_origin(hint) or hint
-
-
 def _slurm_fields() -> list[str]:
     return [f.name for f in dataclasses.fields(SlurmOptions)]
 
 
 def _flag(name: str) -> str:
-    return next(spec.flags[0] for spec in option_specs() if spec.name == name)
-
-
-def _whole(label: str, value: Any, lowest: int, highest: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or not lowest <= value <= highest:
-        raise JobError(f"{label} {value!r:.40}: expected a whole number from {lowest} to {highest}")
+    return option_spec(name).flag
 
 
 def _check_command(command: str) -> None:
@@ -463,4 +396,3 @@ def _check_command(command: str) -> None:
 
 
 _FIELDS = [f.name for f in fields(SubmitOptions)]
-_REQUEST_FIELDS = [f.name for f in fields(SubmitOptions) if f.metadata.get("request")]

@@ -22,7 +22,9 @@ from typing import TYPE_CHECKING
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, magics_class
 
+from ..core.options.run_options import DEVICE, NAME
 from ..core.runs.launch_context import NOTEBOOK_ENV
+from ..jobs.submit_options import option_spec
 from .ranks_output import Background, Echo, RankCellError, RankDied, report, show_stall
 
 if TYPE_CHECKING:  # imported when a pool starts: %load_ext stays light (no zmq, no lifecycle)
@@ -46,17 +48,37 @@ def _parser(prog: str) -> _Parser:
     return _Parser(prog=prog, add_help=False)
 
 
-START = _parser("%ranks start")
-START.add_argument("nproc", type=int)
-START.add_argument("--device", default=None, help="cpu: gloo ranks that lease no GPU")
-START.add_argument("--gpus", type=int, default=None)
-START.add_argument("--name", default=None)
-START.add_argument("--replace-dead", action="store_true")
-START.add_argument("--backend", choices=("local", "slurm"), default="local")
-START.add_argument("--nodes", type=int, default=1)
-START.add_argument("--partition", default=None)
-START.add_argument("--time", default=None)
-START.add_argument("--gpus-per-node", type=int, default=None)
+# What a pool shares with a job is declared once, as a job's option (``SubmitOptions``: the pool
+# is a run of the same lifecycle), or for every door (``--name``, ``--device``); %ranks start
+# says only what differs: a pool runs here or on Slurm, its nodes are ``--nodes``, its default
+# name is ranks-N. The positional nproc and --replace-dead are the pool's own.
+POOL_BACKENDS = ("local", "slurm")
+POOL_SLURM_OPTIONS = ("partition", "time", "gpus_per_node")
+START_OPTIONS = [
+    DEVICE,
+    option_spec("gpus"),
+    NAME.but(default_text="ranks-N"),
+    option_spec("backend").but(choices=POOL_BACKENDS),
+    option_spec("nnodes").but(flags=("--nodes",)),
+    *map(option_spec, POOL_SLURM_OPTIONS),
+]
+
+
+def _start_parser() -> _Parser:
+    parser = _parser("%ranks start")
+    nproc = option_spec("nproc")
+    parser.add_argument(nproc.name, type=nproc.type, help=nproc.help)
+    for spec in START_OPTIONS:
+        parser.add_argument(*spec.flags, **spec.argparse_kwargs())
+    parser.add_argument(
+        "--replace-dead",
+        action="store_true",
+        help="a rank that dies is replaced at once (then the --on-join cell runs)",
+    )
+    return parser
+
+
+START = _start_parser()
 PUSH = _parser("%ranks push")
 PUSH.add_argument("names", nargs="+")
 PULL = _parser("%ranks pull")
@@ -178,11 +200,11 @@ class RanksMagics(Magics):
         args = START.parse_args(words)
         if self.agent is not None and not self.agent.pool.ended and self.agent.pool.alive():
             raise UsageError(f"a pool runs already: {self.agent.pool.describe()}; %ranks stop first")
-        slurm = {"partition": args.partition, "time": args.time, "gpus_per_node": args.gpus_per_node}
-        slurm = {name: value for name, value in slurm.items() if value is not None}
-        if args.backend == "local" and (slurm or args.nodes != 1):
-            named = [*slurm, *(["nodes"] if args.nodes != 1 else [])]
-            given = ", ".join(f"--{name.replace('_', '-')}" for name in named)
+        slurm = {name: getattr(args, name) for name in POOL_SLURM_OPTIONS if getattr(args, name) is not None}
+        if args.backend == "local" and (slurm or args.nnodes != 1):
+            named = [*slurm, *(["nnodes"] if args.nnodes != 1 else [])]
+            flags = {spec.name: spec.flag for spec in START_OPTIONS}
+            given = ", ".join(flags[name] for name in named)
             raise UsageError(f"%ranks start: {given} take(s) --backend slurm (a local pool runs on this machine)")
         if args.replace_dead and args.backend != "local":
             raise UsageError(
@@ -196,7 +218,7 @@ class RanksMagics(Magics):
                 gpus=args.gpus,
                 name=args.name,
                 notebook=notebook,
-                nodes=args.nodes,
+                nodes=args.nnodes,
                 backend=args.backend,
                 slurm=slurm or None,
                 on_wait=lambda text: print(f"jiyu: {text}", flush=True),

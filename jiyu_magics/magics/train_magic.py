@@ -12,13 +12,14 @@ import keyword
 import os
 import re
 from argparse import Namespace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
 
-from ..train.fit_options import FitOptions, OptionSpec, flag_of, option_specs
+from ..core.options.option_spec import OptionSpec
+from ..train.fit_options import FitOptions, flag_of, option_specs
 from ..train.train_errors import TrainConfigError
 from .cell_history import CellHistory
 from .defining_cell import defining_cells
@@ -101,14 +102,7 @@ MAGIC_OPTIONS: list[tuple[tuple[str, ...], dict]] = [
 def fit_argument(spec: OptionSpec) -> tuple[tuple[str, ...], dict]:
     """A ``fit`` option as an ``@argument``. Its argparse default is None ("not given"), so a
     value the user did not type comes from the declaration's own default in ``fit_kwargs``."""
-    options: dict[str, Any] = dict(dest=spec.name, default=None, help=spec.described().replace("%", "%%"))
-    if spec.is_switch:
-        options["action"] = "store_false" if spec.default else "store_true"
-    elif spec.repeatable:
-        options.update(action="append", metavar=spec.metavar)
-    else:
-        options.update(type=None if spec.type is str else spec.type, choices=spec.choices, metavar=spec.metavar)
-    return (spec.flag,), options
+    return spec.flags, spec.argparse_kwargs(unset=True)
 
 
 def with_train_options(func):

@@ -81,7 +81,8 @@ class RunsHandler(JiyuHandler):
     async def post(self) -> None:
         """Submits a notebook under the server root as a background job."""
         body = validation.json_object(self.request.body)
-        submission = validation.submission(body, self.settings["server_root_dir"])
+        fields = await self.blocking(bridge.submit_option_fields)
+        submission = validation.submission(body, self.settings["server_root_dir"], fields)
         run = await self.blocking(bridge.submit, submission)
         record = await self.blocking(self.app.runs.record, run, run.params)
         self.set_header("Location", self.request.path.rstrip("/") + f"/{run.id}")

@@ -25,6 +25,15 @@ def jobs_module() -> ModuleType:
         raise Unavailable("background jobs are not part of this installation (jiyu_magics.jobs is missing)") from None
 
 
+def submit_option_fields() -> list[str]:
+    """The fields of a submission that are options: the jobs layer's declarations name them
+    (``SubmitOptions``' request options, then ``slurm``), so a new option is a field at once."""
+    jobs_module()
+    from ..jobs.submit_options import request_fields
+
+    return request_fields()
+
+
 def submit(submission: Submission) -> Run:
     """The options are the jobs layer's ``SubmitOptions``, checked there as for ``%submit``
     (errors name the JSON field); parameter lines are read by its ``-p`` grammar. A value it

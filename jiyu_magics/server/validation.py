@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import keyword
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,22 +25,10 @@ MAX_OFFSET = 2**63 - 1  # what a file offset can be
 MAX_PARAM_LINES = 1000
 MAX_PARAM_BYTES = 64 * 1024  # one parameter's value as JSON (or one typed line): a model size, not a data set
 MAX_LIST = 10_000  # runs one GET /jiyu/api/runs may ask for
-# a submission: the notebook, its parameters (values or typed lines), and the SubmitOptions a request may set
-SUBMIT_FIELDS = (
-    "notebook",
-    "params",
-    "param_lines",
-    "nproc",
-    "gpus",
-    "priority",
-    "share",
-    "name",
-    "stall_timeout",
-    "track",
-    "backend",
-    "nnodes",
-    "slurm",
-)
+# a submission's own fields: the notebook and its parameters (values or typed lines); its other
+# fields are the options a request may set, by the names the jobs layer declares them with
+# (``jobs.submit_options.request_fields``), passed in by the handler
+SUBMISSION_FIELDS = ("notebook", "params", "param_lines")
 
 
 @dataclass
@@ -106,19 +95,21 @@ def since(text: str | None) -> float | None:
     return value
 
 
-def submission(body: dict, root: str | Path) -> Submission:
-    unknown = sorted(set(body) - set(SUBMIT_FIELDS))
+def submission(body: dict, root: str | Path, option_fields: Sequence[str]) -> Submission:
+    """The body checked: no field but the submission's own and ``option_fields`` (the options'
+    declared names), a notebook under ``root``, parameters as values or as lines; the options
+    are taken by name, to be checked by the jobs layer."""
+    fields = [*SUBMISSION_FIELDS, *option_fields]
+    unknown = sorted(set(body) - set(fields))
     if unknown:
-        raise RequestError(
-            f"unknown field(s) {', '.join(map(repr, unknown))}; a submission takes {', '.join(SUBMIT_FIELDS)}"
-        )
+        raise RequestError(f"unknown field(s) {', '.join(map(repr, unknown))}; a submission takes {', '.join(fields)}")
     if body.get("params") and body.get("param_lines"):
         raise RequestError("give 'params' (values) or 'param_lines' (NAME = VALUE text), not both")
     return Submission(
         notebook=resolve_notebook(root, body.get("notebook")),
         params=params(body.get("params")),
         param_lines=param_lines(body.get("param_lines")),
-        options={name: body[name] for name in SUBMIT_FIELDS[3:] if name in body},
+        options={name: body[name] for name in option_fields if name in body},
     )
 
 

@@ -1,18 +1,20 @@
 """Every option of ``fit`` (and so of ``%%train``), declared once, with its validation.
 
-Each field carries what a user reads about it (help, choices, metavar, flag): ``%%train``
-builds its ``@argument``s from these fields and the training guide's option list is generated from
-them, so ``%%train?``, ``fit(**options)`` and the docs cannot disagree. The module imports
-neither torch nor IPython: the magic reads it at ``%load_ext`` time.
+Each field is an ``OptionSpec`` (``core.options``) carrying what a user reads about it (help,
+choices, metavar, flags): ``%%train`` builds its ``@argument``s from these fields and the training
+guide's option list is generated from them, so ``%%train?``, ``fit(**options)`` and the docs
+cannot disagree. ``--name``, ``--device`` and ``--stall-timeout`` are declared once for every door
+(``core.options.run_options``) and only say here what their default means in ``fit``. The
+module imports neither torch nor IPython: the magic reads it at ``%load_ext`` time.
 """
 
 from __future__ import annotations
 
-import typing
-from dataclasses import MISSING, dataclass, field, fields
-from typing import Any
+from dataclasses import dataclass, fields
 
 from ..core.events.stall_clock import BadStallTimeout, check_stall_timeout
+from ..core.options.option_spec import OptionSpec, option, specs_of
+from ..core.options.run_options import DEVICE, NAME, STALL_TIMEOUT
 from ..core.runs.names import BadRunName, check_run_name
 from ..trackers.destinations import OFF, SYNTAX, TrackSpecError, as_strings, default_track, parse_track
 from ..trackers.extras import check_installed
@@ -26,28 +28,6 @@ MAX_LOG_INTERVAL_S = 86400.0  # a day: longer than any loss read is worth waitin
 MAX_SEED = 2**63 - 1  # torch's generators take a 64-bit seed (the data order adds the epoch to it)
 
 
-def option(
-    default: Any,
-    help: str,
-    *,
-    default_text: str | None = None,
-    choices: tuple[str, ...] | None = None,
-    metavar: str | None = None,
-    flag: str | None = None,
-    repeatable: bool = False,
-) -> Any:
-    """A ``FitOptions`` field and its user-facing description. ``default_text`` says what a
-    ``None`` default means; ``flag`` overrides ``--field-name`` (``--no-ckpt`` for
-    ``save_ckpts``: an option that defaults to on is a flag that turns it off); a
-    ``repeatable`` flag adds to a comma list each time it is given."""
-    return field(
-        default=default,
-        metadata=dict(
-            help=help, default_text=default_text, choices=choices, metavar=metavar, flag=flag, repeatable=repeatable
-        ),
-    )
-
-
 @dataclass
 class FitOptions:
     epochs: int | None = option(
@@ -59,7 +39,9 @@ class FitOptions:
     batch_size: int | None = option(
         None, "Batch size when the training data is a Dataset or tensors, not a DataLoader.", metavar="N"
     )
-    shuffle: bool = option(True, "Keep the data order (only when the engine builds the batches).", flag="--no-shuffle")
+    shuffle: bool = option(
+        True, "Keep the data order (only when the engine builds the batches).", flags=("--no-shuffle",)
+    )
     drop_last: bool = option(
         False, "Drop each epoch's last incomplete batch (only when the engine builds the batches)."
     )
@@ -71,9 +53,7 @@ class FitOptions:
     accum: int = option(1, "Gradient accumulation: micro-batches per optimizer step.", metavar="N")
     clip: float | None = option(None, "Clip the gradient norm to NORM (unscaled first under fp16).", metavar="NORM")
     compile: bool = option(False, "torch.compile the model (the first steps are slow while it compiles).")
-    device: str | None = option(
-        None, "cuda, cuda:1, cpu ...", default_text="cuda:LOCAL_RANK when CUDA is available, else cpu"
-    )
+    device: str | None = DEVICE.field(default_text="cuda:LOCAL_RANK when CUDA is available, else cpu")
     seed: int | None = option(None, "Seed python, numpy and torch; also fixes the data order.")
     log_every: int | None = option(
         None,
@@ -85,7 +65,7 @@ class FitOptions:
         DEFAULT_LOG_INTERVAL_S,
         "Seconds between loss reads when --log-every is not given.",
         metavar="SECONDS",
-        flag="--log-interval",
+        flags=("--log-interval",),
     )
     val_every: int | None = option(
         None, "Validate every STEPS optimizer steps.", metavar="STEPS", default_text="each epoch end"
@@ -97,7 +77,7 @@ class FitOptions:
         None, "Where checkpoints go.", metavar="DIR", default_text="the run's folder under JIYU_HOME"
     )
     keep_ckpts: int = option(3, "Keep the newest N checkpoints of this call.", metavar="N")
-    save_ckpts: bool = option(True, "Save no checkpoints.", flag="--no-ckpt")
+    save_ckpts: bool = option(True, "Save no checkpoints.", flags=("--no-ckpt",))
     resume: str | None = option(
         None,
         "Continue from a checkpoint: a path; 'last': the newest checkpoint of the last run with the same "
@@ -109,19 +89,14 @@ class FitOptions:
     fast_data: bool = option(
         True,
         "Iterate a TensorDataset DataLoader as it is instead of the engine's batched gather.",
-        flag="--no-fast-data",
+        flags=("--no-fast-data",),
     )
     scheduler_interval: str = option(
         "step", "When the scheduler steps: after each optimizer step or each epoch.", choices=SCHEDULER_INTERVALS
     )
-    name: str | None = option(None, "The run's name in %jobs and the lab panel.", default_text="notebook:ModelClass")
-    stall_timeout: float | None = option(
-        None,
-        "Under --nproc or a job: flag the run 'stalled' and dump every "
-        "rank's Python stack (jiyu stacks ID) when no optimizer step "
-        "was logged for this long; 0 turns it off.",
-        metavar="SECONDS",
-        default_text="the job's --stall-timeout, else the larger of 10x the median step time and 300",
+    name: str | None = NAME.field(default_text="notebook:ModelClass")
+    stall_timeout: float | None = STALL_TIMEOUT.field(
+        default_text="the job's --stall-timeout, else the larger of 10x the median step time and 300"
     )
     track: str | None = option(
         None,
@@ -184,69 +159,15 @@ class FitOptions:
         return self
 
 
-@dataclass(frozen=True)
-class OptionSpec:
-    """One ``FitOptions`` field as a command-line option: what an adapter needs to declare it."""
-
-    name: str
-    type: type
-    default: Any
-    help: str
-    flag: str
-    choices: tuple[str, ...] | None = None
-    metavar: str | None = None
-    default_text: str | None = None
-    repeatable: bool = False
-
-    @property
-    def is_switch(self) -> bool:
-        """A flag without a value: ``--compile`` turns an off option on, ``--no-ckpt`` an on one off."""
-        return self.type is bool
-
-    def described(self) -> str:
-        """The help text with its default, as ``%%train?`` and the docs show it."""
-        if self.is_switch:
-            return self.help
-        default = self.default_text or (
-            None
-            if self.default is None
-            else f"{self.default:g}"
-            if isinstance(self.default, float)
-            else str(self.default)
-        )
-        return f"{self.help} Default: {default}." if default else self.help
-
-
 def option_specs() -> list[OptionSpec]:
     """The options of ``fit`` in declaration order, for adapters that parse them (``%%train``)
     and for the docs' option list."""
-    hints = typing.get_type_hints(FitOptions)
-    return [
-        OptionSpec(
-            name=f.name,
-            type=_value_type(hints[f.name]),
-            default=f.default,
-            help=f.metadata["help"],
-            flag=f.metadata["flag"] or "--" + f.name.replace("_", "-"),
-            choices=f.metadata["choices"],
-            metavar=f.metadata["metavar"],
-            default_text=f.metadata["default_text"],
-            repeatable=f.metadata["repeatable"],
-        )
-        for f in fields(FitOptions)
-        if f.default is not MISSING
-    ]
+    return specs_of(FitOptions)
 
 
 def flag_of(name: str) -> str:
     """``save_ckpts`` -> ``--no-ckpt``: an option named as the user types it."""
     return next((spec.flag for spec in option_specs() if spec.name == name), "--" + name.replace("_", "-"))
-
-
-def _value_type(hint: Any) -> type:
-    """``int | None`` -> ``int``."""
-    args = [a for a in typing.get_args(hint) if a is not type(None)]
-    return args[0] if args else hint
 
 
 def _tracking(value: str | list[str] | None) -> str | None:
