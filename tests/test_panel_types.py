@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -47,6 +48,31 @@ REPLIES = {
     "/jiyu/api/runs/{id}/ranks": "RankList",
     "/jiyu/api/runs/{id}/checkpoints": "RunCheckpoints",
     "/jiyu/api/runs/{id}/stop": "Run",
+}
+# The front-end's own shapes: props, chart geometry, folded histories, the dialog's fields.
+# Nothing the server sends or takes: those come from api.generated.ts.
+UI_TYPES = {
+    "IPoint",
+    "ISeries",
+    "IBox",
+    "IScales",
+    "ICompared",
+    "ICompareRow",
+    "ICompareLayout",
+    "IAncestor",
+    "IPanelModelOptions",
+    "ISubmitValues",
+    "IRunHistory",
+    "IParent",
+    "ISparkline",
+    "IRunView",
+    "IRunActions",
+    "ISelection",
+    "IPanelBodyProps",
+    "IMeterProps",
+    "IRunListProps",
+    "IChartOptions",
+    "IKernelActions",
 }
 
 
@@ -264,3 +290,84 @@ async def test_the_server_takes_every_field_the_submission_schema_declares(jp_fe
     code, data = await refusal(jp_fetch("jiyu", "api", "runs", method="POST", body=json.dumps(submission)))
     follows_schema("ErrorReply", data)
     assert (code, "no notebook at" in data["message"]) == (400, True), data
+
+
+# -- no hand-written REST payload in the TypeScript --------------------------------------------
+
+
+def declared_types(source: str) -> dict[str, set[str] | None]:
+    """Each interface or object type a TypeScript source declares, with its own property names
+    (not those of nested objects); None for another kind of type (a union, a ``Pick<...>``)."""
+    found: dict[str, set[str] | None] = {}
+    for match in re.finditer(r"^\s*(?:export\s+)?(?:interface\s+(\w+)[^{=]*\{|type\s+(\w+)\s*=)", source, re.M):
+        name = match.group(1) or match.group(2)
+        rest = source[match.end() :]
+        if match.group(2):  # a type alias: its object literal, if it is one
+            stripped = rest.lstrip()
+            if not stripped.startswith("{"):
+                found[name] = None
+                continue
+            rest = stripped[1:]
+        depth, props = 1, set()
+        for line in rest.splitlines():
+            if depth == 1 and (prop := re.match(r"\s*(?:readonly\s+)?(\w+)\??\s*[:(]", line)):
+                props.add(prop.group(1))
+            depth += line.count("{") - line.count("}")
+            if depth <= 0:
+                break
+        found[name] = props
+    return found
+
+
+def payload_declarations(source: str, defs: dict) -> list[str]:
+    """Why each type ``source`` declares is a REST payload written by hand: not a known UI type,
+    an alias of a generated type, or the properties of a generated record."""
+    problems = []
+    for name, props in declared_types(source).items():
+        if re.search(rf"type\s+{name}\s*=\s*({'|'.join(defs)})(\[\])?\s*;", source):
+            problems.append(f"{name}: an alias of a generated type (import the generated name)")
+        if props is None:
+            continue
+        if name not in UI_TYPES:
+            problems.append(f"{name}: not one of the UI's own types (tests/test_panel_types.py UI_TYPES)")
+        for record, schema in defs.items():
+            required = set(schema.get("required", ()))
+            if schema.get("type") == "object" and len(required) >= 2 and required <= props:
+                problems.append(f"{name}: re-declares the generated {record}")
+    return problems
+
+
+def test_no_typescript_file_declares_a_rest_payload_by_hand():
+    defs = api_schema()["$defs"]
+    sources = sorted(p for p in (LABEXT / "src").glob("*.ts*") if p.name != GENERATED.name)
+    problems = [f"{p.name}: {problem}" for p in sources for problem in payload_declarations(p.read_text(), defs)]
+    assert problems == []
+
+
+def test_the_payload_check_finds_a_hand_written_payload():
+    """The check is real: yesterday's hand-written kernel record, an alias and an object type."""
+    defs = api_schema()["$defs"]
+    kernel = """
+export interface IGpuKernel {
+  kernel_id: string;
+  session_id: string | null;
+  notebook: string | null;
+  execution_state: string | null;
+  idle_s: number | null;
+  run_id: string | null;
+  memory: number;
+  gpus: number[];
+  idle_warning: boolean;
+}"""
+    assert payload_declarations(kernel, defs) == [
+        "IGpuKernel: not one of the UI's own types (tests/test_panel_types.py UI_TYPES)",
+        "IGpuKernel: re-declares the generated GpuKernel",
+    ]
+    checkpoints = "export type ICheckpoints = {\n  run_id: string;\n  checkpoints: RunCheckpoint[];\n  rotated: 1;\n};"
+    assert "ICheckpoints: re-declares the generated RunCheckpoints" in payload_declarations(checkpoints, defs)
+    assert "IRun: an alias of a generated type (import the generated name)" in payload_declarations(
+        "export type IRun = Run;", defs
+    )
+    lease_fields = "\n".join(f"  {field}: number;" for field in ("uuid", "index", "run_id", "since", "ended", "shared"))
+    ui_named = f"interface IParent {{\n{lease_fields}\n}}"  # a UI type's name does not hide a payload
+    assert payload_declarations(ui_named, defs) == ["IParent: re-declares the generated RunGpu"]
