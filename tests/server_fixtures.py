@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
 
+import jsonschema
 from tornado.httpclient import HTTPResponse
 from traitlets.config import Config
 
@@ -14,6 +16,7 @@ from jiyu_magics.core.processes.info import process_start_time
 from jiyu_magics.core.runs.files import RunFiles
 from jiyu_magics.core.store.run_row import Run
 from jiyu_magics.core.store.run_store import RunStore
+from jiyu_magics.server.rest_schema import api_schema
 
 
 def server_config(**jiyu) -> Config:
@@ -73,6 +76,17 @@ def coloured_traceback(message: str = "boom on rank 1") -> str:
 
 def body(response: HTTPResponse) -> dict:
     return json.loads(response.body)
+
+
+@functools.cache
+def _schema_defs() -> dict:
+    return api_schema()["$defs"]
+
+
+def follows_schema(name: str, data) -> None:
+    """Raises ``jsonschema.ValidationError`` unless ``data`` is what the REST schema's ``$defs``
+    entry ``name`` declares (the type the panel's TypeScript is generated from)."""
+    jsonschema.validate(data, {"$ref": f"#/$defs/{name}", "$defs": _schema_defs()})
 
 
 def run_routes(web_app, package: str = "jiyu_magics.server") -> list[tuple[str, type]]:

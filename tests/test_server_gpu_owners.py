@@ -14,7 +14,7 @@ import pytest
 
 from .cli_runner import jiyu
 from .gpu_box import GIB, configure
-from .server_fixtures import body, live_run, server_config
+from .server_fixtures import body, follows_schema, live_run, server_config
 
 pytestmark = pytest.mark.usefixtures("nvml_double")
 
@@ -66,6 +66,7 @@ async def test_gpu_processes_of_two_kernels_are_named_by_their_notebooks(
     app.kernel_idle_warning = 0.0  # warn at once: both kernels hold memory while idle
 
     snap = body(await jp_fetch("jiyu", "api", "gpus"))
+    follows_schema("GpuStatus", snap)  # kernels, their owners and a lease: as the panel's types say
     owners = [[p["owner"] for p in d["processes"]] for d in snap["devices"]]
     for gpu, session in ((0, alpha), (1, beta)):
         (owner,) = owners[gpu]

@@ -126,6 +126,8 @@ def rest_schema() -> str:
     parts = []
     for name, definition in schema["$defs"].items():
         parts.append(f"### `{name}`\n")
+        if "description" in definition:
+            parts.append(definition["description"] + "\n")
         if "enum" in definition:
             parts.append("One of: " + ", ".join(f"`{value}`" for value in definition["enum"]) + ".\n")
         elif "oneOf" in definition:

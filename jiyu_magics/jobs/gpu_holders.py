@@ -10,7 +10,8 @@ run's ``queue_reason``: ``jiyu jobs``, the panel and the waiting line in the run
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 import psutil
 
@@ -47,7 +48,7 @@ def _processes(device: GpuDevice, own: set[int]) -> str:
 
 def _who(proc: GpuProcess) -> str:
     """``PID 1234 (python, not a jiyu run)``, or the owner's own label (a run, a kernel)."""
-    owner = proc.owner or {}
+    owner: Mapping[str, Any] = proc.owner or {}
     kind = owner.get("kind")
     if kind in ("run", "kernel", "user"):
         return f"PID {proc.pid} ({owner.get('label')})"

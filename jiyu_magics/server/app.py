@@ -21,7 +21,7 @@ from ..core.gpu.status import peak_memory
 from ..core.runs.files import HOME_ENV, private_folder
 from . import box_kernels
 from . import jobs_bridge as bridge
-from .gpu_sampler import GpuSampler, Holders
+from .gpu_sampler import GpuSampler, GpuStatus, Holders
 from .handlers import ROUTES
 from .kernel_owners import kernel_infos
 from .kernel_status import untrack_control_messages
@@ -192,7 +192,7 @@ class JiyuApp(ExtensionApp):
             idle_warning_s=self.box_idle_s if self.box_idle_s is not None else self.kernel_idle_warning * 60,
         )
 
-    async def sample_gpus(self) -> dict:
+    async def sample_gpus(self) -> GpuStatus:
         """The GPU snapshot with the server's kernels as owners (every request and the
         background sampler go through here, so the shared snapshot always names them)."""
         return await self.sampler.snapshot(await kernel_infos(self.serverapp))
@@ -204,7 +204,7 @@ class JiyuApp(ExtensionApp):
         data = await self.sampler.snapshot(await kernel_infos(self.serverapp), accrue=True)
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(None, bridge.upkeep)
-        reclaim, self.box_idle_s = await loop.run_in_executor(None, box_kernels.report, data.get("kernels", []))
+        reclaim, self.box_idle_s = await loop.run_in_executor(None, box_kernels.report, data["kernels"])
         for kernel_id in await box_kernels.carry_out(self.serverapp, reclaim):
             await loop.run_in_executor(None, box_kernels.reclaimed, kernel_id)
 

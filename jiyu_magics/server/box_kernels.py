@@ -14,11 +14,12 @@ from typing import Any
 
 from ..core.box.client import BoxClient, BoxRefused, BoxUnreachable
 from ..core.box.location import find
+from .gpu_sampler import GpuKernel
 
 log = logging.getLogger(__name__)
 
 
-def report(kernels: list[dict]) -> tuple[list[str], float | None]:
+def report(kernels: list[GpuKernel]) -> tuple[list[str], float | None]:
     """The kernels an admin asked to reclaim, and the box's idle limit in seconds; nothing and
     None without a box (or while its keeper does not answer)."""
     location = find()

@@ -22,9 +22,10 @@ from tornado import web
 from ..core.runs.model import RunStatus
 from . import jobs_bridge as bridge
 from . import metrics, validation
+from .gpu_sampler import GpuStatus
 from .http_errors import answers_errors
 from .log_chunks import read_chunk
-from .run_views import RunViews
+from .run_views import RunList, RunViews
 
 
 class ServingApp(Protocol):
@@ -37,7 +38,7 @@ class ServingApp(Protocol):
     metrics_token: str
     metrics_gpu_names: str
 
-    async def sample_gpus(self) -> dict: ...
+    async def sample_gpus(self) -> GpuStatus: ...
 
 
 class JiyuHandler(ExtensionHandlerMixin, APIHandler):
@@ -74,7 +75,7 @@ class RunsHandler(JiyuHandler):
         at or after unix time T), each with its params in short form."""
         limit = validation.list_limit(self.get_query_argument("limit", None))
         since = validation.since(self.get_query_argument("since", None))
-        self.reply({"runs": await self.blocking(self.app.runs.list, limit, since)})
+        self.reply(RunList(runs=await self.blocking(self.app.runs.list, limit, since)))
 
     @web.authenticated
     @answers_errors
@@ -114,10 +115,10 @@ class RunLogHandler(JiyuHandler):
     async def get(self, run_id: str) -> None:
         """The run's stdout/stderr from ``offset``; ``active`` false means no more will come."""
         offset = validation.offset(self.get_query_argument("offset", None))
-        run = (await self.blocking(self.app.runs.row, run_id)).to_dict()
+        status = (await self.blocking(self.app.runs.row, run_id)).status
         path = self.app.runs.files(run_id).log
-        chunk = await self.blocking(read_chunk, path, offset, self.app.chunk_bytes, not _active(run))
-        self.reply({**chunk.to_dict(), "active": _active(run), "status": run["status"]})
+        chunk = await self.blocking(read_chunk, path, offset, self.app.chunk_bytes, not status.active)
+        self.reply(chunk.reply(status))
 
 
 class RunStacksHandler(JiyuHandler):
@@ -144,7 +145,7 @@ class RunRanksHandler(JiyuHandler):
     async def get(self, run_id: str) -> None:
         """Each rank's record: pid, state (running | exited | killed), exit code, error."""
         await self.blocking(self.app.runs.row, run_id)  # an unknown run is a 404
-        self.reply({"ranks": await self.blocking(bridge.ranks, run_id)})
+        self.reply(bridge.RankList(ranks=await self.blocking(bridge.ranks, run_id)))
 
 
 class RunStopHandler(JiyuHandler):

@@ -9,12 +9,24 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, TypedDict
 
 from tornado import web
 
 from ..core.store.database import StoreUnusable
 from ..core.store.run_row import ForeignRun, UnknownRun
+
+
+class _Message(TypedDict):
+    message: str  # what the user sees: names the bad field and what was expected
+
+
+class ErrorReply(_Message, total=False):
+    """The body of every refusal (4xx, 503), as ``APIHandler.write_error`` writes it from the
+    ``HTTPError`` raised here (or by Jupyter's own checks: a missing login is a 403)."""
+
+    reason: str | None  # the HTTP reason phrase, when one was given
+    traceback: str  # present (empty) for an unexpected error: a 500
 
 
 class RequestError(Exception):

@@ -9,11 +9,21 @@ from __future__ import annotations
 
 import importlib
 from types import ModuleType
+from typing import TYPE_CHECKING, TypedDict
 
 from ..core.store.run_row import Run
 from ..core.store.run_store import RunStore
 from .http_errors import Conflict, RequestError, Unavailable
 from .validation import Submission
+
+if TYPE_CHECKING:  # the jobs layer is imported when a request needs it (``rest_schema`` names it for the schema)
+    from ..jobs.process.rank_records import RankRecordJson
+
+
+class RankList(TypedDict):
+    """``GET /jiyu/api/runs/{id}/ranks``: each rank's own record, by rank."""
+
+    ranks: list[RankRecordJson]
 
 
 def jobs_module() -> ModuleType:
@@ -68,7 +78,7 @@ def stop(run_id: str, grace: float) -> Run:
         raise Conflict(str(error)) from None
 
 
-def ranks(run_id: str) -> list[dict]:
+def ranks(run_id: str) -> list[RankRecordJson]:
     """Each rank's own record (pid, state, exit code, error, GPUs seen, whether it stopped on
     request, the signal that killed it as torchrun reported it), as the run page shows
     it; none for a run whose ranks write none (a kernel run), or without the jobs layer."""

@@ -11,13 +11,25 @@ ends inside such a code stops before it too, so no half of one reaches the view.
 from __future__ import annotations
 
 import codecs
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TypedDict
 
+from ..core.runs.model import RunStatus
 from ..core.text import ansi_cut, without_ansi
 from .http_errors import RequestError
 
 ANSI_TAIL = 512  # the longest terminal code a chunk is stretched to finish
+
+
+class LogReply(TypedDict):
+    """``GET /jiyu/api/runs/{id}/log``: text from the offset asked for, and the run's state."""
+
+    text: str
+    offset: int  # where the next request starts
+    size: int  # the log's size when read
+    active: bool  # false: the run has ended, no more will come
+    status: RunStatus
 
 
 @dataclass
@@ -26,8 +38,8 @@ class LogChunk:
     offset: int  # where the next request starts
     size: int  # the log's size when read
 
-    def to_dict(self) -> dict:
-        return asdict(self)
+    def reply(self, status: RunStatus) -> LogReply:
+        return LogReply(text=self.text, offset=self.offset, size=self.size, active=status.active, status=status)
 
 
 def read_chunk(path: Path, offset: int, limit: int, final: bool = False) -> LogChunk:

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
 
 from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily, Metric, StateSetMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
@@ -39,7 +40,7 @@ RUN_GAUGES = [
 
 
 def render(
-    gpus: dict,
+    gpus: Mapping[str, Any],
     runs: list[dict],
     counts: dict[str, int],
     now: float | None = None,

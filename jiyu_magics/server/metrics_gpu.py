@@ -12,7 +12,8 @@ so the widely used DCGM Grafana dashboards work unchanged.
 from __future__ import annotations
 
 import socket
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
 
@@ -52,7 +53,7 @@ DCGM_GAUGES = [
 
 
 def gpu_families(
-    snapshot: dict, usage: dict[str, tuple[float, float]] | None = None, names: str = "jiyu"
+    snapshot: Mapping[str, Any], usage: dict[str, tuple[float, float]] | None = None, names: str = "jiyu"
 ) -> Iterable[Metric]:
     """``usage``: per GPU uuid, the seconds runs or kernels held it and of those, idle."""
     devices = snapshot.get("devices") or []
@@ -67,7 +68,7 @@ def gpu_families(
     yield from usage_families(devices, usage or {})
 
 
-def _jiyu_readings(snapshot: dict, devices: list[dict]) -> Iterable[Metric]:
+def _jiyu_readings(snapshot: Mapping[str, Any], devices: list[dict]) -> Iterable[Metric]:
     info = InfoMetricFamily("jiyu_gpu", "Static facts of each GPU.", labels=GPU_LABELS)
     for d in devices:
         info.add_metric(
@@ -87,7 +88,7 @@ def _jiyu_readings(snapshot: dict, devices: list[dict]) -> Iterable[Metric]:
         yield family
 
 
-def dcgm_families(snapshot: dict, devices: list[dict]) -> Iterable[Metric]:
+def dcgm_families(snapshot: Mapping[str, Any], devices: list[dict]) -> Iterable[Metric]:
     labels = ["gpu", "UUID", "device", "modelName", "Hostname", "DCGM_FI_DRIVER_VERSION"]
     host = socket.gethostname()
     for name, doc, read in DCGM_GAUGES:

@@ -15,20 +15,53 @@ from __future__ import annotations
 import json
 import threading
 from pathlib import Path
+from typing import TypedDict
 
 from ..core.events import checkpoints as run_checkpoints
+from ..core.events.checkpoints import RunCheckpoint
 from ..core.events.fold import RunSummary
-from ..core.events.log import read_events, summarize
+from ..core.events.log import Events, read_events, summarize
 from ..core.runs import stack_groups
 from ..core.runs.files import RunFiles, store_path
 from ..core.runs.line_map import LineMap
 from ..core.store.run_row import Run
 from ..core.store.run_store import RunStore
 from ..views.run_record import RunRecord, run_record
-from ..views.stack_view import as_json
+from ..views.stack_view import StackGroupJson, as_json
 
 BRIEF_VALUE_CHARS = 80
 BRIEF_KEYS = 32
+
+
+class RunList(TypedDict):
+    """``GET /jiyu/api/runs``: the newest runs, newest first, each with its params in short form."""
+
+    runs: list[RunRecord]
+
+
+class EventChunk(TypedDict):
+    """``GET /jiyu/api/runs/{id}/events``: the events after the offset asked for, and the
+    offset to ask from next."""
+
+    events: Events
+    offset: int
+
+
+class StackDump(TypedDict):
+    """``GET /jiyu/api/runs/{id}/stacks``: a run's newest stack dump, grouped by identical
+    stacks; ``dumped`` (its folder's name) null and no groups when none was taken."""
+
+    run_id: str
+    dumped: str | None
+    groups: list[StackGroupJson]
+
+
+class RunCheckpoints(TypedDict):
+    """``GET /jiyu/api/runs/{id}/checkpoints``: the checkpoints on disk, oldest first."""
+
+    run_id: str
+    checkpoints: list[RunCheckpoint]
+    rotated: int  # recorded by the run, gone since (--keep-ckpts rotated them out, or deleted)
 
 
 def brief_params(params: dict) -> dict:
@@ -59,19 +92,20 @@ class RunViews:
         runs = self.store.list(limit=limit or self.limit, since=since)
         return [self.record(run, brief_params(run.params)) for run in runs]
 
-    def stacks(self, run_id: str) -> dict:
+    def stacks(self, run_id: str) -> StackDump:
         """The newest stack dump of a run, grouped (``core.stack_groups``); raises for an unknown run."""
         run = self.store.get(run_id)
         folders = stack_groups.dump_folders(run.id)
         groups = stack_groups.group(stack_groups.read_dump(folders[-1])) if folders else []
         line_map = LineMap.read(self.files(run.id).line_map)
-        return {"run_id": run.id, "dumped": folders[-1].name if folders else None, "groups": as_json(groups, line_map)}
+        return StackDump(run_id=run.id, dumped=folders[-1].name if folders else None, groups=as_json(groups, line_map))
 
-    def checkpoints(self, run_id: str) -> dict:
+    def checkpoints(self, run_id: str) -> RunCheckpoints:
         """The run's checkpoints that exist on disk, and how many it recorded that are gone
         (``--keep-ckpts`` rotated them out); raises for an unknown run."""
         run = self.store.get(run_id)
-        return {"run_id": run.id, **run_checkpoints.on_disk(self.files(run.id).events).to_json()}
+        found = run_checkpoints.on_disk(self.files(run.id).events)
+        return RunCheckpoints(run_id=run.id, checkpoints=found.kept, rotated=found.rotated)
 
     def gpu_seconds(self) -> dict[str, tuple[float, float]]:
         """Per GPU uuid: seconds runs or kernels held it, and of those idle (``core.gpu_usage``), in all."""
@@ -117,7 +151,7 @@ class RunViews:
             self._summaries[run_id] = (key, summary)
         return summary
 
-    def events(self, run_id: str, offset: int, limit_bytes: int) -> dict:
+    def events(self, run_id: str, offset: int, limit_bytes: int) -> EventChunk:
         self.store.get(run_id)
         events, new_offset = read_events(self.files(run_id).events, offset, limit_bytes)
-        return {"events": events, "offset": new_offset}
+        return EventChunk(events=events, offset=new_offset)

@@ -4,7 +4,9 @@ holds each (its lease, or free, or busy with foreign processes) and each process
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from html import escape
+from typing import Any
 
 from ..core.box.identity import span
 from ..core.gpu.snapshot import GpuDevice, GpuSnapshot
@@ -117,7 +119,7 @@ def holder_text(d: GpuDevice) -> str:
     return "free" if d.free else f"busy: {human_bytes(d.foreign_memory)} held by processes outside jiyu"
 
 
-def lease_text(lease: dict) -> str:
+def lease_text(lease: Mapping[str, Any]) -> str:
     """A lease's holder: the run (name, id, kind, notebook, since), or for another user's
     lease on a box only what the box shows everyone: ``bob, job, 2 h``."""
     if lease.get("user") and not lease.get("mine", True):

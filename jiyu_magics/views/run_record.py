@@ -56,9 +56,6 @@ class RunRecord(_AlwaysSent, total=False):
     params: dict[str, Any]  # its -p parameters
 
 
-OPTIONAL_KEYS = tuple(sorted(RunRecord.__optional_keys__))
-
-
 def cli_record(run: Run) -> RunRecord:
     """The record ``--json`` prints: with its parameters whole and its progress."""
     return run_record(run, progress_of(run), run.params)

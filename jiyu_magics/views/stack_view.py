@@ -7,9 +7,33 @@ that only carry the user's code to the rank are folded (counted; ``--full`` show
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TypedDict
 
 from ..core.runs.line_map import LineMap
-from ..core.runs.stack_groups import ShownFrame, StackGroup, shown_frames
+from ..core.runs.stack_groups import FrameKind, ShownFrame, StackGroup, shown_frames
+
+
+class StackFrameJson(TypedDict):
+    """One frame, with where it is in the notebook when the run's line map says."""
+
+    file: str
+    line: int
+    func: str
+    kind: FrameKind
+    cell: str | None  # "cell 3, line 9" for a frame of an exported notebook's job
+    source: str | None  # that line's text
+
+
+class StackGroupJson(TypedDict):
+    """Ranks with identical stacks."""
+
+    ranks: list[int]
+    hosts: dict[str, str]  # rank (as text) → host, for a dump across several hosts
+    headline: str  # "rank 1 is in train_step (job.py:17)"
+    native: bool
+    stopped: str | None  # the ranks' process state when they were stopped (SIGSTOP): no stack until continued
+    text: str  # every thread, as faulthandler (and py-spy, where it ran) wrote it
+    frames: list[StackFrameJson]  # the main thread's, innermost first
 
 
 def render_text(
@@ -46,29 +70,29 @@ def _line(f: ShownFrame) -> str:
     return f'    File "{f.frame.file}", line {f.frame.line} in {f.frame.func}'
 
 
-def as_json(groups: list[StackGroup], line_map: LineMap | None = None) -> list[dict]:
+def as_json(groups: list[StackGroup], line_map: LineMap | None = None) -> list[StackGroupJson]:
     """For the REST API and ``--json``: each group's ranks, headline, frames (innermost first,
     each with its notebook ``cell`` and ``source`` where mapped, and its ``kind``: user,
     library or jiyu) and text."""
     return [
-        {
-            "ranks": g.ranks,
-            "hosts": {str(rank): host for rank, host in g.hosts.items()},
-            "headline": g.headline(line_map),
-            "native": g.native,
-            "stopped": g.stopped,
-            "text": g.text,
-            "frames": [
-                {
-                    "file": f.frame.file,
-                    "line": f.frame.line,
-                    "func": f.frame.func,
-                    "kind": f.kind,
-                    "cell": f.cell.where if f.cell else None,
-                    "source": f.cell.text if f.cell else None,
-                }
+        StackGroupJson(
+            ranks=g.ranks,
+            hosts={str(rank): host for rank, host in g.hosts.items()},
+            headline=g.headline(line_map),
+            native=g.native,
+            stopped=g.stopped,
+            text=g.text,
+            frames=[
+                StackFrameJson(
+                    file=f.frame.file,
+                    line=f.frame.line,
+                    func=f.frame.func,
+                    kind=f.kind,
+                    cell=f.cell.where if f.cell else None,
+                    source=f.cell.text if f.cell else None,
+                )
                 for f in shown_frames(g.frames, line_map)
             ],
-        }
+        )
         for g in groups
     ]

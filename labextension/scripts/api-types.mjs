@@ -1,4 +1,4 @@
-// The panel's types of the REST API, generated from its JSON Schema (the Python side's
+// The panel's types of the REST API (every request and reply), generated from its JSON Schema (the Python side's
 // `python -m jiyu_magics.server.rest_schema`) by json-schema-to-typescript, formatted with this
 // package's prettier settings. Usage: node scripts/api-types.mjs SCHEMA.json OUT.ts
 import { readFileSync, writeFileSync } from 'node:fs';
@@ -10,8 +10,9 @@ const prettier = JSON.parse(readFileSync(new URL('../package.json', import.meta.
 const banner = [
   '/* eslint-disable */',
   '/**',
-  " * The jiyu REST API's run record, event log and their words, generated from its JSON Schema",
-  ' * (jiyu_magics/server/rest_schema.py) by json-schema-to-typescript: `make api-types`.',
+  " * Every exchange of the jiyu REST API (each route's reply, a submission, a refusal) and its",
+  ' * words, generated from its JSON Schema (jiyu_magics/server/rest_schema.py) by',
+  ' * json-schema-to-typescript: `make api-types`.',
   ' * Do not edit; tests/test_panel_types.py fails when this file is stale.',
   ' */'
 ].join('\n');

@@ -6,9 +6,19 @@
 
 import { URLExt } from '@jupyterlab/coreutils';
 import { ServerConnection } from '@jupyterlab/services';
-
-import { IRankRecord, IRunEvent } from './runevents';
-import { IGpuSnapshot, ILogChunk, IRun, IRunCheckpoints, IStackDump, ISubmission } from './types';
+import type {
+  ErrorReply,
+  EventChunk,
+  GpuStatus,
+  LogChunk,
+  RankList,
+  RankRecord,
+  Run,
+  RunCheckpoints,
+  RunList,
+  StackDump,
+  Submission
+} from './api.generated';
 
 /** A refusal from the server, with the message it sent (400s name the bad field). */
 export class ApiError extends Error {
@@ -23,48 +33,46 @@ export class ApiError extends Error {
 export class JiyuApi {
   constructor(readonly settings = ServerConnection.makeSettings()) {}
 
-  gpus(): Promise<IGpuSnapshot> {
+  gpus(): Promise<GpuStatus> {
     return this.request('api/gpus');
   }
 
-  async runs(): Promise<IRun[]> {
-    return (await this.request<{ runs: IRun[] }>('api/runs')).runs;
+  async runs(): Promise<Run[]> {
+    return (await this.request<RunList>('api/runs')).runs;
   }
 
-  run(runId: string): Promise<IRun> {
+  run(runId: string): Promise<Run> {
     return this.request(`api/runs/${encodeURIComponent(runId)}`);
   }
 
   /** Events after byte `offset` of the run's event log, and the offset to ask from next. */
-  events(runId: string, offset: number): Promise<{ events: IRunEvent[]; offset: number }> {
+  events(runId: string, offset: number): Promise<EventChunk> {
     return this.request(`api/runs/${encodeURIComponent(runId)}/events`, {}, { offset });
   }
 
-  async ranks(runId: string): Promise<IRankRecord[]> {
-    const reply = await this.request<{ ranks: IRankRecord[] }>(
-      `api/runs/${encodeURIComponent(runId)}/ranks`
-    );
+  async ranks(runId: string): Promise<RankRecord[]> {
+    const reply = await this.request<RankList>(`api/runs/${encodeURIComponent(runId)}/ranks`);
     return reply.ranks;
   }
 
-  log(runId: string, offset: number): Promise<ILogChunk> {
+  log(runId: string, offset: number): Promise<LogChunk> {
     return this.request(`api/runs/${encodeURIComponent(runId)}/log`, {}, { offset });
   }
 
-  stacks(runId: string): Promise<IStackDump> {
+  stacks(runId: string): Promise<StackDump> {
     return this.request(`api/runs/${encodeURIComponent(runId)}/stacks`);
   }
 
   /** The run's checkpoints that exist on disk, and how many it recorded that are gone. */
-  checkpoints(runId: string): Promise<IRunCheckpoints> {
+  checkpoints(runId: string): Promise<RunCheckpoints> {
     return this.request(`api/runs/${encodeURIComponent(runId)}/checkpoints`);
   }
 
-  stop(runId: string): Promise<IRun> {
+  stop(runId: string): Promise<Run> {
     return this.request(`api/runs/${encodeURIComponent(runId)}/stop`, { method: 'POST' });
   }
 
-  submit(submission: ISubmission): Promise<IRun> {
+  submit(submission: Submission): Promise<Run> {
     return this.request('api/runs', {
       method: 'POST',
       body: JSON.stringify(submission)
@@ -85,14 +93,15 @@ export class JiyuApi {
       throw new ServerConnection.NetworkError(error as TypeError);
     }
     const text = await response.text();
-    let data: any = null;
+    let data: unknown = null;
     try {
       data = text ? JSON.parse(text) : null;
     } catch {
       data = null;
     }
     if (!response.ok) {
-      throw new ApiError(data?.message || text || response.statusText, response.status);
+      const refusal = data as ErrorReply | null;
+      throw new ApiError(refusal?.message || text || response.statusText, response.status);
     }
     return data as T;
   }

@@ -10,10 +10,10 @@
 import * as fmt from './format';
 import type { IAncestor } from './lineage';
 import { best, final, IRunHistory } from './runevents';
-import { IRun } from './types';
+import type { Run } from './api.generated';
 
 export interface ICompared {
-  run: IRun;
+  run: Run;
   history: IRunHistory;
   /** The runs it resumed from, parent first: their steps join its curve, dimmed. */
   ancestors?: IAncestor[];
@@ -84,7 +84,7 @@ export interface ICompareLayout {
  * notebook's parameters cell over `-p`), model class and size, optimizer hyperparameters per
  * parameter group (`optimizer.lr`, `optimizer.lr[1]`), data and every fit option.
  */
-export function tracked(run: IRun, history: IRunHistory): Map<string, unknown> {
+export function tracked(run: Run, history: IRunHistory): Map<string, unknown> {
   const s = history.start;
   const columns = new Map<string, unknown>();
   const config = { ...(run.params ?? {}), ...((s.config as Record<string, unknown>) ?? {}) };
@@ -226,8 +226,8 @@ function percentage(value: number | null): string {
  * exactly as an earlier one does (a parameter that sets the optimizer's lr) is said once;
  * a name is shown without its group unless two shown columns share it.
  */
-export function differingParams(runs: ReadonlyArray<IRun>): Map<string, string> {
-  const byName = new Map<string, IRun[]>();
+export function differingParams(runs: ReadonlyArray<Run>): Map<string, string> {
+  const byName = new Map<string, Run[]>();
   for (const run of runs) {
     byName.set(run.name, [...(byName.get(run.name) ?? []), run]);
   }
@@ -269,7 +269,7 @@ export function differingParams(runs: ReadonlyArray<IRun>): Map<string, string> 
 }
 
 /** A run's columns as a list knows them: its parameters, then its summary's of Compare's. */
-function listedColumns(run: IRun): Map<string, unknown> {
+function listedColumns(run: Run): Map<string, unknown> {
   const columns = new Map<string, unknown>();
   for (const [key, value] of Object.entries(run.params ?? {})) {
     columns.set(`param.${key}`, value);

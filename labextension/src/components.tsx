@@ -9,16 +9,16 @@ import * as fmt from './format';
 import { GpuHolder, IdleKernelWarnings, IKernelActions, ProcessList } from './owners';
 import { sparkline } from './sparkline';
 import { isStalled, StallChip } from './stall';
-import { IGpuDevice, IGpuKernel, IGpuSnapshot, IRun } from './types';
 import { differingParams } from './comparison';
 import { describeRun, IRunView, shortPaths, visibleRuns } from './view';
+import type { GpuDevice, GpuKernel, GpuStatus, Run } from './api.generated';
 
 export interface IRunActions {
-  onStop(run: IRun): void;
-  onLogs(run: IRun): void;
-  onStacks?(run: IRun): void;
+  onStop(run: Run): void;
+  onLogs(run: Run): void;
+  onStacks?(run: Run): void;
   /** Opens the run's page; the row shows no Open button without it. */
-  onOpen?(run: IRun): void;
+  onOpen?(run: Run): void;
   /** The runs ticked for comparison, and how a tick changes them. */
   selection?: ISelection;
 }
@@ -29,11 +29,11 @@ export interface ISelection {
   compare(runIds: string[]): void;
 }
 
-const noShutdown = (_: IGpuKernel) => undefined;
+const noShutdown = (_: GpuKernel) => undefined;
 
 export interface IPanelBodyProps extends IRunActions, Partial<IKernelActions> {
-  gpus: IGpuSnapshot | null;
-  runs: IRun[] | null;
+  gpus: GpuStatus | null;
+  runs: Run[] | null;
   error: string | null;
   finished: number;
 }
@@ -75,7 +75,7 @@ export function PanelBody(props: IPanelBodyProps): JSX.Element {
 }
 
 export function GpuSection(
-  props: { snapshot: IGpuSnapshot | null } & Partial<IKernelActions>
+  props: { snapshot: GpuStatus | null } & Partial<IKernelActions>
 ): JSX.Element {
   const snap = props.snapshot;
   if (snap === null) {
@@ -104,7 +104,7 @@ export function GpuSection(
   );
 }
 
-function NoGpu(props: { snapshot: IGpuSnapshot }): JSX.Element {
+function NoGpu(props: { snapshot: GpuStatus }): JSX.Element {
   const { reason, doctor } = props.snapshot;
   return (
     <div className="jp-JiyuNoGpu" role="status">
@@ -121,7 +121,7 @@ function NoGpu(props: { snapshot: IGpuSnapshot }): JSX.Element {
 }
 
 export function GpuCard(
-  props: { device: IGpuDevice; kernels?: IGpuKernel[] } & Partial<IKernelActions>
+  props: { device: GpuDevice; kernels?: GpuKernel[] } & Partial<IKernelActions>
 ): JSX.Element {
   const d = props.device;
   const title = `GPU ${d.index}`;
@@ -200,7 +200,7 @@ export function Meter(props: IMeterProps): JSX.Element {
 }
 
 interface IRunListProps extends IRunActions {
-  runs: IRun[] | null;
+  runs: Run[] | null;
   finished: number;
 }
 
@@ -266,7 +266,7 @@ export function RunDetail(props: { view: IRunView }): JSX.Element | null {
 }
 
 /** "↳ resumed from 3fa2c1 at 30": the run a resumed run continues, from its record's summary. */
-function RunLineage(props: { run: IRun }): JSX.Element | null {
+function RunLineage(props: { run: Run }): JSX.Element | null {
   const parent = props.run.summary.parent_run;
   if (!parent) {
     return null;
@@ -283,7 +283,7 @@ function RunLineage(props: { run: IRun }): JSX.Element | null {
   );
 }
 
-export function RunRow(props: { run: IRun; differing?: string } & IRunActions): JSX.Element {
+export function RunRow(props: { run: Run; differing?: string } & IRunActions): JSX.Element {
   const v = describeRun(props.run);
   const selection = props.selection;
   return (

@@ -17,7 +17,7 @@ import { RunPage } from './runpage';
 import { PanelModel } from './model';
 import { JiyuPanel } from './panel';
 import { submitNotebook } from './submit';
-import { IRun } from './types';
+import type { Run } from './api.generated';
 
 const PLUGIN_ID = 'jiyu-magics:panel';
 
@@ -49,7 +49,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
       hidden: () => !panel?.isVisible
     });
     const logs = new WidgetTracker<MainAreaWidget<LogView>>({ namespace: 'jiyu-log' });
-    const openLog = (run: Pick<IRun, 'id' | 'name'>) =>
+    const openLog = (run: Pick<Run, 'id' | 'name'>) =>
       app.commands.execute(CommandIDs.openLog, { id: run.id, name: run.name });
     const pages = new WidgetTracker<MainAreaWidget<RunPage>>({ namespace: 'jiyu-run' });
     const comparisons = new WidgetTracker<MainAreaWidget<CompareView>>({

@@ -9,14 +9,14 @@
 import type { ISeries } from './chart';
 import type { JiyuApi } from './api';
 import { emptyHistory, foldEvents, IParent, IRunHistory, parentOf } from './runevents';
-import type { IRun } from './types';
+import type { Run } from './api.generated';
 
 /** How many generations of `--resume` are followed back. */
 export const MAX_ANCESTORS = 4;
 
 /** A run that a later one continues: its history, drawn up to the step its child resumed from. */
 export interface IAncestor {
-  run: IRun;
+  run: Run;
   history: IRunHistory;
   /** The step of the checkpoint its child resumed from (null: not recorded, all of it). */
   until: number | null;
@@ -31,7 +31,7 @@ export async function readLineage(api: JiyuApi, parent: IParent | null): Promise
   const seen = new Set<string>();
   while (parent && chain.length < MAX_ANCESTORS && !seen.has(parent.run)) {
     seen.add(parent.run);
-    let run: IRun;
+    let run: Run;
     const past = emptyHistory();
     try {
       run = await api.run(parent.run);

@@ -10,7 +10,7 @@ import { Widget } from '@lumino/widgets';
 
 import { JiyuApi } from './api';
 import { jiyuIcon } from './icons';
-import { ILogChunk } from './types';
+import type { LogChunk } from './api.generated';
 
 /** The most characters kept on screen; older text is dropped from the top. */
 export const MAX_CHARS = 2_000_000;
@@ -49,7 +49,7 @@ export class LogView extends Widget {
 
   private async _follow(): Promise<void> {
     const pinned = this._atBottom();
-    let chunk: ILogChunk;
+    let chunk: LogChunk;
     try {
       do {
         chunk = await this.api.log(this.runId, this._offset);

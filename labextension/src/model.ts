@@ -8,7 +8,7 @@ import { Poll } from '@lumino/polling';
 import { ISignal, Signal } from '@lumino/signaling';
 
 import { JiyuApi } from './api';
-import { IGpuSnapshot, IRun } from './types';
+import type { GpuStatus, Run } from './api.generated';
 
 export const MAX_BACKOFF_MS = 60_000;
 
@@ -33,8 +33,8 @@ export class PanelModel implements IDisposable {
 
   readonly api: JiyuApi;
   readonly poll: Poll;
-  gpus: IGpuSnapshot | null = null;
-  runs: IRun[] | null = null;
+  gpus: GpuStatus | null = null;
+  runs: Run[] | null = null;
   error: string | null = null;
   /** How many finished runs the list shows below the active ones. */
   finished = 20;

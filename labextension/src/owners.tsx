@@ -8,17 +8,17 @@
 import * as React from 'react';
 
 import * as fmt from './format';
-import { IGpuDevice, IGpuKernel, IGpuLease, IGpuProcess } from './types';
+import type { GpuDevice, GpuKernel, GpuLease, GpuProcess } from './api.generated';
 
 export interface IKernelActions {
   /** Asks to shut a kernel down (the panel confirms first). */
-  onShutdownKernel(kernel: IGpuKernel): void;
+  onShutdownKernel(kernel: GpuKernel): void;
   /** Asks to stop the run holding a lease (the server refuses another user's, in one line). */
-  onStopLease?(lease: IGpuLease): void;
+  onStopLease?(lease: GpuLease): void;
 }
 
 /** Another user's lease on a shared box: the server sends only who, what kind, since when. */
-export function isForeign(lease: IGpuLease): boolean {
+export function isForeign(lease: GpuLease): boolean {
   return Boolean(lease.user) && lease.mine === false;
 }
 
@@ -37,7 +37,7 @@ export function notebookName(path: string | null): string | null {
   return path ? (path.split('/').pop() ?? path) : null;
 }
 
-export function leaseText(lease: IGpuLease, now: number = Date.now() / 1000): string {
+export function leaseText(lease: GpuLease, now: number = Date.now() / 1000): string {
   if (isForeign(lease)) {
     const shared = lease.shared ? ', shared' : '';
     return `${lease.user}, ${lease.run_kind ?? fmt.NA}, ${span(now - lease.since)}${shared}`;
@@ -50,8 +50,8 @@ export function leaseText(lease: IGpuLease, now: number = Date.now() / 1000): st
 }
 
 export function GpuHolder(props: {
-  device: IGpuDevice;
-  onStopLease?: (lease: IGpuLease) => void;
+  device: GpuDevice;
+  onStopLease?: (lease: GpuLease) => void;
 }): JSX.Element | null {
   const d = props.device;
   if (d.leases.length) {
@@ -94,7 +94,7 @@ export function GpuHolder(props: {
 }
 
 export function ProcessList(
-  props: { device: IGpuDevice; kernels: IGpuKernel[] } & IKernelActions
+  props: { device: GpuDevice; kernels: GpuKernel[] } & IKernelActions
 ): JSX.Element | null {
   const procs = props.device.processes;
   if (!procs.length) {
@@ -115,7 +115,7 @@ export function ProcessList(
 }
 
 function ProcessRow(
-  props: { process: IGpuProcess; kernel: IGpuKernel | null } & IKernelActions
+  props: { process: GpuProcess; kernel: GpuKernel | null } & IKernelActions
 ): JSX.Element {
   const { process: p, kernel } = props;
   const owner = p.owner;
@@ -148,7 +148,7 @@ function ProcessRow(
 }
 
 /** Kernels that hold GPU memory while idle longer than the threshold: what blocks others. */
-export function IdleKernelWarnings(props: { kernels: IGpuKernel[] }): JSX.Element | null {
+export function IdleKernelWarnings(props: { kernels: GpuKernel[] }): JSX.Element | null {
   const idle = props.kernels.filter(k => k.idle_warning);
   if (!idle.length) {
     return null;

@@ -13,16 +13,16 @@ import { jiyuIcon } from './icons';
 import { PanelModel } from './model';
 import { leaseText, notebookName } from './owners';
 import * as fmt from './format';
-import { IGpuKernel, IGpuLease, IRun } from './types';
+import type { GpuKernel, GpuLease, Run } from './api.generated';
 
 export const PANEL_ID = 'jiyu-panel';
 
 export class JiyuPanel extends ReactWidget {
   constructor(
     readonly model: PanelModel,
-    private readonly openLog: (run: IRun) => void,
+    private readonly openLog: (run: Run) => void,
     private readonly shutdownKernel: (kernelId: string) => Promise<void>,
-    private readonly openRun?: (run: IRun) => void,
+    private readonly openRun?: (run: Run) => void,
     private readonly compare?: (runIds: string[]) => void
   ) {
     super();
@@ -75,7 +75,7 @@ export class JiyuPanel extends ReactWidget {
   private _selected: Set<string> = new Set();
 
   /** Asks first: a stop ends the run's whole process group after a checkpoint grace period. */
-  async confirmStop(run: IRun): Promise<boolean> {
+  async confirmStop(run: Run): Promise<boolean> {
     const answer = await showDialog({
       title: `Stop ${run.name}?`,
       body: `Run ${run.id} gets SIGTERM to checkpoint and exit, then SIGKILL after the grace period.`,
@@ -97,7 +97,7 @@ export class JiyuPanel extends ReactWidget {
 
   /** Stop from a GPU card: the run holding the lease. Another user's on a shared box is
    * refused by the server in one line (403), shown as the refusal. */
-  async confirmStopLease(lease: IGpuLease): Promise<boolean> {
+  async confirmStopLease(lease: GpuLease): Promise<boolean> {
     const holder = leaseText(lease);
     const answer = await showDialog({
       title: `Stop the run leasing GPU ${lease.index}?`,
@@ -119,7 +119,7 @@ export class JiyuPanel extends ReactWidget {
   }
 
   /** Every rank's stack of a stalled run, grouped by identical stacks. */
-  async showStacks(run: IRun): Promise<void> {
+  async showStacks(run: Run): Promise<void> {
     try {
       const dump = await this.model.api.stacks(run.id);
       await showDialog({
@@ -133,7 +133,7 @@ export class JiyuPanel extends ReactWidget {
   }
 
   /** Asks first: shutting a kernel down frees its GPU memory and loses its variables. */
-  async confirmShutdown(kernel: IGpuKernel): Promise<boolean> {
+  async confirmShutdown(kernel: GpuKernel): Promise<boolean> {
     const name = notebookName(kernel.notebook) ?? `kernel ${kernel.kernel_id.slice(0, 8)}`;
     const answer = await showDialog({
       title: `Shut down the kernel of ${name}?`,

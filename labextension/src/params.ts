@@ -5,7 +5,7 @@
  * a line the server cannot read comes back as an error that names it.
  */
 
-import { ISubmission } from './types';
+import type { Submission } from './api.generated';
 
 export class ParamError extends Error {}
 
@@ -17,8 +17,8 @@ export interface ISubmitValues {
 }
 
 /** The `POST /jiyu/api/runs` body for a notebook and the dialog's values. */
-export function toSubmission(path: string, values: ISubmitValues): ISubmission {
-  const submission: ISubmission = {
+export function toSubmission(path: string, values: ISubmitValues): Submission {
+  const submission: Submission = {
     notebook: path,
     nproc: parseNproc(values.nproc),
     param_lines: paramLines(values.params)

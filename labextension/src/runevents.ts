@@ -6,39 +6,10 @@
  */
 
 import { IPoint } from './chart';
-import type { IRun } from './types';
+import type { Event, Run, RunCheckpoint } from './api.generated';
 
-/** One event line as the server sends it; fields by kind as in core/events/schema.py. */
-export interface IRunEvent {
-  kind: string;
-  t: number;
-  [field: string]: unknown;
-}
-
-/** A rank's own record (`GET /jiyu/api/runs/<id>/ranks`; jobs/process/rank_records.py). */
-export interface IRankRecord {
-  rank: number;
-  pid: number;
-  restart: number;
-  state: 'running' | 'exited' | 'killed';
-  exit_code: number | null;
-  error: string | null;
-  cuda_visible_devices: string | null;
-  /** It ended because its run was asked to stop (exit code 0, but it did not finish). */
-  stopped: boolean;
-  /** The signal that killed it (number and name, e.g. 9 and 'SIGKILL'), as torchrun reported it. */
-  signal: number | null;
-  signal_name: string | null;
-  /** The host it ran on (a node of a multi-node job); null in records from before hosts. */
-  host: string | null;
-  /** Nodes its world spans. */
-  nnodes: number;
-}
-
-export interface ICheckpoint {
-  step: number | null;
-  path: string;
-}
+/** A checkpoint the log recorded: where, and at which step (what resuming from it needs). */
+export type RecordedCheckpoint = Pick<RunCheckpoint, 'step' | 'path'>;
 
 export interface IRunHistory {
   /** Training loss by step and by wall-clock seconds since the first event. */
@@ -47,7 +18,7 @@ export interface IRunHistory {
   valAccuracy: { step: IPoint[]; time: IPoint[] };
   /** The last `start` event's fields (amp, batch_size, device, strategy...). */
   start: Record<string, unknown>;
-  checkpoints: ICheckpoint[];
+  checkpoints: RecordedCheckpoint[];
   errors: Array<{ rank: number | null; message: string; source: string | null }>;
   advice: string[];
   last: Record<string, number | null>;
@@ -69,22 +40,29 @@ export function emptyHistory(): IRunHistory {
 }
 
 /** Adds events to a history (the page reads the log in chunks as it grows). */
-export function foldEvents(history: IRunHistory, events: ReadonlyArray<IRunEvent>): IRunHistory {
+export function foldEvents(history: IRunHistory, events: ReadonlyArray<Event>): IRunHistory {
   for (const event of events) {
     fold(history, event);
   }
   return history;
 }
 
-function fold(h: IRunHistory, e: IRunEvent): void {
-  const t0 = (h.start.t0 as number | undefined) ?? e.t;
-  h.start.t0 = t0;
-  const num = (key: string) => (typeof e[key] === 'number' ? (e[key] as number) : null);
+function fold(h: IRunHistory, e: Event): void {
+  // fields by name: the kinds declare theirs, and a writer may add undeclared ones
+  const fields: Record<string, unknown> = e;
+  const num = (key: string) => (typeof fields[key] === 'number' ? (fields[key] as number) : null);
+  const t = num('t');
+  if (h.start.t0 === undefined && t !== null) {
+    h.start.t0 = t;
+  }
+  const t0 = h.start.t0 as number | undefined;
   const add = (series: { step: IPoint[]; time: IPoint[] }, value: number | null) => {
     const step = num('step');
     if (value !== null && step !== null) {
       series.step.push({ x: step, y: value });
-      series.time.push({ x: e.t - t0, y: value });
+      if (t !== null && t0 !== undefined) {
+        series.time.push({ x: t - t0, y: value });
+      }
     }
   };
   if (e.kind === 'start') {
@@ -145,7 +123,7 @@ export function final(points: ReadonlyArray<IPoint>): number | null {
  * message print it: the line form, which runs in a cell of its own with the notebook's objects
  * (a `%%train` cell with nothing under it is refused).
  */
-export function resumeCommand(name: string, checkpoint: ICheckpoint): string {
+export function resumeCommand(name: string, checkpoint: RecordedCheckpoint): string {
   return `%train --resume ${quote(checkpoint.path)} --name ${quote(name)}`;
 }
 
@@ -159,7 +137,7 @@ export interface IParent {
  * Whom a run resumed from: its last `start` event's `parent_run`/`parent_step` (the run that
  * wrote the checkpoint), else what its record's summary folded of them; null when not resumed.
  */
-export function parentOf(h: IRunHistory, run?: IRun | null): IParent | null {
+export function parentOf(h: IRunHistory, run?: Run | null): IParent | null {
   const recorded = typeof h.start.parent_run === 'string' && h.start.parent_run;
   const parent = recorded ? (h.start.parent_run as string) : (run?.summary.parent_run ?? null);
   if (!parent) {

@@ -9,8 +9,9 @@
 
 import { JiyuApi } from './api';
 import { IAncestor, readLineage } from './lineage';
-import { emptyHistory, foldEvents, IRankRecord, IRunHistory, parentOf } from './runevents';
-import { ACTIVE_STATUSES, IRun, IRunCheckpoints } from './types';
+import { emptyHistory, foldEvents, IRunHistory, parentOf } from './runevents';
+import type { RankRecord, Run, RunCheckpoints } from './api.generated';
+import { ACTIVE_STATUSES } from './statuses';
 
 export class RunFeed {
   constructor(
@@ -18,12 +19,12 @@ export class RunFeed {
     readonly runId: string
   ) {}
 
-  run: IRun | null = null;
+  run: Run | null = null;
   history: IRunHistory = emptyHistory();
   /** Each rank's own record, where its ranks write one (jobs and --nproc runs). */
-  ranks: IRankRecord[] = [];
+  ranks: RankRecord[] = [];
   /** What exists on disk; null until the server answered. */
-  checkpoints: IRunCheckpoints | null = null;
+  checkpoints: RunCheckpoints | null = null;
   /** The runs it resumed from, parent first (empty when it was not resumed). */
   ancestors: IAncestor[] = [];
   done = false;

@@ -18,14 +18,14 @@ import { jiyuIcon } from './icons';
 import { LogView } from './logview';
 import { RunPageBody } from './runpagebody';
 import { RunFeed } from './runfeed';
-import { IRun } from './types';
+import type { Run } from './api.generated';
 
 export class RunPage extends Panel {
   constructor(
     readonly api: JiyuApi,
     readonly runId: string,
     readonly runName: string,
-    onStop: (run: IRun) => void,
+    onStop: (run: Run) => void,
     onOpen?: (runId: string, name: string) => void
   ) {
     super();

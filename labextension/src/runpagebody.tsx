@@ -10,15 +10,16 @@ import { RunDetail } from './components';
 import * as fmt from './format';
 import { ChartControls, DEFAULT_OPTIONS, IChartOptions, LossChart, PALETTE } from './lossplot';
 import { ancestorSeries, IAncestor } from './lineage';
-import { best, IRankRecord, IRunHistory, parentOf, resumeCommand } from './runevents';
+import { best, IRunHistory, parentOf, resumeCommand } from './runevents';
 import type { RunFeed } from './runfeed';
-import { ACTIVE_STATUSES, IRun, IRunCheckpoints } from './types';
 import { describeRun, shortPaths } from './view';
+import type { RankRecord, Run, RunCheckpoints } from './api.generated';
+import { ACTIVE_STATUSES } from './statuses';
 
 export function RunPageBody(props: {
   feed: RunFeed;
   error: string | null;
-  onStop: (run: IRun) => void;
+  onStop: (run: Run) => void;
   /** Opens another run's page (a parent's, from the lineage). */
   onOpen?: (runId: string, name: string) => void;
 }): JSX.Element {
@@ -45,14 +46,14 @@ export function RunPageBody(props: {
 }
 
 export function RunDetails(props: {
-  run: IRun;
+  run: Run;
   history: IRunHistory;
-  ranks?: IRankRecord[];
+  ranks?: RankRecord[];
   /** What the checkpoints API says is on disk; null while not read. */
-  checkpoints?: IRunCheckpoints | null;
+  checkpoints?: RunCheckpoints | null;
   /** The runs it resumed from, parent first. */
   ancestors?: IAncestor[];
-  onStop: (run: IRun) => void;
+  onStop: (run: Run) => void;
   onOpen?: (runId: string, name: string) => void;
   error?: string | null;
 }): JSX.Element {
@@ -125,7 +126,7 @@ function lossSeries(h: IRunHistory, o: IChartOptions, ancestors: IAncestor[]): I
  * gone) the parent's id from the start event stands alone.
  */
 export function Lineage(props: {
-  run: IRun;
+  run: Run;
   history: IRunHistory;
   ancestors: IAncestor[];
   onOpen?: (runId: string, name: string) => void;
@@ -167,7 +168,7 @@ export function Lineage(props: {
 }
 
 /** The latest numbers, as the cell's dashboard shows them. */
-export function Metrics(props: { run: IRun; history: IRunHistory }): JSX.Element {
+export function Metrics(props: { run: Run; history: IRunHistory }): JSX.Element {
   const h = props.history;
   const last = h.last;
   const total = (h.start.total_steps as number | null) ?? props.run.summary.total_steps;
@@ -228,7 +229,7 @@ const START_FACTS = [
 ];
 
 /** Parameters (-p values), the training options of the last start, where it ran, processes. */
-function Facts(props: { run: IRun; history: IRunHistory; ranks?: IRankRecord[] }): JSX.Element {
+function Facts(props: { run: Run; history: IRunHistory; ranks?: RankRecord[] }): JSX.Element {
   const { run, history } = props;
   const params = Object.entries(run.params ?? {});
   const facts = START_FACTS.filter(
@@ -290,9 +291,9 @@ function Facts(props: { run: IRun; history: IRunHistory; ranks?: IRankRecord[] }
  * killed, its error), else the run's, or the error a rank put in the event log.
  */
 export function Ranks(props: {
-  run: IRun;
+  run: Run;
   history: IRunHistory;
-  records?: IRankRecord[];
+  records?: RankRecord[];
 }): JSX.Element {
   const { run, history } = props;
   const records = new Map((props.records ?? []).map(r => [r.rank, r]));
@@ -324,8 +325,8 @@ export function Ranks(props: {
 
 function rankText(
   rank: number,
-  run: IRun,
-  record: IRankRecord | undefined,
+  run: Run,
+  record: RankRecord | undefined,
   error: string | undefined
 ): { line: string; failed: boolean } {
   if (!record) {
@@ -340,7 +341,7 @@ function rankText(
 }
 
 /** How a rank ended (or that it runs): its error, "stopped on request", "killed by SIGKILL"... */
-export function rankEnd(record: IRankRecord): string {
+export function rankEnd(record: RankRecord): string {
   if (record.state === 'killed') {
     return record.signal_name ? `killed by ${record.signal_name}` : 'killed';
   }
@@ -359,9 +360,9 @@ export function rankEnd(record: IRankRecord): string {
  * checkpoint's command works.
  */
 function Checkpoints(props: {
-  run: IRun;
+  run: Run;
   history: IRunHistory;
-  onDisk: IRunCheckpoints | null;
+  onDisk: RunCheckpoints | null;
 }): JSX.Element {
   const kept = props.onDisk?.checkpoints ?? null;
   const rotated = props.onDisk?.rotated ?? 0;

@@ -7,8 +7,8 @@
 
 import * as React from 'react';
 
-import { IRun, IStackDump, IStackFrame, IStackGroup } from './types';
 import { shortPaths } from './view';
+import type { Run, StackDump, StackFrame, StackGroup } from './api.generated';
 
 /** `no step for 12 min`, as `%jobs` and `jiyu jobs` say it (views/run_table.stall_text). */
 export function stallText(since: number, now: number): string {
@@ -22,11 +22,11 @@ export function stallText(since: number, now: number): string {
   return `no step for ${Math.floor(seconds / 3600)} h ${Math.floor((seconds % 3600) / 60)} min`;
 }
 
-export function isStalled(run: IRun): boolean {
+export function isStalled(run: Run): boolean {
   return run.status === 'running' && run.stalled_since !== null;
 }
 
-export function StallChip(props: { run: IRun; now?: number }): JSX.Element | null {
+export function StallChip(props: { run: Run; now?: number }): JSX.Element | null {
   const run = props.run;
   if (!isStalled(run)) {
     return null;
@@ -43,7 +43,7 @@ export function StallChip(props: { run: IRun; now?: number }): JSX.Element | nul
   );
 }
 
-export function StacksBody(props: { dump: IStackDump }): JSX.Element {
+export function StacksBody(props: { dump: StackDump }): JSX.Element {
   const { dump } = props;
   if (dump.groups.length === 0) {
     return <p>Run {dump.run_id} has no stack dump (one is taken when it stalls).</p>;
@@ -74,7 +74,7 @@ export function StacksBody(props: { dump: IStackDump }): JSX.Element {
  * frames of jiyu, IPython, runpy and torchrun that only carry the user's code to the rank
  * folded, a click away.
  */
-function GroupFrames(props: { group: IStackGroup }): JSX.Element {
+function GroupFrames(props: { group: StackGroup }): JSX.Element {
   const g = props.group;
   if (g.stopped) {
     return (
@@ -84,7 +84,7 @@ function GroupFrames(props: { group: IStackGroup }): JSX.Element {
     );
   }
   const outerFirst = g.frames.slice().reverse();
-  const user = outerFirst.filter(f => (f.kind ?? 'user') === 'user');
+  const user = outerFirst.filter(f => f.kind === 'user');
   const library = outerFirst.filter(f => f.kind === 'library');
   const folded = outerFirst.filter(f => f.kind === 'jiyu');
   return (
@@ -119,7 +119,7 @@ function GroupFrames(props: { group: IStackGroup }): JSX.Element {
 }
 
 /** A frame's line; `short`: its file cut to the last two parts (the whole stack, folded, has them whole). */
-function frameText(f: IStackFrame, short: boolean): string {
+function frameText(f: StackFrame, short: boolean): string {
   if (f.cell) {
     return `  ${f.cell}, in ${f.func}\n      ${f.source ?? ''}`;
   }

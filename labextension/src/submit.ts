@@ -9,7 +9,7 @@ import { Widget } from '@lumino/widgets';
 
 import { JiyuApi } from './api';
 import { ISubmitValues, parameterNames, toSubmission } from './params';
-import { IRun, ISubmission } from './types';
+import type { Run, Submission } from './api.generated';
 
 export class SubmitForm extends Widget implements Dialog.IBodyWidget<ISubmitValues> {
   constructor(notebookPath: string, nproc: number, parameterNames: string[] = []) {
@@ -88,7 +88,7 @@ export async function submitNotebook(
   notebook: NotebookPanel,
   api: JiyuApi,
   nproc: number
-): Promise<IRun | null> {
+): Promise<Run | null> {
   const path = notebook.context.path;
   const names = notebookParameters(notebook);
   let typed: ISubmitValues = { nproc: String(nproc), name: '', params: '' };
@@ -108,7 +108,7 @@ export async function submitNotebook(
     }
     typed = result.value;
     try {
-      const submission: ISubmission = toSubmission(path, result.value);
+      const submission: Submission = toSubmission(path, result.value);
       if (notebook.context.model.dirty) {
         await notebook.context.save();
       }

@@ -4,7 +4,8 @@
  */
 
 import * as fmt from './format';
-import { ACTIVE_STATUSES, IRun, RunStatus } from './types';
+import type { Run, RunStatus } from './api.generated';
+import { ACTIVE_STATUSES } from './statuses';
 
 export interface IRunView {
   id: string;
@@ -35,7 +36,7 @@ export interface IRunView {
   gpuText: string | null;
 }
 
-export function describeRun(run: IRun): IRunView {
+export function describeRun(run: Run): IRunView {
   const s = run.summary;
   const active = ACTIVE_STATUSES.includes(run.status);
   return {
@@ -85,7 +86,7 @@ export function shortPaths(text: string): string {
 }
 
 /** A job shows where it runs (slurm, kubernetes) and how many processes it has; a ranks pool its size. */
-function kindText(run: IRun): string {
+function kindText(run: Run): string {
   if (run.kind === 'ranks') {
     return `ranks ×${run.nproc * run.nnodes}`;
   }
@@ -100,7 +101,7 @@ function schedulerName(backend: string): string {
   return backend === 'slurm' ? 'Slurm' : backend === 'kubernetes' ? 'Kubernetes' : backend;
 }
 
-function waiting(run: IRun): string | null {
+function waiting(run: Run): string | null {
   if (run.status === 'queued' && run.queue_reason) {
     return `waiting: ${run.queue_reason}`;
   }
@@ -110,7 +111,7 @@ function waiting(run: IRun): string | null {
   return null;
 }
 
-function statusLabel(run: IRun, active: boolean): string {
+function statusLabel(run: Run, active: boolean): string {
   if (active && run.stop_requested) {
     return 'stopping';
   }
@@ -120,7 +121,7 @@ function statusLabel(run: IRun, active: boolean): string {
 }
 
 /** The GPUs a run holds (or held), or what a queued run waits for. */
-export function gpuText(run: IRun): string | null {
+export function gpuText(run: Run): string | null {
   const held = [...new Set((run.gpus ?? []).map(g => g.index))].sort((a, b) => a - b);
   if (held.length) {
     return `GPU ${held.join(', ')}`;
@@ -146,7 +147,7 @@ function stepText(
 }
 
 /** Active runs first (newest first), then the `finished` most recent finished runs. */
-export function visibleRuns(runs: ReadonlyArray<IRun>, finished: number): IRun[] {
+export function visibleRuns(runs: ReadonlyArray<Run>, finished: number): Run[] {
   const newest = [...runs].sort((a, b) => b.created - a.created);
   const active = newest.filter(r => ACTIVE_STATUSES.includes(r.status));
   const done = newest.filter(r => !ACTIVE_STATUSES.includes(r.status));

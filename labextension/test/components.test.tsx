@@ -3,10 +3,10 @@ import { renderToStaticMarkup } from 'react-dom/server';
 import { describe, expect, it } from 'vitest';
 
 import { GpuSection, PanelBody, RunRow } from '../src/components';
-import { IRun } from '../src/types';
 import { run, snapshot } from './records';
+import type { Run } from '../src/api.generated';
 
-const noop = (_: IRun) => undefined;
+const noop = (_: Run) => undefined;
 
 function body(props: Partial<React.ComponentProps<typeof PanelBody>>): string {
   return renderToStaticMarkup(

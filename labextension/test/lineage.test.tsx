@@ -6,22 +6,26 @@ import { JiyuApi } from '../src/api';
 import { compareSeries, Comparison } from '../src/comparebody';
 import { DEFAULT_OPTIONS } from '../src/lossplot';
 import { ancestorSeries, readLineage } from '../src/lineage';
-import { emptyHistory, foldEvents, IRunEvent, parentOf } from '../src/runevents';
+import { emptyHistory, foldEvents, parentOf } from '../src/runevents';
 import { RunFeed } from '../src/runfeed';
 import { Lineage, RunDetails } from '../src/runpagebody';
 import { run, summary } from './records';
+import type { Event } from '../src/api.generated';
 
 /** A run's events: a start (resumed from `parent` at `at` when given), then steps from `from`. */
-function events(from: number, losses: number[], parent?: [string, number]): IRunEvent[] {
-  const start: IRunEvent = { kind: 'start', t: 100, start_step: from - 1 };
+function events(from: number, losses: number[], parent?: [string, number]): Event[] {
+  const start: Event = { kind: 'start', t: 100, start_step: from - 1 };
   if (parent) {
     start.parent_run = parent[0];
     start.parent_step = parent[1];
   }
-  return [start, ...losses.map((loss, i) => ({ kind: 'step', t: 101 + i, step: from + i, loss }))];
+  return [
+    start,
+    ...losses.map((loss, i) => ({ kind: 'step' as const, t: 101 + i, step: from + i, loss }))
+  ];
 }
 
-function historyOf(list: IRunEvent[]) {
+function historyOf(list: Event[]) {
   return foldEvents(emptyHistory(), list);
 }
 
@@ -29,7 +33,7 @@ function historyOf(list: IRunEvent[]) {
  * The server over stored runs: `GET runs/{id}` and their events in one chunk (the next
  * request at the end offset gets nothing new); an unknown id answers 404 as the server does.
  */
-function apiOver(runs: Record<string, { name: string; events: IRunEvent[] }>) {
+function apiOver(runs: Record<string, { name: string; events: Event[] }>) {
   const asked: string[] = [];
   const api = {
     run: async (id: string) => {

@@ -3,11 +3,11 @@ import { renderToStaticMarkup } from 'react-dom/server';
 import { describe, expect, it } from 'vitest';
 
 import { GpuSection } from '../src/components';
-import { IGpuKernel, IGpuSnapshot } from '../src/types';
 import { describeRun } from '../src/view';
 import { GIB, run, snapshot } from './records';
+import type { GpuKernel, GpuStatus } from '../src/api.generated';
 
-const KERNEL: IGpuKernel = {
+const KERNEL: GpuKernel = {
   kernel_id: '5371d62e-0195-4337-bf39-088596736078',
   session_id: 's1',
   notebook: 'experiments/alpha.ipynb',
@@ -19,7 +19,7 @@ const KERNEL: IGpuKernel = {
   idle_warning: true
 };
 
-function shared(): IGpuSnapshot {
+function shared(): GpuStatus {
   const snap = snapshot({ kernels: [KERNEL] });
   const [gpu0, gpu1] = snap.devices;
   gpu0.free = false;
@@ -34,7 +34,9 @@ function shared(): IGpuSnapshot {
       run_name: 'digits',
       run_kind: 'job',
       notebook: '/work/train.ipynb',
-      reported_memory: 3 * GIB
+      reported_memory: 3 * GIB,
+      user: null,
+      mine: true
     }
   ];
   gpu0.processes = [
@@ -54,7 +56,8 @@ function shared(): IGpuSnapshot {
         kernel_id: null,
         session_id: null,
         execution_state: null,
-        idle_s: null
+        idle_s: null,
+        user: null
       }
     }
   ];
@@ -77,7 +80,8 @@ function shared(): IGpuSnapshot {
         kernel_id: KERNEL.kernel_id,
         session_id: 's1',
         execution_state: 'idle',
-        idle_s: 2400
+        idle_s: 2400,
+        user: null
       }
     }
   ];

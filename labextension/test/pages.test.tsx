@@ -6,13 +6,20 @@ import { logTicks, niceTicks, scales, smooth } from '../src/chart';
 import { Comparison } from '../src/comparebody';
 import { compareRows, differingParams } from '../src/comparison';
 import { Metrics, RunDetails } from '../src/runpagebody';
-import { emptyHistory, foldEvents, IRunEvent, resumeCommand } from '../src/runevents';
+import { emptyHistory, foldEvents, resumeCommand } from '../src/runevents';
 import { run } from './records';
+import type { Event } from '../src/api.generated';
 
-function history(losses: number[], extra: IRunEvent[] = []) {
-  const events: IRunEvent[] = [
+function history(losses: number[], extra: Event[] = []) {
+  const events: Event[] = [
     { kind: 'start', t: 100, total_steps: losses.length, amp: 'bf16', batch_size: 32 },
-    ...losses.map((loss, i) => ({ kind: 'step', t: 101 + i, step: i + 1, loss, epoch: 1 })),
+    ...losses.map((loss, i) => ({
+      kind: 'step' as const,
+      t: 101 + i,
+      step: i + 1,
+      loss,
+      epoch: 1
+    })),
     ...extra
   ];
   return foldEvents(emptyHistory(), events);
@@ -113,7 +120,7 @@ describe('the run page', () => {
   });
 
   it("ends on the run's samples over its wall time, not its last short batch's rate", () => {
-    const steps: IRunEvent[] = [
+    const steps: Event[] = [
       { kind: 'step', t: 101, step: 27, loss: 1, samples_per_s: 790 },
       { kind: 'step', t: 102, step: 28, loss: 1, samples_per_s: 52 },
       { kind: 'end', t: 103, step: 28, status: 'succeeded', samples_per_s: 781.5 }
@@ -269,6 +276,9 @@ describe('compare', () => {
   });
 });
 
+/** What every rank record carries beside the fields a test is about. */
+const RANK_TIMES = { local_rank: 0, started: 1000, ended: null, host: 'gpu-box', nnodes: 1 };
+
 describe('ranks', () => {
   it("show each rank's own record: pid, exit, the failing rank's error", () => {
     const html = renderToStaticMarkup(
@@ -286,7 +296,8 @@ describe('ranks', () => {
             cuda_visible_devices: '0',
             stopped: false,
             signal: null,
-            signal_name: null
+            signal_name: null,
+            ...RANK_TIMES
           },
           {
             rank: 1,
@@ -298,7 +309,8 @@ describe('ranks', () => {
             cuda_visible_devices: '1',
             stopped: false,
             signal: null,
-            signal_name: null
+            signal_name: null,
+            ...RANK_TIMES
           }
         ]}
         onStop={() => undefined}
@@ -310,6 +322,7 @@ describe('ranks', () => {
 
   it('say which rank stopped on request and which a signal killed', () => {
     const record = {
+      ...RANK_TIMES,
       restart: 0,
       exit_code: null,
       error: null,

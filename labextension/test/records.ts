@@ -1,8 +1,8 @@
 /** Run and GPU records shaped like the server's replies (jiyu_magics/server). */
 
-import { IGpuSnapshot, IRun, IRunSummary } from '../src/types';
+import type { GpuStatus, Run, RunSummary } from '../src/api.generated';
 
-export function summary(fields: Partial<IRunSummary> = {}): IRunSummary {
+export function summary(fields: Partial<RunSummary> = {}): RunSummary {
   return {
     step: null,
     total_steps: null,
@@ -27,7 +27,7 @@ export function summary(fields: Partial<IRunSummary> = {}): IRunSummary {
   };
 }
 
-export function run(fields: Partial<IRun> = {}, s: Partial<IRunSummary> = {}): IRun {
+export function run(fields: Partial<Run> = {}, s: Partial<RunSummary> = {}): Run {
   return {
     id: 'a1b2c3d4',
     name: 'digits-mlp',
@@ -62,7 +62,7 @@ export function run(fields: Partial<IRun> = {}, s: Partial<IRunSummary> = {}): I
 
 export const GIB = 2 ** 30;
 
-export function snapshot(fields: Partial<IGpuSnapshot> = {}): IGpuSnapshot {
+export function snapshot(fields: Partial<GpuStatus> = {}): GpuStatus {
   return {
     available: true,
     reason: null,
@@ -70,6 +70,7 @@ export function snapshot(fields: Partial<IGpuSnapshot> = {}): IGpuSnapshot {
     cuda_driver_version: '12.4',
     visible_devices: null,
     time: 1000,
+    torch: null,
     doctor: null,
     owners_note: null,
     kernels: [],
@@ -85,6 +86,7 @@ export function snapshot(fields: Partial<IGpuSnapshot> = {}): IGpuSnapshot {
         mem_util: 30,
         mem_used: 12 * GIB,
         mem_total: 80 * GIB,
+        mem_reserved: null,
         temperature: 54,
         power_draw: 250,
         power_limit: 700,
@@ -104,6 +106,7 @@ export function snapshot(fields: Partial<IGpuSnapshot> = {}): IGpuSnapshot {
         mem_util: null,
         mem_used: 15.5 * GIB,
         mem_total: 16 * GIB,
+        mem_reserved: null,
         temperature: null,
         power_draw: null,
         power_limit: null,

@@ -1,15 +1,15 @@
 import { describe, expect, it } from 'vitest';
 
 import { JiyuApi } from '../src/api';
-import { IRunEvent } from '../src/runevents';
 import { RunFeed } from '../src/runfeed';
 import { run } from './records';
+import type { Event, RunStatus } from '../src/api.generated';
 
 /** The server's events route over a log given as chunks: each request at an offset gets the
  * chunk that starts there (as `read_events` answers), an unknown offset gets nothing new. */
 function apiOver(
-  chunks: Array<{ at: number; events: IRunEvent[]; next: number }>,
-  status = 'failed'
+  chunks: Array<{ at: number; events: Event[]; next: number }>,
+  status: RunStatus = 'failed'
 ) {
   const requested: number[] = [];
   const api = {
@@ -27,12 +27,12 @@ function apiOver(
 
 describe('RunFeed', () => {
   it('reads past a chunk without events to the end of a finished run', async () => {
-    const error: IRunEvent = {
+    const error: Event = {
       kind: 'error',
       t: 2,
       message: 'RuntimeError: x … [291808 characters left out] … y'
     };
-    const end: IRunEvent = { kind: 'end', t: 3, status: 'failed' };
+    const end: Event = { kind: 'end', t: 3, status: 'failed' };
     const { api, requested } = apiOver([
       { at: 0, events: [{ kind: 'start', t: 1 }], next: 100 },
       { at: 100, events: [], next: 300_100 }, // a long line of garbage, skipped by the server

@@ -4,10 +4,12 @@ import { describe, expect, it } from 'vitest';
 
 import { RunRow } from '../src/components';
 import { StacksBody, stallText } from '../src/stall';
-import { IRun } from '../src/types';
 import { run } from './records';
+import type { Run } from '../src/api.generated';
 
-const noop = (_: IRun) => undefined;
+const noop = (_: Run) => undefined;
+/** A frame of the user's code with no notebook cell (a run without a line map). */
+const USER_FRAME = { kind: 'user' as const, cell: null, source: null };
 
 describe('stalled runs', () => {
   it('says how long the step stood still, as jiyu jobs does', () => {
@@ -66,11 +68,13 @@ describe('stalled runs', () => {
               ranks: [1],
               headline: 'rank 1 is in train_step (job.py:17)',
               frames: [
-                { file: '/r/job.py', line: 17, func: 'train_step' },
-                { file: '/r/job.py', line: 40, func: '<module>' }
+                { file: '/r/job.py', line: 17, func: 'train_step', ...USER_FRAME },
+                { file: '/r/job.py', line: 40, func: '<module>', ...USER_FRAME }
               ],
               text: '',
-              native: false
+              native: false,
+              hosts: {},
+              stopped: null
             }
           ]
         }}
@@ -87,7 +91,9 @@ describe('stalled runs', () => {
       file: '/venv/site-packages/IPython/core/interactiveshell.py',
       line: 100 + i,
       func: `run_code_${i}`,
-      kind: 'jiyu' as const
+      kind: 'jiyu' as const,
+      cell: null,
+      source: null
     }));
     const html = renderToStaticMarkup(
       <StacksBody
@@ -104,7 +110,9 @@ describe('stalled runs', () => {
                   file: '/venv/torch/distributed/c10d.py',
                   line: 5,
                   func: 'all_reduce',
-                  kind: 'library'
+                  kind: 'library',
+                  cell: null,
+                  source: null
                 },
                 {
                   file: '/r/job.py',
@@ -117,7 +125,9 @@ describe('stalled runs', () => {
                 ...plumbing
               ],
               text: '',
-              native: false
+              native: false,
+              hosts: {},
+              stopped: null
             }
           ]
         }}

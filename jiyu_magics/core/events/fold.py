@@ -32,7 +32,7 @@ SPARKLINE_POINTS = 60
 
 class RunSummary(TypedDict):
     """A run's latest progress as every list view shows it (REST ``summary``, ``jiyu jobs``,
-    ``/metrics``); the panel's ``IRunSummary`` is checked against it."""
+    ``/metrics``); the panel's ``RunSummary`` is generated from it."""
 
     total_steps: int | None
     step: int | None

@@ -10,28 +10,40 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, TypedDict
 
 from .snapshot import cuda_version_string, device_handles, init_nvml, load_nvml, nvml_failure, nvml_value
 from .torch_versions import TorchFacts, torch_facts
 from .torch_wheels import install_command
 from .visible_devices import parse_visible_devices
 
-OK, WARNING, PROBLEM = "ok", "warning", "problem"
+Level = Literal["ok", "warning", "problem"]
+OK: Level = "ok"
+WARNING: Level = "warning"
+PROBLEM: Level = "problem"
 MIN_SHM_BYTES = 1 << 30
+
+
+class FindingJson(TypedDict):
+    """A finding as data (``%gpu_doctor --json``, the REST API's ``GpuStatus.doctor``)."""
+
+    check: str
+    level: Level
+    summary: str
+    fix: str | None
 
 
 @dataclass
 class Finding:
     check: str
-    level: str
+    level: Level
     summary: str
     fix: str | None = None
 
-    def to_dict(self) -> dict:
-        return asdict(self)
+    def to_dict(self) -> FindingJson:
+        return FindingJson(check=self.check, level=self.level, summary=self.summary, fix=self.fix)
 
 
 def _shm_bytes(path: Path) -> int | None:

@@ -26,7 +26,7 @@ from ..processes.info import command_line, environ_value, process_uid
 from ..runs.files import RUN_ID_ENV
 from ..runs.model import RunStatus
 from ..store.leases import GpuSlot, Lease
-from .snapshot import GpuDevice, GpuProcess, GpuSnapshot
+from .snapshot import GpuDevice, GpuLease, GpuProcess, GpuSnapshot, OwnerKind, ProcessOwnerJson
 
 BUSY_ENV = "JIYU_GPU_BUSY_MIB"
 DEFAULT_BUSY_MIB = 1024
@@ -66,7 +66,7 @@ class KernelInfo:
 
 @dataclass
 class ProcessOwner:
-    kind: str  # run | kernel | other | outside
+    kind: OwnerKind  # run | kernel | other | outside | user
     label: str  # one line for people
     run_id: str | None = None
     run_name: str | None = None
@@ -78,8 +78,21 @@ class ProcessOwner:
     idle_s: float | None = None
     user: str | None = None  # another Unix user's process: only who, never what
 
-    def to_dict(self) -> dict:
-        return dict(vars(self))  # flat: asdict's deep copy costs more than the whole lookup
+    def to_dict(self) -> ProcessOwnerJson:
+        """Field by field (flat: asdict's deep copy costs more than the whole lookup)."""
+        return ProcessOwnerJson(
+            kind=self.kind,
+            label=self.label,
+            run_id=self.run_id,
+            run_name=self.run_name,
+            run_kind=self.run_kind,
+            notebook=self.notebook,
+            kernel_id=self.kernel_id,
+            session_id=self.session_id,
+            execution_state=self.execution_state,
+            idle_s=self.idle_s,
+            user=self.user,
+        )
 
 
 class Attribution:
@@ -135,24 +148,24 @@ class Attribution:
         device.leases = [self._lease_record(lease) for lease in mine]
         holders = {lease.run_id for lease in mine}
         foreign = [
-            p for p in device.processes if p.pid not in self.own and (p.owner or {}).get("run_id") not in holders
+            p for p in device.processes if p.pid not in self.own and (p.owner and p.owner["run_id"]) not in holders
         ]
         device.foreign_memory = sum(p.used_memory or 0 for p in foreign)
         device.free = not mine and device.foreign_memory <= threshold
 
-    def _lease_record(self, lease: Lease) -> dict:
+    def _lease_record(self, lease: Lease) -> GpuLease:
         """A lease as views show it. Another user's (on a box) says the user, the kind and the
         time only: its run's name, notebook and memory are that user's."""
         run = self.runs.get(lease.run_id) if lease.mine else None
-        return {
+        return GpuLease(
             **lease.to_dict(),
-            "run_name": getattr(run, "name", None),
-            "run_kind": getattr(run, "kind", None) or lease.kind,
-            "notebook": getattr(run, "notebook", None),
-            "reported_memory": self.reported(lease.run_id) if lease.mine else None,
-            "user": lease.user,
-            "mine": lease.mine,
-        }
+            run_name=getattr(run, "name", None),
+            run_kind=getattr(run, "kind", None) or lease.kind,
+            notebook=getattr(run, "notebook", None),
+            reported_memory=self.reported(lease.run_id) if lease.mine else None,
+            user=lease.user,
+            mine=lease.mine,
+        )
 
     def _tagged_run(self, pid: int):
         """The run a process carries the id of (a rank, a worker, a run's leftover process)."""

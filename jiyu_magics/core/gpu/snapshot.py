@@ -15,15 +15,97 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, TypedDict
 
 from ..processes.info import ancestors, command_line
+from ..store.run_row import RunGpu
 from .torch_versions import torch_facts
 from .visible_devices import VisibleDevices, parse_visible_devices
 
 MINE_DEPTH = 4  # how far up a GPU process's parents this process is looked for ("mine")
 _init_lock = threading.Lock()
 _initialised: set[int] = set()  # ids of NVML modules this process has initialised
+
+
+OwnerKind = Literal["run", "kernel", "other", "outside", "user"]
+
+
+class ProcessOwnerJson(TypedDict):
+    """Who a GPU process belongs to (``owners.ProcessOwner`` as data): a run, a kernel, another
+    Unix user (``user``: only who, never what), someone else, or a pid outside this container."""
+
+    kind: OwnerKind
+    label: str  # one line for people
+    run_id: str | None
+    run_name: str | None
+    run_kind: str | None
+    notebook: str | None
+    kernel_id: str | None
+    session_id: str | None
+    execution_state: str | None
+    idle_s: float | None
+    user: str | None
+
+
+class GpuLease(RunGpu):
+    """A run's lease on a GPU with what views show of the run (``owners.Attribution``); another
+    user's (on a shared box) carries only the user, the run's kind and the time."""
+
+    run_name: str | None
+    run_kind: str | None
+    notebook: str | None
+    reported_memory: int | None  # bytes of GPU memory the run itself reports (torch's peak)
+    user: str | None  # on a shared box: the Unix user whose lease it is
+    mine: bool  # False for another user's lease
+
+
+class GpuProcessJson(TypedDict):
+    """A process NVML lists on a GPU, with its owner once attributed."""
+
+    pid: int
+    used_memory: int | None
+    command: str | None
+    type: str
+    mine: bool
+    owner: ProcessOwnerJson | None
+
+
+class GpuDeviceJson(TypedDict):
+    """One GPU's readings (``None``: not supported), its processes, its leases and whether it is free."""
+
+    index: int
+    visible_index: int | None
+    name: str | None
+    uuid: str | None
+    gpu_util: int | None
+    mem_util: int | None
+    mem_used: int | None
+    mem_total: int | None
+    mem_reserved: int | None
+    temperature: int | None
+    power_draw: float | None
+    power_limit: float | None
+    sm_clock: int | None
+    mig_mode: bool | None
+    processes: list[GpuProcessJson]
+    leases: list[GpuLease]
+    foreign_memory: int | None
+    free: bool | None
+
+
+class GpuSnapshotJson(TypedDict):
+    """A snapshot as data (``%gpu_status --json``, ``jiyu gpu --json``, the REST API's
+    ``GpuStatus``), field by field as the dataclasses below hold them."""
+
+    available: bool
+    reason: str | None
+    driver_version: str | None
+    cuda_driver_version: str | None
+    visible_devices: str | None
+    devices: list[GpuDeviceJson]
+    torch: dict | None
+    time: float
+    owners_note: str | None
 
 
 @dataclass
@@ -33,7 +115,17 @@ class GpuProcess:
     command: str | None
     type: str  # "compute" or "graphics"
     mine: bool = False  # this process or one of its children
-    owner: dict | None = None  # who it belongs to (``gpu_owners.ProcessOwner``), once attributed
+    owner: ProcessOwnerJson | None = None  # who it belongs to (``owners.ProcessOwner``), once attributed
+
+    def to_dict(self) -> GpuProcessJson:
+        return GpuProcessJson(
+            pid=self.pid,
+            used_memory=self.used_memory,
+            command=self.command,
+            type=self.type,
+            mine=self.mine,
+            owner=self.owner,
+        )
 
 
 @dataclass
@@ -54,7 +146,7 @@ class GpuDevice:
     mig_mode: bool | None = None  # mig.mode.current
     processes: list[GpuProcess] = field(default_factory=list)
     # filled in by ``gpu_owners.attribute`` (None/empty until then):
-    leases: list[dict] = field(default_factory=list)  # the runs leasing it: run, name, kind, notebook, since
+    leases: list[GpuLease] = field(default_factory=list)  # the runs leasing it: run, name, kind, notebook, since
     foreign_memory: int | None = None  # bytes held by processes that none of its leases accounts for
     free: bool | None = None  # no lease, and foreign memory within the threshold
 
@@ -63,6 +155,28 @@ class GpuDevice:
         if self.mem_used is None or not self.mem_total:
             return None
         return self.mem_used / self.mem_total
+
+    def to_dict(self) -> GpuDeviceJson:
+        return GpuDeviceJson(
+            index=self.index,
+            visible_index=self.visible_index,
+            name=self.name,
+            uuid=self.uuid,
+            gpu_util=self.gpu_util,
+            mem_util=self.mem_util,
+            mem_used=self.mem_used,
+            mem_total=self.mem_total,
+            mem_reserved=self.mem_reserved,
+            temperature=self.temperature,
+            power_draw=self.power_draw,
+            power_limit=self.power_limit,
+            sm_clock=self.sm_clock,
+            mig_mode=self.mig_mode,
+            processes=[p.to_dict() for p in self.processes],
+            leases=self.leases,
+            foreign_memory=self.foreign_memory,
+            free=self.free,
+        )
 
 
 @dataclass
@@ -77,12 +191,20 @@ class GpuSnapshot:
     time: float = 0.0
     owners_note: str | None = None  # why leases and owners are missing (an unreadable run store)
 
-    def to_dict(self) -> dict:
-        """As plain data (flat copies: ``asdict``'s deep recursion costs more than the NVML
-        read on a box with many processes)."""
-        data = dict(vars(self))
-        data["devices"] = [{**vars(d), "processes": [dict(vars(p)) for p in d.processes]} for d in self.devices]
-        return data
+    def to_dict(self) -> GpuSnapshotJson:
+        """As plain data (flat copies, field by field: ``asdict``'s deep recursion costs more
+        than the NVML read on a box with many processes)."""
+        return GpuSnapshotJson(
+            available=self.available,
+            reason=self.reason,
+            driver_version=self.driver_version,
+            cuda_driver_version=self.cuda_driver_version,
+            visible_devices=self.visible_devices,
+            devices=[d.to_dict() for d in self.devices],
+            torch=self.torch,
+            time=self.time,
+            owners_note=self.owners_note,
+        )
 
 
 def load_nvml() -> Any:

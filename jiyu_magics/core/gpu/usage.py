@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from datetime import datetime
+from typing import Any
 
 from ..box.client import BoxClient
 from ..box.identity import user_name
@@ -66,7 +67,7 @@ def holders(device: GpuDevice) -> list[tuple[str, str | None, str | None]]:
         return [(f"run:{lease['run_id']}", lease["run_id"], lease.get("notebook")) for lease in device.leases]
     kernels = {}
     for proc in device.processes:
-        owner = proc.owner or {}
+        owner: Mapping[str, Any] = proc.owner or {}
         if owner.get("kernel_id") and (proc.used_memory or 0) > 0:
             kernels[owner["kernel_id"]] = owner.get("notebook")
     return [(f"kernel:{kid}", None, notebook) for kid, notebook in kernels.items()]

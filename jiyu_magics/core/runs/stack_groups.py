@@ -15,6 +15,7 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 from .files import RunFiles
 from .line_map import CellLine, LineMap
@@ -53,6 +54,9 @@ class Frame:
         return not any(part in self.file for part in LIBRARY_PARTS)
 
 
+FrameKind = Literal["user", "library", "jiyu"]  # the user's code, a library's, or what carries it to the rank
+
+
 @dataclass(frozen=True)
 class ShownFrame:
     """A frame as the stack views show it: where it is in the notebook, when it is the user's
@@ -60,7 +64,7 @@ class ShownFrame:
 
     frame: Frame
     cell: CellLine | None
-    kind: str  # "user" | "library" | "jiyu"
+    kind: FrameKind
 
     @property
     def where(self) -> str:
@@ -74,6 +78,7 @@ def shown_frames(frames: tuple[Frame, ...], line_map: LineMap | None) -> list[Sh
     shown = []
     for frame, cell in zip(outer_first, cells, strict=True):
         script = line_map is not None and Path(frame.file).name == line_map.script
+        kind: FrameKind
         if cell is not None:
             kind = "user"
         elif script or any(part in frame.file for part in PLUMBING_PARTS):

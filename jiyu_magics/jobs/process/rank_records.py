@@ -23,10 +23,32 @@ import socket
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TypedDict
 
 from ...core.processes.info import process_alive
 from ...core.runs.files import RunFiles
 from ...core.runs.model import RankState
+
+
+class RankRecordJson(TypedDict):
+    """A rank's record as the REST API (``GET /jiyu/api/runs/{id}/ranks``) sends it: the record,
+    its state derived when read, and the name of the signal that killed it."""
+
+    rank: int
+    local_rank: int
+    pid: int
+    restart: int
+    started: float
+    ended: float | None
+    exit_code: int | None
+    error: str | None
+    cuda_visible_devices: str | None  # the GPUs this rank saw (its lease), None when unset
+    stopped: bool  # it ended because its run was asked to stop (exit code 0, but it did not finish)
+    signal: int | None  # what killed it, as torchrun reported it
+    host: str | None  # the machine it ran on; None: a record from before hosts
+    nnodes: int  # nodes its world spans
+    state: RankState
+    signal_name: str | None  # SIGKILL
 
 
 @dataclass
@@ -90,13 +112,25 @@ class RankRecord:
             return f"{self.who}: " + (self.error or f"exited with code {self.exit_code}")
         return f"{self.who}: {self.state}"
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> RankRecordJson:
         """The record, its state and the name of the signal that killed it (``SIGKILL``)."""
-        return {
-            **asdict(self),
-            "state": self.state,
-            "signal_name": None if self.signal is None else signal_name(self.signal),
-        }
+        return RankRecordJson(
+            rank=self.rank,
+            local_rank=self.local_rank,
+            pid=self.pid,
+            restart=self.restart,
+            started=self.started,
+            ended=self.ended,
+            exit_code=self.exit_code,
+            error=self.error,
+            cuda_visible_devices=self.cuda_visible_devices,
+            stopped=self.stopped,
+            signal=self.signal,
+            host=self.host,
+            nnodes=self.nnodes,
+            state=self.state,
+            signal_name=None if self.signal is None else signal_name(self.signal),
+        )
 
 
 def ranks_dir(run_id: str) -> Path:
