@@ -265,16 +265,7 @@ def example(schema: dict):
 
 
 SUBMISSION_FIELDS = [
-    pytest.param(
-        name,
-        marks=pytest.mark.xfail(
-            reason="validation.SUBMIT_FIELDS lists the request's options by hand and lacks it: the "
-            "option-spec change derives them from jobs.submit_options' declarations",
-            strict=False,
-        )
-        if name == "preemptible"
-        else (),
-    )
+    name
     for name in api_schema()["$defs"]["Submission"]["properties"]
     if name != "notebook"  # in every body below
 ]

@@ -26,10 +26,11 @@ from ..core.events.log import Events
 from ..core.events.schema import COMMON, FIELDS
 from ..core.gpu.doctor import FindingJson
 from ..core.gpu.snapshot import GpuDeviceJson, GpuLease, GpuProcessJson, ProcessOwnerJson
+from ..core.options.option_spec import OptionSpec
 from ..core.runs.model import ACTIVE, EventKind, RankState, RunKind, RunStatus
 from ..core.store.run_row import RunGpu
 from ..jobs.process.rank_records import RankRecordJson
-from ..jobs.submit_options import SLURM, OptionSpec, option_specs
+from ..jobs.submit_options import SLURM, option_specs
 from ..views.run_record import RunRecord
 from ..views.stack_view import StackFrameJson, StackGroupJson
 from .gpu_sampler import GpuKernel, GpuStatus

@@ -523,7 +523,7 @@ export interface Submission {
   name?: string | null;
   backend?: 'local' | 'slurm' | 'kubernetes';
   stall_timeout?: number | null;
-  track?: string[] | null;
+  track?: string[];
   slurm?: {
     time?: string | null;
     partition?: string | null;
@@ -532,7 +532,7 @@ export interface Submission {
     constraint?: string | null;
     mem?: string | null;
     gpus_per_node?: number | null;
-    sbatch_args?: string[] | null;
+    sbatch_args?: string[];
     max_requeues?: number | null;
     checkpoint_grace?: number | null;
     join_timeout?: number | null;
