@@ -300,6 +300,7 @@ class Worker:
                 local_rank=self.context.local_rank,
                 notebook=train.get("notebook"),
                 visible_devices=self.context.visible_devices,
+                text_ui=self.context.text_ui,
             )
         try:
             result = self.shell.run_cell(message["code"], store_history=True)
