@@ -177,29 +177,149 @@ def test_a_package_importing_its_child_back_is_a_cycle(tmp_path):
     assert ["jiyu_magics.views", "jiyu_magics.views._probe", "jiyu_magics.views.format"] in module_cycles(tmp_path)
 
 
-def environment_reads(folder: Path) -> list[str]:
-    """``os.environ`` and ``os.getenv`` in the modules under ``folder``, as path:line."""
+# Who may read this process's environment (issue 38): the one reader of each kind of context and
+# the entry points of the processes jiyu starts, each with its reason. Everything else is given
+# the values it needs (a ``LaunchContext``, ``Settings``, a parameter). Writing the environment is
+# no read (``os.environ[NAME] = ...``, or ``update``/``pop``/``setdefault`` whose value goes
+# unused): it configures a library this process loads (matplotlib, MLflow) or what a child
+# inherits (a forked rank, an exec'd torchrun). A child's own environment is built by
+# ``child_environment``. Another process's environment (``psutil.Process.environ``) is not ours.
+ENVIRONMENT_READERS = {
+    "jiyu_magics/core/runs/launch_context.py": "LaunchContext.from_environ: a launcher's variables, read once "
+    "by each entry point (LAUNCH_CONTEXT_READERS)",
+    "jiyu_magics/core/settings.py": "Settings.from_environ: what a person sets, read at each use, because the "
+    "server's load, %env and the tests change it while one process runs",
+    "jiyu_magics/core/environment.py": "child_environment: this process's environment copied for a child "
+    "it starts (subprocess env=), no setting of ours read",
+    "jiyu_magics/jobs/process/node_launch.py": "a Slurm node's entry point (main): Slurm's and torchrun's node "
+    "variables, once, before it execs torchrun",
+    "jiyu_magics/server/app.py": "the server extension's load: its options' defaults (JiyuApp traits)",
+}
+# Where a process reads its launcher's context from its own environment
+# (``LaunchContext.from_environ()`` without a mapping): where a process, or a call into jiyu from
+# outside it, starts. Everything past them is handed the context.
+LAUNCH_CONTEXT_READERS = {
+    "jiyu_magics/jobs/process/rank_worker.py": "a job's rank (main)",
+    "jiyu_magics/ranks/worker.py": "a ranks pool's rank that torchrun started (serve)",
+    "jiyu_magics/ranks/supervisor.py": "a ranks pool's supervisor (main), and each rank it forks",
+    "jiyu_magics/train/engine.py": "fit: the entry of training in a user's script, when given no context",
+    "jiyu_magics/magics/": "a magic's call: the kernel's entry point for a command (%env or a test may change "
+    "the environment between calls)",
+}
+OS_ENVIRONMENT = {"environ", "environb", "getenv", "getenvb"}
+WRITES = {"update", "pop", "setdefault", "clear"}
+
+
+def _module_name(path: Path, package: Path) -> str:
+    return path.relative_to(package.parent).as_posix()
+
+
+def _writes(node: ast.AST, parents: dict[ast.AST, ast.AST]) -> bool:
+    """``node`` (``os.environ``) written, its value unused: a subscript stored or deleted, or a
+    writing method called as a statement."""
+    parent = parents.get(node)
+    if isinstance(parent, ast.Subscript) and isinstance(parent.ctx, (ast.Store, ast.Del)):
+        return True
+    call = parents.get(parent) if isinstance(parent, ast.Attribute) and parent.attr in WRITES else None
+    return isinstance(call, ast.Call) and call.func is parent and isinstance(parents.get(call), ast.Expr)
+
+
+def environment_reads(package: Path) -> list[str]:
+    """Reads of this process's environment in the modules under ``package`` (``os.environ``,
+    ``os.getenv``, ``os.environb``, under any name ``os`` is imported as, or imported from
+    ``os``), as path:line from the package's folder on."""
+    found: list[tuple[str, int]] = []
+    for path in sorted(package.rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+        names = {"os"} | {
+            alias.asname
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Import)
+            for alias in node.names
+            if alias.name == "os" and alias.asname
+        }
+        for node in ast.walk(tree):
+            imported = isinstance(node, ast.ImportFrom) and node.module == "os"
+            if imported and any(alias.name in OS_ENVIRONMENT for alias in node.names):  # type: ignore[union-attr]
+                found.append((_module_name(path, package), node.lineno))
+            elif (
+                isinstance(node, ast.Attribute)
+                and node.attr in OS_ENVIRONMENT
+                and isinstance(node.value, ast.Name)
+                and node.value.id in names
+                and not _writes(node, parents)
+            ):
+                found.append((_module_name(path, package), node.lineno))
+    return [f"{module}:{line}" for module, line in sorted(found)]
+
+
+def launch_context_reads(package: Path) -> list[str]:
+    """``LaunchContext.from_environ()`` calls that read this process's environment (no mapping
+    given) under ``package``, as path:line."""
     found = []
-    for path in sorted(folder.rglob("*.py")):
+    for path in sorted(package.rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Attribute) and node.attr in ("environ", "getenv", "environb"):
-                found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "from_environ"
+                and isinstance(node.func.value, ast.Name)
+                and node.func.value.id == "LaunchContext"
+                and not node.args
+                and not node.keywords
+            ):
+                found.append(f"{_module_name(path, package)}:{node.lineno}")
     return found
 
 
-def test_training_reads_no_environment_of_its_own():
-    """What a launcher says reaches training as a ``LaunchContext`` value, read once where a
-    call starts (``fit``, in core): nothing under ``train/`` reads the environment."""
-    assert environment_reads(ROOT / "jiyu_magics" / "train") == []
+def _allowed(read: str, allowed: dict[str, str]) -> bool:
+    module = read.partition(":")[0]
+    return any(module == name or (name.endswith("/") and module.startswith(name)) for name in allowed)
 
 
-def test_the_check_sees_an_environment_read():
-    probe = ROOT / "jiyu_magics" / "train" / "_env_probe.py"
-    probe.write_text("import os\nrank = os.environ.get('RANK')\n")
-    try:
-        assert environment_reads(ROOT / "jiyu_magics" / "train") == ["jiyu_magics/train/_env_probe.py:2"]
-    finally:
-        probe.unlink()
+def test_only_the_entry_points_read_the_environment():
+    """Each process reads its environment once, where it starts, into a context it passes on;
+    the modules past its entry point read none of their own (the training code included)."""
+    package = ROOT / "jiyu_magics"
+    assert [read for read in environment_reads(package) if not _allowed(read, ENVIRONMENT_READERS)] == []
+    assert [read for read in launch_context_reads(package) if not _allowed(read, LAUNCH_CONTEXT_READERS)] == []
+
+
+def test_every_allowed_reader_reads():
+    """An entry of the allow-lists that no longer reads would let a read in there unseen."""
+    package = ROOT / "jiyu_magics"
+    reads, context_reads = environment_reads(package), launch_context_reads(package)
+    assert [name for name in ENVIRONMENT_READERS if not any(_allowed(r, {name: ""}) for r in reads)] == []
+    assert [name for name in LAUNCH_CONTEXT_READERS if not any(_allowed(r, {name: ""}) for r in context_reads)] == []
+
+
+def test_the_check_sees_an_environment_read(tmp_path):
+    package = tmp_path / "jiyu_magics"
+    (package / "train").mkdir(parents=True)
+    (package / "jobs").mkdir()
+    (package / "train" / "_env_probe.py").write_text("import os\nrank = os.environ.get('RANK')\n")
+    (package / "jobs" / "_env_probe.py").write_text(
+        "import os as _os\n"
+        "from os import getenv\n"
+        "_os.environ['MPLBACKEND'] = 'Agg'\n"  # writes: no read
+        "_os.environ.setdefault('A', '1')\n"
+        "del _os.environ['A']\n"
+        "run = _os.environ.pop('JIYU_RUN_ID', None)\n"  # a pop whose value is used reads
+        "home = _os.getenv('JIYU_HOME')\n"
+        "from ..core.runs.launch_context import LaunchContext\n"
+        "context = LaunchContext.from_environ()\n"
+        "given = LaunchContext.from_environ({'RANK': '0'})\n"  # a mapping given: nothing read
+    )
+    assert environment_reads(package) == [
+        "jiyu_magics/jobs/_env_probe.py:2",
+        "jiyu_magics/jobs/_env_probe.py:6",
+        "jiyu_magics/jobs/_env_probe.py:7",
+        "jiyu_magics/train/_env_probe.py:2",
+    ]
+    assert launch_context_reads(package) == ["jiyu_magics/jobs/_env_probe.py:9"]
+    assert not _allowed("jiyu_magics/jobs/_env_probe.py:6", ENVIRONMENT_READERS)
+    assert _allowed("jiyu_magics/magics/anything.py:1", LAUNCH_CONTEXT_READERS)
 
 
 # The engine stays readable a piece at a time (issue 38): no module under train/ over this many

@@ -2,14 +2,32 @@
 documentation's table is generated from (``docs/_ext/jiyu_reference.py``), and a test keeps it
 complete (every ``JIYU_*`` name in the package is here).
 
-The variables a launcher sets for the processes it starts are read once, at the entry point of
-the process that trains (``fit``, the rank worker), into a ``runs.launch_context.LaunchContext``
-that is passed on as a value; the training code reads no environment of its own.
+Who reads them, each kind in one place (``tests/test_architecture.py`` keeps it so):
+
+- the variables a launcher sets for the processes it starts: ``runs.launch_context.LaunchContext``,
+  read once at each entry point (a job's rank, a ranks pool's rank and supervisor, ``fit`` in a
+  script, a magic's call) and passed on as a value; the training code reads no environment;
+- what a person sets and one process may change while it runs (the home, the box, the queue's
+  limits...): ``settings.Settings``, read at each use;
+- the Jupyter server's options: the server extension's load; a Slurm node's: its entry point.
+
+A process that starts a child hands it this process's environment through ``child_environment``:
+it copies the environment for another process and reads no setting of its own.
 """
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+
+
+def child_environment(extra: Mapping[str, str] | None = None, drop: Iterable[str] = ()) -> dict[str, str]:
+    """This process's environment for a child it starts (``subprocess``'s ``env=``): what the
+    person set (PATH, CUDA_VISIBLE_DEVICES, NCCL_*, what ``%env`` set...) passes on, less the
+    names in ``drop``, plus ``extra``."""
+    dropped = frozenset(drop)
+    return {**{k: v for k, v in os.environ.items() if k not in dropped}, **(extra or {})}
 
 
 @dataclass(frozen=True)

@@ -21,13 +21,14 @@ from ..core.box.client import BoxUnreachable
 from ..core.gpu import snapshot as gpu
 from ..core.gpu.owners import Attribution
 from ..core.runs.model import RunStatus
+from ..core.settings import CPU_JOBS_ENV as CPU_LIMIT_ENV
+from ..core.settings import Settings
 from ..core.store.leases import Lease
 from ..core.store.run_row import Run
 from ..core.store.run_store import RunStore
 from .gpu_holders import holders_line
 from .job_error import JobError
 
-CPU_LIMIT_ENV = "JIYU_MAX_CPU_JOBS"
 VISIBLE_ENV = "CUDA_VISIBLE_DEVICES"
 HEAD_POLL_S = 0.2  # how often the first run in line checks for GPUs
 WAIT_POLL_S = 1.0  # how often the others check whether they moved up
@@ -53,7 +54,7 @@ class Grant:
 
 def cpu_job_limit(env=None) -> int | None:
     """``JIYU_MAX_CPU_JOBS``: how many runs that want no GPU may run at once (unset: no limit)."""
-    raw = (os.environ if env is None else env).get(CPU_LIMIT_ENV, "").strip()
+    raw = Settings.from_environ(env).max_cpu_jobs
     if not raw:
         return None
     if not raw.isdigit() or int(raw) < 1:

@@ -20,6 +20,7 @@ import subprocess
 import sys
 import time
 
+from ..core.environment import child_environment
 from ..core.gpu.status import owned_snapshot
 from ..core.gpu.usage import accrue
 from ..core.runs.launch_context import RESUME_ENV
@@ -126,7 +127,7 @@ class Supervisor:
         if not self.spec.notify:
             return
         cmd = [*shlex.split(self.spec.notify), self.run_id, status]
-        env = {**os.environ, "JIYU_RUN_STATUS": status}
+        env = child_environment({"JIYU_RUN_STATUS": status})
         try:
             done = subprocess.run(
                 cmd, env=env, stdin=subprocess.DEVNULL, stdout=sys.stdout, stderr=sys.stdout, timeout=NOTIFY_TIMEOUT_S

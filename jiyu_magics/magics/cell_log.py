@@ -10,13 +10,12 @@ text is held in memory, then written out and the file followed line by line.
 from __future__ import annotations
 
 import io
-import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TextIO
 
-from ..core.runs.files import RUN_ID_ENV, RunFiles
+from ..core.runs.files import RunFiles
 
 
 class CellLog:
@@ -108,10 +107,11 @@ class LoggedMonitor:
 @contextmanager
 def cell_log(launched: bool = False) -> Iterator[CellLog]:
     """``sys.stdout``/``sys.stderr`` teed into a CellLog while the cell trains; nothing teed
-    under a launcher, which writes the log itself (``JIYU_RUN_ID``: a job, ``--nproc``;
-    ``launched``: a ranks pool's rank training its kernel's ``%%train --nproc``)."""
+    under a launcher, which writes the log itself (``launched``: the call's context names a run,
+    ``JIYU_RUN_ID`` of a job or ``--nproc``, or a ranks pool's rank training its kernel's
+    ``%%train --nproc``)."""
     log = CellLog()
-    if launched or os.environ.get(RUN_ID_ENV):
+    if launched:
         yield log
         return
     out, err = sys.stdout, sys.stderr

@@ -14,7 +14,6 @@ and the result is bound as after single-process training."""
 
 from __future__ import annotations
 
-import os
 from argparse import Namespace
 from collections.abc import Callable
 from pathlib import Path
@@ -23,7 +22,7 @@ from IPython.core.error import UsageError
 
 from .. import jobs
 from ..core.events.log import read_events
-from ..core.runs.launch_context import FINAL_WEIGHTS_ENV, INIT_WEIGHTS_ENV, NOTEBOOK_ENV
+from ..core.runs.launch_context import FINAL_WEIGHTS_ENV, INIT_WEIGHTS_ENV, NOTEBOOK_ENV, LaunchContext
 from ..core.runs.model import RunKind, RunStatus
 from ..jobs.export.kernel_replay import relaunch_history
 from ..jobs.launch_spec import LaunchSpec, visible_gpus
@@ -63,8 +62,11 @@ class DdpLaunch:
         on_monitor: Callable[[object], None] | None = None,
         pool=None,
         config: dict | None = None,
+        *,
+        context: LaunchContext,
     ):
         self.shell, self.line, self.args, self.cell = shell, line, args, cell or ""
+        self.context = context  # the kernel's, read where %%train was called
         self.model, self.on_monitor, self.pool = model, on_monitor, pool
         # the run's parameters: the notebook's values (``run_config``), as a kernel run records
         # them; never the magic line itself, which Compare took for a differing parameter
@@ -80,7 +82,7 @@ class DdpLaunch:
         if self.pool is not None:
             return self._run_on_pool()
         spec = launch_spec(self.args.nproc, self.args.device)
-        notebook = os.environ.get(NOTEBOOK_ENV)
+        notebook = self.context.notebook
         self.lifecycle = RunLifecycle.register(
             RunKind.DDP,
             self.args.name or default_name(self.model, notebook),
@@ -109,7 +111,7 @@ class DdpLaunch:
         the ranks' output as on a fresh launch. The trained model stays in the ranks."""
         from ..jobs.launch_spec import LaunchSpec
 
-        notebook = os.environ.get(NOTEBOOK_ENV)
+        notebook = self.context.notebook
         self.placement = PoolPlacement(self.pool, self._current_cell(), notebook)
         self.lifecycle = RunLifecycle.register(
             RunKind.DDP,
@@ -133,10 +135,9 @@ class DdpLaunch:
 
     def _track(self) -> list[str]:
         """The trackers this run names (``%%train --track``, checked by the magic), else the default."""
-        from ..trackers.destinations import track_variable
         from ..train.fit_options import FitOptions, tracked
 
-        return tracked(FitOptions(track=self.args.track).validate().track, track_variable())
+        return tracked(FitOptions(track=self.args.track).validate().track, self.context.track)
 
     # -- before --------------------------------------------------------------------------------
     def _prepare(self) -> None:
@@ -166,14 +167,14 @@ class DdpLaunch:
         to hand back, and the notebook's name (runs are named and resumed by it)."""
 
         extra = {INIT_WEIGHTS_ENV: str(self.init_weights), FINAL_WEIGHTS_ENV: str(self.final_weights)}
-        if os.environ.get(NOTEBOOK_ENV):
-            extra[NOTEBOOK_ENV] = os.environ[NOTEBOOK_ENV]
+        if self.context.notebook:
+            extra[NOTEBOOK_ENV] = self.context.notebook
         return extra
 
     # -- during --------------------------------------------------------------------------------
     def _monitor(self) -> Monitor:
         monitor: Monitor  # the notebook's dashboard, else text progress
-        if in_notebook(self.shell):
+        if in_notebook(self.shell, self.context):
             from ..widgets.ddp_dashboard import DdpDashboard
 
             monitor = DdpDashboard(
@@ -193,7 +194,7 @@ class DdpLaunch:
     def _rank_output(self):
         """The ranks' lines under the dashboard (printed in a terminal), rank 0's by default."""
         log = self.lifecycle.files.log
-        if in_notebook(self.shell):
+        if in_notebook(self.shell, self.context):
             from ..widgets.rank_output import RankOutput
 
             return RankOutput(log, ready=lambda: getattr(self.monitor, "handle", None) is not None)
@@ -291,8 +292,11 @@ def launch_ddp(
     on_monitor: Callable[[object], None] | None = None,
     pool=None,
     config: dict | None = None,
+    *,
+    context: LaunchContext,
 ) -> None:
     """Trains ``model`` (the kernel's, after the cell body ran) as ``%%train --nproc``; on a
     ranks ``pool`` instead, the ranks' objects (the cell's body runs there, not here).
-    ``config``: the notebook's parameters, recorded as the run's."""
-    DdpLaunch(shell, line, args, cell, model, on_monitor, pool, config).run()
+    ``config``: the notebook's parameters, recorded as the run's; ``context``: the kernel's,
+    read where the magic was called."""
+    DdpLaunch(shell, line, args, cell, model, on_monitor, pool, config, context=context).run()

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
 from IPython.display import HTML, display
 
 from .frontend import in_notebook
+
+if TYPE_CHECKING:
+    from ..core.runs.launch_context import LaunchContext
 from .magic_line import parse_line
 
 # NVML, the CUDA checks and their views are imported by the magic that uses them: %load_ext
@@ -52,24 +57,26 @@ class GpuMagics(Magics):
             snap = %gpu_status --json
         """
         from ..core.gpu.status import owned_snapshot
+        from ..core.runs.launch_context import LaunchContext
         from ..views import gpu_table as gpu_view
 
         args = parse_line(self.gpu_status, line)
+        context = LaunchContext.from_environ()  # read once, where the call enters jiyu
         positive_seconds(args.watch)
         if args.json and args.watch:
             raise UsageError("--json and --watch cannot be combined")
         if args.json:
             return owned_snapshot().to_dict()
         if args.watch:
-            return self._watch(args.watch)
+            return self._watch(args.watch, context)
         snap = owned_snapshot()
-        if in_notebook(self.shell):
+        if in_notebook(self.shell, context):
             display(HTML(gpu_view.render_html(snap)))
         else:
             print(gpu_view.render_text(snap))
 
-    def _watch(self, seconds: float):
-        if in_notebook(self.shell):
+    def _watch(self, seconds: float, context: LaunchContext):
+        if in_notebook(self.shell, context):
             from ..widgets.gpu_watch import GpuWatch
 
             if self.watch is not None:
@@ -94,13 +101,15 @@ class GpuMagics(Magics):
         cuDNN/NCCL, small /dev/shm, CUDA already initialised in this kernel, MIG mode.
         """
         from ..core.gpu import doctor
+        from ..core.runs.launch_context import LaunchContext
         from ..views import doctor_report as doctor_view
 
         args = parse_line(self.gpu_doctor, line)
+        context = LaunchContext.from_environ()  # read once, where the call enters jiyu
         findings = doctor.diagnose()
         if args.json:
             return [f.to_dict() for f in findings]
-        if in_notebook(self.shell):
+        if in_notebook(self.shell, context):
             display(HTML(doctor_view.render_html(findings)))
         else:
             print(doctor_view.render_text(findings))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import time
 from argparse import ArgumentTypeError
 from pathlib import Path
@@ -13,6 +12,7 @@ from IPython.core.magic_arguments import argument, magic_arguments
 from IPython.display import HTML, display
 
 from .. import jobs
+from ..core.runs.launch_context import LaunchContext
 from ..core.time_spans import since_time
 from ..jobs.submit_options import SubmitOptions, argument_specs
 from .frontend import in_notebook
@@ -26,11 +26,12 @@ def with_submit_options(func):
     return magic_arguments()(func)
 
 
-def current_notebook(shell) -> Path | None:
+def current_notebook(shell, context: LaunchContext) -> Path | None:
     """The notebook this kernel runs, from what the front-end tells the kernel: Jupyter's
-    ``JPY_SESSION_NAME`` (also ``__session__``), or VS Code's ``__vsc_ipynb_file__``."""
+    ``JPY_SESSION_NAME`` (``context.notebook``; also ``__session__``), or VS Code's
+    ``__vsc_ipynb_file__``."""
     ns = shell.user_ns
-    for candidate in (ns.get("__vsc_ipynb_file__"), ns.get("__session__"), os.environ.get("JPY_SESSION_NAME")):
+    for candidate in (ns.get("__vsc_ipynb_file__"), ns.get("__session__"), context.notebook):
         path = _existing_notebook(candidate)
         if path is not None:
             return path
@@ -111,7 +112,7 @@ class JobMagics(Magics):
         from ..views import run_table as view
 
         args = parse_line(self.submit, line)
-        notebook = args.notebook or current_notebook(self.shell)
+        notebook = args.notebook or current_notebook(self.shell, LaunchContext.from_environ())
         if notebook is None:
             raise UsageError(
                 "%submit cannot tell which notebook this kernel runs; pass its path: %submit path/to/notebook.ipynb"
@@ -166,7 +167,7 @@ class JobMagics(Magics):
         args = parse_line(self.jobs, line)
         page = jobs.list_page(include_finished=args.all, limit=args.limit, since=args.since)
         note = view.page_note(len(page.runs), page.total)
-        if in_notebook(self.shell):
+        if in_notebook(self.shell, LaunchContext.from_environ()):
             display(HTML(view.render_html(page.runs, args.all) + (f"<p>{note}</p>" if note else "")))
         else:
             print(view.render_text(page.runs, args.all) + (f"\n{note}" if note else ""))
@@ -230,7 +231,7 @@ class JobMagics(Magics):
     def _attach(self, rest: str):
         args = parse_line(self._attach, rest)
         run = jobs.resolve(args.id)
-        if not in_notebook(self.shell):
+        if not in_notebook(self.shell, LaunchContext.from_environ()):
             from ..views import run_table as view
             from .job_attach import attach_text
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import atexit
-import os
 import shlex
 import sys
 import time
@@ -23,7 +22,7 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, magics_class
 
 from ..core.options.run_options import DEVICE, NAME
-from ..core.runs.launch_context import NOTEBOOK_ENV
+from ..core.runs.launch_context import LaunchContext
 from ..jobs.submit_options import option_spec
 from .ranks_output import Background, Echo, RankCellError, RankDied, report, show_stall
 
@@ -210,7 +209,7 @@ class RanksMagics(Magics):
             raise UsageError(
                 "%ranks start: --replace-dead needs a local pool (torchrun ends a Slurm pool's ranks together)"
             )
-        notebook = os.environ.get(NOTEBOOK_ENV) or self.ipython.user_ns.get("__session__")
+        notebook = LaunchContext.from_environ().notebook or self.ipython.user_ns.get("__session__")
         try:
             pool = RanksPool.start(
                 args.nproc,

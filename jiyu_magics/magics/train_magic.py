@@ -9,7 +9,6 @@ free of torch) does the training.
 from __future__ import annotations
 
 import keyword
-import os
 import re
 from argparse import Namespace
 from typing import TYPE_CHECKING
@@ -112,11 +111,6 @@ def with_train_options(func):
     return magic_arguments()(func)
 
 
-def under_torchrun() -> bool:
-    """In a torchrun rank (a ``%%train --nproc`` export replaying this cell): train here."""
-    return "RANK" in os.environ and "WORLD_SIZE" in os.environ
-
-
 def parse_options(line: str) -> Namespace:
     """``%%train`` options parsed as the magic parses them (for the ``--nproc`` launcher)."""
     return parse_line(TrainMagics.train, line)
@@ -152,15 +146,11 @@ def as_flag_message(message: str) -> str:
     return re.sub(r"^([a-z_]+)(?= must)", lambda m: flag_of(m.group(1)), message)
 
 
-def is_rank_zero() -> bool:
-    return os.environ.get("RANK", "0") == "0"
-
-
 @magics_class
 class TrainMagics(Magics):
     dashboard: TrainingDashboard | TextProgress | None = None  # the latest monitor, for inspection
     # what a launcher says, where it is not this process's environment: a ranks pool's worker
-    # sets it for the %%train its kernel sends (its run); None: fit reads the environment
+    # sets it for the %%train its kernel sends (its run); None: each call reads the environment
     launch_context: LaunchContext | None = None
 
     @property
@@ -201,21 +191,29 @@ class TrainMagics(Magics):
         check_braced("train", line, raw, self.ipython.user_ns)
         args = parse_line(self.train, line)
         self._raw_line = raw
-        launching = self._check(args)
+        context = self._launch_context()
+        launching = self._check(args, context)
         pool = self._pool(args) if launching else None
         if pool is not None:
-            return self._launch(line, args, cell, None, pool)
+            return self._launch(line, args, cell, None, context, pool)
         if launching:
-            kwargs = self._run_body(args, cell, launching)
-            return self._launch(line, args, cell, kwargs["model"], config=kwargs["config"])
+            kwargs = self._run_body(args, cell, launching, context)
+            return self._launch(line, args, cell, kwargs["model"], context, config=kwargs["config"])
         from .cell_log import cell_log
 
-        launched = self.launch_context is not None and self.launch_context.run_id is not None
-        with cell_log(launched) as log:  # a kernel run's Logs show what the cell printed, its body's prints too
-            self._train(args, self._run_body(args, cell, launching), log)
+        # a launcher writes the log itself: a job, --nproc's ranks (JIYU_RUN_ID), a pool's rank
+        with cell_log(context.run_id is not None) as log:  # a kernel run's Logs show what the cell printed
+            self._train(args, self._run_body(args, cell, launching, context), log, context)
+
+    def _launch_context(self) -> LaunchContext:
+        """What launched this kernel or rank, read once per call (the magic is the kernel's
+        entry point for it; a test or ``%env`` may change the environment between calls)."""
+        from ..core.runs.launch_context import LaunchContext
+
+        return self.launch_context or LaunchContext.from_environ()
 
     @staticmethod
-    def _check(args: Namespace) -> bool:
+    def _check(args: Namespace, context: LaunchContext) -> bool:
         """The magic's own options; True when this call launches ranks (``--nproc``)."""
         if args.nproc is not None and args.nproc < 1:
             raise UsageError(f"--nproc must be >= 1, got {args.nproc}")
@@ -223,14 +221,15 @@ class TrainMagics(Magics):
             raise UsageError(f"--refresh takes a positive number of seconds, got {args.refresh:g}")
         if not args.result.isidentifier() or keyword.iskeyword(args.result):
             raise UsageError(f"--result {args.result!r}: expected a variable name (a Python identifier)")
-        launching = args.nproc is not None and not under_torchrun()
+        # in a torchrun rank (a ``%%train --nproc`` export replaying this cell): train here
+        launching = args.nproc is not None and context.torchrun_world is None
         if launching:
             from .ddp_launch import check_devices
 
             check_devices(args.nproc, args.device)
         return launching
 
-    def _run_body(self, args: Namespace, cell: str | None, launching: bool) -> dict:
+    def _run_body(self, args: Namespace, cell: str | None, launching: bool, context: LaunchContext) -> dict:
         """Runs the cell body, then ``fit``'s arguments, knowing which variables the body bound."""
         namespace = self.ipython.user_ns
         before = identities(namespace, watched(args))
@@ -238,7 +237,7 @@ class TrainMagics(Magics):
         ran = self.ipython.run_cell(cell, store_history=False) if body else None
         if ran is not None and not ran.success:
             error = ran.error_before_exec or ran.error_in_exec
-            if under_torchrun() and error is not None:
+            if context.torchrun_world is not None and error is not None:
                 raise error  # a rank: the body's own error is the failure the cell and the run name
             raise UsageError(
                 f"the cell body failed (traceback above); nothing was {'launched' if launching else 'trained'}"
@@ -248,14 +247,12 @@ class TrainMagics(Magics):
         kwargs = fit_kwargs(
             args, namespace, rebound(namespace, before) if body else frozenset(), defining_cells(self.shell)
         )
-        return {**kwargs, "config": self._config(namespace, cell)}
+        return {**kwargs, "config": self._config(namespace, cell, context)}
 
-    def _config(self, namespace: dict, body: str | None) -> dict:
+    def _config(self, namespace: dict, body: str | None, context: LaunchContext) -> dict:
         """The notebook's parameters as the run records them (``run_config``)."""
-        from ..core.runs.launch_context import LaunchContext
         from .run_config import call_config
 
-        context = self.launch_context or LaunchContext.from_environ()
         return call_config(namespace, context.notebook, context.run_id, getattr(self, "_raw_line", None), body)
 
     def _pool(self, args: Namespace):
@@ -270,7 +267,9 @@ class TrainMagics(Magics):
             )
         return pool
 
-    def _launch(self, line: str, args: Namespace, cell: str | None, model, pool=None, config=None) -> None:
+    def _launch(
+        self, line: str, args: Namespace, cell: str | None, model, context: LaunchContext, pool=None, config=None
+    ) -> None:
         """``--nproc``: the same cell under torchrun, from this kernel's model and history, or
         on the kernel's ranks pool with the objects its ranks hold."""
         from .ddp_launch import launch_ddp
@@ -284,20 +283,19 @@ class TrainMagics(Magics):
             on_monitor=lambda m: setattr(TrainMagics, "dashboard", m),
             pool=pool,
             config=config,
+            context=context,
         )
 
-    def _train(self, args: Namespace, kwargs: dict, log) -> None:
+    def _train(self, args: Namespace, kwargs: dict, log, context: LaunchContext) -> None:
         from ..train import StopSignal, TrainConfigError, TrainingFailed, fit
         from ..train.monitor import NullMonitor
         from .cell_log import LoggedMonitor
 
         __tracebackhide__ = True  # noqa: F841
         stop = StopSignal()
-        monitor = self._monitor(args, stop)
+        monitor = self._monitor(args, stop, context)
         try:
-            result = fit(
-                **kwargs, monitor=LoggedMonitor(monitor or NullMonitor(), log), stop=stop, context=self.launch_context
-            )
+            result = fit(**kwargs, monitor=LoggedMonitor(monitor or NullMonitor(), log), stop=stop, context=context)
         except TrainingFailed as failure:
             self.ipython.user_ns[args.result] = failure.result
             raise
@@ -311,11 +309,11 @@ class TrainMagics(Magics):
                 monitor.close()
         self.ipython.user_ns[args.result] = result
 
-    def _monitor(self, args: Namespace, stop) -> TrainingDashboard | TextProgress | None:
-        if not is_rank_zero():
+    def _monitor(self, args: Namespace, stop, context: LaunchContext) -> TrainingDashboard | TextProgress | None:
+        if not context.rank_zero:
             return None
         monitor: TrainingDashboard | TextProgress
-        if in_notebook(self.shell):
+        if in_notebook(self.shell, context):
             from ..widgets.train_dashboard import TrainingDashboard
 
             monitor = TrainingDashboard(refresh=args.refresh or 1.0, stop=stop, scale=args.scale).show()

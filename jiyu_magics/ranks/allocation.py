@@ -10,12 +10,12 @@ only, and only then writes the pool's address file, which the ranks wait for on 
 
 from __future__ import annotations
 
-import os
 import socket
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from ..core.settings import Settings
 from ..jobs.backends.slurm import commands as slurm
 from ..jobs.backends.slurm.placement import SlurmJob
 from ..jobs.job_error import JobError
@@ -24,7 +24,6 @@ from .channel import KernelEnd
 if TYPE_CHECKING:
     from ..jobs.lifecycle import RunLifecycle
 
-HOST_ENV = "JIYU_POOL_HOST"  # the kernel's address the allocation's nodes reach, where the route's is not
 FOLLOW_S = 1.0
 
 
@@ -53,8 +52,9 @@ def channel_on_allocation(lifecycle: RunLifecycle, on_wait: Callable[[str], None
 def kernel_host(node_addresses: list[str]) -> str:
     """This machine's address on the route to the allocation's first node (no packet is sent:
     a UDP socket's ``connect`` only picks the route), unless ``JIYU_POOL_HOST`` names one."""
-    if os.environ.get(HOST_ENV):
-        return os.environ[HOST_ENV]
+    host = Settings.from_environ().pool_host
+    if host:
+        return host
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
         probe.connect((node_addresses[0], 9))
         return probe.getsockname()[0]

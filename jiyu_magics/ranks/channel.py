@@ -49,7 +49,6 @@ from zmq.utils.monitor import recv_monitor_message
 from .protocol import Kind, Message
 from .shared_files import SharedFolder
 
-ADDRESS_ENV = "JIYU_POOL"  # where a rank finds its pool's address file
 ZAP_DOMAIN = "jiyu-ranks"
 MAX_FRAME = 64 * 2**20  # TCP: a bigger frame is refused before it is allocated (buffers go in chunks)
 HEARTBEAT_S = 2  # ZMQ heartbeats on a rank's control socket: a silent peer is dropped after 3 of them

@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..core.runs.launch_context import POOL_ADDRESS_ENV
 from ..core.runs.model import RunKind
 from ..core.store.database import StoreUnusable
 from ..jobs import scheduler_follower
@@ -33,7 +34,7 @@ from ..jobs.launch_spec import visible_gpus
 from ..jobs.lifecycle import RunLifecycle
 from ..jobs.submit_options import SubmitOptions
 from .allocation import channel_on_allocation
-from .channel import ADDRESS_ENV, KernelEnd
+from .channel import KernelEnd
 from .launch import SupervisedRanks
 from .protocol import REQUESTS, Hello, Kind, Message, RankExit
 from .requests import Request
@@ -181,7 +182,7 @@ class RanksPool:
         if self._end is not None:
             self.end.address.save(files.root / ADDRESS_FILE)
         files.script.with_name(POOL_SCRIPT).write_text(WORKER_SOURCE)
-        env = {ADDRESS_ENV: str(files.root / ADDRESS_FILE), **FLIGHT_RECORDER}
+        env = {POOL_ADDRESS_ENV: str(files.root / ADDRESS_FILE), **FLIGHT_RECORDER}
         if not lifecycle.start(env=env, on_wait=on_wait, script=files.root / POOL_SCRIPT):
             lifecycle.end()
             raise JobError(f"ranks pool {lifecycle.run_id} was stopped before it started")

@@ -34,12 +34,11 @@ from dataclasses import dataclass, field
 import zmq
 
 from ..core.processes.run_processes import POOL_SUPERVISOR_MARK
-from ..core.runs.files import RUN_ID_ENV
+from ..core.runs.launch_context import POOL_ADDRESS_ENV, POOL_GENERATION_ENV, POOL_SUPERVISED_ENV, LaunchContext
 from ..jobs.process import rank_records
 from ..jobs.process.rank_worker import run_rank
-from .channel import ADDRESS_ENV, Address, SupervisorEnd
+from .channel import Address, SupervisorEnd
 from .protocol import Kind, Message, RankExit
-from .worker import GENERATION_ENV, SUPERVISED_ENV
 
 MARK = POOL_SUPERVISOR_MARK  # its command line: the pool's agent, as torchrun's for a job
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")  # a traceback's colours are for the notebook, not the log
@@ -59,6 +58,7 @@ class Supervisor:
     nproc: int
     master: tuple[str, int]
     address: Address
+    run_id: str | None = None  # the pool's run (its ranks' records), as the supervisor's launcher said
     children: dict[int, Child] = field(default_factory=dict)  # by pidfd
     end: SupervisorEnd | None = None
     last_exits: dict[int, int] = field(default_factory=dict)  # rank -> how its latest process ended
@@ -113,13 +113,14 @@ class Supervisor:
                 "LOCAL_WORLD_SIZE": str(self.nproc),
                 "MASTER_ADDR": self.master[0],
                 "MASTER_PORT": str(self.master[1]),
-                GENERATION_ENV: str(generation),
-                SUPERVISED_ENV: "1",
+                POOL_GENERATION_ENV: str(generation),
+                POOL_SUPERVISED_ENV: "1",
             }
-        )
+        )  # for the rank's own code too: torch's env:// rendezvous, the cells that read RANK
         from .worker import serve
 
-        return run_rank(serve, watch_peers=False)
+        context = LaunchContext.from_environ()  # the forked rank's entry point: read once, here
+        return run_rank(lambda: serve(context), context, watch_peers=False)
 
     # -- the loop ------------------------------------------------------------------------------
     def serve(self) -> int:
@@ -191,7 +192,7 @@ class Supervisor:
     def _record(self, child: Child, code: int, killed_by: int | None) -> None:
         """The rank records its own end when it can; a kill it cannot: its parent says which
         signal it was (as torchrun's report does for a job's ranks)."""
-        run_id = os.environ.get(RUN_ID_ENV)
+        run_id = self.run_id
         if not run_id:
             return
         record = next((r for r in rank_records.read_all(run_id) if r.rank == child.rank and r.pid == child.pid), None)
@@ -237,8 +238,12 @@ def main(argv: list[str] | None = None) -> int:
 
     parent_death.request(signal.SIGKILL)  # as torchrun: the ranks then stop on their own parent's death
     warm()
+    context = LaunchContext.from_environ()
+    if context.pool_address is None:
+        print(f"{MARK}: {POOL_ADDRESS_ENV} (the pool's address file) is not set", file=sys.stderr)
+        return 2
     store = host_store()
-    supervisor = Supervisor(nproc, ("127.0.0.1", store.port), Address.load(os.environ[ADDRESS_ENV]))
+    supervisor = Supervisor(nproc, ("127.0.0.1", store.port), Address.load(context.pool_address), context.run_id)
     signal.signal(signal.SIGTERM, supervisor.stop)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the kernel's interrupts reach the ranks over the channel
     for rank in range(nproc):

@@ -39,15 +39,13 @@ from typing import Any
 from ..core.processes import job_stop
 from ..core.processes.info import process_start_time
 from ..core.runs.files import RUN_ID_ENV, STACK_SIGNAL_NAME, RunFiles
-from ..core.runs.launch_context import LaunchContext
-from .channel import ADDRESS_ENV, KERNEL_GONE_SIGNAL, Address, KernelGone, RankEnd
+from ..core.runs.launch_context import POOL_ADDRESS_ENV, LaunchContext
+from .channel import KERNEL_GONE_SIGNAL, Address, KernelGone, RankEnd
 from .objects import pack, unpack
 from .protocol import Hello, Kind, Message, Reply, Status
 
 STREAM_FLUSH_S = 0.02
 ADDRESS_WAIT_S = 600.0  # a rank on an allocation waits this long for its kernel to write the address
-GENERATION_ENV = "JIYU_POOL_GENERATION"  # the generation a rank joins first (a replacement: the next one)
-SUPERVISED_ENV = "JIYU_POOL_SUPERVISED"  # set by the pool's supervisor, which hosts the store
 
 
 class Sender(threading.Thread):
@@ -143,7 +141,7 @@ class Worker:
         self.sender.start()
         self.end.listen(self._control)
         self.group = self._group()
-        self.group.join(int(os.environ.get(GENERATION_ENV, "0")))
+        self.group.join(self.context.pool_generation)
         self.shell = self._shell()
         self._stacks_on_signal()
         signal.signal(signal.SIGINT, self._on_interrupt)
@@ -163,7 +161,7 @@ class Worker:
     def _group(self):
         from ..train.pool_group import rank_group
 
-        hosts_store = not os.environ.get(SUPERVISED_ENV)  # under torchrun rank 0 hosts it, as env:// would
+        hosts_store = not self.context.pool_supervised  # under torchrun rank 0 hosts it, as env:// would
         return rank_group(self.context, self.end.address.ports, host_store_here=hosts_store)
 
     def _shell(self):
@@ -302,6 +300,7 @@ class Worker:
                 local_rank=self.context.local_rank,
                 notebook=train.get("notebook"),
                 visible_devices=self.context.visible_devices,
+                text_ui=self.context.text_ui,
             )
         try:
             result = self.shell.run_cell(message["code"], store_history=True)
@@ -362,14 +361,18 @@ class Worker:
         self.end.close()
 
 
-def serve() -> None:
+def serve(context: LaunchContext | None = None) -> None:
     """A rank's life: join, say hello, take requests until the kernel says stop. On an
-    allocation the kernel writes the pool's address once Slurm runs the job: wait for it."""
-    context = LaunchContext.from_environ()
+    allocation the kernel writes the pool's address once Slurm runs the job: wait for it.
+    ``context``: what the rank's supervisor read where it forked it; else read here, the entry
+    point of a rank torchrun started (its script calls ``serve()``)."""
+    context = context or LaunchContext.from_environ()
     os.environ.pop(RUN_ID_ENV, None)  # a fit in a cell registers a run of its own, not into the pool's
-    on_allocation = bool(os.environ.get("SLURM_JOB_ID"))
-    address = Address.load(os.environ[ADDRESS_ENV], wait=ADDRESS_WAIT_S if on_allocation else 0.0)
-    worker = Worker(context, address, source=node_source_address() if on_allocation else None)
+    if context.pool_address is None:
+        raise SystemExit(f"jiyu: a ranks pool's rank needs {POOL_ADDRESS_ENV} (its pool's address file)")
+    on_allocation = context.slurm_job is not None
+    address = Address.load(context.pool_address, wait=ADDRESS_WAIT_S if on_allocation else 0.0)
+    worker = Worker(context, address, source=node_source_address(context.slurm_node) if on_allocation else None)
     try:
         worker.start()
         worker.serve()
@@ -377,11 +380,10 @@ def serve() -> None:
         worker.close()
 
 
-def node_source_address() -> str | None:
+def node_source_address(name: str | None) -> str | None:
     """The address a rank on an allocation connects from: its node's, as the node resolves its
-    own Slurm name, so the kernel's allowlist (Slurm's ``NodeAddr`` of each node) recognises it.
-    None where that address is not one of this machine's (the route's is used then)."""
-    name = os.environ.get("SLURMD_NODENAME")
+    own Slurm name (``name``), so the kernel's allowlist (Slurm's ``NodeAddr`` of each node)
+    recognises it. None where that address is not one of this machine's (the route's is used then)."""
     if not name:
         return None
     try:

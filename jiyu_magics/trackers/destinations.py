@@ -15,19 +15,16 @@ gives no ``--track``, ``$JIYU_TRACK`` decides, else the ``track:`` key of
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..core.runs.files import jiyu_home
+from ..core.settings import Settings
 
 KINDS = ("tensorboard", "mlflow")
-TRACK_ENV = "JIYU_TRACK"
 CONFIG_FILE = "config.yaml"
 OFF = ("none", "off")
-MLFLOW_URI_ENV = "MLFLOW_TRACKING_URI"
-EXPERIMENT_ENV = "MLFLOW_EXPERIMENT_NAME"
 DEFAULT_EXPERIMENT = "jiyu"
 SYNTAX = "tensorboard[:DIR] or mlflow[:URI]"
 
@@ -82,7 +79,7 @@ def _one(word: str, cwd: Path) -> Destination:
 
 
 def default_mlflow_uri() -> str:
-    return os.environ.get(MLFLOW_URI_ENV) or f"sqlite:///{jiyu_home() / 'mlflow.db'}"
+    return Settings.from_environ().mlflow_uri or f"sqlite:///{jiyu_home() / 'mlflow.db'}"
 
 
 def _mlflow_uri(target: str, cwd: Path) -> str:
@@ -110,11 +107,6 @@ def default_track(variable: str | None = None) -> list[Destination]:
     return parse_track(_configured())
 
 
-def track_variable() -> str | None:
-    """``$JIYU_TRACK``, for the entry points that read their environment (a magic, a launcher)."""
-    return os.environ.get(TRACK_ENV)
-
-
 def _configured() -> str | list[str] | None:
     path = jiyu_home() / CONFIG_FILE
     if not path.is_file():
@@ -137,4 +129,4 @@ def as_strings(destinations: Iterable[Destination]) -> list[str]:
 
 def experiment_name() -> str:
     """The MLflow experiment runs go into: ``$MLFLOW_EXPERIMENT_NAME`` (MLflow's own), else ``jiyu``."""
-    return os.environ.get(EXPERIMENT_ENV) or DEFAULT_EXPERIMENT
+    return Settings.from_environ().mlflow_experiment or DEFAULT_EXPERIMENT

@@ -145,6 +145,7 @@ class Trainer(TrainerReports, TrainerCheckpoints, TrainerEnd):
 
     # -- set-up ----------------------------------------------------------------------------
     def run(self) -> FitResult:
+        job_stop.speak_as(self.context.rank)  # only rank 0 says a stop
         job_stop.refuse_training()  # a job asked to stop trains no further call
         self.started = time.perf_counter()
         self.dist, self.device = join_process_group(self.opts.device, self.context)

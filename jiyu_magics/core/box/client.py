@@ -13,7 +13,8 @@ import socket
 from typing import Any
 
 from ..runs.files import StoreUnusable
-from .location import BOX_ENV, BoxLocation
+from ..settings import BOX_ENV
+from .location import BoxLocation
 
 TIMEOUT_S = 10.0
 

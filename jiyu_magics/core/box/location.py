@@ -12,7 +12,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-BOX_ENV = "JIYU_BOX"
+from ..settings import Settings
+
 DEFAULT_PATH = Path("/var/lib/jiyu/box")
 
 
@@ -45,7 +46,7 @@ def find(env: dict[str, str] | None = None) -> BoxLocation | None:
     """The box this process uses: ``JIYU_BOX`` when set (even before the folder exists: a run
     then waits for the book rather than leasing behind it), else the default folder when
     ``jiyu box init`` made one, else None."""
-    raw = (os.environ if env is None else env).get(BOX_ENV, "").strip()
+    raw = Settings.from_environ(env).box
     if raw:
         return BoxLocation(Path(raw).expanduser())
     default = BoxLocation(DEFAULT_PATH)

@@ -7,13 +7,13 @@ listing nouveau, a ``CUDA_VISIBLE_DEVICES`` that hides a GPU.
 
 from __future__ import annotations
 
-import os
 import shutil
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypedDict
 
+from ..settings import VISIBLE_DEVICES_ENV, Settings
 from .snapshot import cuda_version_string, device_handles, init_nvml, load_nvml, nvml_failure, nvml_value
 from .torch_versions import TorchFacts, torch_facts
 from .torch_wheels import install_command
@@ -53,11 +53,17 @@ def _shm_bytes(path: Path) -> int | None:
         return None
 
 
+def _visible_devices_now() -> dict[str, str]:
+    """The part of this process's environment the doctor checks, as it is now."""
+    visible = Settings.from_environ().visible_devices
+    return {} if visible is None else {VISIBLE_DEVICES_ENV: visible}
+
+
 @dataclass
 class Probes:
     """Where the doctor looks. The defaults are the real machine."""
 
-    env: Mapping[str, str] = field(default_factory=lambda: os.environ)
+    env: Mapping[str, str] = field(default_factory=lambda: _visible_devices_now())
     dev_dir: Path = Path("/dev")
     proc_modules: Path = Path("/proc/modules")
     shm_dir: Path = Path("/dev/shm")

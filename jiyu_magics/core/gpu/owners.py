@@ -25,10 +25,11 @@ from ..processes.info import ancestors as process_ancestors
 from ..processes.info import command_line, environ_value, process_uid
 from ..runs.files import RUN_ID_ENV
 from ..runs.model import RunStatus
+from ..settings import GPU_BUSY_ENV as BUSY_ENV
+from ..settings import Settings
 from ..store.leases import GpuSlot, Lease
 from .snapshot import GpuDevice, GpuLease, GpuProcess, GpuSnapshot, OwnerKind, ProcessOwnerJson
 
-BUSY_ENV = "JIYU_GPU_BUSY_MIB"
 DEFAULT_BUSY_MIB = 1024
 OUTSIDE = "pid outside this container"
 KERNEL_FILE = re.compile(r"kernel-([0-9a-fA-F-]{8,})\.json\b")
@@ -38,7 +39,7 @@ ANCESTORS = 6  # how far up a GPU process's parents a kernel is looked for (a Da
 def busy_threshold(env: Mapping[str, str] | None = None) -> int:
     """Bytes of foreign GPU memory above which a GPU is busy; a bad value is refused where it
     is set (``check_busy_mib``), here it falls back to the default."""
-    raw = (os.environ if env is None else env).get(BUSY_ENV, "")
+    raw = Settings.from_environ(env).gpu_busy_mib or ""
     try:
         return check_busy_mib(raw) * 2**20 if raw.strip() else DEFAULT_BUSY_MIB * 2**20
     except ValueError:

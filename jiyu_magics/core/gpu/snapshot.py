@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, TypedDict
 
 from ..processes.info import ancestors, command_line
+from ..settings import Settings
 from ..store.run_row import RunGpu
 from .torch_versions import torch_facts
 from .visible_devices import VisibleDevices, parse_visible_devices
@@ -235,7 +236,7 @@ def nvml_failure(error: BaseException) -> str:
 
 def snapshot(nvml: Any = None, env: Mapping[str, str] | None = None, own_pid: int | None = None) -> GpuSnapshot:
     """Everything ``%gpu_status`` shows, as data."""
-    env = os.environ if env is None else env
+    visible_devices = Settings.from_environ(env).visible_devices
     taken = time.time()
     facts = torch_facts() if _torch_imported() else None
     torch_info = facts.to_dict() if facts else None
@@ -250,7 +251,7 @@ def snapshot(nvml: Any = None, env: Mapping[str, str] | None = None, own_pid: in
         return GpuSnapshot(False, nvml_failure(error), torch=torch_info, time=taken)
     handles = device_handles(nvml, count)  # a lost GPU's handle is None: its fields read as n/a
     uuids = [nvml_value(nvml.nvmlDeviceGetUUID, h) or "" for h in handles]
-    visible = parse_visible_devices(env.get("CUDA_VISIBLE_DEVICES"), uuids)
+    visible = parse_visible_devices(visible_devices, uuids)
     devices = [_device(nvml, i, h, uuids[i], visible, own_pid or os.getpid()) for i, h in enumerate(handles)]
     cuda = nvml_value(nvml.nvmlSystemGetCudaDriverVersion)
     return GpuSnapshot(
@@ -277,7 +278,7 @@ def utilization(visible_index: int, env: Mapping[str, str] | None = None) -> int
         init_nvml(nvml)
         handles = device_handles(nvml, nvml.nvmlDeviceGetCount())
         uuids = [nvml_value(nvml.nvmlDeviceGetUUID, h) or "" for h in handles]
-        raw = (os.environ if env is None else env).get("CUDA_VISIBLE_DEVICES")
+        raw = Settings.from_environ(env).visible_devices
         physical = parse_visible_devices(raw, uuids).order[visible_index]
         return nvml.nvmlDeviceGetUtilizationRates(handles[physical]).gpu
     except Exception:

@@ -11,13 +11,14 @@ it without importing each other.
 
 It is per process and set only by a launched process's signal handlers: a notebook kernel
 never notes a stop here (its Stop button and interrupts stop one ``fit``, not the kernel).
+Which rank the process is (only rank 0 says the stop) is told here by the entry points that
+read their launcher's context (the rank's entry point, ``fit``), never read from the environment.
 """
 
 from __future__ import annotations
 
-import os
-
 _reason: str | None = None
+_speaks = True  # rank 0 of its job, or no rank at all: it says the stop's one line
 
 
 class JobStopped(SystemExit):
@@ -36,6 +37,12 @@ def note(reason: str) -> None:
     global _reason
     if _reason is None:
         _reason = reason
+
+
+def speak_as(rank: int | None) -> None:
+    """This process is ``rank`` of its job (None: outside torchrun): only rank 0 says a stop."""
+    global _speaks
+    _speaks = rank in (None, 0)
 
 
 def noted() -> str | None:
@@ -75,4 +82,4 @@ def refuse_training(what: str = "training") -> None:
 
 def _say(text: str) -> str | None:
     """One line, from rank 0 only (every rank ends the same way)."""
-    return f"[jiyu] {text}" if os.environ.get("RANK", "0") == "0" else None
+    return f"[jiyu] {text}" if _speaks else None

@@ -17,7 +17,8 @@ import os
 import threading
 from pathlib import Path
 
-HOME_ENV = "JIYU_HOME"
+from ..settings import HOME_ENV, Settings
+
 # Set by a launcher (``%%train --nproc``, ``%submit``) for the processes it starts: training in
 # those processes writes into that existing run instead of registering a new one.
 RUN_ID_ENV = "JIYU_RUN_ID"
@@ -39,7 +40,7 @@ class StoreUnusable(RuntimeError):
 def jiyu_home() -> Path:
     """The home folder, created on first use; read from the environment each call so tests
     and jobs can point a process at another home without re-importing."""
-    home = Path(os.environ.get(HOME_ENV) or Path.home() / ".jiyu").expanduser()
+    home = Path(Settings.from_environ().home or Path.home() / ".jiyu").expanduser()
     try:
         private_folder(home, above=True)
     except OSError as error:  # a file of that name, a read-only or missing parent: one line, not a traceback

@@ -6,6 +6,11 @@ hands its result back (``%%train --nproc``), and where it sits in a torchrun wor
 entry point of training in any process: a kernel, a rank of a job) reads it here once and passes
 the value on, so what a call does is visible in what it was given, and no module under ``train/``
 reads the environment itself. The variables are documented in ``core.environment``.
+
+Every process jiyu starts reads it the same way, once, at its entry point: a job's rank
+(``jobs.process.rank_worker``), a ranks pool's rank and supervisor (``ranks.worker``,
+``ranks.supervisor``), ``fit`` in a script, a magic's call. ``tests/test_architecture.py`` keeps
+the environment reads in those entry points and here.
 """
 
 from __future__ import annotations
@@ -22,6 +27,10 @@ FINAL_WEIGHTS_ENV = "JIYU_FINAL_WEIGHTS"
 NOTEBOOK_ENV = "JPY_SESSION_NAME"  # jupyter_server tells the kernel its notebook's path
 RESTART_ENV = "TORCHELASTIC_RESTART_COUNT"
 TRACK_ENV = "JIYU_TRACK"
+UI_ENV = "JIYU_UI"  # ``text``: the magics show text, for front-ends that cannot show widgets
+POOL_ADDRESS_ENV = "JIYU_POOL"  # where a rank finds its pool's address file
+POOL_GENERATION_ENV = "JIYU_POOL_GENERATION"  # the generation a rank joins first (a replacement: the next one)
+POOL_SUPERVISED_ENV = "JIYU_POOL_SUPERVISED"  # set by the pool's supervisor, which hosts the store
 
 
 @dataclass(frozen=True)
@@ -39,6 +48,13 @@ class LaunchContext:
     visible_devices: str | None = None  # CUDA_VISIBLE_DEVICES as this process was started with it
     track: str | None = None  # JIYU_TRACK: the trackers of a call that names none (trackers.destinations)
     master: tuple[str, int] | None = None  # MASTER_ADDR:MASTER_PORT, the rendezvous store of a torchrun world
+    local_world_size: int = 1  # torchrun's ranks on this node
+    pool_address: str | None = None  # JIYU_POOL: a ranks pool's address file (a pool's rank or supervisor)
+    pool_generation: int = 0  # the generation of the pool's process group a rank joins first
+    pool_supervised: bool = False  # forked by the pool's supervisor, which hosts the pool's store
+    slurm_job: str | None = None  # SLURM_JOB_ID: this process runs on a Slurm allocation
+    slurm_node: str | None = None  # SLURMD_NODENAME: this node's name in Slurm
+    text_ui: bool = False  # JIYU_UI=text: the magics draw text, not widgets
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] | None = None) -> LaunchContext:
@@ -60,6 +76,13 @@ class LaunchContext:
             master=(env["MASTER_ADDR"], int(env["MASTER_PORT"]))
             if env.get("MASTER_ADDR") and env.get("MASTER_PORT")
             else None,
+            local_world_size=int(env.get("LOCAL_WORLD_SIZE", "1") or 1),
+            pool_address=env.get(POOL_ADDRESS_ENV) or None,
+            pool_generation=int(env.get(POOL_GENERATION_ENV, "0") or 0),
+            pool_supervised=bool(env.get(POOL_SUPERVISED_ENV)),
+            slurm_job=env.get("SLURM_JOB_ID") or None,
+            slurm_node=env.get("SLURMD_NODENAME") or None,
+            text_ui=env.get(UI_ENV, "").lower() == "text",
         )
 
     @property
@@ -80,3 +103,8 @@ class LaunchContext:
         """The script runs again: torchrun restarted the workers, or the launcher asks every
         call to go on from where it was (``JIYU_RESUME=last``: a Slurm requeue)."""
         return self.restart > 0 or self.resume == "last"
+
+    @property
+    def rank_zero(self) -> bool:
+        """Rank 0 of a torchrun world, or a process outside one: the one that speaks for all."""
+        return self.rank in (None, 0)

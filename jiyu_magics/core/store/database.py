@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from ..runs.files import HOME_ENV, PRIVATE_FILE, StoreUnusable  # the home folder's failure too: one type for both
+from ..settings import Settings
 from .lock_holder import describe_holder
 
 SCHEMA_VERSION = 9
@@ -122,9 +123,8 @@ CREATE TABLE IF NOT EXISTS gpu_sampled (
 );
 """
 # How long a writer waits for another process's write lock before saying the store is busy
-# (a command gives up then; run owners keep retrying). The environment variable scales it down
+# (a command gives up then; run owners keep retrying). JIYU_STORE_BUSY_S (core.settings) scales it down
 # in tests and up on a slow shared disk.
-BUSY_ENV = "JIYU_STORE_BUSY_S"
 DEFAULT_BUSY_S = 30.0
 BUSY_NOTICE_S = 2.0  # a writer still waiting after this long says who it waits for (``busy_notice``)
 REPAIR_HINT = "`jiyu doctor --store` checks it; `jiyu store repair` rebuilds it from the run folders"
@@ -156,7 +156,7 @@ busy_notice: Callable[[str], None] | None = None
 
 def busy_timeout() -> float:
     try:
-        seconds = float(os.environ.get(BUSY_ENV) or DEFAULT_BUSY_S)
+        seconds = float(Settings.from_environ().store_busy_s or DEFAULT_BUSY_S)
     except ValueError:
         return DEFAULT_BUSY_S
     return seconds if 0 < seconds < float("inf") else DEFAULT_BUSY_S

@@ -39,6 +39,7 @@ import os
 import socket
 import sys
 import time
+from collections.abc import Mapping
 
 from ...core.runs.files import RUN_ID_ENV
 from . import node_records as nodes
@@ -61,17 +62,18 @@ def main(argv: list[str] | None = None) -> int:
     if not torchrun:
         print("node_launch: nothing to run after --", file=sys.stderr)
         return 2
-    run_id, env = os.environ.get(RUN_ID_ENV), os.environ
+    env = dict(os.environ)  # the node's entry point: its environment, read once here
+    run_id = env.get(RUN_ID_ENV)
     record = NodeRecord(
         node=env.get("SLURMD_NODENAME") or socket.gethostname(),
         host=socket.gethostname(),
-        node_rank=_first_int(NODE_RANK_VARIABLES, 0),
-        nnodes=_first_int(NNODES_VARIABLES, 1),
+        node_rank=_first_int(env, NODE_RANK_VARIABLES, 0),
+        nnodes=_first_int(env, NNODES_VARIABLES, 1),
         attempt=int(env.get("SLURM_RESTART_COUNT") or 0),
         rdzv=args.rdzv,
         join_timeout=args.join_timeout,
         started=time.time(),
-        allocation=env.get("SLURM_JOB_NODELIST") if _first_int(NODE_RANK_VARIABLES, 0) == 0 else None,
+        allocation=env.get("SLURM_JOB_NODELIST") if _first_int(env, NODE_RANK_VARIABLES, 0) == 0 else None,
     )
     try:
         record.addresses = check(record, args.resolve_timeout, run_id)
@@ -163,9 +165,9 @@ def _first_node_record(run_id: str, me: NodeRecord) -> NodeRecord | None:
         time.sleep(RETRY_S)
 
 
-def _first_int(names: tuple[str, ...], default: int) -> int:
+def _first_int(env: Mapping[str, str], names: tuple[str, ...], default: int) -> int:
     for name in names:
-        value = os.environ.get(name, "")
+        value = env.get(name, "")
         if value.isdigit():
             return int(value)
     return default

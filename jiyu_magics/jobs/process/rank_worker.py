@@ -24,12 +24,14 @@ import sys
 import time
 import traceback
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import NamedTuple
 
 from ...core.processes import job_stop
 from ...core.processes.info import process_start_time
-from ...core.runs.files import RUN_ID_ENV, store_path
+from ...core.runs.files import store_path
+from ...core.runs.launch_context import LaunchContext
 from ...core.runs.line_map import LineMap, map_traceback
 from ...core.store.database import StoreUnusable
 from ...core.store.run_row import UnknownRun
@@ -60,24 +62,27 @@ def main(argv: list[str] | None = None) -> int:
         sys.path.insert(0, os.path.dirname(script))
         runpy.run_path(script, run_name="__main__")
 
-    return run_rank(run_script, script)
+    return run_rank(run_script, LaunchContext.from_environ(), script)  # the rank's entry point: read once
 
 
-def run_rank(target: Callable[[], object], script: str | None = None, *, watch_peers: bool = True) -> int:
+def run_rank(
+    target: Callable[[], object], context: LaunchContext, script: str | None = None, *, watch_peers: bool = True
+) -> int:
     """Runs ``target`` as a rank: its start and end recorded, SIGTERM a stop, SIGUSR1 a time
-    limit, dying with its parent. ``script``: the file whose frames start the user's traceback.
-    ``watch_peers=False``: a peer's failure is not this rank's end (a ranks pool's rank, whose
-    pool survives it)."""
-    run_id = os.environ.get(RUN_ID_ENV)
-    record = _start_record() if run_id else None  # a rank of a run reports itself
+    limit, dying with its parent. ``context``: what its launcher said, read at the rank's entry
+    point. ``script``: the file whose frames start the user's traceback. ``watch_peers=False``:
+    a peer's failure is not this rank's end (a ranks pool's rank, whose pool survives it)."""
+    run_id = context.run_id
+    job_stop.speak_as(context.rank)  # only rank 0 says a stop
+    record = _start_record(context) if run_id else None  # a rank of a run reports itself
     if run_id and record:
         ranks.write(run_id, record)
     signal.signal(signal.SIGTERM, _stop_now)
-    signal.signal(signal.SIGUSR1, _time_limit_now)
-    if watch_peers and run_id and record and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+    signal.signal(signal.SIGUSR1, partial(_time_limit_now, context.rank or 0))
+    if watch_peers and run_id and record and (context.world_size or 1) > 1:
         peer_failure.watch(run_id, record)
     try:
-        ending = _run(target, script, run_id)
+        ending = _run(target, script, run_id, context.error_file)
     except job_stop.JobStopped:  # a second stop came while the first was being handled
         ending = Ending(0, None, True)
     # The script is over: a late stop (a second sender) must not cut the record short nor kill
@@ -91,7 +96,7 @@ def run_rank(target: Callable[[], object], script: str | None = None, *, watch_p
     return ending.code
 
 
-def _run(target: Callable[[], object], script: str | None, run_id: str | None) -> Ending:
+def _run(target: Callable[[], object], script: str | None, run_id: str | None, error_file: str | None) -> Ending:
     try:
         parent_death.die_with_parent()
         if _stop_requested(run_id):
@@ -106,7 +111,7 @@ def _run(target: Callable[[], object], script: str | None, run_id: str | None) -
         if job_stop.noted():  # the error came from the stop (a peer that stopped first)
             return _stopped(job_stop.JobStopped())
         _print_user_traceback(error, script)
-        _write_elastic_error_file(error, script)
+        _write_elastic_error_file(error, script, error_file)
         return Ending(130 if isinstance(error, KeyboardInterrupt) else 1, one_line(error))
     finally:
         sys.stdout.flush()
@@ -122,13 +127,13 @@ def _stop_now(signum, frame) -> None:
         raise job_stop.stop_now(SIGTERM_REASON)
 
 
-def _time_limit_now(signum, frame) -> None:
+def _time_limit_now(rank: int, signum, frame) -> None:
     """SIGUSR1 outside ``fit``: a scheduler's time limit came before training started (a slow
     start) or between training calls. Its default action would kill the rank (torchrun reports
     a failed worker, the rank's record never ends); the rank ends cleanly instead, and the
     requeued attempt resumes from the run's last checkpoint. Inside ``fit`` the engine's own
     handler checkpoints first."""
-    print(f"[jiyu] rank {os.environ.get('RANK', '0')}: {TIME_LIMIT_OUTSIDE_FIT}", file=sys.stderr, flush=True)
+    print(f"[jiyu] rank {rank}: {TIME_LIMIT_OUTSIDE_FIT}", file=sys.stderr, flush=True)
     raise SystemExit(0)
 
 
@@ -163,17 +168,16 @@ def _exit_status(code) -> Ending:
     return Ending(1, str(code).splitlines()[0] if str(code) else "exited with code 1")
 
 
-def _start_record() -> ranks.RankRecord:
-    env = os.environ
-    rank = int(env.get("RANK", "0"))
-    world, local_world = int(env.get("WORLD_SIZE", "1")), int(env.get("LOCAL_WORLD_SIZE", "1"))
+def _start_record(context: LaunchContext) -> ranks.RankRecord:
+    rank = context.rank or 0
+    world, local_world = context.world_size or 1, context.local_world_size
     return ranks.RankRecord(
         rank=rank,
-        local_rank=int(env.get("LOCAL_RANK", rank)),
+        local_rank=context.local_rank,
         pid=os.getpid(),
-        restart=int(env.get("TORCHELASTIC_RESTART_COUNT", "0")),
+        restart=context.restart,
         started=process_start_time(os.getpid()) or time.time(),
-        cuda_visible_devices=env.get("CUDA_VISIBLE_DEVICES"),
+        cuda_visible_devices=context.visible_devices,
         host=socket.gethostname(),
         nnodes=max(1, -(-world // max(1, local_world))),  # torchrun gives every node the same nproc
     )
@@ -191,10 +195,9 @@ def _print_user_traceback(error: BaseException, script: str | None) -> None:
     print("\n".join(map_traceback(text.rstrip("\n").splitlines(), line_map)), file=sys.stderr)
 
 
-def _write_elastic_error_file(error: BaseException, script: str | None) -> None:
-    """torchrun's error file (or the one ``fit`` wrote): the call stack torchrun prints at the
-    end names the notebook's cells too."""
-    path = os.environ.get("TORCHELASTIC_ERROR_FILE")
+def _write_elastic_error_file(error: BaseException, script: str | None, path: str | None) -> None:
+    """torchrun's error file ``path`` (or the one ``fit`` wrote): the call stack torchrun prints
+    at the end names the notebook's cells too."""
     if not path:
         return  # no torchrun
     line_map = LineMap.read(Path(script).with_suffix(".map.json")) if script else None

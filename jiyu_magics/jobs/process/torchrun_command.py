@@ -11,6 +11,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from ...core.environment import child_environment
 from ...core.processes.run_processes import RANK_MARK
 from ...core.runs.files import HOME_ENV, RUN_ID_ENV, jiyu_home
 
@@ -112,8 +113,7 @@ def environment(
     ``%env`` set...), minus inherited rendezvous and kernel settings, plus ``extra``, the run id
     (so training writes into this run), the home folder, the rank prefix for log lines, and
     where torchrun copies the first failing rank's error file."""
-    env = {k: v for k, v in os.environ.items() if k not in INHERITED_NOISE}
-    env.update(extra or {})
+    env = child_environment(extra, drop=INHERITED_NOISE)
     env.update(
         {
             RUN_ID_ENV: run_id,

@@ -22,9 +22,8 @@ on the machines the tests run on: the manifests are checked against the CRDs' ow
 
 from __future__ import annotations
 
-import os
-
 from ....core.runs.files import HOME_ENV, RUN_ID_ENV, RunFiles
+from ....core.settings import Settings
 from ....core.store.run_row import Run
 from ...launch_spec import LaunchSpec
 from ...process import torchrun_command as torchrun
@@ -49,8 +48,9 @@ def job_name(run_id: str) -> str:
 def manifests(
     run: Run, spec: LaunchSpec, files: RunFiles, image: str | None = None, claim: str | None = None
 ) -> list[dict]:
-    image = image or os.environ.get("JIYU_IMAGE") or DEFAULT_IMAGE
-    claim = claim or os.environ.get("JIYU_K8S_CLAIM") or DEFAULT_CLAIM
+    settings = Settings.from_environ()
+    image = image or settings.image or DEFAULT_IMAGE
+    claim = claim or settings.k8s_claim or DEFAULT_CLAIM
     config_map = {
         "apiVersion": "v1",
         "kind": "ConfigMap",

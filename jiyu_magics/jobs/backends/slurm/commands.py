@@ -8,7 +8,6 @@ Every command reads ``SLURM_CONF`` from the environment, as Slurm's own tools do
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import socket
@@ -18,6 +17,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from ....core.environment import child_environment
+from ....core.settings import Settings
 from ...job_error import JobError
 from ...rank_placement import SchedulerUnreachable
 
@@ -196,7 +197,7 @@ _completion_logs: dict[str, Path | None] = {}
 
 def _completion_log_path() -> Path | None:
     """Where this cluster's text completion log is (``scontrol show config``), once per config."""
-    key = os.environ.get("SLURM_CONF", "")
+    key = Settings.from_environ().slurm_conf or ""
     if key not in _completion_logs:
         config = {}
         done = _run("scontrol", "show", "config")
@@ -211,7 +212,7 @@ def _completion_log_path() -> Path | None:
 def _check_configured(tool: str) -> None:
     if shutil.which(tool) is None:
         raise SlurmUnavailable(f"{tool} is not installed here")
-    conf = os.environ.get("SLURM_CONF")
+    conf = Settings.from_environ().slurm_conf
     if conf and not Path(conf).is_file():  # Slurm itself would retry for a minute before it says so
         raise SlurmUnavailable(f"SLURM_CONF is {conf}, which does not exist")
 
@@ -239,7 +240,7 @@ def _run(*cmd: str, env: Mapping[str, str] | None = None) -> subprocess.Complete
             text=True,
             timeout=TIMEOUT_S,
             stdin=subprocess.DEVNULL,
-            env={**os.environ, **env} if env else None,
+            env=child_environment(env) if env else None,
         )
     except FileNotFoundError:
         return subprocess.CompletedProcess(list(cmd), 127, "", f"{cmd[0]}: not installed here")
