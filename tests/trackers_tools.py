@@ -158,9 +158,9 @@ def chromium_page(width: int = 1400, height: int = 900):
     with sync_playwright() as playwright:
         browser = launch_chromium(playwright)
         try:
-            page = browser.new_page(viewport={"width": width, "height": height})
-            page.set_default_timeout(120_000)  # the trackers' web apps draw slowly on 2 busy cores
-            yield page
+            context = browser.new_context(viewport={"width": width, "height": height})
+            context.set_default_timeout(120_000)  # the trackers' web apps draw slowly on 2 busy cores
+            yield context.new_page()
         finally:
             browser.close()
 
