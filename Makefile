@@ -9,6 +9,9 @@ export OMP_NUM_THREADS ?= 1
 export MKL_NUM_THREADS ?= 1
 export OMP_WAIT_POLICY ?= PASSIVE
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
+# `make test`'s pytest-xdist workers: CI's two cores sit half idle under one (tests wait on
+# kernels, ranks, Slurm and browsers); tests/conftest.py keeps what exists once per machine on one.
+TEST_WORKERS ?= 2
 
 .PHONY: setup demo gpu-report test lint-ts docs image-check test-slurm test-system-deps browser bench gpu-checks gpu-wheels screenshots \
 	options-doc readme api-schema api-types clean
@@ -51,7 +54,7 @@ test: setup browser test-system-deps lint-ts docs
 	$(BIN)/ruff check --no-cache $(PY_SOURCES)
 	$(BIN)/ruff format --check --no-cache $(PY_SOURCES)
 	$(BIN)/mypy
-	JIYU_REQUIRE_SERVICES=1 $(BIN)/python -m pytest
+	JIYU_REQUIRE_SERVICES=1 $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
 
 # The TypeScript lint of the JupyterLab extension template: prettier (formatting) and eslint
 # (typescript-eslint rules), from the committed yarn.lock (CI=true: yarn will not write one).

@@ -39,6 +39,28 @@ def _gpu_present() -> bool:
         return False
 
 
+# `make test` runs the suite on two pytest-xdist workers (--dist loadgroup): a test module is one
+# unit of work, so its module-scoped servers (JupyterLab, Chromium, trackers) start once. Tests
+# that share what exists once per machine are one unit whatever their module: the Slurm clusters
+# (session fixtures, fixed daemons) and the real Unix users (a new set removes a crashed set's
+# leftovers, which would be the other worker's live users). They go first, being the longest.
+MACHINE_WIDE_GROUPS = {
+    "slurm": ("test_slurm_runs", "test_slurm_nodes", "test_ranks_slurm", "test_lab_slurm"),
+    "unix-users": ("test_box_hub", "test_box_users", "test_image_lab"),
+}
+FIRST = ("slurm", "unix-users", "tests/test_image_build.py")
+
+
+def work_group(item) -> str:
+    if {"slurm_cluster", "slurm_nodes_cluster"} & set(item.fixturenames):
+        return "slurm"
+    module = item.module.__name__.rpartition(".")[2]
+    return next(
+        (group for group, modules in MACHINE_WIDE_GROUPS.items() if module in modules), item.nodeid.partition("::")[0]
+    )
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(config, items):
     """``gpu`` tests need a real GPU; ``driverless`` tests check this machine's real no-driver
     path and so cannot hold where a driver is present."""
@@ -50,6 +72,10 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip_gpu)
         if "driverless" in item.keywords and present:
             item.add_marker(skip_driverless)
+    groups = {item: work_group(item) for item in items}
+    for item, group in groups.items():
+        item.add_marker(pytest.mark.xdist_group(group))
+    items.sort(key=lambda item: FIRST.index(groups[item]) if groups[item] in FIRST else len(FIRST))
 
 
 def pytest_collection_finish(session):
@@ -57,6 +83,8 @@ def pytest_collection_finish(session):
     and this machine can build it (tests/image_build.py)."""
     if session.config.option.collectonly or not any(item.get_closest_marker("image") for item in session.items):
         return
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        return  # every worker collects every test: the worker that runs the image's module builds it
     from . import image_build
 
     if image_build.unavailable() is None:

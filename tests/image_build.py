@@ -283,8 +283,11 @@ def start_background(folder: Path) -> None:
 
 def built(timeout: float = 2400) -> Build:
     """The image: the background build's, once it has ended, or built here and now when this
-    session started none (a single test run by hand)."""
+    session started none: a single test run by hand builds here and now; an xdist worker (whose
+    neighbour runs the rest of the suite meanwhile) starts the build then, niced as ever."""
     global _background
+    if _background is None and os.environ.get("PYTEST_XDIST_WORKER"):
+        start_background(ARTIFACTS)
     if _background is None:
         return build()
     background, _background = _background, None
