@@ -54,7 +54,7 @@ test: setup browser test-system-deps lint-ts docs
 	$(BIN)/ruff check --no-cache $(PY_SOURCES)
 	$(BIN)/ruff format --check --no-cache $(PY_SOURCES)
 	$(BIN)/mypy
-	JIYU_REQUIRE_SERVICES=1 $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
+	JIYU_REQUIRE_SERVICES=1 $(BIN)/python -m pytest -n $(TEST_WORKERS) --no-loadscope-reorder
 
 # The TypeScript lint of the JupyterLab extension template: prettier (formatting) and eslint
 # (typescript-eslint rules), from the committed yarn.lock (CI=true: yarn will not write one).

@@ -39,28 +39,38 @@ def _gpu_present() -> bool:
         return False
 
 
-# `make test` runs the suite on two pytest-xdist workers (--dist loadgroup): a test module is one
-# unit of work, so its module-scoped servers (JupyterLab, Chromium, trackers) start once. Tests
-# that share what exists once per machine are one unit whatever their module: the Slurm clusters
-# (session fixtures, fixed daemons) and the real Unix users (a new set removes a crashed set's
-# leftovers, which would be the other worker's live users). They go first, being the longest.
+# `make test` runs the suite on two pytest-xdist workers: a test module is one unit of work, so
+# its module-scoped servers (JupyterLab, Chromium, trackers) start once. Tests that share what
+# exists once per machine are one unit whatever their module: the Slurm clusters (session
+# fixtures, fixed daemons) and the modules that make sets of real Unix users. They go first,
+# being the longest. (xdist's own --dist loadgroup marks nodeids, which pytest 9.2 no longer lets
+# a plugin rename: the units are made by the scheduler below.)
 MACHINE_WIDE_GROUPS = {
     "slurm": ("test_slurm_runs", "test_slurm_nodes", "test_ranks_slurm", "test_lab_slurm"),
     "unix-users": ("test_box_hub", "test_box_users", "test_image_lab"),
 }
 FIRST = ("slurm", "unix-users", "tests/test_image_build.py")
+SLURM_FIXTURES = {"slurm_cluster", "slurm_nodes_cluster"}
 
 
-def work_group(item) -> str:
-    if {"slurm_cluster", "slurm_nodes_cluster"} & set(item.fixturenames):
-        return "slurm"
-    module = item.module.__name__.rpartition(".")[2]
-    return next(
-        (group for group, modules in MACHINE_WIDE_GROUPS.items() if module in modules), item.nodeid.partition("::")[0]
-    )
+def work_group(nodeid: str) -> str:
+    path = nodeid.partition("::")[0]
+    module = Path(path).stem
+    return next((group for group, modules in MACHINE_WIDE_GROUPS.items() if module in modules), path)
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
+def pytest_xdist_make_scheduler(config, log):
+    """One unit of work per ``work_group``, handed out in collection order."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class WorkGroups(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return work_group(nodeid)
+
+    return WorkGroups(config, log)
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     """``gpu`` tests need a real GPU; ``driverless`` tests check this machine's real no-driver
     path and so cannot hold where a driver is present."""
@@ -72,10 +82,11 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip_gpu)
         if "driverless" in item.keywords and present:
             item.add_marker(skip_driverless)
-    groups = {item: work_group(item) for item in items}
-    for item, group in groups.items():
-        item.add_marker(pytest.mark.xdist_group(group))
-    items.sort(key=lambda item: FIRST.index(groups[item]) if groups[item] in FIRST else len(FIRST))
+        if SLURM_FIXTURES & set(item.fixturenames) and work_group(item.nodeid) != "slurm":
+            raise pytest.UsageError(f"{item.nodeid} uses a Slurm cluster: list its module in MACHINE_WIDE_GROUPS")
+    items.sort(
+        key=lambda item: FIRST.index(work_group(item.nodeid)) if work_group(item.nodeid) in FIRST else len(FIRST)
+    )
 
 
 def pytest_collection_finish(session):
@@ -148,12 +159,14 @@ def other_user() -> Iterator[str]:
         if os.environ.get(REQUIRE_SERVICES_ENV) == "1":
             pytest.fail(f"{reason} ({REQUIRE_SERVICES_ENV}=1)", pytrace=False)
         pytest.skip(reason)
+    from .unix_users import account_change
+
     name = f"jiyu{secrets.token_hex(3)}"
-    subprocess.run(["useradd", "-M", "-N", "-g", "nogroup", "-s", "/bin/sh", name], check=True)
+    account_change(["useradd", "-M", "-N", "-g", "nogroup", "-s", "/bin/sh", name])
     try:
         yield name
     finally:
-        subprocess.run(["userdel", name], check=False)
+        account_change(["userdel", name], check=False)
 
 
 @pytest.fixture

@@ -245,4 +245,7 @@ def launch_chromium(playwright):
             f"Chromium not found at {CHROMIUM}: run `make test` (installs it) or "
             "`apt-get install -y chromium`, or point JIYU_CHROMIUM at a Chromium binary"
         )
-    return playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+    # Its own temporary folder: its singleton socket under a test's TMPDIR passed the 107 bytes of a
+    # Unix socket path (an xdist worker's folders are longer), and Chromium aborted at start
+    env = {**os.environ, "TMPDIR": "/tmp"}
+    return playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, env=env)

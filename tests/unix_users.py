@@ -10,6 +10,7 @@ home), seeing the test's packages through a ``.pth`` file; the source tree comes
 
 from __future__ import annotations
 
+import fcntl
 import os
 import pwd
 import secrets
@@ -118,13 +119,25 @@ class UnixUsers:
         uids = set(self.uids.values())
         end_processes(uids)
         for login in self.names.values():
-            subprocess.run(["userdel", login], capture_output=True)
-        subprocess.run(["groupdel", self.group], capture_output=True)
+            account_change(["userdel", login], check=False)
+        account_change(["groupdel", self.group], check=False)
         shutil.rmtree(self.root, ignore_errors=True)
 
     @staticmethod
     def _run(argv: list[str]) -> None:
-        subprocess.run(argv, check=True, capture_output=True, text=True)
+        account_change(argv)
+
+
+ACCOUNTS_LOCK = Path("/tmp/jiyu-test-accounts.lock")
+
+
+def account_change(argv: list[str], check: bool = True) -> subprocess.CompletedProcess:
+    """``useradd``, ``userdel``, ``groupadd`` or ``groupdel``, one at a time on this machine: two
+    test workers changing accounts at once meet /etc/passwd's lock, which these tools do not
+    wait for (exit code 10)."""
+    with ACCOUNTS_LOCK.open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return subprocess.run(argv, check=check, capture_output=True, text=True)
 
 
 def end_processes(uids: set[int], wait_s: float = 5.0) -> None:
@@ -157,7 +170,7 @@ def remove_leftovers() -> None:
         return
     end_processes({entry.pw_uid for entry in left})
     for entry in left:
-        subprocess.run(["userdel", entry.pw_name], capture_output=True)
+        account_change(["userdel", entry.pw_name], check=False)
         shutil.rmtree(Path(entry.pw_dir).parent.parent, ignore_errors=True)
 
 
