@@ -49,7 +49,8 @@ MACHINE_WIDE_GROUPS = {
     "slurm": ("test_slurm_runs", "test_slurm_nodes", "test_ranks_slurm", "test_lab_slurm"),
     "unix-users": ("test_box_hub", "test_box_users", "test_image_lab"),
 }
-FIRST = ("slurm", "unix-users", "tests/test_image_build.py")
+FIRST = ("slurm", "unix-users")
+IMAGE_MODULE = "tests/test_image_build.py"  # last: its image builds from the start, beside the rest
 SLURM_FIXTURES = {"slurm_cluster", "slurm_nodes_cluster"}
 
 
@@ -85,9 +86,11 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip_driverless)
         if SLURM_FIXTURES & set(item.fixturenames) and work_group(item.nodeid) != "slurm":
             raise pytest.UsageError(f"{item.nodeid} uses a Slurm cluster: list its module in MACHINE_WIDE_GROUPS")
-    items.sort(
-        key=lambda item: FIRST.index(work_group(item.nodeid)) if work_group(item.nodeid) in FIRST else len(FIRST)
-    )
+    items.sort(key=lambda item: run_order(work_group(item.nodeid)))
+
+
+def run_order(group: str) -> int:
+    return FIRST.index(group) if group in FIRST else len(FIRST) + (group == IMAGE_MODULE)
 
 
 def pytest_collection_finish(session):
@@ -96,10 +99,20 @@ def pytest_collection_finish(session):
     if session.config.option.collectonly or not any(item.get_closest_marker("image") for item in session.items):
         return
     if os.environ.get("PYTEST_XDIST_WORKER"):
-        return  # every worker collects every test: the worker that runs the image's module builds it
+        return  # every worker collects every test: the controller builds (below)
     from . import image_build
 
     if image_build.unavailable() is None:
+        image_build.start_background(ARTIFACTS)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node, ids):
+    """Under xdist, the controller (which collects nothing itself) starts the image's build once
+    a worker's collection holds an image test; the worker that runs them waits for it."""
+    from . import image_build
+
+    if any(i.startswith(IMAGE_MODULE) for i in ids) and not image_build.started() and image_build.unavailable() is None:
         image_build.start_background(ARTIFACTS)
 
 

@@ -41,10 +41,13 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
+
+import psutil
 
 ROOT = Path(__file__).resolve().parent.parent
 STANDINS = Path(__file__).resolve().parent / "data" / "image"
@@ -260,6 +263,7 @@ class Background:
 
 
 _background: Background | None = None
+RESULT_NAME, LOG_NAME = "image_build_result.json", "image_build.log"
 
 
 def start_background(folder: Path) -> None:
@@ -267,7 +271,7 @@ def start_background(folder: Path) -> None:
     podman and what it runs with it)."""
     global _background
     folder.mkdir(parents=True, exist_ok=True)
-    result, log = folder / "image_build_result.json", folder / "image_build.log"
+    result, log = folder / RESULT_NAME, folder / LOG_NAME
     result.unlink(missing_ok=True)
     with log.open("wb") as out:
         process = subprocess.Popen(
@@ -279,26 +283,48 @@ def start_background(folder: Path) -> None:
             preexec_fn=lambda: os.nice(BACKGROUND_NICE),
         )
     _background = Background(process, result, log)
+    # Reaped as soon as it ends: an xdist worker waits for it by pid, and a zombie lives on
+    threading.Thread(target=process.wait, name="image-build-reaper", daemon=True).start()
+
+
+def started() -> bool:
+    return _background is not None
 
 
 def built(timeout: float = 2400) -> Build:
     """The image: the background build's, once it has ended, or built here and now when this
-    session started none: a single test run by hand builds here and now; an xdist worker (whose
-    neighbour runs the rest of the suite meanwhile) starts the build then, niced as ever."""
+    session started none (a single test run by hand). An xdist worker waits for the build its
+    controller started (found by its command line: the controller is not its parent)."""
     global _background
     if _background is None and os.environ.get("PYTEST_XDIST_WORKER"):
-        start_background(ARTIFACTS)
+        return _controllers_build(timeout)
     if _background is None:
         return build()
     background, _background = _background, None
     code = background.process.wait(timeout=timeout)
-    if code != 0 or not background.result.exists():
-        tail = background.log.read_text(errors="replace")[-4000:]
+    return _result(background.result, background.log, code)
+
+
+def _controllers_build(timeout: float) -> Build:
+    result, log = ARTIFACTS / RESULT_NAME, ARTIFACTS / LOG_NAME
+    command = ["-m", "tests.image_build", "--result", str(result)]
+    for process in psutil.process_iter(["cmdline"]):
+        if process.info["cmdline"] and process.info["cmdline"][1:] == command:
+            try:
+                process.wait(timeout=timeout)
+            except psutil.NoSuchProcess:
+                pass
+    return _result(result, log, None)
+
+
+def _result(result: Path, log: Path, code: int | None) -> Build:
+    if code or not result.exists():
+        tail = log.read_text(errors="replace")[-4000:] if log.exists() else ""
         raise RuntimeError(f"the background image build exited {code}:\n{tail}")
-    data = json.loads(background.result.read_text())
-    result = Build(data["image"], data["seconds"])
-    note_timings(result)
-    return result
+    data = json.loads(result.read_text())
+    image = Build(data["image"], data["seconds"])
+    note_timings(image)
+    return image
 
 
 def stop_background() -> None:
