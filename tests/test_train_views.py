@@ -391,3 +391,16 @@ def test_the_user_picks_the_loss_charts_scale(ip):
         assert "sideways" in str(error) and "auto" in str(error)
     else:
         raise AssertionError("--scale sideways was accepted")
+
+
+def test_a_log_axis_narrower_than_half_a_decade_still_gets_three_labels():
+    """A loss from 2.4 down to 0.93 on a log axis: its decades and 2s and 5s give 1 and 2 alone,
+    so the labels are round linear values, as the panel's charts do (labextension/src/chart.ts)."""
+    import re
+
+    view = TrainingView()
+    view.feed(_events()[:1] + [{"kind": "step", "step": s, "loss": 2.4 - s * 0.03} for s in range(1, 50)])
+    gridline_label = re.compile(r"border-color2,#eee\)'/><text [^>]*>([0-9.]+)</text>")
+    assert [float(t) for t in gridline_label.findall(loss_svg(view, scale="log"))] == [1.0, 1.5, 2.0]
+    wide = [float(t) for t in gridline_label.findall(loss_svg(_spiky_view()))]
+    assert wide == [0.01, 0.1, 1.0, 10.0], wide

@@ -74,10 +74,13 @@ class _Scale:
 
     def ticks(self) -> list[float]:
         """Round values inside the visible range: 1-2-5 steps, or decades (with 2s and 5s when
-        the range spans less than two) on a log scale."""
-        if self.log:
-            return _log_ticks(10**self.y0, 10**self.y1)
-        return _linear_ticks(self.y0, self.y1)
+        the range spans less than two) on a log scale, where a range too narrow for three of
+        those (a loss from 2.4 down to 0.93: 1 and 2 alone) gets the round linear values."""
+        if not self.log:
+            return _linear_ticks(self.y0, self.y1)
+        low, high = 10**self.y0, 10**self.y1
+        decades = _log_ticks(low, high)
+        return decades if len(decades) >= 3 else [t for t in _linear_ticks(low, high) if t > 0]
 
 
 def _linear_ticks(low: float, high: float, wanted: int = 4) -> list[float]:

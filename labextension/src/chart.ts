@@ -75,9 +75,10 @@ export function scales(series: ReadonlyArray<IPoint[]>, scale: Scale, box: IBox)
     box.height - box.bottom - ((box.height - box.top - box.bottom) * (v - y0)) / (y1 - y0);
   const y = (v: number) => yAt(scale === 'log' ? Math.log10(v) : v);
   const logged = scale === 'log' ? logTicks(10 ** y0, 10 ** y1) : [];
-  // a range too narrow for two ticks even of 1..9 times a power of ten: round linear values
+  // a range too narrow for three ticks even of 1..9 times a power of ten (a loss from 2.4
+  // down to 0.93 would get 1 and 2 alone): round linear values
   const yTicks =
-    scale === 'log' && logged.length >= 2
+    scale === 'log' && logged.length >= 3
       ? logged
       : niceTicks(scale === 'log' ? 10 ** y0 : y0, scale === 'log' ? 10 ** y1 : y1, 5).filter(
           t => scale === 'linear' || t > 0

@@ -59,6 +59,8 @@ describe('ticks', () => {
     expect(scales([loss], 'log', box).yTicks).toEqual([0.05, 0.1, 0.2, 0.5, 1, 2]);
     const flat = [0.51, 0.52, 0.53].map((y, x) => ({ x, y }));
     expect(scales([flat], 'log', box).yTicks).toEqual(niceTicks(0.51, 0.53, 5));
+    const short = [2.4, 1.5, 0.93].map((y, x) => ({ x, y }));
+    expect(scales([short], 'log', box).yTicks).toEqual([1, 1.5, 2]);
   });
 });
 
