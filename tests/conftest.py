@@ -16,6 +16,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+from . import work_units
+
 # jp_fetch, jp_serverapp, ...: a real jupyter_server per test for the server-extension tests.
 # (The GPU machine runs only gpu-marked tests and has no jupyter_server: don't fail there.)
 pytest_plugins = (
@@ -39,37 +41,18 @@ def _gpu_present() -> bool:
         return False
 
 
-# `make test` runs the suite on two pytest-xdist workers: a test module is one unit of work, so
-# its module-scoped servers (JupyterLab, Chromium, trackers) start once. Tests that share what
-# exists once per machine are one unit whatever their module: the Slurm clusters (session
-# fixtures, fixed daemons) and the modules that make sets of real Unix users. They go first,
-# being the longest. (xdist's own --dist loadgroup marks nodeids, which pytest 9.2 no longer lets
-# a plugin rename: the units are made by the scheduler below.)
-MACHINE_WIDE_GROUPS = {
-    "slurm": ("test_slurm_runs", "test_slurm_nodes", "test_ranks_slurm", "test_lab_slurm"),
-    "unix-users": ("test_box_hub", "test_box_users", "test_image_lab"),
-}
-FIRST = ("slurm", "unix-users")
-IMAGE_MODULE = "tests/test_image_build.py"  # last: its image builds from the start, beside the rest
 SLURM_FIXTURES = {"slurm_cluster", "slurm_nodes_cluster"}
-
-
-def work_group(nodeid: str) -> str:
-    path = nodeid.partition("::")[0]
-    module = Path(path).stem
-    return next((group for group, modules in MACHINE_WIDE_GROUPS.items() if module in modules), path)
 
 
 @pytest.hookimpl(optionalhook=True)  # the GPU machine runs these tests without xdist
 def pytest_xdist_make_scheduler(config, log):
-    """One unit of work per ``work_group``, handed out in collection order."""
-    from xdist.scheduler import LoadScopeScheduling
+    """`make test`'s two workers share the suite by units of work (tests/work_units.py)."""
+    return work_units.make_scheduler(config, log)
 
-    class WorkGroups(LoadScopeScheduling):
-        def _split_scope(self, nodeid: str) -> str:
-            return work_group(nodeid)
 
-    return WorkGroups(config, log)
+def pytest_configure(config):
+    if not hasattr(config, "workerinput"):  # the process that sees every test's report
+        config.pluginmanager.register(work_units.Recorder(), "jiyu-work-units")
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -84,13 +67,12 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip_gpu)
         if "driverless" in item.keywords and present:
             item.add_marker(skip_driverless)
-        if SLURM_FIXTURES & set(item.fixturenames) and work_group(item.nodeid) != "slurm":
-            raise pytest.UsageError(f"{item.nodeid} uses a Slurm cluster: list its module in MACHINE_WIDE_GROUPS")
-    items.sort(key=lambda item: run_order(work_group(item.nodeid)))
-
-
-def run_order(group: str) -> int:
-    return FIRST.index(group) if group in FIRST else len(FIRST) + (group == IMAGE_MODULE)
+        if SLURM_FIXTURES & set(item.fixturenames) and work_units.work_unit(item.nodeid) != "slurm":
+            raise pytest.UsageError(
+                f"{item.nodeid} uses a Slurm cluster: list its module in tests/work_units.py MACHINE_WIDE_GROUPS"
+            )
+    order = work_units.expected_seconds(work_units.read_table())
+    items.sort(key=lambda item: order(work_units.work_unit(item.nodeid)))
 
 
 def pytest_collection_finish(session):
@@ -112,7 +94,11 @@ def pytest_xdist_node_collection_finished(node, ids):
     a worker's collection holds an image test; the worker that runs them waits for it."""
     from . import image_build
 
-    if any(i.startswith(IMAGE_MODULE) for i in ids) and not image_build.started() and image_build.unavailable() is None:
+    if (
+        any(i.startswith(work_units.IMAGE_MODULE) for i in ids)
+        and not image_build.started()
+        and image_build.unavailable() is None
+    ):
         image_build.start_background(ARTIFACTS)
 
 
