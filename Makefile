@@ -9,9 +9,10 @@ export OMP_NUM_THREADS ?= 1
 export MKL_NUM_THREADS ?= 1
 export OMP_WAIT_POLICY ?= PASSIVE
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
-# `make test`'s pytest-xdist workers: CI's two cores sit half idle under one (tests wait on
-# kernels, ranks, Slurm and browsers); tests/conftest.py keeps what exists once per machine on one.
-TEST_WORKERS ?= 2
+# `make test`'s pytest-xdist workers: CI's two cores sat half idle under one worker and about a
+# third idle under two (tests wait on kernels, ranks, Slurm and browsers); tests/work_units.py
+# keeps a module, and what exists once per machine, on one worker.
+TEST_WORKERS ?= 3
 
 .PHONY: setup demo gpu-report test lint-ts docs image-check test-slurm test-system-deps browser bench gpu-checks gpu-wheels screenshots \
 	options-doc readme api-schema api-types clean

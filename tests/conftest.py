@@ -46,7 +46,7 @@ SLURM_FIXTURES = {"slurm_cluster", "slurm_nodes_cluster"}
 
 @pytest.hookimpl(optionalhook=True)  # the GPU machine runs these tests without xdist
 def pytest_xdist_make_scheduler(config, log):
-    """`make test`'s two workers share the suite by units of work (tests/work_units.py)."""
+    """`make test`'s workers share the suite by units of work (tests/work_units.py)."""
     return work_units.make_scheduler(config, log)
 
 
