@@ -406,13 +406,16 @@ def test_every_jiyu_variable_the_package_names_is_documented():
 
 # mypy over the package ([tool.mypy] in pyproject.toml), as `make test` runs it. Both runs share
 # the checkout's cache (.mypy_cache): seconds when it is warm, about two minutes when it is cold.
-# (error code, a probe module, the line mypy must report): the last three are errors only under the
-# configuration's strict_equality, warn_unused_ignores and check_untyped_defs, so they show it is read.
+# (error code, a probe module, the line mypy must report): all but the first are errors only under
+# the configuration's strict_equality, warn_unused_ignores, check_untyped_defs, warn_return_any and
+# no_implicit_reexport, so they show it is read.
 TYPE_ERRORS = [
     ("return-value", "def f() -> int:\n    return 'one'\n", 2),
     ("comparison-overlap", "def f(x: int) -> bool:\n    return x == 'one'\n", 2),
     ("unused-ignore", "x: int = 1  # type: ignore[assignment]\n", 1),
     ("assignment", "def f():\n    x: int = 'one'\n", 2),
+    ("no-any-return", "import json\n\n\ndef f(text: str) -> int:\n    return json.loads(text)\n", 5),
+    ("attr-defined", "from jiyu_magics.core.store.database import HOME_ENV\n\nprint(HOME_ENV)\n", 1),
 ]
 
 

@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..core.box.client import BoxClient
 
 
 def add_commands(commands) -> None:
@@ -65,7 +69,7 @@ def _location(path: Path | None):
     return found
 
 
-def _client():
+def _client() -> BoxClient:
     from ..core.box.client import BoxClient
 
     return BoxClient(_location(None))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Iterator
+from typing import BinaryIO
 
 from ..core.runs.files import RunFiles
 from ..core.runs.model import RunStatus
@@ -57,7 +58,7 @@ def tail(run_id: str, lines: int | None = None, end: str = "") -> tuple[str, int
     return text, size
 
 
-def _all(f) -> bytes:
+def _all(f: BinaryIO) -> bytes:
     f.seek(0)
     return f.read()
 

@@ -94,7 +94,7 @@ class FitSequence:
     def _starts(self) -> int:
         if not hasattr(self, "_start_count"):
             events, _ = read_events(RunFiles.of(self.run.id).events)
-            self._start_count = sum(e.get("kind") == EventKind.START for e in events)
+            self._start_count: int = sum(e.get("kind") == EventKind.START for e in events)
         return self._start_count
 
     def poll(self) -> None:

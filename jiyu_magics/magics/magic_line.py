@@ -26,7 +26,8 @@ def parse_line(magic, line: str) -> Namespace:
     except ValueError as error:  # shlex: "No closing quotation", "No escaped character"
         raise UsageError(f"cannot read the options: {str(error).lower()} in {line.strip()!r}") from None
     try:
-        return magic.parser.parse_args(argv)
+        options: Namespace = magic.parser.parse_args(argv)
+        return options
     except UsageError as error:  # argparse's message, with the option meant where one is close
         raise UsageError(with_suggestion(str(error), _option_strings(magic.parser))) from None
 

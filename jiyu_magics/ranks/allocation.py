@@ -57,4 +57,4 @@ def kernel_host(node_addresses: list[str]) -> str:
         return host
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
         probe.connect((node_addresses[0], 9))
-        return probe.getsockname()[0]
+        return str(probe.getsockname()[0])

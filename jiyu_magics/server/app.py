@@ -16,9 +16,11 @@ from jupyter_server.extension.application import ExtensionApp
 from tornado.ioloop import PeriodicCallback
 from traitlets import Float, Int, TraitError, Unicode, default, validate
 
-from ..core.gpu.owners import BUSY_ENV, DEFAULT_BUSY_MIB, check_busy_mib
+from ..core.gpu.owners import DEFAULT_BUSY_MIB, check_busy_mib
 from ..core.gpu.status import peak_memory
-from ..core.runs.files import HOME_ENV, private_folder
+from ..core.runs.files import private_folder
+from ..core.settings import GPU_BUSY_ENV as BUSY_ENV
+from ..core.settings import HOME_ENV
 from . import box_kernels
 from . import jobs_bridge as bridge
 from .gpu_sampler import GpuSampler, GpuStatus, Holders
@@ -92,7 +94,7 @@ class JiyuApp(ExtensionApp):
     )
 
     @validate("metrics_gpu_names")
-    def _known_names(self, proposal) -> str:
+    def _known_names(self, proposal: dict[str, str]) -> str:
         if proposal["value"] not in NAME_SETS:
             raise TraitError(f"metrics_gpu_names must be one of {', '.join(NAME_SETS)}; got {proposal['value']!r}")
         return proposal["value"]

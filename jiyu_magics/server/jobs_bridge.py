@@ -54,7 +54,8 @@ def submit(submission: Submission) -> Run:
     try:
         params = submission.params or jobs.parse_lines(submission.param_lines)
         options = SubmitOptions.from_request(submission.options, params)
-        return jobs.submit(str(submission.notebook), options, cwd=str(submission.notebook.parent))
+        run: Run = jobs.submit(str(submission.notebook), options, cwd=str(submission.notebook.parent))
+        return run
     except jobs.JobError as error:
         raise RequestError(str(error)) from None
 
@@ -73,7 +74,8 @@ def upkeep() -> None:
 def stop(run_id: str, grace: float) -> Run:
     jobs = jobs_module()
     try:
-        return jobs.stop(run_id, grace=grace)
+        stopped: Run = jobs.stop(run_id, grace=grace)
+        return stopped
     except jobs.JobError as error:
         raise Conflict(str(error)) from None
 

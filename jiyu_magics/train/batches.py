@@ -8,7 +8,7 @@ batch) -> loss``. The same function serves validation, which also wants logits f
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -83,7 +83,7 @@ class BatchLoss:
             return pair_loss
         return lambda model, batch: self(model, batch)[0]
 
-    def _tuple_batch(self, model, batch):
+    def _tuple_batch(self, model: torch.nn.Module, batch: Sequence[Any]) -> tuple[torch.Tensor, Any, Any]:
         *inputs, targets = batch
         if self.loss_fn is None:
             raise TrainConfigError(
@@ -93,7 +93,7 @@ class BatchLoss:
         outputs = model(*inputs)
         return self.loss_fn(outputs, targets), outputs, targets
 
-    def _dict_batch(self, model, batch):
+    def _dict_batch(self, model: torch.nn.Module, batch: Mapping[str, Any]) -> tuple[torch.Tensor, Any, Any]:
         if self.loss_fn is not None and "labels" in batch:
             outputs = model(**{k: v for k, v in batch.items() if k != "labels"})
             logits = logits_of(outputs)

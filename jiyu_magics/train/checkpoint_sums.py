@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
+from typing import BinaryIO
 
 from .checkpoint_files import STATE_FILE, checksum_path
 
@@ -32,7 +33,7 @@ class HashingWriter:
     hashing the bytes on their way. Neither writer seeks back: they write, flush, ask for the
     position, fsync and close."""
 
-    def __init__(self, file):
+    def __init__(self, file: BinaryIO):
         self.file, self.digest = file, hashlib.sha256()
 
     def write(self, data) -> int:

@@ -14,6 +14,7 @@ import os
 from collections.abc import Generator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import BinaryIO, cast
 
 from torch.distributed.checkpoint import FileSystemWriter
 from torch.distributed.checkpoint.filesystem import FileSystem
@@ -31,7 +32,7 @@ class _SummingFileSystem(FileSystem):
             return
         path = Path(path)
         with super().create_stream(path, mode) as stream:
-            hashing = HashingWriter(stream)
+            hashing = HashingWriter(cast(BinaryIO, stream))  # DCP's file, opened binary for writing
             yield hashing
         write_sum(path, hashing.digest.hexdigest())
 

@@ -56,7 +56,7 @@ def loss_svg(view: TrainingView, width: int = WIDTH, height: int = HEIGHT, scale
 
 
 class _Scale:
-    def __init__(self, x0, x1, y0, y1, width, height, scale: str = "auto"):
+    def __init__(self, x0: float, x1: float, y0: float, y1: float, width: int, height: int, scale: str = "auto"):
         self.log = wants_log(y0, y1, scale)
         f = math.log10 if self.log else (lambda v: v)
         self.fy = f

@@ -401,7 +401,7 @@ class Book:
         rows = db.execute("SELECT uid FROM entries WHERE run_id = ? AND state != 'ended'", (run_id,)).fetchall()
         if not rows:
             raise Refused(f"no run {run_id} in the box's book", "unknown")
-        owner = rows[0]["uid"]
+        owner: int = rows[0]["uid"]
         if self.policy().is_admin(peer.uid, peer.user):
             return owner
         raise Refused(f"run {run_id} is {user_name(owner)}'s: only {user_name(owner)} can {what}", "owner")

@@ -47,7 +47,7 @@ class BoxClient:
             except OSError as error:
                 raise self._unreachable(f"stopped answering ({error.strerror or error})") from None
         try:
-            data = json.loads(reply)
+            data: dict[str, Any] = json.loads(reply)
         except ValueError:
             raise self._unreachable("answered something that is not JSON") from None
         if not data.get("ok"):

@@ -174,8 +174,9 @@ def last_start(path: Path | str, chunk: int = TAIL_BYTES) -> dict | None:
                 for line in reversed(lines):
                     if START_MARKER in line:
                         found = parse_lines([line])
-                        if found and found[0]["kind"] == EventKind.START:
-                            return found[0]
+                        start: dict = found[0] if found else {}
+                        if start.get("kind") == EventKind.START:
+                            return start
                 end = begin
             return None
     except FileNotFoundError:

@@ -280,7 +280,7 @@ def utilization(visible_index: int, env: Mapping[str, str] | None = None) -> int
         uuids = [nvml_value(nvml.nvmlDeviceGetUUID, h) or "" for h in handles]
         raw = Settings.from_environ(env).visible_devices
         physical = parse_visible_devices(raw, uuids).order[visible_index]
-        return nvml.nvmlDeviceGetUtilizationRates(handles[physical]).gpu
+        return int(nvml.nvmlDeviceGetUtilizationRates(handles[physical]).gpu)
     except Exception:
         return None
 

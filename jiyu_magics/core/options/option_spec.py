@@ -162,4 +162,5 @@ def _value_type(hint: Any) -> type:
     """The value's type: ``int`` of ``int | None``, ``list`` of ``list[str]``."""
     if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
         hint = next(a for a in typing.get_args(hint) if a is not type(None))
-    return typing.get_origin(hint) or hint
+    value_type: type = typing.get_origin(hint) or hint
+    return value_type

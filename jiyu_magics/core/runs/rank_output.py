@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from collections import deque
 from pathlib import Path
+from typing import BinaryIO
 
 PREFIX = re.compile(r"^\[rank(?P<rank>\d+)\]:\s?(?P<text>.*)$")
 KEPT_LINES = 200
@@ -60,7 +61,7 @@ class RankLines:
         return gained
 
     @staticmethod
-    def _tail_start(f) -> int:
+    def _tail_start(f: BinaryIO) -> int:
         """The start of the first whole line in the log's last ``START_TAIL`` bytes."""
         size = f.seek(0, 2)
         if size <= START_TAIL:

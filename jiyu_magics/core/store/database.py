@@ -17,8 +17,9 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from ..runs.files import HOME_ENV, PRIVATE_FILE, StoreUnusable  # the home folder's failure too: one type for both
-from ..settings import Settings
+from ..runs.files import PRIVATE_FILE
+from ..runs.files import StoreUnusable as StoreUnusable  # the home folder's failure too: one type for both
+from ..settings import HOME_ENV, Settings
 from .lock_holder import describe_holder
 
 SCHEMA_VERSION = 9

@@ -17,19 +17,21 @@ with an ``end`` saying ``lost``, after whatever its ranks wrote while they stopp
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from ..events.log import EventLog, tail_events
 from ..processes.run_processes import live_run_ids
 from ..runs.files import RunFiles
 from ..runs.model import EventKind, RunStatus
+from .run_row import Run
 
 QUEUED_GRACE_S = 120.0  # a run queued longer than this with no process behind it was never started
+Alive = Callable[[int | None, float | None], bool]  # is the process of this pid, started then, alive
 LOST_MESSAGE = "its process ended without reporting"
 SOURCE = "store"  # who wrote the lost end: the store, on noticing (no owner was left to write it)
 
 
-def vanished(runs: Iterable, now: float, alive) -> list[str]:
+def vanished(runs: Iterable[Run], now: float, alive: Alive) -> list[str]:
     """The ids among active ``runs`` (with ``id``, ``pid``, ``pid_started``, ``owner_pid``,
     ``owner_started``, ``created``) whose recorded process and owner are both gone
     (``alive(pid, started)`` false) and of which no torchrun nor rank is left."""
@@ -40,7 +42,7 @@ def vanished(runs: Iterable, now: float, alive) -> list[str]:
     return [run_id for run_id in gone if run_id not in running]
 
 
-def _lives(run, now: float, alive) -> bool:
+def _lives(run: Run, now: float, alive: Alive) -> bool:
     """A run with no process recorded yet lives through the queued grace (its launcher is
     handing it over); then while its recorded process or its owner does."""
     if run.pid is None and run.owner_pid is None:

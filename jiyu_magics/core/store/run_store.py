@@ -36,7 +36,9 @@ from . import lost_runs
 from .box_leases import lease_book
 from .database import StoreDatabase
 from .leases import LeaseBook
-from .run_row import COLUMNS, ForeignRun, Run, UnknownRun, new_run_id, save_record
+from .run_row import COLUMNS, ForeignRun, new_run_id, save_record
+from .run_row import Run as Run  # the store's record and its lookup error, re-exported
+from .run_row import UnknownRun as UnknownRun
 from .transitions import arrive, move
 
 STATUSES = RunStatus.values()
@@ -317,7 +319,8 @@ class RunStore:
         """How many runs ``list`` would give without a limit (a page says how many it left out)."""
         where, values = _filters(include_finished, since)
         with self._read() as db:
-            return db.execute(f"SELECT COUNT(*) FROM runs{where}", values).fetchone()[0]
+            count: int = db.execute(f"SELECT COUNT(*) FROM runs{where}", values).fetchone()[0]
+            return count
 
     def count_by_status(self) -> dict[str, int]:
         """How many runs are in each status as readers show them (``/metrics`` scrapes this):

@@ -64,6 +64,7 @@ def _converted(path: Path) -> dict:
     import nbformat
 
     try:
-        return nbformat.read(path, as_version=4)
+        notebook: dict = nbformat.read(path, as_version=4)
+        return notebook
     except Exception as error:  # nbformat raises JSON, schema and version errors of many types
         raise JobError(f"{path} is not a Jupyter notebook ({type(error).__name__})") from None

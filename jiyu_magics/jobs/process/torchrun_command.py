@@ -13,7 +13,8 @@ from pathlib import Path
 
 from ...core.environment import child_environment
 from ...core.processes.run_processes import RANK_MARK
-from ...core.runs.files import HOME_ENV, RUN_ID_ENV, jiyu_home
+from ...core.runs.files import RUN_ID_ENV, jiyu_home
+from ...core.settings import HOME_ENV
 
 WORKER_MODULE = RANK_MARK  # what tells a rank from a leftover in the process table
 NODE_LAUNCH_MODULE = "jiyu_magics.jobs.process.node_launch"  # each node of a scheduler's job, before torchrun

@@ -49,7 +49,8 @@ class TensorBoardSink:
         self.folder = run_folder(Path(logdir), identity)
         self.writer: EventFileWriter | None = None
         synced = _read_sync(self.folder).get(identity.run_id, {})
-        self.offset, self.status = synced.get("offset", 0), synced.get("status")
+        self.offset: int = synced.get("offset", 0)
+        self.status = synced.get("status")
         self.step = synced.get("step", 0)
         self.end_time: float | None = None
 

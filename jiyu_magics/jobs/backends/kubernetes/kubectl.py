@@ -45,7 +45,8 @@ def get(kind: str, name: str) -> dict | None:
         if "NotFound" in done.stderr or "not found" in done.stderr:
             return None
         raise KubectlUnavailable(f"kubectl get {name}: {_last_line(done)}")
-    return json.loads(done.stdout)
+    job: dict = json.loads(done.stdout)
+    return job
 
 
 def delete(manifest: Path) -> str | None:

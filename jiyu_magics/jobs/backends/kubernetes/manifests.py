@@ -22,8 +22,8 @@ on the machines the tests run on: the manifests are checked against the CRDs' ow
 
 from __future__ import annotations
 
-from ....core.runs.files import HOME_ENV, RUN_ID_ENV, RunFiles
-from ....core.settings import Settings
+from ....core.runs.files import RUN_ID_ENV, RunFiles
+from ....core.settings import HOME_ENV, Settings
 from ....core.store.run_row import Run
 from ...launch_spec import LaunchSpec
 from ...process import torchrun_command as torchrun

@@ -72,7 +72,7 @@ def manual_instructions(path, why: str) -> str:
 
 def _kind_in(path) -> str:
     documents = list(yaml.safe_load_all(path.read_text()))
-    return documents[-1]["kind"]
+    return str(documents[-1]["kind"])
 
 
 class KubernetesJob:

@@ -232,7 +232,7 @@ def _errors(done: subprocess.CompletedProcess, last: bool = False) -> str:
     return wanted[-1] if last else "; ".join(wanted)
 
 
-def _run(*cmd: str, env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess:
+def _run(*cmd: str, env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     try:
         return subprocess.run(
             list(cmd),

@@ -27,8 +27,9 @@ import shlex
 import sys
 from pathlib import Path
 
-from ....core.runs.files import HOME_ENV, RUN_ID_ENV, RunFiles, jiyu_home
+from ....core.runs.files import RUN_ID_ENV, RunFiles, jiyu_home
 from ....core.runs.names import scheduler_slug
+from ....core.settings import HOME_ENV
 from ....core.store.run_row import Run
 from ....core.text import shown
 from ...job_error import JobError
