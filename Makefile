@@ -9,10 +9,11 @@ export OMP_NUM_THREADS ?= 1
 export MKL_NUM_THREADS ?= 1
 export OMP_WAIT_POLICY ?= PASSIVE
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
-# `make test`'s pytest-xdist workers: CI's two cores sat half idle under one worker and about a
-# third idle under two (tests wait on kernels, ranks, Slurm and browsers); tests/work_units.py
-# keeps a module, and what exists once per machine, on one worker.
-TEST_WORKERS ?= 3
+# `make test`'s pytest-xdist workers: CI's two cores sat half idle under one worker (tests wait on
+# kernels, ranks, Slurm and browsers), about 30 % idle under two; three kept them 98 % busy and
+# took longer (1,710 s against 1,587 s). tests/work_units.py keeps a module, and what exists once
+# per machine, on one worker.
+TEST_WORKERS ?= 2
 
 .PHONY: setup demo gpu-report test lint-ts docs image-check test-slurm test-system-deps browser bench gpu-checks gpu-wheels screenshots \
 	options-doc readme api-schema api-types clean
@@ -46,15 +47,15 @@ gpu-report: setup
 	@echo "$(BIN)/jiyu doctor"; $(BIN)/jiyu doctor || echo "(no usable GPU here: the demo trains on the CPU)"
 
 # The layers (pyproject.toml [tool.importlinter]) first: a broken contract fails in a second, before
-# the ~20-minute suite; ruff's lints (pyflakes catches an undefined name a merge left) and its
-# formatter's check ([tool.ruff] in pyproject.toml); mypy over the package ([tool.mypy]; seconds
-# with its cache in .mypy_cache, about two minutes without); the documentation. JIYU_REQUIRE_SERVICES=1:
-# a test whose real service (Slurm, Prometheus, podman) is missing fails instead of skipping.
-test: setup browser test-system-deps lint-ts docs
+# the ~25-minute suite; ruff's lints (pyflakes catches an undefined name a merge left) and its
+# formatter's check ([tool.ruff] in pyproject.toml); the documentation. mypy ([tool.mypy]) and the
+# TypeScript lint run as tests (test_architecture, test_lab_frontend), beside the others on the
+# cores the suite leaves idle, not before it. JIYU_REQUIRE_SERVICES=1: a test whose real service
+# (Slurm, Prometheus, podman) is missing fails instead of skipping.
+test: setup browser test-system-deps docs
 	$(BIN)/lint-imports --no-logo
 	$(BIN)/ruff check --no-cache $(PY_SOURCES)
 	$(BIN)/ruff format --check --no-cache $(PY_SOURCES)
-	$(BIN)/mypy
 	JIYU_REQUIRE_SERVICES=1 $(BIN)/python -m pytest -n $(TEST_WORKERS) --no-loadscope-reorder
 
 # The TypeScript lint of the JupyterLab extension template: prettier (formatting) and eslint

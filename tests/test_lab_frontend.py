@@ -22,7 +22,7 @@ def run(*command: str, cwd: Path = ROOT, timeout: float = 300) -> subprocess.Com
 
 def test_vitest_unit_tests_pass(tmp_path):
     if not (LABEXT / "node_modules" / ".bin" / "vitest").exists():
-        installed = run(str(JLPM), "install", cwd=LABEXT)
+        installed = run(str(JLPM), "install", "--immutable", cwd=LABEXT)
         assert installed.returncode == 0, installed.stdout + installed.stderr
     result = run(str(JLPM), "test", "--reporter=json", f"--outputFile={tmp_path / 'vitest.json'}", cwd=LABEXT)
     report = json.loads((tmp_path / "vitest.json").read_text())
