@@ -50,11 +50,6 @@ def pytest_xdist_make_scheduler(config, log):
     return work_units.make_scheduler(config, log)
 
 
-def pytest_configure(config):
-    if not hasattr(config, "workerinput"):  # the process that sees every test's report
-        config.pluginmanager.register(work_units.Recorder(), "jiyu-work-units")
-
-
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     """``gpu`` tests need a real GPU; ``driverless`` tests check this machine's real no-driver
@@ -71,8 +66,7 @@ def pytest_collection_modifyitems(config, items):
             raise pytest.UsageError(
                 f"{item.nodeid} uses a Slurm cluster: list its module in tests/work_units.py MACHINE_WIDE_GROUPS"
             )
-    order = work_units.expected_seconds(work_units.read_table())
-    items.sort(key=lambda item: order(work_units.work_unit(item.nodeid)))
+    items.sort(key=lambda item: work_units.run_order(work_units.work_unit(item.nodeid)))
 
 
 def pytest_collection_finish(session):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 
@@ -17,26 +16,10 @@ def test_a_unit_is_a_module_or_a_machine_wide_group():
     assert work_units.work_unit("tests/test_box_hub.py::test_w") == "unix-users"
 
 
-def test_units_start_longest_first_an_unknown_one_as_the_median_and_the_image_last():
-    table = {"slurm": 600.0, "tests/test_a.py": 30.0, "tests/test_b.py": 90.0, work_units.IMAGE_MODULE: 900.0}
-    units = ["tests/test_a.py", work_units.IMAGE_MODULE, "tests/test_new.py", "slurm", "tests/test_b.py"]
-    ordered = sorted(units, key=work_units.expected_seconds(table))
-    assert ordered == ["slurm", "tests/test_new.py", "tests/test_b.py", "tests/test_a.py", work_units.IMAGE_MODULE]
-
-
-def test_the_committed_table_names_only_units_that_exist():
-    table = work_units.read_table()
-    modules = {f"tests/{path.name}" for path in (ROOT / "tests").glob("test_*.py")}
-    stale = set(table) - modules - set(work_units.MACHINE_WIDE_GROUPS)
-    assert table and not stale, f"not a module or group any more: {sorted(stale)} (python -m tests.work_units)"
-
-
-def test_merging_a_run_replaces_its_units_and_drops_deleted_modules(tmp_path):
-    table, measured = tmp_path / "table.json", tmp_path / "measured.json"
-    table.write_text(json.dumps({"tests/test_gone.py": 5, "tests/test_ranks.py": 50, "slurm": 300}))
-    measured.write_text(json.dumps({"tests/test_ranks.py": 61.24, "tests/test_jobs.py": 20}))
-    assert work_units.merge(measured, table) == {"tests/test_ranks.py": 61.2, "tests/test_jobs.py": 20, "slurm": 300}
-    assert json.loads(table.read_text())["tests/test_ranks.py"] == 61.2
+def test_the_machine_wide_groups_start_first_and_the_image_last():
+    units = ["tests/test_a.py", work_units.IMAGE_MODULE, "unix-users", "tests/test_b.py", "slurm"]
+    ordered = sorted(units, key=work_units.run_order)
+    assert ordered == ["slurm", "unix-users", "tests/test_a.py", "tests/test_b.py", work_units.IMAGE_MODULE]
 
 
 def test_two_workers_keep_a_module_and_a_machine_wide_group_each_on_one_worker(tmp_path):
