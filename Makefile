@@ -47,7 +47,7 @@ gpu-report: setup
 	@echo "$(BIN)/jiyu doctor"; $(BIN)/jiyu doctor || echo "(no usable GPU here: the demo trains on the CPU)"
 
 # The layers (pyproject.toml [tool.importlinter]) first: a broken contract fails in a second, before
-# the ~25-minute suite; ruff's lints (pyflakes catches an undefined name a merge left) and its
+# the ~30-minute suite; ruff's lints (pyflakes catches an undefined name a merge left) and its
 # formatter's check ([tool.ruff] in pyproject.toml); the documentation. mypy ([tool.mypy]) and the
 # TypeScript lint run as tests (test_architecture, test_lab_frontend), beside the others on the
 # cores the suite leaves idle, not before it. JIYU_REQUIRE_SERVICES=1: a test whose real service
