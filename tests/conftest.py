@@ -74,25 +74,22 @@ def pytest_collection_finish(session):
     and this machine can build it (tests/image_build.py)."""
     if session.config.option.collectonly or not any(item.get_closest_marker("image") for item in session.items):
         return
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        return  # every worker collects every test: the controller builds (below)
-    from . import image_build
-
-    if image_build.unavailable() is None:
-        image_build.start_background(ARTIFACTS)
+    if not os.environ.get("PYTEST_XDIST_WORKER"):  # every worker collects every test: the controller builds
+        _start_image_build()
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_node_collection_finished(node, ids):
     """Under xdist, the controller (which collects nothing itself) starts the image's build once
     a worker's collection holds an image test; the worker that runs them waits for it."""
+    if any(i.startswith(work_units.IMAGE_MODULE) for i in ids):
+        _start_image_build()
+
+
+def _start_image_build() -> None:
     from . import image_build
 
-    if (
-        any(i.startswith(work_units.IMAGE_MODULE) for i in ids)
-        and not image_build.started()
-        and image_build.unavailable() is None
-    ):
+    if not image_build.started() and image_build.unavailable() is None:
         image_build.start_background(ARTIFACTS)
 
 

@@ -266,6 +266,12 @@ _background: Background | None = None
 RESULT_NAME, LOG_NAME = "image_build_result.json", "image_build.log"
 
 
+def _build_arguments(result: Path) -> list[str]:
+    """The background build's arguments after the interpreter: how it is started, and how an
+    xdist worker finds it in the process table."""
+    return ["-m", "tests.image_build", "--result", str(result)]
+
+
 def start_background(folder: Path) -> None:
     """Start the build beside the suite (its own process group, so that an ended session can end
     podman and what it runs with it)."""
@@ -275,7 +281,7 @@ def start_background(folder: Path) -> None:
     result.unlink(missing_ok=True)
     with log.open("wb") as out:
         process = subprocess.Popen(
-            [sys.executable, "-m", "tests.image_build", "--result", str(result)],
+            [sys.executable, *_build_arguments(result)],
             cwd=ROOT,
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -307,9 +313,9 @@ def built(timeout: float = 2400) -> Build:
 
 def _controllers_build(timeout: float) -> Build:
     result, log = ARTIFACTS / RESULT_NAME, ARTIFACTS / LOG_NAME
-    command = ["-m", "tests.image_build", "--result", str(result)]
+    arguments = _build_arguments(result)
     for process in psutil.process_iter(["cmdline"]):
-        if process.info["cmdline"] and process.info["cmdline"][1:] == command:
+        if process.info["cmdline"] and process.info["cmdline"][1:] == arguments:
             try:
                 process.wait(timeout=timeout)
             except psutil.NoSuchProcess:
@@ -320,7 +326,8 @@ def _controllers_build(timeout: float) -> Build:
 def _result(result: Path, log: Path, code: int | None) -> Build:
     if code or not result.exists():
         tail = log.read_text(errors="replace")[-4000:] if log.exists() else ""
-        raise RuntimeError(f"the background image build exited {code}:\n{tail}")
+        ended = "left no result" if code is None else f"exited {code}"  # None: the controller's build
+        raise RuntimeError(f"the background image build {ended}:\n{tail}")
     data = json.loads(result.read_text())
     image = Build(data["image"], data["seconds"])
     note_timings(image)
