@@ -1,0 +1,71 @@
+"""`make setup` installs with uv, handing it pip's configuration (scripts/uv_with_pip_config.py).
+
+A machine's pip configuration can hold what the install needs (this one's CPU torch wheel in a
+local folder, a constraint file capping torch); uv does not read it, so a lost setting would
+resolve a different torch. The tests run pip for real, reading no configuration file
+(PIP_CONFIG_FILE=/dev/null) and only the PIP_* variables each one sets.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+from uv_with_pip_config import pip_settings  # noqa: E402
+
+SCRIPT = ROOT / "scripts" / "uv_with_pip_config.py"
+
+
+def _uv_environment(pip_environment: dict[str, str]) -> dict[str, str]:
+    """The environment the script hands its command (`env`), given pip's variables."""
+    clean = {key: value for key, value in os.environ.items() if not key.startswith(("PIP_", "UV_"))}
+    clean.update(pip_environment, PIP_CONFIG_FILE=os.devnull)
+    listing = subprocess.run(
+        [sys.executable, str(SCRIPT), "env", "-0"], env=clean, capture_output=True, text=True, check=True
+    ).stdout
+    return dict(entry.split("=", 1) for entry in listing.split("\0") if entry)
+
+
+def test_pips_wheels_constraints_and_indexes_reach_uv() -> None:
+    uv = _uv_environment(
+        {
+            "PIP_FIND_LINKS": "/opt/wheels /more/wheels",
+            "PIP_CONSTRAINT": "/etc/caps.txt",
+            "PIP_INDEX_URL": "https://mirror.example/simple",
+            "PIP_EXTRA_INDEX_URL": "file:///local/one file:///local/two",
+        }
+    )
+
+    assert uv["UV_FIND_LINKS"] == "/opt/wheels,/more/wheels"
+    assert uv["UV_CONSTRAINT"] == "/etc/caps.txt"
+    assert uv["UV_DEFAULT_INDEX"] == "https://mirror.example/simple"
+    assert uv["UV_INDEX"] == "file:///local/one file:///local/two"
+    # pip takes the best version across its indexes: so must uv, or a local index shadows PyPI
+    assert uv["UV_INDEX_STRATEGY"] == "unsafe-best-match"
+
+
+def test_without_those_settings_uv_gets_nothing_of_pips() -> None:
+    uv = _uv_environment({"PIP_DEFAULT_TIMEOUT": "180"})
+
+    assert not [key for key in uv if key.startswith("UV_")]
+
+
+@pytest.mark.parametrize("file_first", [True, False])
+def test_pips_environment_wins_over_its_files_and_lines_of_several_values_split(file_first: bool) -> None:
+    lines = [
+        "global.find-links='/from/file'",
+        "global.extra-index-url='\\nfile:///local/one\\nfile:///local/two'",
+        ":env:.find-links='/from/environment'",
+    ]
+    listing = "\n".join(lines if file_first else lines[::-1])
+
+    assert pip_settings(listing) == {
+        "find-links": ["/from/environment"],
+        "extra-index-url": ["file:///local/one", "file:///local/two"],
+    }
