@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -56,6 +57,25 @@ def test_a_writer_killed_mid_save_leaves_the_previous_checkpoint_loadable(tmp_pa
     assert load_checkpoint(tmp_path / "step-00000001.pt")["weights"].sum() == 10
     save_atomic({"format": FORMAT, "step": 3}, tmp_path / "step-00000003.pt")
     assert not list(tmp_path.glob(".*.tmp-*")), "the next save removes a dead writer's temporary file"
+
+
+def test_only_this_hosts_dead_writers_temporaries_are_removed(tmp_path):
+    """A checkpoint folder on a shared filesystem holds other nodes' temporaries: their pids say
+    nothing on this host, and removing one would cut a save in progress there."""
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    save_atomic({"format": FORMAT, "step": 1}, tmp_path / "step-00000001.pt")
+    here = socket.gethostname()
+    other_nodes = tmp_path / f".step-00000002.pt.tmp-node-7.cluster-{dead.pid}"
+    dead_here = tmp_path / f".step-00000003.pt.tmp-{here}-{dead.pid}"
+    before_hosts = tmp_path / f".step-00000004.pt.tmp-{dead.pid}"  # a name of an earlier release
+    live_here = tmp_path / f".step-00000005.pt.tmp-{here}-{os.getpid()}"
+    for temp in (other_nodes, dead_here, before_hosts, live_here):
+        temp.write_bytes(b"partial")
+
+    assert newest_checkpoint(tmp_path) == tmp_path / "step-00000001.pt"
+
+    assert sorted(p.name for p in tmp_path.glob(".*.tmp-*")) == sorted([other_nodes.name, live_here.name])
 
 
 def test_kernel_run_is_registered_and_finished():

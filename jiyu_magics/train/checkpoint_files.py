@@ -2,9 +2,9 @@
 
 A checkpoint is a file (``step-00000120.pt``) or, under ``--strategy fsdp``, a folder
 (``step-00000120.dcp``: a torch.distributed.checkpoint with a shard per rank and ``STATE_FILE``).
-Both are written under a hidden temporary name carrying the writer's pid and renamed once
-complete, so what carries a checkpoint's name is whole; a temporary of a writer that is gone is
-removed when seen. Nothing here reads a checkpoint's contents, so this module needs no torch
+Both are written under a hidden temporary name carrying the writer's host and pid and renamed
+once complete, so what carries a checkpoint's name is whole; a temporary of a writer on this host
+that is gone is removed when seen. Nothing here reads a checkpoint's contents, so this module needs no torch
 (the CLI resolves and refuses before it loads torch).
 """
 
@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import socket
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -31,8 +32,8 @@ def checkpoint_name(step: int, label: str = "", sharded: bool = False) -> str:
 
 def temp_name(path: Path, pid: int) -> Path:
     """Where a checkpoint is written before it is complete: hidden, and named by its writer's
-    pid, so a temporary of a writer that died is known and removed (``remove_stale_temps``)."""
-    return path.with_name(f".{path.name}{TEMP_MARK}{pid}")
+    host and pid, so a temporary of a writer that died is known and removed (``remove_stale_temps``)."""
+    return path.with_name(f".{path.name}{TEMP_MARK}{socket.gethostname()}-{pid}")
 
 
 def checksum_path(path: Path | str) -> Path:
@@ -89,9 +90,13 @@ def _looks_complete(path: Path) -> bool:
 
 
 def remove_stale_temps(folder: Path) -> None:
-    """Temporary files and folders of writers that died mid-save."""
+    """Temporary files and folders of writers that died mid-save. Only this host's: a folder
+    shared by several nodes (a Slurm job's checkpoints read from the login node) holds other
+    hosts' temporaries, whose pids mean nothing here, and one may be a save in progress."""
     for temp in folder.glob(f".*{TEMP_MARK}*"):
-        pid = temp.name.rsplit(TEMP_MARK, 1)[-1]
+        host, _, pid = temp.name.rsplit(TEMP_MARK, 1)[-1].rpartition("-")
+        if host not in ("", socket.gethostname()):
+            continue
         if not (pid.isdigit() and psutil.pid_exists(int(pid))):
             remove_path(temp)
 
