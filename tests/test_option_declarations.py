@@ -19,7 +19,7 @@ from jiyu_magics.core.options.option_spec import OptionSpec
 from jiyu_magics.jobs import submit_options
 from jiyu_magics.magics import ranks_magic
 from jiyu_magics.magics.job_magics import JobMagics
-from jiyu_magics.magics.train_magic import TrainMagics
+from jiyu_magics.magics.train_magic import NPROC_OPTION, TrainMagics
 from jiyu_magics.server import validation
 from jiyu_magics.train import fit_options
 
@@ -123,6 +123,9 @@ def test_shared_options_are_one_declaration_at_every_door():
     assert run_options.DEVICE in ranks_magic.START_OPTIONS
     for spec in (fit["stall_timeout"], submit_options.option_spec("stall_timeout")):
         assert dataclasses.replace(spec, default_text=None, request=False) == run_options.STALL_TIMEOUT
+    # --nproc: ranks per node at both doors (bounds, --nproc-per-node); absent, %%train stays in the kernel
+    assert dataclasses.replace(submit_options.option_spec("nproc"), request=False) == run_options.NPROC
+    assert NPROC_OPTION.but(default=1, help=run_options.NPROC.help) == run_options.NPROC
 
 
 def test_the_pool_takes_nproc_as_a_job_does():

@@ -325,7 +325,7 @@ def test_after_reset_the_ranks_replay_only_what_came_after_it(ip, tmp_path, monk
 def test_bad_nproc_values(ip, nvml_double):
     """NVML test double: two GPUs visible (no driver on this machine)."""
     ip.run_cell(DATA.split("\n", 1)[1])
-    with pytest.raises(UsageError, match="--nproc must be >= 1, got 0"):
+    with pytest.raises(UsageError, match="--nproc 0: expected a whole number from 1 to 1024"):
         ip.run_cell_magic("train", "--nproc 0", "pass")
     with pytest.raises(UsageError, match=r"--nproc 3 is more than the 2 GPU\(s\) visible here"):
         ip.run_cell_magic("train", "--nproc 3", RECORDING_BODY)

@@ -24,7 +24,7 @@ from typing import Any
 
 from ..core.events.stall_clock import BadStallTimeout, check_stall_timeout
 from ..core.options.option_spec import BadOptionValue, OptionSpec, option, specs_of
-from ..core.options.run_options import NAME, STALL_TIMEOUT
+from ..core.options.run_options import NAME, NPROC, STALL_TIMEOUT
 from ..core.runs.names import BadRunName, check_run_name
 from ..trackers.destinations import TrackSpecError, as_strings, parse_track
 from ..trackers.extras import check_installed
@@ -38,7 +38,6 @@ from .export.params import parse_pairs, parse_yaml, read_params_file
 from .job_error import JobError
 from .launch_spec import BACKENDS, K8S_KINDS, LaunchSpec
 
-MAX_PROCESSES = 1024  # per node: far past any machine, small enough that nothing overflows
 MAX_NODES = 4096
 MAX_GPUS = 1024
 MAX_PRIORITY = 10**6
@@ -48,14 +47,7 @@ SLURM, KUBERNETES = "slurm", "kubernetes"
 
 @dataclass
 class SubmitOptions:
-    nproc: int = option(
-        1,
-        "Processes (ranks) per node; one per GPU.",
-        flags=("--nproc", "--nproc-per-node"),
-        metavar="N",
-        bounds=(1, MAX_PROCESSES),
-        request=True,
-    )
+    nproc: int = NPROC.field(request=True)
     nnodes: int = option(
         1,
         "Nodes; more than one needs --rdzv-endpoint, or a scheduler (--backend slurm, kubernetes).",

@@ -17,7 +17,8 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
 
-from ..core.options.option_spec import OptionSpec
+from ..core.options.option_spec import BadOptionValue, OptionSpec
+from ..core.options.run_options import NPROC
 from ..train.fit_options import FitOptions, flag_of, option_specs
 from ..train.train_errors import TrainConfigError
 from .cell_history import CellHistory
@@ -35,18 +36,19 @@ if TYPE_CHECKING:  # imported when a cell trains: loading the extension stays li
     from ..widgets.train_dashboard import TrainingDashboard
 
 FIT_OPTIONS = option_specs()
+# --nproc as a submission declares it (bounds, --nproc-per-node); absent, the cell trains in the kernel
+NPROC_OPTION = NPROC.but(
+    default=None,
+    help="Train with DDP in N processes (one GPU each, or gloo on the CPU) under torchrun, started from "
+    "what this notebook executed (since its last %reset); the kernel's model starts them and gets rank 0's "
+    "final weights back. Without it: in this kernel.",
+)
 
 # Options of the magic itself (fit's options come from FitOptions), declared once.
 MAGIC_OPTIONS: list[tuple[tuple[str, ...], dict]] = [
     (
-        ("--nproc",),
-        dict(
-            type=int,
-            metavar="N",
-            help="Train with DDP in N processes (one GPU each, or gloo on the "
-            "CPU) under torchrun, started from what this notebook executed (since its last %%reset); the "
-            "kernel's model starts them and gets rank 0's final weights back. Without it: in this kernel.",
-        ),
+        NPROC_OPTION.flags,
+        NPROC_OPTION.argparse_kwargs(unset=True),
     ),
     (
         ("--refresh",),
@@ -215,8 +217,10 @@ class TrainMagics(Magics):
     @staticmethod
     def _check(args: Namespace, context: LaunchContext) -> bool:
         """The magic's own options; True when this call launches ranks (``--nproc``)."""
-        if args.nproc is not None and args.nproc < 1:
-            raise UsageError(f"--nproc must be >= 1, got {args.nproc}")
+        try:
+            NPROC_OPTION.check(args.nproc, "--nproc")
+        except BadOptionValue as error:
+            raise UsageError(str(error)) from None
         if args.refresh is not None and not args.refresh > 0:
             raise UsageError(f"--refresh takes a positive number of seconds, got {args.refresh:g}")
         if not args.result.isidentifier() or keyword.iskeyword(args.result):
