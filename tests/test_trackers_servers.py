@@ -6,7 +6,6 @@ with MlflowClient; each run's page in each UI screenshotted in headless Chromium
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import threading
 import urllib.parse
@@ -20,7 +19,6 @@ from jiyu_magics.core.runs.files import RunFiles
 from jiyu_magics.core.store.run_store import RunStore
 
 from .cli_runner import jiyu
-from .conftest import ROOT
 from .notebook_runner import execute, notebook, text_of
 from .test_trackers import followers_of
 from .trackers_tools import (
@@ -133,8 +131,6 @@ def test_a_notebook_job_is_followed_by_its_supervisor_into_tensorboard_and_mlflo
         page.get_by_text("tracked-job (main-fit/train/loss)").first.wait_for()
         page.wait_for_timeout(1500)  # the charts' first draw
         page.screenshot(path=artifacts / "mlflow_run.png")
-    shutil.copy(artifacts / "tensorboard_run.png", ROOT / "docs" / "img" / "tensorboard_run.png")
-    shutil.copy(artifacts / "mlflow_run.png", ROOT / "docs" / "img" / "mlflow_run.png")
 
 
 def test_train_nproc_is_followed_by_its_kernel(tmp_path, mlflow):
