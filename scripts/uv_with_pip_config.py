@@ -21,6 +21,8 @@ _UV_NAMES = {
     "find-links": ("UV_FIND_LINKS", ","),
     "constraint": ("UV_CONSTRAINT", " "),
     "cert": ("SSL_CERT_FILE", " "),
+    "timeout": ("UV_HTTP_TIMEOUT", " "),  # pip's --timeout, as a file names it
+    "default-timeout": ("UV_HTTP_TIMEOUT", " "),  # the same, as PIP_DEFAULT_TIMEOUT names it
 }
 # `pip config list` prints one `section.key=repr(value)` a line; ":env:" is its PIP_* variables
 _LINE = re.compile(r"""^(?P<section>[^.]*)\.(?P<key>[\w-]+)=(?P<value>'.*'|".*")$""")

@@ -39,6 +39,7 @@ def test_pips_wheels_constraints_and_indexes_reach_uv() -> None:
             "PIP_CONSTRAINT": "/etc/caps.txt",
             "PIP_INDEX_URL": "https://mirror.example/simple",
             "PIP_EXTRA_INDEX_URL": "file:///local/one file:///local/two",
+            "PIP_DEFAULT_TIMEOUT": "180",
         }
     )
 
@@ -46,12 +47,13 @@ def test_pips_wheels_constraints_and_indexes_reach_uv() -> None:
     assert uv["UV_CONSTRAINT"] == "/etc/caps.txt"
     assert uv["UV_DEFAULT_INDEX"] == "https://mirror.example/simple"
     assert uv["UV_INDEX"] == "file:///local/one file:///local/two"
+    assert uv["UV_HTTP_TIMEOUT"] == "180"  # a slow mirror: pip waited this long, so does uv
     # pip takes the best version across its indexes: so must uv, or a local index shadows PyPI
     assert uv["UV_INDEX_STRATEGY"] == "unsafe-best-match"
 
 
 def test_without_those_settings_uv_gets_nothing_of_pips() -> None:
-    uv = _uv_environment({"PIP_DEFAULT_TIMEOUT": "180"})
+    uv = _uv_environment({"PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_NO_COLOR": "1"})
 
     assert not [key for key in uv if key.startswith("UV_")]
 
