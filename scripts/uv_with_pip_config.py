@@ -41,12 +41,21 @@ def pip_settings(listing: str) -> dict[str, list[str]]:
     return {key: values for key, (_, values) in by_key.items()}
 
 
+def _present(location: str) -> bool:
+    """pip passes over a local wheel folder or index that is not there (a warning); uv fails."""
+    path = location.removeprefix("file://")
+    return ("://" in path) or os.path.exists(path)
+
+
 def uv_environment(settings: dict[str, list[str]]) -> dict[str, str]:
     environment = {}
     for key, values in settings.items():
         name, separator = _UV_NAMES[key]
-        environment[name] = separator.join(values)
-    if "index-url" in settings or "extra-index-url" in settings:
+        if key in ("index-url", "extra-index-url", "find-links"):
+            values = [value for value in values if _present(value)]
+        if values:
+            environment[name] = separator.join(values)
+    if "UV_DEFAULT_INDEX" in environment or "UV_INDEX" in environment:
         # pip takes the best version across all its indexes; uv stops at the first by default
         environment["UV_INDEX_STRATEGY"] = "unsafe-best-match"
     return environment

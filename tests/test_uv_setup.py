@@ -32,24 +32,39 @@ def _uv_environment(pip_environment: dict[str, str]) -> dict[str, str]:
     return dict(entry.split("=", 1) for entry in listing.split("\0") if entry)
 
 
-def test_pips_wheels_constraints_and_indexes_reach_uv() -> None:
+def test_pips_wheels_constraints_and_indexes_reach_uv(tmp_path: Path) -> None:
+    for folder in ("wheels", "more-wheels", "one", "two"):
+        (tmp_path / folder).mkdir()
     uv = _uv_environment(
         {
-            "PIP_FIND_LINKS": "/opt/wheels /more/wheels",
+            "PIP_FIND_LINKS": f"{tmp_path}/wheels {tmp_path}/more-wheels https://wheels.example/",
             "PIP_CONSTRAINT": "/etc/caps.txt",
             "PIP_INDEX_URL": "https://mirror.example/simple",
-            "PIP_EXTRA_INDEX_URL": "file:///local/one file:///local/two",
+            "PIP_EXTRA_INDEX_URL": f"file://{tmp_path}/one file://{tmp_path}/two",
             "PIP_DEFAULT_TIMEOUT": "180",
         }
     )
 
-    assert uv["UV_FIND_LINKS"] == "/opt/wheels,/more/wheels"
+    assert uv["UV_FIND_LINKS"] == f"{tmp_path}/wheels,{tmp_path}/more-wheels,https://wheels.example/"
     assert uv["UV_CONSTRAINT"] == "/etc/caps.txt"
     assert uv["UV_DEFAULT_INDEX"] == "https://mirror.example/simple"
-    assert uv["UV_INDEX"] == "file:///local/one file:///local/two"
+    assert uv["UV_INDEX"] == f"file://{tmp_path}/one file://{tmp_path}/two"
     assert uv["UV_HTTP_TIMEOUT"] == "180"  # a slow mirror: pip waited this long, so does uv
     # pip takes the best version across its indexes: so must uv, or a local index shadows PyPI
     assert uv["UV_INDEX_STRATEGY"] == "unsafe-best-match"
+
+
+def test_local_wheels_and_indexes_that_are_not_there_are_left_out_as_pip_passes_over_them(tmp_path: Path) -> None:
+    (tmp_path / "wheels").mkdir()
+    uv = _uv_environment(
+        {
+            "PIP_FIND_LINKS": f"{tmp_path}/gone {tmp_path}/wheels",
+            "PIP_EXTRA_INDEX_URL": f"file://{tmp_path}/no-index",
+        }
+    )
+
+    assert uv["UV_FIND_LINKS"] == f"{tmp_path}/wheels"
+    assert "UV_INDEX" not in uv and "UV_INDEX_STRATEGY" not in uv
 
 
 def test_without_those_settings_uv_gets_nothing_of_pips() -> None:
