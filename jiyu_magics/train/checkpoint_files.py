@@ -4,8 +4,8 @@ A checkpoint is a file (``step-00000120.pt``) or, under ``--strategy fsdp``, a f
 (``step-00000120.dcp``: a torch.distributed.checkpoint with a shard per rank and ``STATE_FILE``).
 Both are written under a hidden temporary name carrying the writer's host and pid and renamed
 once complete, so what carries a checkpoint's name is whole; a temporary of a writer on this host
-that is gone is removed when seen. Nothing here reads a checkpoint's contents, so this module needs no torch
-(the CLI resolves and refuses before it loads torch).
+that is gone is removed when seen. Nothing here reads a checkpoint's contents, so this module
+needs no torch (the CLI resolves and refuses before it loads torch).
 """
 
 from __future__ import annotations
@@ -93,9 +93,10 @@ def remove_stale_temps(folder: Path) -> None:
     """Temporary files and folders of writers that died mid-save. Only this host's: a folder
     shared by several nodes (a Slurm job's checkpoints read from the login node) holds other
     hosts' temporaries, whose pids mean nothing here, and one may be a save in progress."""
+    here = socket.gethostname()
     for temp in folder.glob(f".*{TEMP_MARK}*"):
         host, _, pid = temp.name.rsplit(TEMP_MARK, 1)[-1].rpartition("-")
-        if host not in ("", socket.gethostname()):
+        if host not in ("", here):
             continue
         if not (pid.isdigit() and psutil.pid_exists(int(pid))):
             remove_path(temp)
