@@ -8,6 +8,7 @@ resolve a different torch. The tests run pip for real, reading no configuration 
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -15,11 +16,18 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))
-from uv_with_pip_config import pip_settings  # noqa: E402
+from .conftest import ROOT
 
 SCRIPT = ROOT / "scripts" / "uv_with_pip_config.py"
+
+
+def _script_module():
+    """The script as a module, loaded from its file: scripts/ is not a package, and putting it
+    on sys.path would change imports for every later test of the worker."""
+    spec = importlib.util.spec_from_file_location("uv_with_pip_config", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def _uv_environment(pip_environment: dict[str, str]) -> dict[str, str]:
@@ -82,7 +90,7 @@ def test_pips_environment_wins_over_its_files_and_lines_of_several_values_split(
     ]
     listing = "\n".join(lines if file_first else lines[::-1])
 
-    assert pip_settings(listing) == {
+    assert _script_module().pip_settings(listing) == {
         "find-links": ["/from/environment"],
         "extra-index-url": ["file:///local/one", "file:///local/two"],
     }
