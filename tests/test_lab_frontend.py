@@ -32,20 +32,27 @@ def test_vitest_unit_tests_pass(tmp_path):
 
 
 def test_typescript_lint_passes(tmp_path):
-    """prettier and eslint (the JupyterLab extension template's lint), as `make test` runs them;
-    a probe file with a loose comparison must fail it, so the lint is known to look."""
+    """prettier and eslint (the JupyterLab extension template's lint), as `make test` runs them.
+    eslint runs once, with a probe file holding a loose comparison beside the real sources: the
+    probe must be flagged, so the lint is known to look, and nothing else may be."""
     if not (LABEXT / "node_modules" / ".bin" / "eslint").exists():
         installed = run(str(JLPM), "install", "--immutable", cwd=LABEXT)
         assert installed.returncode == 0, installed.stdout + installed.stderr
-    result = run(str(JLPM), "lint:check", cwd=LABEXT)
-    assert result.returncode == 0, result.stdout + result.stderr
+    formatted = run(str(JLPM), "prettier:check", cwd=LABEXT)
+    assert formatted.returncode == 0, formatted.stdout + formatted.stderr
     probe = LABEXT / "src" / "zz_lint_probe.ts"
     probe.write_text("export function same(a: number, b: number): boolean {\n  return a == b;\n}\n")
     try:
-        caught = run(str(JLPM), "eslint:check", cwd=LABEXT)
+        linted = run(str(JLPM), "eslint:check", "--format", "json", cwd=LABEXT)
     finally:
         probe.unlink()
-    assert caught.returncode != 0 and "eqeqeq" in caught.stdout, caught.stdout + caught.stderr
+    assert linted.stdout.lstrip().startswith("["), linted.stdout + linted.stderr
+    flagged = {
+        Path(f["filePath"]).relative_to(LABEXT).as_posix(): sorted({m["ruleId"] for m in f["messages"]})
+        for f in json.loads(linted.stdout)
+        if f["messages"]
+    }
+    assert linted.returncode != 0 and flagged == {"src/zz_lint_probe.ts": ["eqeqeq"]}, flagged
 
 
 def test_pip_install_enabled_the_lab_and_server_extensions():
