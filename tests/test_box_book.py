@@ -169,6 +169,40 @@ def test_a_run_waiting_past_the_limit_asks_another_users_preemptible_run_to_yiel
     assert any(c["action"] == "preempt" and c["by"] == "keeper" for c in book.changes(bob)["changes"])
 
 
+def test_a_preempted_run_of_a_user_with_fewer_gpu_hours_does_not_take_the_gpus_back(book, owners):
+    """Fair share would put bob (fewer GPU-hours) ahead of alice's waiting run again: the
+    preemption would repeat until alice happened to ask first (seen as 8 leases instead of 4 in
+    test_box_users under load)."""
+    book.rules["policy"] = Policy(preempt_after_minutes=0)
+    alice, bob = Peer(owners(), ALICE, ALICE), Peer(owners(), BOB, BOB)
+    assert book.acquire(alice, run("a0000001", 2), SLOTS[:2])["leases"]
+    time.sleep(0.3)  # alice's GPU-hours grow past what bob will have used
+    book.release(alice, "a0000001")
+    assert book.acquire(bob, run("b0000001", 2, preemptible=True), SLOTS[:2])["leases"]
+    assert book.acquire(alice, run("a0000002", 2), SLOTS[:2])["preempting"]
+    book.requeue(bob, "b0000001")
+    again = book.acquire(bob, run("b0000001", 2, preemptible=True), SLOTS[:2])  # bob asks first
+    assert "leases" not in again and again["position"] == 2 and not again["head"], again
+    assert again["reason"].startswith(f"{ALICE}'s job (position 1) starts first: this run was preempted"), again
+    assert not book.check(bob, "b0000001")["preempt"]  # waiting: nothing for its watch to stop
+    assert [g["index"] for g in book.acquire(alice, run("a0000002", 2), SLOTS[:2])["leases"]] == [0, 1]
+    book.release(alice, "a0000002")
+    assert [g["index"] for g in book.acquire(bob, run("b0000001", 2, preemptible=True), SLOTS[:2])["leases"]] == [0, 1]
+    assert book.check(bob, "b0000001") == {"known": True, "state": "holding", "preempt": False}
+
+
+def test_a_yielded_run_goes_behind_the_other_users_runs_queued_before_it_was_asked():
+    entries = [
+        queue_order.Entry(BOB, "b-yielded", "job", 2, queued=1.0, preempt_asked=20.0),
+        queue_order.Entry(BOB, "b-later", "job", 1, queued=2.0),
+        queue_order.Entry(ALICE, "a-waited", "job", 2, queued=10.0),
+        queue_order.Entry(CAROL, "c-after", "job", 1, queued=30.0),
+    ]
+    usage = queue_order.Usage(recent_s={BOB: 1.0, ALICE: 500.0, CAROL: 900.0})
+    turns = queue_order.order(entries, usage, cap=None)
+    assert [t.entry.run_id for t in turns] == ["a-waited", "b-yielded", "c-after", "b-later"]  # c came after
+
+
 def test_a_run_whose_owner_died_holds_no_gpu_and_no_place(book, owners):
     alice, bob = Peer(owners(), ALICE, ALICE), Peer(owners(), BOB, BOB)
     dying = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)

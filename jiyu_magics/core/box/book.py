@@ -230,13 +230,15 @@ class Book:
             return {"released": ended}
 
     def requeue(self, peer: Peer, run_id: str) -> dict:
-        """A preempted run back in the queue at its old place: its leases end, it waits again."""
+        """A preempted run back in the queue: its leases end, it waits again at its old place
+        among its user's runs, behind the runs it yielded to (``preempt_asked`` stays until it
+        leases again: the queue's order reads it)."""
         with self._tx() as db:
             owner = self._owner_for_change(db, peer, run_id, "requeue it")
             now = time.time()
             db.execute(f"UPDATE leases SET ended = ? WHERE uid = ? AND run_id = ? AND {LIVE}", (now, owner, run_id))
             db.execute(
-                "UPDATE entries SET state = 'waiting', started = NULL, preempt_asked = NULL, owner_pid = ?, "
+                "UPDATE entries SET state = 'waiting', started = NULL, owner_pid = ?, "
                 "owner_started = ? WHERE uid = ? AND run_id = ?",
                 (peer.pid, process_start_time(peer.pid), owner, run_id),
             )
@@ -279,7 +281,7 @@ class Book:
         return {
             "known": row is not None,
             "state": row["state"] if row else None,
-            "preempt": bool(row and row["preempt_asked"]),
+            "preempt": bool(row and row["preempt_asked"] and row["state"] == "holding"),
         }
 
     # -- reading -----------------------------------------------------------------------------
@@ -489,12 +491,15 @@ class Book:
 
     def _why_behind(self, entry: rules.Entry, head: rules.Turn, usage: rules.Usage) -> str:
         """Which rule put the head of the queue ahead of this run: its user's own order, a
-        user allowed to jump the queue, or fair share (with both users' recent GPU-hours)."""
+        user allowed to jump the queue, its preemption, or fair share (with both users' recent
+        GPU-hours)."""
         ahead = f"{head.entry.user}'s {head.entry.kind} (position {head.position}) starts first"
         if head.entry.uid == entry.uid:
             return f"{ahead}: your own runs go by --priority, then by when they were queued"
         if head.entry.jumped is not None:
             return f"{ahead}: moved ahead of the queue (may_jump_queue)"
+        if entry.preempt_asked is not None:
+            return f"{ahead}: this run was preempted for the runs waiting then, and starts after them"
         hours = {uid: usage.recent_s.get(uid, 0.0) / 3600 for uid in (head.entry.uid, entry.uid)}
         window = self.policy().fair_share_hours
         return (

@@ -7,7 +7,10 @@ then users take turns, the one with fewer GPU-hours in the policy's recent windo
 (fair share; equal usage: the one whose run waited longest), each user's own runs by
 ``--priority`` (higher first), then by when they were queued. Only the first run in that order
 whose user is within the per-user limit may lease; it waits while too few GPUs are free, and
-everyone behind it waits too, so a big request is never starved by small ones.
+everyone behind it waits too, so a big request is never starved by small ones. A run preempted
+for another user's run waits behind every other user's run that was waiting when it was asked to
+yield: fair share could else hand the GPUs straight back to it (its user may have used fewer
+GPU-hours), and the preemption would repeat until the waiting run happened to ask first.
 """
 
 from __future__ import annotations
@@ -77,7 +80,7 @@ def order(waiting: Iterable[Entry], usage: Usage, cap: int | None) -> list[Turn]
     for entry in sorted((e for e in entries if e.jumped is None), key=lambda e: (-e.priority, e.queued)):
         by_user.setdefault(entry.uid, []).append(entry)
     users = sorted(by_user, key=lambda uid: (usage.recent_s.get(uid, 0.0), by_user[uid][0].queued))
-    ordered = [*jumped, *_turns(users, by_user)]
+    ordered = _behind_those_it_yielded_to([*jumped, *_turns(users, by_user)])
     turns, head_found = [], False
     for position, entry in enumerate(ordered, 1):
         blocked = over_cap(entry, usage, cap)
@@ -86,6 +89,25 @@ def order(waiting: Iterable[Entry], usage: Usage, cap: int | None) -> list[Turn]
         head_found |= blocked is None
         turns.append(Turn(entry, position, blocked))
     return turns
+
+
+def _behind_those_it_yielded_to(ordered: list[Entry]) -> list[Entry]:
+    """Each waiting run that was asked to yield (``preempt_asked``) moved behind every other
+    user's run queued before it was asked, else left where it was; yielded runs keep their order."""
+    result = [e for e in ordered if e.preempt_asked is None]
+    floor = 0
+    for i, entry in enumerate(ordered):
+        if entry.preempt_asked is None:
+            continue
+        follower = next((e for e in ordered[i + 1 :] if e.preempt_asked is None), None)
+        at = next((j for j, e in enumerate(result) if e is follower), len(result))
+        for j, other in enumerate(result):
+            if other.preempt_asked is None and other.uid != entry.uid and other.queued <= entry.preempt_asked:
+                at = max(at, j + 1)
+        at = max(at, floor)
+        result.insert(at, entry)
+        floor = at + 1
+    return result
 
 
 def _turns(users: list[int], by_user: dict[int, list[Entry]]) -> list[Entry]:
