@@ -11,9 +11,9 @@ export OMP_WAIT_POLICY ?= PASSIVE
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 # `make test`'s pytest-xdist workers: CI's two cores sat half idle under one worker (tests wait on
 # kernels, ranks, Slurm and browsers), about 15 % idle under two. Three of the same kind kept them
-# 98 % busy and took longer (1,710 s against 1,587 s); the third is now the waiting lane, which runs
-# only the Slurm and browser modules (tests/work_units.py keeps a module, and what exists once per
-# machine, on one worker).
+# 98 % busy and took longer (1,710 s against 1,587 s). The third is now a waiting lane that runs
+# only the Slurm and browser modules: pytest took 1,576 s against 1,822 s under two workers
+# (tests/work_units.py keeps a module, and what exists once per machine, on one worker).
 TEST_WORKERS ?= 3
 
 .PHONY: setup demo gpu-report test lint-ts docs image-check test-slurm test-system-deps browser bench gpu-checks gpu-wheels screenshots \
