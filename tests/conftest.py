@@ -176,7 +176,11 @@ def ip():
     shell.run_line_magic("load_ext", "jiyu_magics")
     yield shell
     shell.run_line_magic("unload_ext", "jiyu_magics")
-    shell.reset(new_session=False)
+    # A new session empties ``In``: reset(new_session=False) kept it and the execution count, and
+    # the next test's %%train --nproc replayed every earlier test's cells in its ranks, as cells
+    # run before %load_ext (a rank of test_gpu_queue wrote test_train_nproc's seen_rank0.txt into
+    # the work tree).
+    shell.reset(new_session=True)
     history = shell.__dict__.get("_jiyu_cell_history")  # %%train --nproc replays what it recorded:
     if history is not None:  # the next test's shell starts with none
         history.close()
