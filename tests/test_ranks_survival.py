@@ -2,7 +2,10 @@
 ranks on this 2-core machine keeps every rank's state through errors inside a barrier, a rank
 killed inside a collective (named at once, replaced by ``%ranks restart``, brought up to date by
 the ``--on-join`` cell); a pool started ``--replace-dead`` replaces a rank that died while idle;
-an idle pool whose supervisor is killed is recorded ended within seconds, its leases freed."""
+an idle pool whose supervisor is killed is recorded ended within seconds, its leases freed.
+Every rank, the first ones and a replacement, is forked by a process that runs one thread: a rank
+forked beside the rendezvous store's thread hung in glibc's resolver lock, and the pool's start
+with it (one start of 8 in three under load, before the fork server)."""
 
 from __future__ import annotations
 
@@ -11,6 +14,7 @@ import re
 import signal
 import time
 
+import psutil
 import pytest
 
 from jiyu_magics.core.runs.files import store_path
@@ -20,6 +24,12 @@ from .jobs_workload import wait_for
 from .test_ranks import Kernel, alive, assert_collectives_right, pool_of, rank_pids
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def threads_of_their_parents(pids: list[int]) -> list[int]:
+    """How many threads the process that forked these ranks runs, for each such process."""
+    parents = {psutil.Process(pid).ppid() for pid in pids}
+    return [psutil.Process(parent).num_threads() for parent in sorted(parents)]
 
 
 def plain(cell) -> str:
@@ -45,6 +55,7 @@ def kernel8(tmp_path_factory):
 def test_an_error_while_the_others_wait_in_a_barrier_keeps_all_eight_ranks(kernel8):
     pool = pool_of(kernel8.home).id
     pids = rank_pids(kernel8.home, pool)
+    assert threads_of_their_parents(pids) == [1], "one fork server, and no thread in it but its main one"
     for trial, failing in enumerate((1, 6, 0)):
         began = time.monotonic()
         cell = kernel8.run(f"%%ranks\nif rank == {failing}:\n    raise ValueError('bad batch {trial}')\ndist.barrier()")
@@ -92,6 +103,9 @@ def test_a_rank_killed_inside_a_collective_is_named_and_replaced_with_the_join_h
     assert "joined 0 [7.0, 7.0, 7.0]" in restarted.text and "rank(s) 5 joined in" in restarted.text
     brought = kernel8.run("%%ranks 5\nprint('new', rank, weights.tolist(), os.getpid())")
     assert brought.text.startswith("new 5 [7.0, 7.0, 7.0]"), brought.text
+    live = alive(rank_pids(kernel8.home, pool))
+    assert int(brought.text.split()[-1]) in live and len(live) == 8, live
+    assert threads_of_their_parents(live) == [1], "the replacement too, from the same fork server"
     assert_collectives_right(kernel8, 8)
 
 

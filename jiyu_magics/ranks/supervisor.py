@@ -10,8 +10,9 @@ joins the same world at the process group's next generation.
 
 Why fork: importing torch, IPython and matplotlib and making the rank's shell is most of a rank's
 start. The supervisor does it once, before any thread, CUDA context or ZMQ context exists, then
-forks each rank (copy-on-write) and, later, each replacement. It also hosts the pool's rendezvous
-store (the ranks come and go; the store stays) and prefixes each rank's output with
+forks its fork server (``fork_server``), which forks each rank (copy-on-write) and, later, each
+replacement, from a process that never runs a second thread. The supervisor hosts the pool's
+rendezvous store (the ranks come and go; the store stays) and prefixes each rank's output with
 ``[rankN]:`` in the run's log, as torchrun does.
 
 It ends once its kernel said shutdown (or a SIGTERM came) and no rank is left: the kernel's
@@ -27,9 +28,9 @@ import re
 import signal
 import sys
 import time
-import traceback
 import warnings
 from dataclasses import dataclass, field
+from functools import partial
 
 import zmq
 
@@ -38,6 +39,7 @@ from ..core.runs.launch_context import POOL_ADDRESS_ENV, POOL_GENERATION_ENV, PO
 from ..jobs.process import rank_records
 from ..jobs.process.rank_worker import run_rank
 from .channel import Address, SupervisorEnd
+from .fork_server import Exited, ForkServer, Spawned
 from .protocol import Kind, Message, RankExit
 
 MARK = POOL_SUPERVISOR_MARK  # its command line: the pool's agent, as torchrun's for a job
@@ -48,7 +50,6 @@ ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")  # a traceback's colours are for the
 class Child:
     rank: int
     pid: int
-    pidfd: int
     output: int  # the read end of its stdout/stderr pipe
     partial: bytes = b""
 
@@ -58,11 +59,13 @@ class Supervisor:
     nproc: int
     master: tuple[str, int]
     address: Address
+    forks: ForkServer
     run_id: str | None = None  # the pool's run (its ranks' records), as the supervisor's launcher said
-    children: dict[int, Child] = field(default_factory=dict)  # by pidfd
+    children: dict[int, Child] = field(default_factory=dict)  # by pid
     end: SupervisorEnd | None = None
     last_exits: dict[int, int] = field(default_factory=dict)  # rank -> how its latest process ended
     stopping: bool = False  # a SIGTERM came, or the kernel's shutdown: once no rank is left, it ends
+    asked: int = 0  # ranks asked of the fork server, not forked yet
 
     @property
     def exit_code(self) -> int:
@@ -75,52 +78,9 @@ class Supervisor:
         return not self.stopping and any(self.last_exits.values())
 
     def spawn(self, rank: int, generation: int) -> None:
-        """Forks rank ``rank``, to join the process group at ``generation``."""
-        sys.stdout.flush()
-        sys.stderr.flush()
-        read, write = os.pipe()
-        pid = os.fork()
-        if pid == 0:  # the rank: never returns into the supervisor's loop
-            code = 1
-            try:
-                os.close(read)
-                for sibling in self.children.values():
-                    os.close(sibling.pidfd)
-                    os.close(sibling.output)
-                os.dup2(write, 1)
-                os.dup2(write, 2)
-                os.close(write)
-                code = self._rank(rank, generation)
-            except BaseException:  # noqa: BLE001 - whatever ends it, it ends here, said
-                traceback.print_exc()
-            finally:
-                sys.stdout.flush()
-                sys.stderr.flush()
-                os._exit(code)
-        os.close(write)
-        os.set_blocking(read, False)
-        pidfd = os.pidfd_open(pid)
-        self.children[pidfd] = Child(rank, pid, pidfd, read)
-
-    def _rank(self, rank: int, generation: int) -> int:
-        for signum in (signal.SIGTERM, signal.SIGCHLD, signal.SIGINT):
-            signal.signal(signum, signal.SIG_DFL)
-        os.environ.update(
-            {
-                "RANK": str(rank),
-                "LOCAL_RANK": str(rank),
-                "WORLD_SIZE": str(self.nproc),
-                "LOCAL_WORLD_SIZE": str(self.nproc),
-                "MASTER_ADDR": self.master[0],
-                "MASTER_PORT": str(self.master[1]),
-                POOL_GENERATION_ENV: str(generation),
-                POOL_SUPERVISED_ENV: "1",
-            }
-        )  # for the rank's own code too: torch's env:// rendezvous, the cells that read RANK
-        from .worker import serve
-
-        context = LaunchContext.from_environ()  # the forked rank's entry point: read once, here
-        return run_rank(lambda: serve(context), context, watch_peers=False)
+        """Asks the fork server for rank ``rank``, to join the process group at ``generation``."""
+        self.forks.spawn(rank, generation, self.master)
+        self.asked += 1
 
     # -- the loop ------------------------------------------------------------------------------
     def serve(self) -> int:
@@ -130,31 +90,39 @@ class Supervisor:
         self.end.send(Message(Kind.SUPERVISOR, {"pid": os.getpid()}))
         poller = zmq.Poller()
         poller.register(self.end.socket, zmq.POLLIN)
-        watched: set[int] = set()
-        while self.children or self.waiting_for_replacements:
-            for new in list(self.children.values()):
-                if new.pidfd not in watched:
-                    poller.register(new.pidfd, zmq.POLLIN)
-                    poller.register(new.output, zmq.POLLIN)
-                    watched.add(new.pidfd)
+        poller.register(self.forks.fileno(), zmq.POLLIN)
+        outputs: dict[int, Child] = {}
+        while self.children or self.asked or self.waiting_for_replacements:
             for ready, _ in poller.poll():
                 if ready is self.end.socket:
                     self._take_requests()
-                    continue
-                child = self._child_of(ready)
-                if child is None:
-                    continue
-                self._relay(child)
-                if ready == child.pidfd:  # what it printed last came first
-                    poller.unregister(child.pidfd)
-                    poller.unregister(child.output)
-                    watched.discard(child.pidfd)
-                    self._reap(child)
+                elif ready == self.forks.fileno():
+                    for news in self._from_fork_server():
+                        if isinstance(news, Spawned):
+                            outputs[news.output] = self.children[news.pid]
+                            poller.register(news.output, zmq.POLLIN)
+                        else:
+                            child = self.children[news.pid]
+                            poller.unregister(child.output)
+                            del outputs[child.output]
+                            self._reap(child, news.status)
+                elif ready in outputs:
+                    self._relay(outputs[ready])
         self.end.close()
+        self.forks.close()
         return self.exit_code
 
-    def _child_of(self, fd: int) -> Child | None:
-        return next((c for c in self.children.values() if fd in (c.pidfd, c.output)), None)
+    def _from_fork_server(self) -> list[Spawned | Exited]:
+        news = self.forks.receive()
+        if news is None:  # it died (killed): no rank can be forked or reaped any more
+            raise SystemExit(f"{MARK}: the pool's fork server ended")
+        for spawned in (n for n in news if isinstance(n, Spawned)):
+            os.set_blocking(spawned.output, False)
+            self.children[spawned.pid] = Child(spawned.rank, spawned.pid, spawned.output)
+            self.asked -= 1
+            if self.stopping:  # a SIGTERM came while it was being forked
+                _terminate(spawned.pid)
+        return news
 
     def _relay(self, child: Child) -> None:
         """What the rank printed, each line ``[rankN]: ``-prefixed, into the log."""
@@ -174,14 +142,14 @@ class Supervisor:
             sys.stdout.write(text)
             sys.stdout.flush()
 
-    def _reap(self, child: Child) -> None:
-        del self.children[child.pidfd]
+    def _reap(self, child: Child, status: int) -> None:
+        """Its end, once what it printed last is in the log."""
+        self._relay(child)
+        del self.children[child.pid]
         if child.partial:
             child.partial += b"\n"
             self._relay(child)
-        os.close(child.pidfd)
         os.close(child.output)
-        _, status = os.waitpid(child.pid, 0)
         code = os.waitstatus_to_exitcode(status)
         killed_by = -code if code < 0 else None
         self.last_exits[child.rank] = code
@@ -217,10 +185,36 @@ class Supervisor:
         the ranks): every rank stops, then the supervisor ends with them."""
         self.stopping = True
         for child in self.children.values():
-            try:
-                os.kill(child.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                continue
+            _terminate(child.pid)
+
+
+def _terminate(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        pass
+
+
+def _rank(nproc: int, rank: int, generation: int, master: tuple[str, int]) -> int:
+    """A forked rank's life, in the fork server's child."""
+    for signum in (signal.SIGTERM, signal.SIGCHLD, signal.SIGINT):
+        signal.signal(signum, signal.SIG_DFL)
+    os.environ.update(
+        {
+            "RANK": str(rank),
+            "LOCAL_RANK": str(rank),
+            "WORLD_SIZE": str(nproc),
+            "LOCAL_WORLD_SIZE": str(nproc),
+            "MASTER_ADDR": master[0],
+            "MASTER_PORT": str(master[1]),
+            POOL_GENERATION_ENV: str(generation),
+            POOL_SUPERVISED_ENV: "1",
+        }
+    )  # for the rank's own code too: torch's env:// rendezvous, the cells that read RANK
+    from .worker import serve
+
+    context = LaunchContext.from_environ()  # the forked rank's entry point: read once, here
+    return run_rank(lambda: serve(context), context, watch_peers=False)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -236,14 +230,16 @@ def main(argv: list[str] | None = None) -> int:
     from ..train.pool_group import host_store
     from .worker import warm
 
-    parent_death.request(signal.SIGKILL)  # as torchrun: the ranks then stop on their own parent's death
-    warm()
+    parent_death.request(signal.SIGKILL)  # as torchrun: its fork server, then the ranks, die with it
     context = LaunchContext.from_environ()
     if context.pool_address is None:
         print(f"{MARK}: {POOL_ADDRESS_ENV} (the pool's address file) is not set", file=sys.stderr)
         return 2
-    store = host_store()
-    supervisor = Supervisor(nproc, ("127.0.0.1", store.port), Address.load(context.pool_address), context.run_id)
+    warm()
+    forks = ForkServer.start(partial(_rank, nproc))  # while this process has one thread
+    store = host_store()  # its thread (and ZMQ's, later) never sees a fork
+    address = Address.load(context.pool_address)
+    supervisor = Supervisor(nproc, ("127.0.0.1", store.port), address, forks, context.run_id)
     signal.signal(signal.SIGTERM, supervisor.stop)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the kernel's interrupts reach the ranks over the channel
     for rank in range(nproc):

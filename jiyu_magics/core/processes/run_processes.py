@@ -25,8 +25,10 @@ from .info import process_alive
 # command-line marks of torchrun's agent and of a rank (``jobs.process.rank_worker``, which
 # every launcher runs: jobs, ``%%train --nproc``, ranks pools); a rank's forked data loader
 # workers carry the same command line and die with it. A local ranks pool's supervisor is its
-# agent; its ranks are forked from it and carry its command line (``supervised_ranks``).
+# agent; its ranks are forked by its fork server, and both carry its command line
+# (``ranks.fork_server``). The fork server's process name tells it from a rank.
 POOL_SUPERVISOR_MARK = "jiyu_magics.ranks.supervisor"
+POOL_FORK_SERVER_NAME = "jiyu-pool-forks"
 AGENT_MARKS = ("torch.distributed.run", "torchrun", POOL_SUPERVISOR_MARK)
 RANK_MARK = "jiyu_magics.jobs.process.rank_worker"
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 import psutil
 
-from ...core.processes.run_processes import AGENT_MARKS, POOL_SUPERVISOR_MARK, alive, tagged
+from ...core.processes.run_processes import AGENT_MARKS, POOL_FORK_SERVER_NAME, POOL_SUPERVISOR_MARK, alive, tagged
 from .torchrun_command import WORKER_MODULE
 
 KILL_WAIT_S = 5.0
@@ -92,8 +92,8 @@ def stop_run(run_id: str, root_pid: int | None, grace: float = 10.0, spare: Iter
 def first_to_stop(procs: list[psutil.Process]) -> list[psutil.Process]:
     """Who gets the SIGTERM: each rank (the top-most process running the rank worker, or forked
     by a ranks pool's supervisor; the processes a rank forked run the same command line), and
-    strays (processes of the run outside any rank, not an agent). Not torchrun or the pool's
-    supervisor, not the ranks' own children."""
+    strays (processes of the run outside any rank, not an agent). Not torchrun, the pool's
+    supervisor or its fork server, not the ranks' own children."""
     commands = {p.pid: _command(p) for p in procs}
     marked = {pid for pid, cmd in commands.items() if any(mark in part for part in cmd for mark in AGENT_MARKS)}
     supervised = {p.pid for p in procs if _is_pool_rank(p, commands)}
@@ -107,9 +107,11 @@ def first_to_stop(procs: list[psutil.Process]) -> list[psutil.Process]:
 
 
 def _is_pool_rank(proc: psutil.Process, commands: dict[int, list[str]]) -> bool:
-    """Forked by a pool's supervisor (or by such a rank): the supervisor's command line, under
-    a process with that command line."""
+    """Forked by a pool's fork server (or by such a rank): the supervisor's command line, under
+    a process with that command line, and not the fork server itself (its name says it)."""
     if not any(POOL_SUPERVISOR_MARK in part for part in commands.get(proc.pid, [])):
+        return False
+    if _name(proc) == POOL_FORK_SERVER_NAME:
         return False
     parent = _ppid(proc)
     return parent is not None and any(POOL_SUPERVISOR_MARK in part for part in _parent_command(parent, commands))
@@ -178,6 +180,13 @@ def _command(proc: psutil.Process) -> list[str]:
         return proc.cmdline()
     except psutil.Error:
         return []
+
+
+def _name(proc: psutil.Process) -> str | None:
+    try:
+        return proc.name()
+    except psutil.Error:
+        return None
 
 
 def _ppid(proc: psutil.Process) -> int | None:
