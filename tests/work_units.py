@@ -66,17 +66,21 @@ def make_scheduler(config, log):
         def _split_scope(self, nodeid: str) -> str:
             return work_unit(nodeid)
 
-        def _is_lane(self, node) -> bool:
-            return len(self.nodes) >= MIN_WORKERS_FOR_LANE and node is self.nodes[-1]
+        lane = None  # named once, when the work is first handed out: not by position later
+
+        def schedule(self) -> None:
+            if self.collection is None and len(self.nodes) >= MIN_WORKERS_FOR_LANE:
+                self.lane = self.nodes[-1]
+            super().schedule()
 
         def _next_unit(self, node) -> str | None:
-            if self._is_lane(node):
+            if node is self.lane:
                 return next((unit for unit in self.workqueue if unit in WAITING_UNITS), None)
             own = next((unit for unit in self.workqueue if unit not in WAITING_UNITS), None)
             return own if own is not None else next(iter(self.workqueue), None)
 
-        def _assign_work_unit(self, node) -> None:
-            unit = self._next_unit(node)
+        def _assign_work_unit(self, node, unit: str | None = None) -> None:
+            unit = unit or self._next_unit(node)
             if unit is None:
                 return
             work = self.workqueue.pop(unit)
@@ -87,10 +91,11 @@ def make_scheduler(config, log):
         def _reschedule(self, node) -> None:
             if node.shutting_down:
                 return
-            if self._next_unit(node) is None:  # it runs what it holds, then ends: a worker
+            unit = self._next_unit(node)
+            if unit is None:  # it runs what it holds, then ends: a worker
                 node.shutdown()  # holds its last test until it is told there is no more
                 return
             if self._pending_of(self.assigned_work[node]) <= 2:
-                self._assign_work_unit(node)
+                self._assign_work_unit(node, unit)
 
     return WorkUnits(config, log)

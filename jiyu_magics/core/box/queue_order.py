@@ -102,7 +102,7 @@ def _behind_those_it_yielded_to(ordered: list[Entry]) -> list[Entry]:
         follower = next((e for e in ordered[i + 1 :] if e.preempt_asked is None), None)
         at = next((j for j, e in enumerate(result) if e is follower), len(result))
         for j, other in enumerate(result):
-            if other.preempt_asked is None and other.uid != entry.uid and other.queued <= entry.preempt_asked:
+            if other.uid != entry.uid and other.queued <= entry.preempt_asked:
                 at = max(at, j + 1)
         at = max(at, floor)
         result.insert(at, entry)
