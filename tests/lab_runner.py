@@ -239,6 +239,27 @@ def submit_training_job(
     return TrainingJob(words[2] if words[0] == "Submitted" else words[1], name)
 
 
+def painted(page) -> None:
+    """Waits for two animation frames: what changed before is laid out and painted (the event
+    a screenshot waits for, rather than a fixed time)."""
+    page.evaluate("() => new Promise(done => requestAnimationFrame(() => requestAnimationFrame(done)))")
+
+
+def wait_for_theme(page, selector: str, dark: bool, timeout: float = 30_000) -> None:
+    """Waits until a theme switch is over: JupyterLab's splash (shown while the theme loads) gone,
+    the first ``selector``'s background a dark (or light) theme's, and that painted. Events, not
+    a guess at how long it takes."""
+    luminance = "(0.2126 * c[0] + 0.7152 * c[1] + 0.0722 * c[2]) / 255"
+    page.wait_for_function(
+        f"() => {{ const node = document.querySelector({selector!r});"
+        f" if (!node || document.getElementById('jupyterlab-splash')) return false;"
+        f" const c = getComputedStyle(node).backgroundColor.match(/[0-9.]+/g).map(Number);"
+        f" return c.length === 3 || c[3] > 0 ? {luminance} {'< 0.3' if dark else '> 0.8'} : false; }}",
+        timeout=timeout,
+    )
+    painted(page)
+
+
 def launch_chromium(playwright):
     if not CHROMIUM.exists():
         raise RuntimeError(

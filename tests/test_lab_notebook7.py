@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from playwright.sync_api import expect
 
-from .lab_runner import jupyter_lab, submit_training_job, training_notebook
+from .lab_runner import jupyter_lab, painted, submit_training_job, training_notebook
 from .test_lab_pages import browser  # noqa: F401 (the fixture)
 
 PANEL = "#jiyu-panel"
@@ -46,7 +46,7 @@ def test_notebook7_opens_the_panel_from_the_toolbar_and_the_menu_and_logs_work(
     expect(log).to_be_visible(timeout=15_000)
     expect(log).to_contain_text("torchrun started", timeout=60_000)
     expect(page.locator(".jp-NotebookPanel")).to_be_visible()  # the notebook stays, the log below it
-    page.wait_for_timeout(300)
+    painted(page)
     assert log.bounding_box()["height"] > 150, "the log has room to be read, not a bare tab"
     page.screenshot(path=artifacts / "notebook7_panel_logs.png")
 

@@ -16,6 +16,7 @@ from jiyu_magics.core.events.log import read_events
 from jiyu_magics.core.runs.files import RunFiles, store_path
 from jiyu_magics.core.store.run_store import RunStore
 
+from .lab_runner import wait_for_theme
 from .test_lab_panel import PANEL, PYTHON3, browser, jobs, lab, status_of, wait_until  # noqa: F401 (fixtures)
 
 
@@ -184,7 +185,7 @@ def test_compare_two_runs_overlays_curves_and_marks_the_differing_parameter(brow
 
     page.evaluate("window.jupyterapp.commands.execute('apputils:change-theme', {theme: 'JupyterLab Dark'})")
     expect(page.locator("body")).to_have_attribute("data-jp-theme-light", "false", timeout=30_000)
-    page.wait_for_timeout(500)
+    wait_for_theme(page, ".jp-JiyuCompare", dark=True)
     page.screenshot(path=artifacts / "lab_compare_dark.png")
     background = compare.evaluate("n => getComputedStyle(n).backgroundColor")
     for selector, prop in (

@@ -24,7 +24,14 @@ from jiyu_magics.core.store.run_store import RunStore
 
 from .gpu_box import GpuBox
 from .jobs_workload import assert_no_processes
-from .lab_runner import jupyter_lab, launch_chromium, submit_training_job, training_notebook
+from .lab_runner import (
+    jupyter_lab,
+    launch_chromium,
+    painted,
+    submit_training_job,
+    training_notebook,
+    wait_for_theme,
+)
 
 PANEL = "#jiyu-panel"
 PYTHON3 = {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}}
@@ -144,7 +151,7 @@ def test_panel_follows_a_training_run_live(page, lab, jobs, artifacts):
 
     page.evaluate("window.jupyterapp.commands.execute('apputils:change-theme', {theme: 'JupyterLab Dark'})")
     expect(page.locator("body")).to_have_attribute("data-jp-theme-light", "false", timeout=30_000)
-    page.wait_for_timeout(500)
+    wait_for_theme(page, PANEL, dark=True)
     page.screenshot(path=artifacts / "lab_panel_dark.png")
     dark = panel.evaluate("node => getComputedStyle(node).backgroundColor")
     assert luminance(light) > 0.8 and luminance(dark) < 0.3, (light, dark)
@@ -326,7 +333,7 @@ def summary_in_the_dark_theme_and_a_narrow_window(page, output, artifacts):
 
     page.evaluate("window.jupyterapp.commands.execute('apputils:change-theme', {theme: 'JupyterLab Dark'})")
     expect(page.locator("body")).to_have_attribute("data-jp-theme-light", "false", timeout=30_000)
-    page.wait_for_timeout(500)
+    wait_for_theme(page, ".jp-Notebook", dark=True)
     summary = output.locator(".jiyu-train-summary")
     summary.scroll_into_view_if_needed()
     page.screenshot(path=artifacts / "lab_train_summary_dark.png")
@@ -337,8 +344,10 @@ def summary_in_the_dark_theme_and_a_narrow_window(page, output, artifacts):
     assert contrast(grid, background) < contrast(text, background), (grid, text, background)
     page.evaluate("window.jupyterapp.commands.execute('apputils:change-theme', {theme: 'JupyterLab Light'})")
     expect(page.locator("body")).to_have_attribute("data-jp-theme-light", "true", timeout=30_000)
+    wait_for_theme(page, ".jp-Notebook", dark=False)
     page.set_viewport_size({"width": 700, "height": 820})
-    page.wait_for_timeout(500)
+    page.wait_for_function("() => window.innerWidth === 700")
+    painted(page)  # Lumino lays its widgets out on the frame after the resize
     chart, table = summary.locator("svg").first.bounding_box(), summary.locator("table").bounding_box()
     assert table["y"] >= chart["y"] + chart["height"] - 1, "the numbers wrap under the chart"
     assert table["x"] + table["width"] <= summary.bounding_box()["x"] + summary.bounding_box()["width"] + 1

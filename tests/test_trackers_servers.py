@@ -19,6 +19,7 @@ from jiyu_magics.core.runs.files import RunFiles
 from jiyu_magics.core.store.run_store import RunStore
 
 from .cli_runner import jiyu
+from .lab_runner import painted
 from .notebook_runner import execute, notebook, text_of
 from .test_trackers import followers_of
 from .trackers_tools import (
@@ -114,7 +115,10 @@ def test_a_notebook_job_is_followed_by_its_supervisor_into_tensorboard_and_mlflo
         with chromium_page() as page:
             page.goto(f"{server.url}/#scalars&tagFilter=loss")
             page.get_by_text("main-fit/train/loss").first.wait_for()
-            page.wait_for_timeout(1500)  # the charts' first draw
+            charts = page.locator("vz-line-chart2")  # TensorBoard's charts: a plottable SVG each
+            for chart in range(charts.count()):
+                charts.nth(chart).locator("path.line").first.wait_for(state="attached")  # drawn (a point has no size)
+            painted(page)
             page.screenshot(path=artifacts / "tensorboard_run.png")
 
     with chromium_page() as page:
@@ -129,7 +133,8 @@ def test_a_notebook_job_is_followed_by_its_supervisor_into_tensorboard_and_mlflo
         page.get_by_placeholder("Search metric charts").fill("loss")
         page.get_by_role("button", name="Close", exact=True).click()  # MLflow's assistant panel, over the charts
         page.get_by_text("tracked-job (main-fit/train/loss)").first.wait_for()
-        page.wait_for_timeout(1500)  # the charts' first draw
+        page.locator(".js-plotly-plot .scatterlayer path.js-line").first.wait_for()  # MLflow's plotly line drawn
+        painted(page)
         page.screenshot(path=artifacts / "mlflow_run.png")
 
 
