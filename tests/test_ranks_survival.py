@@ -2,7 +2,8 @@
 ranks on this 2-core machine keeps every rank's state through errors inside a barrier, a rank
 killed inside a collective (named at once, replaced by ``%ranks restart``, brought up to date by
 the ``--on-join`` cell); a pool started ``--replace-dead`` replaces a rank that died while idle;
-an idle pool whose supervisor is killed is recorded ended within seconds, its leases freed.
+an idle pool whose supervisor is killed is recorded ended within seconds, its leases freed; a
+start whose rank never joins says where each rank is, and an interrupt ends it with nothing left.
 Every rank, the first ones and a replacement, is forked by a process that runs one thread: a rank
 forked beside the rendezvous store's thread hung in glibc's resolver lock, and the pool's start
 with it (one start of 8 in three under load, before the fork server)."""
@@ -13,16 +14,19 @@ import os
 import re
 import signal
 import time
+from pathlib import Path
 
 import psutil
 import pytest
 
 from jiyu_magics.core.runs.files import store_path
 from jiyu_magics.core.store.run_store import RunStore
+from jiyu_magics.jobs.process.process_tree import leftovers
 
 from .jobs_workload import wait_for
 from .test_ranks import Kernel, alive, assert_collectives_right, pool_of, rank_pids
 
+FAULTS = Path(__file__).parent / "fault_injection"  # its sitecustomize hangs a chosen rank
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
@@ -135,5 +139,35 @@ def test_a_replace_dead_pool_replaces_a_rank_that_died_while_idle_and_an_idle_po
         wait_for(lambda: alive(ranks) == [], 60, what="the ranks to end with their supervisor")
         after = kernel.run("%%ranks\nprint('x')")
         assert after.status == "error" and f"ranks pool {pool.id} has ended" in after.text and "x\n" not in after.text
+    finally:
+        kernel.close()
+
+
+def test_a_start_whose_rank_never_joins_says_where_each_rank_is_and_an_interrupt_ends_it(tmp_path):
+    faults = {"PYTHONPATH": str(FAULTS), "JIYU_TEST_HANG_RANK": "1"}
+    kernel = Kernel(tmp_path, tmp_path / "home", env={"TMPDIR": str(tmp_path), **faults})
+    try:
+        bad = kernel.run("%load_ext jiyu_magics\n%ranks start 3 --device cpu --stall-timeout -1")
+        assert bad.status == "error" and bad.text.strip() == (
+            "UsageError: %ranks start: --stall-timeout -1: expected seconds >= 0 (0: off)"
+        ), bad.text
+        msg_id = kernel.start("%ranks start 3 --device cpu --name stuck --stall-timeout 5")
+        said, deadline = "", time.monotonic() + 120
+        while "an interrupt ends the start" not in said:
+            msg = kernel.client.get_iopub_msg(timeout=max(1.0, deadline - time.monotonic()))
+            if msg["parent_header"].get("msg_id") == msg_id and msg["msg_type"] == "stream":
+                said += msg["content"]["text"]
+        assert "jiyu: stalled: ranks 0–2 have not joined 5 s after the ranks started" in said, said
+        assert "ranks 0, 2 are in " in said and "rank 1: no stack (its worker has not started" in said, said
+        pool = pool_of(kernel.home)
+        store = RunStore(store_path(kernel.home))
+        assert store.get(pool.id).stalled_since is not None, "the panel shows the start stalled"
+        kernel.manager.interrupt_kernel()
+        ended = kernel.wait(msg_id, timeout=120)
+        assert "UsageError: %ranks start: interrupted; no pool was started" in plain(ended), plain(ended)
+        run = store.get(pool.id)
+        assert not run.active and run.stalled_since is None and store.leases.live() == []
+        os.environ["JIYU_HOME"] = str(kernel.home)
+        wait_for(lambda: leftovers(pool.id) == [], 60, what="every process of the start to end, the hung rank too")
     finally:
         kernel.close()

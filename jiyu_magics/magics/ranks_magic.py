@@ -21,10 +21,11 @@ from typing import TYPE_CHECKING
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, magics_class
 
-from ..core.options.run_options import DEVICE, NAME
+from ..core.events.stall_clock import BadStallTimeout, check_stall_timeout
+from ..core.options.run_options import DEVICE, NAME, STALL_TIMEOUT
 from ..core.runs.launch_context import LaunchContext
 from ..jobs.submit_options import option_spec
-from .ranks_output import Background, Echo, RankCellError, RankDied, report, show_stall
+from .ranks_output import Background, Echo, RankCellError, RankDied, report, show_stall, show_start_stall
 
 if TYPE_CHECKING:  # imported when a pool starts: %load_ext stays light (no zmq, no lifecycle)
     from IPython.core.interactiveshell import InteractiveShell
@@ -36,6 +37,7 @@ __all__ = ["RankCellError", "RankDied", "RanksMagics", "pool_of"]
 
 PUSH_WARN_BYTES = 100 * 2**20
 DEFAULT_STALL_S = 10.0
+START_STALL_S = 60.0  # a start on a busy machine took 15 s; a rank stuck before it joins waits 30 min in gloo
 
 
 class _Parser(argparse.ArgumentParser):
@@ -53,6 +55,11 @@ def _parser(prog: str) -> _Parser:
 # name is ranks-N. The positional nproc and --replace-dead are the pool's own.
 POOL_BACKENDS = ("local", "slurm")
 POOL_SLURM_OPTIONS = ("partition", "time", "gpus_per_node")
+START_STALL = STALL_TIMEOUT.but(
+    default=START_STALL_S,
+    help="When the ranks have not all joined this many seconds after they started, say where each one "
+    "is (every rank's stack: jiyu stacks ID); 0 turns it off.",
+)
 START_OPTIONS = [
     DEVICE,
     option_spec("gpus"),
@@ -74,6 +81,8 @@ def _start_parser() -> _Parser:
         action="store_true",
         help="a rank that dies is replaced at once (then the --on-join cell runs)",
     )
+    stall = START_STALL
+    parser.add_argument(*stall.flags, **stall.argparse_kwargs())
     return parser
 
 
@@ -122,10 +131,13 @@ class RanksMagics(Magics):
         Line form::
 
             %ranks start N [--device cpu] [--gpus G] [--name NAME] [--replace-dead]
+                           [--stall-timeout S]
                                  start N ranks (gloo on the CPU, NCCL on GPUs); the pool is a
                                  run: it leases its GPUs through the queue and shows in %jobs,
                                  jiyu jobs and the lab panel. --replace-dead: a rank that dies
-                                 is replaced at once (then the --on-join cell runs)
+                                 is replaced at once (then the --on-join cell runs). When the
+                                 ranks have not all joined S s (default 60) after they started,
+                                 the cell says where each one is; an interrupt ends the start
             %ranks start N --backend slurm --nodes M [--partition P] [--time T]
                            [--gpus-per-node G] [--device cpu]
                                  N ranks on each of M nodes of a Slurm allocation (waits while
@@ -209,6 +221,10 @@ class RanksMagics(Magics):
             raise UsageError(
                 "%ranks start: --replace-dead needs a local pool (torchrun ends a Slurm pool's ranks together)"
             )
+        try:
+            stall = check_stall_timeout(args.stall_timeout)
+        except BadStallTimeout as error:
+            raise UsageError(f"%ranks start: --stall-timeout {args.stall_timeout:g}: expected {error}") from None
         notebook = LaunchContext.from_environ().notebook or self.ipython.user_ns.get("__session__")
         try:
             pool = RanksPool.start(
@@ -221,6 +237,8 @@ class RanksMagics(Magics):
                 backend=args.backend,
                 slurm=slurm or None,
                 on_wait=lambda text: print(f"jiyu: {text}", flush=True),
+                stall=stall or None,
+                on_stall=show_start_stall,
             )
         except JobError as error:
             raise UsageError(str(error)) from None

@@ -18,6 +18,7 @@ from IPython.core.error import UsageError
 
 if TYPE_CHECKING:
     from ..ranks.agent import Outcome, PoolAgent
+    from ..ranks.pool import RanksPool
     from ..ranks.protocol import Message
     from ..ranks.requests import Request
 
@@ -172,6 +173,27 @@ def show_stall(agent: PoolAgent, request: Request, stall: float) -> None:
         f"jiyu:   every rank's stack: jiyu stacks {pool.run_id}; the stop button ends the cell, state kept", flush=True
     )
     pool.lifecycle.store.mark_stalled(pool.run_id, time.time())  # once said: the panel shows it stalled
+
+
+def show_start_stall(pool: RanksPool, stall: float) -> None:
+    """The ranks have not all joined ``stall`` seconds after they started: where each is (the
+    odd one out first), and what ends the start; the pool's run is flagged stalled meanwhile."""
+    from ..core.runs import stack_groups
+    from ..jobs.stack_dump import dump_stacks
+    from ..ranks.reports import ranks_text
+
+    waiting = pool.joining()
+    have = "has" if len(waiting) == 1 else "have"
+    print(f"jiyu: stalled: {ranks_text(waiting)} {have} not joined {stall:g} s after the ranks started", flush=True)
+    folder = dump_stacks(pool.run_id)
+    stacks = stack_groups.read_dump(folder) if folder is not None else []
+    for group in stack_groups.group(stacks):
+        print(f"jiyu:   {group.headline()}", flush=True)
+    silent = sorted(set(range(pool.nproc)) - {stack.rank for stack in stacks})
+    if silent:
+        print(f"jiyu:   {ranks_text(silent)}: no stack (its worker has not started, or is elsewhere)", flush=True)
+    print(f"jiyu:   every rank's stack: jiyu stacks {pool.run_id}; an interrupt ends the start", flush=True)
+    pool.lifecycle.store.mark_stalled(pool.run_id, time.time())
 
 
 class Background:

@@ -126,13 +126,17 @@ class RanksPool:
         nodes: int = 1,
         backend: str = "local",
         slurm: dict | None = None,
+        stall: float | None = None,
+        on_stall: Callable[[RanksPool, float], None] | None = None,
     ) -> RanksPool:
         """A pool of ``nproc`` ranks (on each of ``nodes`` nodes), ready: every rank joined the
         process group and said hello. Waits queued while its GPUs are taken (``on_wait`` hears
         why). ``device="cpu"`` (or a machine without GPUs): gloo ranks that lease no GPU.
         ``backend="slurm"``: the ranks run on a Slurm allocation of ``nodes`` nodes (``slurm``:
         its ``SubmitOptions`` fields: partition, time, gpus_per_node...); the pool waits while
-        Slurm holds the job pending."""
+        Slurm holds the job pending. ``stall``: seconds after the ranks started (out of the
+        queue) before ``on_stall`` hears that they have not all joined; the start goes on until
+        they do, a rank's exit ends it, an interrupt too."""
         on_cpu = bool(device and device.startswith("cpu"))
         scheduled = backend != "local"
         if scheduled and on_cpu:
@@ -170,6 +174,7 @@ class RanksPool:
         try:
             with lifecycle:
                 pool._launch(on_wait)
+                pool._await_hellos(stall, on_stall)
         except BaseException:
             if pool._end is not None:
                 pool.end.close()
@@ -190,16 +195,27 @@ class RanksPool:
             scheduler_follower.ensure_running()  # records the job's end should this kernel die
             self.end = channel_on_allocation(lifecycle, on_wait)
             self.end.address.save(files.root / ADDRESS_FILE)
-        self._await_hellos()
 
-    def _await_hellos(self) -> None:
-        while any(r.state is RankState.JOINING for r in self.ranks.values()):
-            message = self.end.receive(PUMP_S)
-            if message is not None:
-                self._dispatch(message)
-            elif not self.lifecycle.running():
-                outcome = self.lifecycle.end()
-                raise JobError(f"ranks pool {self.run_id} could not start: {outcome.error or 'its ranks exited'}")
+    def _await_hellos(self, stall: float | None, on_stall: Callable[[RanksPool, float], None] | None) -> None:
+        started, stalled = time.monotonic(), False
+        try:
+            while self.joining():
+                message = self.end.receive(PUMP_S)
+                if message is not None:
+                    self._dispatch(message)
+                elif not self.lifecycle.running():
+                    outcome = self.lifecycle.end()
+                    raise JobError(f"ranks pool {self.run_id} could not start: {outcome.error or 'its ranks exited'}")
+                elif stall is not None and on_stall and not stalled and time.monotonic() - started > stall:
+                    stalled = True
+                    on_stall(self, stall)
+        finally:
+            if stalled:  # over: every rank joined, or the start ended
+                self.lifecycle.store.mark_stalled(self.run_id, None)
+
+    def joining(self) -> list[int]:
+        """The ranks started (or replaced) that have not said hello yet."""
+        return [rank for rank, state in self.ranks.items() if state.state is RankState.JOINING]
 
     # -- requests ----------------------------------------------------------------------------------
     def begin(

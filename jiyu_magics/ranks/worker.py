@@ -140,10 +140,10 @@ class Worker:
     def start(self) -> None:
         self.sender.start()
         self.end.listen(self._control)
+        self._stacks_on_signal()  # a rank stuck before it joins shows where (the kernel's start stall)
         self.group = self._group()
         self.group.join(self.context.pool_generation)
         self.shell = self._shell()
-        self._stacks_on_signal()
         signal.signal(signal.SIGINT, self._on_interrupt)
         sys.stdout = ForwardedStream("stdout", sys.__stdout__, self)
         sys.stderr = ForwardedStream("stderr", sys.__stderr__, self)
