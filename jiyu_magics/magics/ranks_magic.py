@@ -81,8 +81,7 @@ def _start_parser() -> _Parser:
         action="store_true",
         help="a rank that dies is replaced at once (then the --on-join cell runs)",
     )
-    stall = START_STALL
-    parser.add_argument(*stall.flags, **stall.argparse_kwargs())
+    parser.add_argument(*START_STALL.flags, **START_STALL.argparse_kwargs())
     return parser
 
 

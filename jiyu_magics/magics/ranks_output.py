@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from IPython.core.error import UsageError
 
 if TYPE_CHECKING:
+    from ..core.runs import stack_groups
     from ..ranks.agent import Outcome, PoolAgent
     from ..ranks.pool import RanksPool
     from ..ranks.protocol import Message
@@ -153,7 +154,6 @@ def show_stall(agent: PoolAgent, request: Request, stall: float) -> None:
     collective it waits in, the rank that never came to it), with every rank's stack headline;
     the pool's run is flagged stalled while it lasts."""
     from ..core.runs import stack_groups
-    from ..jobs.stack_dump import dump_stacks
     from ..ranks.reports import ranks_text, stall_lines
 
     pool = agent.pool
@@ -164,29 +164,34 @@ def show_stall(agent: PoolAgent, request: Request, stall: float) -> None:
     finished.update({rank: pool.ranks[rank].sequence for rank in pool.live() if rank not in request.ranks})
     for line in stall_lines(pending, finished, states):
         print(f"jiyu:   {line}", flush=True)
-    folder = dump_stacks(pool.run_id)
-    if folder is not None:
-        waiting = [s for s in stack_groups.read_dump(folder) if s.rank in pending]
-        for group in stack_groups.group(waiting):
-            print(f"jiyu:   {group.headline()}", flush=True)
+    waiting = [s for s in _dumped_stacks(pool.run_id) if s.rank in pending]
+    for group in stack_groups.group(waiting):
+        print(f"jiyu:   {group.headline()}", flush=True)
     print(
         f"jiyu:   every rank's stack: jiyu stacks {pool.run_id}; the stop button ends the cell, state kept", flush=True
     )
     pool.lifecycle.store.mark_stalled(pool.run_id, time.time())  # once said: the panel shows it stalled
 
 
+def _dumped_stacks(run_id: str) -> list[stack_groups.RankStack]:
+    """Every live rank's stack, dumped now (none where no rank could be asked)."""
+    from ..core.runs import stack_groups
+    from ..jobs.stack_dump import dump_stacks
+
+    folder = dump_stacks(run_id)
+    return stack_groups.read_dump(folder) if folder is not None else []
+
+
 def show_start_stall(pool: RanksPool, stall: float) -> None:
     """The ranks have not all joined ``stall`` seconds after they started: where each is (the
     odd one out first), and what ends the start; the pool's run is flagged stalled meanwhile."""
     from ..core.runs import stack_groups
-    from ..jobs.stack_dump import dump_stacks
     from ..ranks.reports import ranks_text
 
     waiting = pool.joining()
     have = "has" if len(waiting) == 1 else "have"
     print(f"jiyu: stalled: {ranks_text(waiting)} {have} not joined {stall:g} s after the ranks started", flush=True)
-    folder = dump_stacks(pool.run_id)
-    stacks = stack_groups.read_dump(folder) if folder is not None else []
+    stacks = _dumped_stacks(pool.run_id)
     for group in stack_groups.group(stacks):
         print(f"jiyu:   {group.headline()}", flush=True)
     silent = sorted(set(range(pool.nproc)) - {stack.rank for stack in stacks})

@@ -66,22 +66,14 @@ class ForkServer:
     def start(cls, rank_main: RankMain) -> ForkServer:
         """Forks the server; call it before this process starts any thread."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        sys.stdout.flush()
-        sys.stderr.flush()
-        pid = os.fork()
-        if pid == 0:
-            code = 1
-            try:
-                ours.close()
-                code = _serve(theirs, rank_main)
-            except BaseException:  # noqa: BLE001 - whatever ends it, it ends here, said
-                traceback.print_exc()
-            finally:
-                sys.stdout.flush()
-                sys.stderr.flush()
-                os._exit(code)
+
+        def server() -> int:
+            ours.close()
+            return _serve(theirs, rank_main)
+
+        pid = _fork(server)
         theirs.close()
-        ours.setblocking(False)
+        ours.setblocking(False)  # receive takes what is there (socket.recv_fds takes no MSG_DONTWAIT)
         return cls(ours, pid)
 
     def fileno(self) -> int:
@@ -155,29 +147,40 @@ def _serve(sock: socket.socket, rank_main: RankMain) -> int:
 def _fork_rank(sock: socket.socket, children: dict[int, int], comm: str, main: Callable[[], int]) -> tuple[int, int]:
     """Forks a rank, its stdout and stderr a new pipe; its pid and the pipe's read end."""
     read, write = os.pipe()
+
+    def rank() -> int:
+        sock.close()
+        os.close(read)
+        for pidfd in children:
+            os.close(pidfd)
+        os.dup2(write, 1)
+        os.dup2(write, 2)
+        os.close(write)
+        _set_name(comm)
+        return main()
+
+    pid = _fork(rank)
+    os.close(write)
+    return pid, read
+
+
+def _fork(child: Callable[[], int]) -> int:
+    """Forks a process that runs ``child`` and exits with its code (1, its traceback printed, on
+    any exception): it never returns into the forking process's code. The child's pid."""
     sys.stdout.flush()
     sys.stderr.flush()
     pid = os.fork()
-    if pid == 0:  # the rank: never returns into the server's loop
+    if pid == 0:
         code = 1
         try:
-            sock.close()
-            os.close(read)
-            for pidfd in children:
-                os.close(pidfd)
-            os.dup2(write, 1)
-            os.dup2(write, 2)
-            os.close(write)
-            _set_name(comm)
-            code = main()
+            code = child()
         except BaseException:  # noqa: BLE001 - whatever ends it, it ends here, said
             traceback.print_exc()
         finally:
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(code)
-    os.close(write)
-    return pid, read
+    return pid
 
 
 def _name() -> str:
