@@ -197,16 +197,19 @@ class RanksPool:
             self.end.address.save(files.root / ADDRESS_FILE)
 
     def _await_hellos(self, stall: float | None, on_stall: Callable[[RanksPool, float], None] | None) -> None:
-        started, stalled = time.monotonic(), False
+        started = None if self.supervised else time.monotonic()  # locally: once the supervisor forked them
+        stalled = False
         try:
             while self.joining():
+                if started is None and self.supervisor is not None:
+                    started = time.monotonic()
                 message = self.end.receive(PUMP_S)
                 if message is not None:
                     self._dispatch(message)
                 elif not self.lifecycle.running():
                     outcome = self.lifecycle.end()
                     raise JobError(f"ranks pool {self.run_id} could not start: {outcome.error or 'its ranks exited'}")
-                elif stall is not None and on_stall and not stalled and time.monotonic() - started > stall:
+                elif stall and on_stall and started is not None and not stalled and time.monotonic() - started > stall:
                     stalled = True
                     on_stall(self, stall)
         finally:
