@@ -23,6 +23,7 @@ from torch import nn
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
 
 from jiyu_magics.train import TrainConfigError, fit
+from jiyu_magics.train.process_group import leave_process_group
 
 plan = json.loads(Path(sys.argv[1]).read_text())
 out = Path(plan["out"])
@@ -69,5 +70,4 @@ for call in plan["calls"]:
         losses = {row["step"]: row["loss"] for row in result.history if row.get("loss") is not None}
         record = {"status": result.status, "step": result.step, "losses": losses, "checkpoints": result.checkpoints}
         (out / f"{call['name']}.json").write_text(json.dumps({**record, "run_id": result.run_id}))
-dist.barrier()
-dist.destroy_process_group()
+leave_process_group()  # as fit leaves a group it made: the interpreter ends with gloo's workers idle

@@ -108,13 +108,8 @@ class DistContext:
             dist.barrier()
 
     def close(self, failed: bool = False) -> None:
-        """Leaves the process group if ``fit`` created it.
+        """Leaves the process group if ``fit`` created it (``leave_process_group``).
 
-        Gloo's worker threads free a finished collective's tensors under the GIL, while the
-        group's destructor joins those threads holding it: destroying the group right after
-        the last collective can deadlock (seen on rank 1 in about one run in ten). A barrier
-        (every prior collective done) and a short GIL-free sleep let the workers go idle first.
-        The caller drops its DDP model first, so the group dies here, not in a later dealloc.
         After a failure the group is left alone: a barrier with a dead peer would hang, and
         the process is on its way out.
 
@@ -125,14 +120,32 @@ class DistContext:
         fails with "Connection reset by peer", or both hang (40 create/destroy cycles under a
         2-rank torchrun: 0 of 5 runs passed without the collection, 5 of 5 with it)."""
         if self.created_group and dist.is_initialized() and not failed:
-            dist.barrier()
-            time.sleep(GLOO_DRAIN_S)
-            dist.destroy_process_group()
-            gc.collect()
+            leave_process_group()
             self.created_group = False
 
     def _collective_device(self, device: torch.device) -> torch.device:
         return device if self.backend == "nccl" else torch.device("cpu")
+
+
+def leave_process_group() -> None:
+    """Destroys this process's default group once every rank is done with it: what a script
+    that made the group itself calls last, as ``fit`` does for a group it made.
+
+    Gloo's worker threads free a finished collective's tensors under the GIL, after the
+    collective has returned. Destroying the group right then can deadlock (its destructor
+    joins those threads holding the GIL: seen on rank 1 in about one run in ten), and a worker
+    still freeing when the interpreter ends aborts the process ("terminate called without an
+    active exception": a thread that wants the GIL during finalization is ended, through
+    C++ code that may not be unwound). The second needs no explicit destroy: after an FSDP2
+    ``fully_shard`` the group outlives ``destroy_process_group`` (torch's DTensor caches hold
+    its mesh) and ends with the interpreter, whatever the script does (seen in 4 of 67
+    launches of a 2-rank script under load). A barrier (every prior collective done) and a
+    short GIL-free sleep let the workers go idle first; the collection then ends the group
+    and its store while the interpreter is whole, where nothing else holds them."""
+    dist.barrier()
+    time.sleep(GLOO_DRAIN_S)
+    dist.destroy_process_group()
+    gc.collect()
 
 
 def join_process_group(device_request: str | None, context: LaunchContext) -> tuple[DistContext, torch.device]:
