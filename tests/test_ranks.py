@@ -51,6 +51,16 @@ class Kernel:
     def start(self, code: str) -> str:
         return self.client.execute(code)
 
+    def read_until(self, msg_id: str, text: str, timeout: float = 120) -> str:
+        """What a cell started with ``start`` printed, once it has printed ``text`` (``wait``
+        then collects the rest)."""
+        said, deadline = "", time.monotonic() + timeout
+        while text not in said:
+            msg = self.client.get_iopub_msg(timeout=max(1.0, deadline - time.monotonic()))
+            if msg["parent_header"].get("msg_id") == msg_id and msg["msg_type"] == "stream":
+                said += msg["content"]["text"]
+        return said
+
     def wait(self, msg_id: str, timeout: float = 300) -> Cell:
         """The output of a cell started with ``start``, once it ends."""
         cell = Cell()
@@ -458,13 +468,14 @@ def test_a_pool_waits_in_the_gpu_queue_and_starts_when_its_gpu_frees(tmp_path, n
     kernel = Kernel(tmp_path, home, env={"TMPDIR": str(tmp_path)})
     try:
         msg = kernel.start("%load_ext jiyu_magics\n%ranks start 1 --name queued-pool")
-        wait_for(lambda: any(r.kind == "ranks" and r.status == "queued" for r in store.list()), 60, what="queued")
+        # the GPU frees once the cell says the pool waits: the pool asked the queue and was refused
+        said = kernel.read_until(msg, "queued at position 1, waiting for 1 GPU(s)")
         (queued,) = [r for r in store.list() if r.kind == "ranks"]
-        assert queued.queue_position == 1 and queued.gpus_requested == 1
+        assert queued.status == "queued" and queued.queue_position == 1 and queued.gpus_requested == 1
         store.mark_running(holder.id, pid=os.getpid())
         store.finish(holder.id, "succeeded", exit_code=0)
         cell = kernel.wait(msg, timeout=180)
-        assert "queued at position 1, waiting for 1 GPU(s)" in cell.text and "ready in" in cell.text, cell.text
+        assert "ready in" in cell.text and "ready in" not in said, said + cell.text
         started = store.get(queued.id)
         assert started.status == "running" and [g["index"] for g in started.gpus] == [0]
         kernel.run("%ranks stop")
