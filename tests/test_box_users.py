@@ -286,6 +286,11 @@ def _supervisor(run_id: str) -> int:
     raise AssertionError(f"no supervisor of {run_id}")
 
 
+def _keeper_log(team) -> str:
+    log = team.box / "keeper.log"
+    return f"keeper.log: {log.read_text()[-2000:]}" if log.exists() else "no keeper.log"
+
+
 def _uuid(index: int) -> str:
     return f"GPU-00000000-0000-0000-0000-{index:012d}"
 
@@ -321,7 +326,14 @@ def test_while_the_keeper_is_down_a_job_waits_saying_why_and_starts_once_it_is_b
             [sys.executable, "-m", "jiyu_magics", box[0], "init", *box[1:], "--group", team.group], env=admin
         )
     assert started.returncode == 0
-    wait_until(lambda: status_of(team, "alice", run_id) == "succeeded", 180, what="the job once the keeper is back")
+    wait_until(
+        lambda: status_of(team, "alice", run_id) == "succeeded",
+        180,
+        what="the job once the keeper is back",
+        context=lambda: "\n".join(
+            (str(runs_of(team, "alice")[run_id]), jiyu(team, "alice", "logs", run_id).stdout[-3000:], _keeper_log(team))
+        ),
+    )
 
 
 def test_a_user_outside_the_boxs_group_is_refused_in_one_line_and_sees_why(team):

@@ -193,11 +193,14 @@ def user_python(venv: Path) -> Path:
     return venv / "bin" / "python"
 
 
-def wait_until(predicate, timeout: float, what: str, every: float = 0.2):
+def wait_until(predicate, timeout: float, what: str, every: float = 0.2, context=None):
+    """``predicate()``'s first true value; on a timeout, an error naming ``what`` and saying
+    what ``context()`` (when given) finds then: the state the test waited to change."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = predicate()
         if value:
             return value
         time.sleep(every)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+    found = f"\n{context()}" if context is not None else ""
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}{found}")
