@@ -178,9 +178,26 @@ class _Handler(socketserver.StreamRequestHandler):
 class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     daemon_threads = True
 
-    def __init__(self, path: str, keeper: Keeper):
+    def __init__(self, path: Path, keeper: Keeper, group: str | None):
+        """Listening on ``path`` with its final mode and group (``open_socket``) from the first
+        moment the path names it: bound under a temporary name, opened to ``group``, then
+        renamed into place. A socket file at ``path`` that members may not open yet, even for a
+        moment, would refuse a member's connection (EACCES: "you may not use the box's
+        book"), and a job waiting for the keeper to come back would end there."""
         self.keeper = keeper
-        super().__init__(path, _Handler)
+        for left in path.parent.glob(f".{path.name}.*"):  # a keeper killed while it started (one runs at a time)
+            left.unlink(missing_ok=True)
+        bound = path.with_name(f".{path.name}.{os.getpid()}")
+        super().__init__(str(bound), _Handler, bind_and_activate=False)
+        try:
+            self.server_bind()
+            open_socket(bound, group)
+            self.server_activate()
+            os.replace(bound, path)
+        except BaseException:
+            self.server_close()
+            bound.unlink(missing_ok=True)
+            raise
 
 
 def serve(location: BoxLocation, group: str | None = None) -> int:
@@ -188,9 +205,7 @@ def serve(location: BoxLocation, group: str | None = None) -> int:
     refuse_second_keeper(location)
     os.umask(0o077)  # the book, its WAL and the socket are born private; the socket opens to the group below
     keeper = Keeper(location)
-    location.socket.unlink(missing_ok=True)
-    server = _Server(str(location.socket), keeper)
-    open_socket(location.socket, group or keeper.policy().group)
+    server = _Server(location.socket, keeper, group or keeper.policy().group)
     location.pid_file.write_text(f"{os.getpid()}\n")
     os.chmod(location.pid_file, 0o644)
     stop = threading.Event()
