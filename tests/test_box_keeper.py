@@ -16,6 +16,9 @@ import threading
 from jiyu_magics.core.box import keeper
 from jiyu_magics.core.box.client import BoxClient
 from jiyu_magics.core.box.location import BoxLocation
+from jiyu_magics.core.store.run_store import RunStore
+from jiyu_magics.jobs.gpu_queue import KEEPER_OUT_POLL_S
+from jiyu_magics.jobs.rank_placement import LocalProcessGroup
 
 
 def test_the_socket_takes_the_books_path_only_once_its_mode_is_final(tmp_path, monkeypatch):
@@ -43,3 +46,16 @@ def test_the_socket_takes_the_books_path_only_once_its_mode_is_final(tmp_path, m
         server.shutdown()
         server.server_close()
         serving.join(10)
+
+
+def test_a_run_waiting_for_a_keeper_that_is_down_asks_again_each_second_not_at_once(tmp_path, monkeypatch):
+    """The keeper holds a waiting owner's answer up to a second, so an owner asks it again at
+    once; a keeper that is down holds nothing back, and at once would be 50 tries a second."""
+    monkeypatch.setenv("JIYU_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("JIYU_BOX", str(tmp_path / "no-box"))
+    run = RunStore().create("job", "waits", gpus_requested=1, pid=os.getpid())
+    placement = LocalProcessGroup()
+    assert placement.reserve(run.id) is None
+    every, line = placement.wait_hint(run.id)
+    assert every == KEEPER_OUT_POLL_S == 1.0
+    assert line.startswith("queued in line, waiting for 1 GPU(s): the box's book keeper (") and "is not running" in line

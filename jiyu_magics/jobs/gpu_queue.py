@@ -33,6 +33,7 @@ VISIBLE_ENV = "CUDA_VISIBLE_DEVICES"
 HEAD_POLL_S = 0.2  # how often the first run in line checks for GPUs
 WAIT_POLL_S = 1.0  # how often the others check whether they moved up
 BOX_POLL_S = 0.02  # on a box the keeper waits with the answer (up to a second): ask again at once
+KEEPER_OUT_POLL_S = 1.0  # a keeper that does not answer holds nothing back: asked again each second
 
 
 @dataclass
@@ -66,6 +67,7 @@ class GpuQueue:
     def __init__(self, store: RunStore | None = None, own_pids: Iterable[int] = ()):
         self.store = store or RunStore()
         self.own_pids = {os.getpid(), *own_pids}
+        self.keeper_out = False  # the last try met a box's keeper that did not answer
 
     def try_place(self, run_id: str) -> Grant | None:
         """The run's grant if it may start now, else None (not its turn, or too few GPUs)."""
@@ -79,10 +81,13 @@ class GpuQueue:
         if run.gpus_requested == 0:
             return self._admit_cpu(run)
         try:
-            return self._lease(run, active)
+            grant = self._lease(run, active)
         except BoxUnreachable as problem:  # the box's keeper is down: the run waits, nothing is lost
+            self.keeper_out = True
             self._note(run, str(problem))
             return None
+        self.keeper_out = False
+        return grant
 
     def _lease(self, run: Run, active: list[Run]) -> Grant | None:
         turn = self.store.leases.turn(run.id)
@@ -115,7 +120,7 @@ class GpuQueue:
 
     def poll_interval(self, run_id: str) -> float:
         if self.store.leases.blocks:  # a box's keeper held the answer until the queue moved
-            return BOX_POLL_S
+            return KEEPER_OUT_POLL_S if self.keeper_out else BOX_POLL_S
         position = self.store.get(run_id).queue_position
         return HEAD_POLL_S if position in (None, 1) else WAIT_POLL_S
 
@@ -123,6 +128,6 @@ class GpuQueue:
         """One line for the run's log or cell: its place and what it waits for."""
         run = self.store.get(run_id)
         what = f"{run.gpus_requested} GPU(s)" if run.gpus_requested else "a CPU job slot"
-        place = f"position {run.queue_position}" if run.queue_position else "in line"
+        place = f"at position {run.queue_position}" if run.queue_position else "in line"
         held = f": {run.queue_reason}" if run.queue_reason and run.gpus_requested else ""
-        return f"queued at {place}, waiting for {what}{held}"
+        return f"queued {place}, waiting for {what}{held}"

@@ -13,6 +13,7 @@ reads the scheduler's state, and its ``stop`` cancels; nobody waits on it, so it
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -179,12 +180,18 @@ class LocalProcessGroup:
 
     def reserve(self, run_id: str) -> Grant | None:
         """GPU leases from the store's queue, when it is the run's turn and enough are free."""
-        return GpuQueue().try_place(run_id)
+        return self._queue.try_place(run_id)
 
     def wait_hint(self, run_id: str) -> tuple[float, str]:
-        """How long to wait before asking again, and the line that says why the run waits."""
-        queue = GpuQueue()
-        return queue.poll_interval(run_id), queue.waiting_line(run_id)
+        """How long to wait before asking again (after what the last ``reserve`` met), and the
+        line that says why the run waits."""
+        return self._queue.poll_interval(run_id), self._queue.waiting_line(run_id)
+
+    @functools.cached_property
+    def _queue(self) -> GpuQueue:
+        """One queue for the owner's whole wait, made at its first look (the store it opens is
+        the owner's, whose environment is set by then)."""
+        return GpuQueue()
 
     def start(
         self,
