@@ -228,26 +228,59 @@ def test_a_policy_value_of_the_wrong_kind_is_refused_naming_its_key():
             parse(text)
 
 
-def test_a_waiting_run_hears_of_a_release_at_once_and_runs_behind_it_stay_waiting(book, owners):
+def test_a_release_wakes_the_head_at_once_its_lease_the_next_and_runs_behind_stay_waiting(book, owners):
+    """Owners block in the keeper (``block``): the head of the queue in ``acquire`` until GPUs
+    free, the runs behind it in ``wait`` until the queue moves them to the head. One release
+    must wake each at once, and only those it moved."""
     import threading
 
     alice, bob, carol = Peer(owners(), ALICE, ALICE), Peer(owners(), BOB, BOB), Peer(owners(), CAROL, CAROL)
     book.acquire(alice, run("a0000001", 4), SLOTS)
-    book.wait(bob, run("b0000001", 4))
-    book.wait(carol, run("c0000001", 4))
+    for peer, run_id in ((bob, "b0000001"), (carol, "c0000001"), (carol, "c0000002")):
+        book.wait(peer, run(run_id, 4))
     answers = {}
 
-    def waits(peer, run_id):
+    def asks(ask, peer, run_id):
         started = time.monotonic()
-        answers[run_id] = (book.wait(peer, run(run_id, 4), block=3.0), time.monotonic() - started)
+        answers[run_id] = (ask(peer, run_id), time.monotonic() - started)
 
-    threads = [threading.Thread(target=waits, args=pair) for pair in ((bob, "b0000001"), (carol, "c0000001"))]
+    def acquires(peer, run_id):
+        return book.acquire(peer, run(run_id, 4), SLOTS, block=3.0)
+
+    def waits(peer, run_id):
+        return book.wait(peer, run(run_id, 4), block=3.0)
+
+    threads = [
+        threading.Thread(target=asks, args=(acquires, bob, "b0000001")),
+        threading.Thread(target=asks, args=(waits, carol, "c0000001")),
+        threading.Thread(target=asks, args=(waits, carol, "c0000002")),
+    ]
     for thread in threads:
         thread.start()
-    time.sleep(0.3)  # both are held in the keeper now
+    _wait_until_blocked_in(threads, "_await_change")  # all three are held in the keeper now
     book.release(alice, "a0000001")
     for thread in threads:
         thread.join()
-    (bob_turn, bob_took), (carol_turn, carol_took) = answers["b0000001"], answers["c0000001"]
-    assert bob_turn["head"] and bob_took < 1.5  # woken by the release, not by the 3 s limit
-    assert not carol_turn["head"] and carol_took >= 2.9  # still behind bob: it waited out its time
+    (bob_got, bob_took), (next_turn, next_took), (last_turn, last_took) = (
+        answers[run_id] for run_id in ("b0000001", "c0000001", "c0000002")
+    )
+    assert [g["index"] for g in bob_got["leases"]] == [0, 1, 2, 3] and bob_took < 1.5  # woken by the release
+    assert next_turn["head"] and next_took < 1.5  # woken by bob's lease, which made it the head
+    assert not last_turn["head"] and last_turn["position"] == 2 and last_took >= 2.9  # behind: waited it out
+
+
+def _wait_until_blocked_in(threads, function: str, timeout: float = 10.0) -> None:
+    """Returns once every thread's stack is inside ``function`` (there, a thread waits on the
+    book's condition): the event a release must come after, where a fixed sleep would guess."""
+    import sys
+
+    def inside(thread) -> bool:
+        frame = sys._current_frames().get(thread.ident)
+        while frame is not None and frame.f_code.co_name != function:
+            frame = frame.f_back
+        return frame is not None
+
+    deadline = time.monotonic() + timeout
+    while not all(inside(thread) for thread in threads):
+        assert time.monotonic() < deadline, f"the threads did not reach {function} in {timeout:.0f} s"
+        time.sleep(0.005)
