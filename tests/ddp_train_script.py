@@ -3,8 +3,9 @@
 Each sample carries its index, and ``train_step`` records the indices each rank trains on
 (epoch 1) into ``OUT/seen-<rank>.json``, so the test can check the ranks' shards.
 MODE: ``loader`` (a shuffling DataLoader, accumulation 2), ``fast`` (the tensor fast path),
-``fsdp`` (``strategy="fsdp"``), ``raise`` (rank 1 raises at its third step), ``long`` (runs until
-stopped), ``cuda`` (NCCL).
+``fsdp`` (``strategy="fsdp"``), ``raise`` (rank 1 raises at its third step), ``caught`` (every
+rank raises at its third step, the script catches it, then rank 1 raises an error of its own),
+``long`` (runs until stopped), ``cuda`` (NCCL).
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ def train_step(model, batch):
     steps["n"] += 1
     if mode == "raise" and rank == 1 and steps["n"] == 3:
         raise ValueError("boom on rank 1")
+    if mode == "caught" and steps["n"] == 3:
+        raise ValueError(f"boom on rank {rank}, which the script catches")
     if len(seen) < 256 // dist.get_world_size():
         seen.extend(ids.tolist())
     return nn.functional.cross_entropy(model(inputs), labels)
@@ -56,6 +59,14 @@ elif mode == "cuda":
     train, options["device"] = DataLoader(data, batch_size=16, shuffle=True, pin_memory=True), "cuda"
 else:
     train = DataLoader(data, batch_size=16, shuffle=True)
+if mode == "caught":
+    try:
+        fit(model, optimizer, train, train_step=train_step, **options)
+    except ValueError:
+        pass
+    if rank == 1:
+        raise RuntimeError("the script's own error on rank 1, after fit")
+    sys.exit(0)
 result = fit(model, optimizer, train, train_step=train_step, **options)
 (out / f"seen-{rank}.json").write_text(
     json.dumps(

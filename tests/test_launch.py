@@ -3,6 +3,7 @@ real 2-rank gloo runs: per-rank status, the first failing rank's error, and a ve
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
@@ -41,6 +42,55 @@ def test_a_rank_that_raises_is_the_error_the_user_sees(tmp_path):
     failure = launch.first_failure()
     assert failure.rank == 1 and failure.exit_code == 1
     assert processes_of(launch.run_id) == []
+
+
+CAUGHT_THEN_FAILS = """
+import os
+import torch
+from torch import nn
+from jiyu_magics.train import fit
+
+rank = int(os.environ["RANK"])
+
+
+def train_step(model, batch):
+    raise ValueError("fit's error, which the script catches")
+
+
+model = nn.Linear(4, 1)
+try:
+    fit(model, torch.optim.SGD(model.parameters(), 0.1), [(torch.randn(2, 4),)] * 4, train_step=train_step)
+except ValueError:
+    print(f"rank {rank} goes on")
+if rank == 1 and os.environ.get("THEN_FAILS"):
+    raise RuntimeError("the script's own error, after fit")
+"""
+
+
+@pytest.mark.parametrize("then_fails", [True, False], ids=["then-fails", "then-ends"])
+def test_a_fit_error_the_script_caught_gives_way_to_how_the_rank_ends(tmp_path, monkeypatch, then_fails):
+    """``fit`` writes torchrun's error file the moment a rank fails. Each rank's script catches
+    that error: a later error of the script's own is then the rank's cause, in the files
+    torchrun reads as in the run's row, and a rank that ends well leaves no error file."""
+    script = tmp_path / "caught.py"
+    script.write_text(CAUGHT_THEN_FAILS)
+    if then_fails:
+        monkeypatch.setenv("THEN_FAILS", "1")
+    run = RunStore().create("ddp", "caught", status="running")
+    launch = Launch.start(script, nproc=2, run_id=run.id, cwd=tmp_path)
+    assert (launch.wait(180) != 0) is then_fails
+    files = RunFiles.of(run.id)
+    assert "rank 0 goes on" in files.log.read_text() and "rank 1 goes on" in files.log.read_text()
+    rank_files = sorted(files.root.glob("torchrun/*/attempt_0/*/error.json"))
+    if then_fails:
+        ending = "RuntimeError: the script's own error, after fit"
+        assert launch.error_line() == f"rank 1: {ending}"
+        assert [f.parent.name for f in rank_files] == ["1"]
+        for error_file in (rank_files[0], files.error):  # rank 1's own, and the root cause torchrun chose
+            assert json.loads(error_file.read_text())["message"]["message"] == ending
+    else:
+        assert launch.error_line() is None and rank_files == []
+    assert processes_of(run.id) == []
 
 
 def test_stop_ends_every_rank_within_ten_seconds(tmp_path):

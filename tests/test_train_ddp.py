@@ -168,6 +168,19 @@ def test_a_rank_that_raises_is_the_message_the_user_sees(tmp_path):
     assert events[-1]["kind"] == "end" and events[-1]["message"] == "rank 1: ValueError: boom on rank 1"
 
 
+def test_a_fit_error_the_script_caught_gives_way_to_the_error_that_ends_the_rank(tmp_path):
+    """Under a bare torchrun (no jiyu entry point) ``fit`` still writes the rank's error file at
+    once; the script caught that error, so the exception that ended rank 1 later takes its place
+    (fit's hook on ``sys.excepthook``), and torchrun's root cause is the true one."""
+    finished = torchrun("caught", tmp_path)
+    assert finished.returncode != 0
+    (error_file,) = (tmp_path / "logs").glob("*/attempt_0/1/error.json")
+    ending = "RuntimeError: the script's own error on rank 1, after fit"
+    assert json.loads(error_file.read_text())["message"]["message"] == ending
+    root_cause = finished.stderr[finished.stderr.index("Root Cause") :]
+    assert "rank      : 1" in root_cause and ending in root_cause and "which the script catches" not in root_cause
+
+
 def test_sigterm_to_torchrun_stops_every_rank_at_a_step_with_a_checkpoint(tmp_path):
     """What a launcher's stop does: SIGTERM to torchrun's process group. The ranks agree on a
     step at their next log, rank 0 saves a checkpoint, and everything exits."""

@@ -9,13 +9,18 @@ when there is one process."""
 from __future__ import annotations
 
 import gc
+import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from traceback import format_exception
+from types import TracebackType
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
+from ..core.processes import rank_error
 from ..core.runs.launch_context import LaunchContext
 from .train_errors import TrainConfigError
 
@@ -168,7 +173,12 @@ def join_process_group(device_request: str | None, context: LaunchContext) -> tu
 def record_rank_error(error: BaseException, error_file: str | None) -> None:
     """Writes the error to torchrun's per-rank error file (``LaunchContext.error_file``), as
     torch elastic's ``@record`` does, so torchrun and the launcher report the first failing
-    rank's message instead of "a child process failed". Call it inside the ``except`` block."""
+    rank's message instead of "a child process failed". Call it inside the ``except`` block.
+
+    Written at once, so that its time (torchrun names the earliest failure the root cause) is
+    when the rank failed, not when it exits. The script may catch the error and go on
+    (``core.processes.rank_error``): under a bare torchrun, an exception that later ends the
+    rank and did not arise from this one takes its place (``_RecordTheEndingError``)."""
     if not error_file or not isinstance(error, Exception):
         return
     from torch.distributed.elastic.multiprocessing.errors import get_error_handler
@@ -176,3 +186,20 @@ def record_rank_error(error: BaseException, error_file: str | None) -> None:
     handler = get_error_handler()
     handler.initialize()
     handler.record_exception(error)
+    rank_error.note_recorded(error)
+    if not isinstance(sys.excepthook, _RecordTheEndingError):
+        sys.excepthook = _RecordTheEndingError(sys.excepthook, error_file)
+
+
+class _RecordTheEndingError:
+    """``sys.excepthook`` once ``fit`` recorded an error (the rank's entry point, when there is
+    one, catches everything first and decides the same itself)."""
+
+    def __init__(self, previous: Callable[..., Any], error_file: str):
+        self.previous, self.error_file = previous, error_file
+
+    def __call__(self, kind: type[BaseException], value: BaseException, traceback: TracebackType | None) -> None:
+        if isinstance(value, Exception) and not rank_error.arose_from_recorded(value):
+            stack = "".join(format_exception(kind, value, traceback))
+            rank_error.write_error_file(self.error_file, value, stack)
+        self.previous(kind, value, traceback)

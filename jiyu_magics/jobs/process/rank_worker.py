@@ -28,7 +28,7 @@ from functools import partial
 from pathlib import Path
 from typing import NamedTuple
 
-from ...core.processes import job_stop
+from ...core.processes import job_stop, rank_error
 from ...core.processes.info import process_start_time
 from ...core.runs.files import store_path
 from ...core.runs.launch_context import LaunchContext
@@ -105,6 +105,7 @@ def _run(target: Callable[[], object], script: str | None, run_id: str | None, e
     except job_stop.JobStopped as stop:
         return _stopped(stop)
     except SystemExit as exit:
+        _forget_a_handled_record(exit if exit.code not in (0, None) else None, error_file)  # exit 0 ends well
         return _exit_status(exit.code)
     except BaseException as error:  # noqa: BLE001 - every uncaught error ends the rank, recorded
         signal.signal(signal.SIGTERM, _note_stop)  # a SIGTERM still pending is noted, not raised
@@ -116,7 +117,16 @@ def _run(target: Callable[[], object], script: str | None, run_id: str | None, e
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
+    _forget_a_handled_record(None, error_file)
     return Ending(0, None, job_stop.noted() is not None)  # a fit that honoured a stop ended it
+
+
+def _forget_a_handled_record(ending: BaseException | None, path: str | None) -> None:
+    """Removes the error file ``fit`` wrote for an error the script caught and went past: the
+    rank did not end by it, and torchrun would name it as the cause of any later death (a
+    crash as the interpreter ends)."""
+    if path and rank_error.recorded() is not None and not rank_error.arose_from_recorded(ending):
+        Path(path).unlink(missing_ok=True)
 
 
 def _stop_now(signum, frame) -> None:
@@ -196,26 +206,17 @@ def _print_user_traceback(error: BaseException, script: str | None) -> None:
 
 
 def _write_elastic_error_file(error: BaseException, script: str | None, path: str | None) -> None:
-    """torchrun's error file ``path`` (or the one ``fit`` wrote): the call stack torchrun prints
-    at the end names the notebook's cells too."""
+    """torchrun's error file ``path`` (or the one ``fit`` wrote, when this error arose from the
+    one it recorded: the script did not catch it, or failed handling it): the call stack
+    torchrun prints at the end names the notebook's cells too."""
     if not path:
         return  # no torchrun
     line_map = LineMap.read(Path(script).with_suffix(".map.json")) if script else None
-    if os.path.exists(path):  # fit's own record wrote it
+    if os.path.exists(path) and rank_error.arose_from_recorded(error):  # fit's own record holds
         _map_error_file(path, line_map)
         return
     stack = "\n".join(map_traceback(traceback.format_exc().splitlines(), line_map)) + "\n"
-    data = {
-        "message": {
-            "message": f"{type(error).__name__}: {error}",
-            "extraInfo": {"py_callstack": stack, "timestamp": str(int(time.time()))},
-        }
-    }
-    try:
-        with open(path, "w") as f:
-            json.dump(data, f)
-    except OSError:
-        pass
+    rank_error.write_error_file(path, error, stack)
 
 
 def _map_error_file(path: str, line_map: LineMap | None) -> None:
