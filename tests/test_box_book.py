@@ -21,6 +21,8 @@ from jiyu_magics.core.box.book_rows import Refused
 from jiyu_magics.core.box.identity import Peer
 from jiyu_magics.core.box.policy import Policy, PolicyError, parse
 
+from .jobs_workload import wait_for
+
 ALICE, BOB, CAROL = 60101, 60102, 60103
 SLOTS = [("GPU-0", 0), ("GPU-1", 1), ("GPU-2", 2), ("GPU-3", 3)]
 
@@ -272,7 +274,6 @@ def test_a_release_wakes_the_head_at_once_its_lease_the_next_and_runs_behind_sta
 def _wait_until_blocked_in(threads, function: str, timeout: float = 10.0) -> None:
     """Returns once every thread's stack is inside ``function`` (there, a thread waits on the
     book's condition): the event a release must come after, where a fixed sleep would guess."""
-    import sys
 
     def inside(thread) -> bool:
         frame = sys._current_frames().get(thread.ident)
@@ -280,7 +281,4 @@ def _wait_until_blocked_in(threads, function: str, timeout: float = 10.0) -> Non
             frame = frame.f_back
         return frame is not None
 
-    deadline = time.monotonic() + timeout
-    while not all(inside(thread) for thread in threads):
-        assert time.monotonic() < deadline, f"the threads did not reach {function} in {timeout:.0f} s"
-        time.sleep(0.005)
+    wait_for(lambda: all(inside(t) for t in threads), timeout, every=0.005, what=f"the threads to block in {function}")
