@@ -167,10 +167,11 @@ def show_stall(agent: PoolAgent, request: Request, stall: float) -> None:
     waiting = [s for s in _dumped_stacks(pool.run_id) if s.rank in pending]
     for group in stack_groups.group(waiting):
         print(f"jiyu:   {group.headline()}", flush=True)
+    # flagged before the report's last line: whoever has read the whole report finds the panel agreeing
+    pool.lifecycle.store.mark_stalled(pool.run_id, time.time())
     print(
         f"jiyu:   every rank's stack: jiyu stacks {pool.run_id}; the stop button ends the cell, state kept", flush=True
     )
-    pool.lifecycle.store.mark_stalled(pool.run_id, time.time())  # once said: the panel shows it stalled
 
 
 def _dumped_stacks(run_id: str) -> list[stack_groups.RankStack]:
@@ -197,8 +198,8 @@ def show_start_stall(pool: RanksPool, stall: float) -> None:
     silent = sorted(set(range(pool.nproc)) - {stack.rank for stack in stacks})
     if silent:
         print(f"jiyu:   {ranks_text(silent)}: no stack (its worker has not started, or is elsewhere)", flush=True)
+    pool.lifecycle.store.mark_stalled(pool.run_id, time.time())  # before the last line, as in show_stall
     print(f"jiyu:   every rank's stack: jiyu stacks {pool.run_id}; an interrupt ends the start", flush=True)
-    pool.lifecycle.store.mark_stalled(pool.run_id, time.time())
 
 
 class Background:
