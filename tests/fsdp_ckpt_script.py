@@ -22,8 +22,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
 
-from jiyu_magics.train import TrainConfigError, fit
-from jiyu_magics.train.process_group import leave_process_group
+from jiyu_magics.train import TrainConfigError, fit, leave_process_group
 
 plan = json.loads(Path(sys.argv[1]).read_text())
 out = Path(plan["out"])

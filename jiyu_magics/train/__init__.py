@@ -17,6 +17,7 @@ EXPORTS = {
     "fit": ".engine",
     "FitResult": ".fit_result",
     "FitOptions": ".fit_options",
+    "leave_process_group": ".process_group",
     "StopSignal": ".stop_signal",
     "TrainConfigError": ".train_errors",
     "TrainingFailed": ".train_errors",
