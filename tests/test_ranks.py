@@ -105,6 +105,16 @@ def rank_pids(home: Path, run_id: str) -> list[int]:
     return sorted(record.pid for record in rank_records.read_all(run_id))
 
 
+def rank_pid(home: Path, run_id: str, rank: int) -> int:
+    """The pid of ``rank``'s latest process, by its record (not by pid order: pids wrap around
+    on a long run, and a replacement's pid says nothing of its rank)."""
+    from jiyu_magics.jobs.process import rank_records
+
+    os.environ["JIYU_HOME"] = str(home)
+    (pid,) = [record.pid for record in rank_records.read_all(run_id) if record.rank == rank]
+    return pid
+
+
 def alive(pids: list[int]) -> list[int]:
     return [pid for pid in pids if psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
 
@@ -529,11 +539,11 @@ def test_an_error_inside_an_nccl_collective_aborts_the_communicator_and_keeps_th
         assert "the process group was rebuilt" in re.sub(r"\x1b\[[0-9;]*m", "", "\n".join(error["traceback"]))
         after = kernel.run(
             "%%ranks --all-output\nz = torch.ones(1, device='cuda') * (rank + 1)\ndist.all_reduce(z)\n"
-            "print(dist.get_backend(), z.item(), x.tolist(), x.device)"
+            "print(dist.get_backend(), dist.group.WORLD._get_backend_name(), z.item(), x.tolist(), x.device)"
         )
         assert sorted(after.text.splitlines()) == [
-            "[rank0] nccl 3.0 [3.0, 3.0, 3.0, 3.0] cuda:0",
-            "[rank1] nccl 3.0 [3.0, 3.0, 3.0, 3.0] cuda:1",
+            "[rank0] jiyu nccl 3.0 [3.0, 3.0, 3.0, 3.0] cuda:0",
+            "[rank1] jiyu nccl 3.0 [3.0, 3.0, 3.0, 3.0] cuda:1",
         ], after.text
         kernel.run("%ranks stop")
     finally:

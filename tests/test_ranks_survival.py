@@ -24,7 +24,7 @@ from jiyu_magics.core.store.run_store import RunStore
 from jiyu_magics.jobs.process.process_tree import leftovers
 
 from .jobs_workload import wait_for
-from .test_ranks import Kernel, alive, assert_collectives_right, pool_of, rank_pids
+from .test_ranks import Kernel, alive, assert_collectives_right, pool_of, rank_pid, rank_pids
 
 FAULTS = Path(__file__).parent / "fault_injection"  # its sitecustomize hangs a chosen rank
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -119,10 +119,14 @@ def test_a_replace_dead_pool_replaces_a_rank_that_died_while_idle_and_an_idle_po
         started = kernel.run("%load_ext jiyu_magics\n%ranks start 2 --device cpu --replace-dead --name healing")
         assert started.status == "ok", started.errors
         setup = "import torch, torch.distributed as dist\nrank = dist.get_rank()"
-        kernel.run(f"%%ranks\n{setup}\nx = torch.ones(1) * 3")
-        kernel.run(f"%%ranks --on-join\n{setup}")
+        made = kernel.run(f"%%ranks\n{setup}\nx = torch.ones(1) * 3")
+        assert made.status == "ok", plain(made)
+        hook = kernel.run(f"%%ranks --on-join\n{setup}")
+        assert hook.status == "ok" and "kept as the join hook" in hook.text, plain(hook)
+        held = kernel.run("%%ranks --all-output\nprint('held', rank, 'x' in globals())")
+        assert sorted(held.text.splitlines()) == ["[rank0] held 0 True", "[rank1] held 1 True"], plain(held)
         pool = pool_of(kernel.home)
-        victim = rank_pids(kernel.home, pool.id)[1]
+        victim = rank_pid(kernel.home, pool.id, 1)
         os.kill(victim, signal.SIGKILL)
         wait_for(lambda: "rank 1: dead" in kernel.run("%ranks").text, 30, what="the idle pool to see rank 1 gone")
         cell = kernel.run("%%ranks --all-output\nprint('here', rank, 'x' in globals())")
