@@ -245,7 +245,7 @@ class PoolAgent:
         if newcomers:
             pool.spawn(newcomers, generation)
         survivors = [rank for rank in pool.live() if rank not in newcomers]
-        request = pool.begin(Kind.REBUILD, {"generation": generation}, survivors)
+        request = pool.begin(Kind.REBUILD, {"generation": generation, "replaced": list(newcomers)}, survivors)
         deadline = time.monotonic() + (JOIN_S if newcomers else REBUILD_S)
         cut_at: float | None = None  # when the rendezvous was aborted (a death, an interrupt, too long)
         try:

@@ -1,18 +1,25 @@
-"""A ranks pool's process group, in generations: joined once per generation, aborted from
-another thread while the main thread may be blocked in a collective, and rebuilt in place.
+"""A ranks pool's process groups, in generations: joined once per generation, aborted from
+another thread while the main thread may be blocked in a collective, and rebuilt in place, under
+the same Python objects.
 
 A pool keeps its ranks' Python state through a failure inside a collective: a rank that raised
 leaves its peers waiting in ``all_reduce``, and an interrupt cannot reach a thread blocked in
 C++. So the group is aborted from outside that thread (the rank's control thread, told by its
-kernel), the blocked call returns with an error, and every rank joins a fresh group of the next
-generation in the same process. Each generation has its own store connection and key prefix
-(``jiyu/gen<N>/``), so nothing of an aborted generation (a collective left half done, an address
-of its rendezvous) can pair with one of the next: a peer that "recovered" by reusing the group
-could reduce two different tensors together.
+kernel), the blocked call returns with an error, and every rank joins a fresh generation in the
+same process. Each generation has its own store connection and key prefix (``jiyu/gen<N>/``),
+so nothing of an aborted generation (a collective left half done, an address of its rendezvous)
+can pair with one of the next: a peer that "recovered" by reusing the group could reduce two
+different tensors together.
+
+What is rebuilt is the communicator, not the group: every group of the pool, the default one
+and each ``dist.new_group`` (a ``DeviceMesh``'s too), is a ``LastingGroup`` (``lasting_group``),
+whose real group is replaced at each generation, so a DDP or FSDP2 model built on it in an
+earlier cell trains on. A subgroup that holds a replaced rank is retired (the new process never
+made it); its next use says so.
 
 Aborting, per backend:
 
-- NCCL: ``ProcessGroup.abort()`` (``ncclCommAbort``), made for a call from another thread.
+- NCCL: the backend's ``abort()`` (``ncclCommAbort``), made for a call from another thread.
 - gloo: torch 2.13's ``abort()`` on a gloo group returns at once and leaves a blocked collective
   blocked (checked here: it waited for the peer's exit). What ends it is its TCP connections
   closing, as when a peer dies: the generation's connected sockets (its gloo pairs and its store
@@ -30,23 +37,29 @@ import os
 import pickle
 import socket
 import threading
+from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch.distributed import distributed_c10d
 
 from ..core.runs.launch_context import LaunchContext
+from .lasting_group import BACKEND, LastingGroup
 
 STORE_PREFIX = "jiyu/gen{}"
 STORE_TIMEOUT = timedelta(seconds=120)  # a generation's rendezvous: every live rank joins it
+COLLECTIVE_TIMEOUT = timedelta(minutes=30)  # torch's default for gloo and NCCL groups
 FLIGHT_ENTRIES = 8  # the newest collectives a rank reports
+WORLD_KEY = "world"
 
 
 @dataclass
 class PoolGroup:
-    """The default process group of one pool rank, generation after generation."""
+    """The process groups of one pool rank, generation after generation."""
 
     rank: int
     world_size: int
@@ -56,6 +69,10 @@ class PoolGroup:
     generation: int = -1
     hosted: dist.TCPStore | None = None  # the store, where this rank hosts it
     aborted: bool = False
+    joining: bool = False
+    groups: list[LastingGroup] = field(default_factory=list)  # in the order they were made, the world first
+    _store: dist.TCPStore | None = None  # this generation's connection (an abort cuts it)
+    _made: Counter[tuple[int, ...]] = field(default_factory=Counter)  # groups made this generation, by members
     _sockets: set[tuple[int, str]] = field(default_factory=set)  # (fd, socket inode) this generation opened
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -63,35 +80,87 @@ class PoolGroup:
     def backend(self) -> str:
         return "nccl" if self.device.type == "cuda" else "gloo"
 
-    def join(self, generation: int) -> None:
-        """Joins generation ``generation`` (every live rank of the pool joins the same one). An
-        abort while it waits in the rendezvous (a peer died meanwhile) makes it raise."""
-        before = _socket_fds()
-        store = dist.TCPStore(*self.master, is_master=False, timeout=STORE_TIMEOUT, wait_for_workers=False)
+    def join(self, generation: int, replaced: Iterable[int] = ()) -> None:
+        """Joins generation ``generation`` (every live rank of the pool joins the same one): the
+        first time, as a new member (the default group is made); later, every group this rank
+        holds gets that generation's communicator, but those holding a ``replaced`` rank, which
+        are retired. An abort while it waits in the rendezvous (a peer died meanwhile) makes it
+        raise."""
         with self._lock:
             self.generation, self.aborted, self.joining = generation, False, True
-            self._sockets = _socket_fds() - before  # the rendezvous can be cut from here on
+            self._sockets, self._made = set(), Counter()
         try:
-            dist.init_process_group(
-                self.backend,
-                store=dist.PrefixStore(STORE_PREFIX.format(generation), store),
-                rank=self.rank,
-                world_size=self.world_size,
-                device_id=self.device if self.device.type == "cuda" else None,
-            )
+            self._tracked(self._connect)
+            if not dist.is_initialized():
+                self.groups = []  # a first join (or the user destroyed the default group)
+                _use_pool_backend(self)
+                dist.init_process_group(
+                    BACKEND,
+                    store=dist.PrefixStore("jiyu/torch", self._lasting_store()),
+                    rank=self.rank,
+                    world_size=self.world_size,
+                )
+                return
+            self._carry_over(set(replaced))
         finally:
             with self._lock:
                 self.joining = False
-                self._sockets = _socket_fds() - before
 
-    def rebuild(self, generation: int) -> None:
+    def _connect(self) -> None:
+        self._store = dist.TCPStore(*self.master, is_master=False, timeout=STORE_TIMEOUT, wait_for_workers=False)
+
+    def _lasting_store(self) -> dist.Store:
+        """A connection to the pool's store that no abort cuts: torch keeps it as its default
+        store (its own bookkeeping), while each generation's rendezvous has a connection of its
+        own."""
+        return dist.TCPStore(*self.master, is_master=False, timeout=STORE_TIMEOUT, wait_for_workers=False)
+
+    def _carry_over(self, replaced: set[int]) -> None:
+        store = self._store
+        assert store is not None, "connected first"
+        registered = distributed_c10d._world.pg_names
+        for group in self.groups:
+            if group.retired is not None or group not in registered:
+                continue
+            gone = sorted(replaced & set(group.members))
+            if group.key != WORLD_KEY and gone:
+                group.retire(_retired_line(group, gone, self.generation))
+                continue
+            self._tracked(lambda group=group: group.configure(self.generation, store, COLLECTIVE_TIMEOUT))
+
+    def make_group(self, options: Any, _backend_options: Any = None) -> LastingGroup:
+        """torch's backend creator for ``BACKEND``: the default group (``init_process_group``)
+        and each ``new_group``, configured for the current generation."""
+        members = tuple(options.global_ranks_in_group) or tuple(range(self.world_size))
+        key = WORLD_KEY if not options.global_ranks_in_group else self._subgroup_key(members)
+        group = LastingGroup(options.group_rank, options.group_size, members, key, self.device)
+        store = self._store
+        assert store is not None, "torch makes groups only once the generation is connected"
+        self._tracked(lambda: group.configure(self.generation, store, options.timeout))
+        self.groups.append(group)
+        return group
+
+    def _subgroup_key(self, members: tuple[int, ...]) -> str:
+        """The same on every member: the generation it was made in, its members and how many
+        groups of the same members were made before it in that generation (new_group is
+        collective: every member makes them in the same order)."""
+        made = self._made[members]
+        self._made[members] += 1
+        return f"made{self.generation}/{'-'.join(map(str, members))}#{made}"
+
+    def _tracked(self, connect) -> None:
+        """Runs ``connect``, taking the sockets it opened as this generation's (an abort cuts them)."""
+        before = _socket_fds()
+        try:
+            connect()
+        finally:
+            with self._lock:
+                self._sockets |= _socket_fds() - before
+
+    def rebuild(self, generation: int, replaced: Iterable[int] = ()) -> None:
         """Leaves the current generation (aborted or not) and joins ``generation``."""
         self.abort()
-        if dist.is_initialized():
-            dist.destroy_process_group()
-        with self._lock:
-            self._sockets = set()
-        self.join(generation)  # its own store connection and prefix: nothing of the old one can be read
+        self.join(generation, replaced)  # its own store connection and prefix: nothing of the old one can be read
 
     def abort(self) -> bool:
         """Makes a collective blocked in any thread of this process return with an error; from
@@ -101,20 +170,44 @@ class PoolGroup:
                 return False
             self.aborted = True
             sockets = self._sockets & _socket_fds()  # an fd closed and reused since is another socket
-        if self.backend == "nccl" and dist.is_initialized():
-            dist.distributed_c10d._abort_process_group()
+        for group in list(self.groups):
+            group.abort_current()
         for fd, _ in sockets:
             _shut_down(fd, self.spared_ports)
         return True
 
     def sequence(self) -> int | None:
-        """How many collectives this generation's group made (torch's own count)."""
+        """How many collectives this generation's default group made (torch's own count)."""
         if not dist.is_initialized():
             return None
         try:
             return int(dist.group.WORLD._get_sequence_number_for_group())  # type: ignore[union-attr]
         except (RuntimeError, AttributeError):
             return None
+
+
+_POOL: list[PoolGroup] = []  # the rank's pool group, for torch's backend creator
+
+
+def _use_pool_backend(pool: PoolGroup) -> None:
+    """Registers ``BACKEND`` with torch once per process; its groups are ``pool``'s."""
+    if not _POOL:
+        devices = ["cuda"] if pool.device.type == "cuda" else ["cpu"]
+        dist.Backend.register_backend(
+            BACKEND, lambda *args: _POOL[0].make_group(*args), extended_api=True, devices=devices
+        )
+    _POOL[:] = [pool]
+
+
+def _retired_line(group: LastingGroup, gone: list[int], generation: int) -> str:
+    desc = group.getGroupDesc()
+    made = f" ({desc})" if desc and desc != "undefined" else ""
+    return (
+        f"the process group of ranks {', '.join(map(str, group.members))}{made}, made in an earlier cell, holds "
+        f"rank {', '.join(map(str, gone))}, replaced since (generation {generation}): the new process never made it, "
+        "so it could not be carried over; make it again on every rank (dist.new_group, init_device_mesh), e.g. in "
+        "the %%ranks --on-join cell"
+    )
 
 
 def host_store(host: str = "127.0.0.1", port: int = 0) -> dist.TCPStore:

@@ -22,6 +22,7 @@ import torch.distributed as dist
 
 from ..core.processes import rank_error
 from ..core.runs.launch_context import LaunchContext
+from .lasting_group import backend_of
 from .train_errors import TrainConfigError
 
 GLOO_DRAIN_S = 0.05
@@ -167,7 +168,7 @@ def join_process_group(device_request: str | None, context: LaunchContext) -> tu
         backend = "nccl" if device.type == "cuda" else "gloo"
         dist.init_process_group(backend=backend, device_id=device if device.type == "cuda" else None)
         created = True
-    return DistContext(rank, size, local_rank, dist.get_backend(), created), device
+    return DistContext(rank, size, local_rank, backend_of(), created), device
 
 
 def record_rank_error(error: BaseException, error_file: str | None) -> None:
