@@ -146,6 +146,11 @@ def _pool_notes(outcome: Outcome) -> list[str]:
         notes.append(f"the --on-join cell failed: {'; '.join(lines)}")
     if outcome.rebuilt:
         notes.append(f"the process group was rebuilt ({outcome.rebuilt}); every rank kept its state")
+    dropped = sorted({name for reply in request.replies.values() for name in reply.dropped})
+    if dropped:
+        notes.append(
+            f"{', '.join(dropped)}: the failed step was undone (its gradients dropped; weights and optimizer kept)"
+        )
     return notes
 
 

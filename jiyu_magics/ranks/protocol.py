@@ -78,6 +78,7 @@ class Reply:
     refusal: str | None = None  # why, for REFUSED
     generation: int = 0
     sequence: int | None = None  # collectives made in this generation; None: no process group
+    dropped: tuple[str, ...] = ()  # the DDP/FSDP models whose failed step it undid (``train.failed_step``)
 
     def message(self, request: str) -> Message:
         fields = {
@@ -88,6 +89,7 @@ class Reply:
             "refusal": self.refusal,
             "generation": self.generation,
             "sequence": self.sequence,
+            "dropped": list(self.dropped),
         }
         return Message(Kind.DONE, fields)
 
@@ -100,6 +102,7 @@ class Reply:
             refusal=message.get("refusal"),
             generation=int(message.get("generation") or 0),
             sequence=message.get("sequence"),
+            dropped=tuple(message.get("dropped") or ()),
         )
 
 

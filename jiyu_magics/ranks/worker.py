@@ -135,6 +135,7 @@ class Worker:
         self.group: Any = None  # train.pool_group.PoolGroup
         self.stacks: Any = None
         self.gone: str | None = None  # why the rank ends without its kernel's word
+        self.dropped: list[str] = []  # the models whose failed step the request's end undid
 
     # -- start -------------------------------------------------------------------------------
     def start(self) -> None:
@@ -245,8 +246,11 @@ class Worker:
             if message.kind is Kind.SHUTDOWN:
                 return
             self.request = message.get("request")
+            self.dropped = []
             started = time.perf_counter()
             status, refusal = self._handle(message)
+            if message.kind is Kind.EXECUTE and status is not Status.OK:
+                self._drop_failed_step()  # no longer interruptible: an interrupt now is late, dropped
             self.request = None
             if job_stop.noted():  # a stop (SIGTERM) came during the request: the rank ends, recorded stopped
                 raise job_stop.JobStopped()
@@ -260,6 +264,7 @@ class Worker:
                 refusal=refusal,
                 generation=group.generation,
                 sequence=group.sequence(),
+                dropped=tuple(self.dropped),
             )
             self.sender.put(reply.message(message["request"]))
             self._stacks_on_signal()
@@ -316,6 +321,18 @@ class Worker:
             return Status.INTERRUPTED, None
         return Status.ERROR, None
 
+    def _drop_failed_step(self) -> None:
+        """The DDP and FSDP models the rank holds leave the step the cell failed in
+        (``train.failed_step``): the next cell trains on from the weights before it."""
+        from ..train.failed_step import drop_failed_step
+
+        try:
+            self.dropped = drop_failed_step(self.shell.user_ns)
+        except Exception as problem:  # noqa: BLE001 - said in the rank's log; the cell's own error stands
+            print(
+                f"jiyu: the failed step could not be undone: {type(problem).__name__}: {problem}", file=sys.__stderr__
+            )
+
     def _push(self, message: Message) -> tuple[Status, str | None]:
         names, counts = message["names"], message["counts"]
         if isinstance(counts, dict):  # a scatter: each rank's part, counted for each rank
@@ -351,7 +368,7 @@ class Worker:
         with every other live rank. Not interruptible: the kernel aborts a rendezvous that hangs."""
         self.interruptible = None
         try:
-            self.group.rebuild(int(message["generation"]))
+            self.group.rebuild(int(message["generation"]), replaced=message.get("replaced", ()))
         except Exception as error:  # noqa: BLE001 - the kernel decides what a failed rebuild means
             return Status.ERROR, f"could not join generation {message['generation']}: {type(error).__name__}: {error}"
         return Status.OK, None

@@ -18,6 +18,7 @@ EXPORTS = {
     "FitResult": ".fit_result",
     "FitOptions": ".fit_options",
     "leave_process_group": ".process_group",
+    "share_training_state": ".shared_state",
     "StopSignal": ".stop_signal",
     "TrainConfigError": ".train_errors",
     "TrainingFailed": ".train_errors",
