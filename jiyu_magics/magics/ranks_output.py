@@ -159,12 +159,23 @@ def show_stall(agent: PoolAgent, request: Request, stall: float) -> None:
     collective it waits in, the rank that never came to it), with every rank's stack headline;
     the pool's run is flagged stalled while it lasts."""
     from ..core.runs import stack_groups
-    from ..ranks.reports import ranks_text, stall_lines
+    from ..ranks.reports import ranks_text, stall_lines, waiting_in
 
     pool = agent.pool
     pending = request.pending
-    print(f"jiyu: stalled: {ranks_text(pending)} has not finished {stall:g} s after another rank did", flush=True)
     states = pool.ask_collectives(pool.live())
+    if request.first_finished is not None:
+        print(f"jiyu: stalled: {ranks_text(pending)} has not finished {stall:g} s after another rank did", flush=True)
+    else:
+        in_collective = sorted(waiting_in(pending, states))
+        others = [rank for rank in pending if rank not in in_collective]
+        wait = "waits" if len(in_collective) == 1 else "wait"
+        if others:
+            have = "has" if len(others) == 1 else "have"
+            what = f"{ranks_text(in_collective)} {wait} in a collective that {ranks_text(others)} {have} not entered"
+        else:
+            what = f"{ranks_text(in_collective)} wait in different collectives"
+        print(f"jiyu: stalled: {what}, {stall:g} s into the cell", flush=True)
     finished = {rank: request.replies[rank].sequence for rank in request.replies}
     finished.update({rank: pool.ranks[rank].sequence for rank in pool.live() if rank not in request.ranks})
     for line in stall_lines(pending, finished, states):

@@ -9,7 +9,9 @@ A request ends when every rank it went to has answered or died. Meanwhile:
   rank that has not come back ``INTERRUPT_GRACE_S`` later, while another has left the request,
   is blocked in a collective that rank will never join: the process group's generation is
   aborted on every rank, and the blocked call returns. (With nobody gone, ``ALL_BLOCKED_S``: the
-  ranks sit in collectives that do not match.)
+  ranks sit in collectives that do not match.) A stop gives ``fit`` a grace to reach a step and
+  checkpoint, but once a rank left the request, ``LEFT_GRACE_S``: no collective of the world can
+  complete without it (a rank stuck inside a step gives itself the second interrupt and leaves).
 - **Still not back** ``RELEASE_S`` after the abort (stuck where no abort reaches: a subgroup, C++
   that ignores both): that rank is ended; it is dead now, the others keep their state.
 
@@ -29,12 +31,13 @@ from typing import Any
 from ..jobs.job_error import JobError
 from .pool import PUMP_S, RanksPool, RankState
 from .protocol import Kind, Message, RankExit, Status
-from .reports import death_line, ranks_text
+from .reports import collective_hang, death_line, ranks_text
 from .requests import Request
 
 FAILURE_GRACE_S = 0.2
 INTERRUPT_GRACE_S = 0.3
 ALL_BLOCKED_S = 2.0
+LEFT_GRACE_S = 0.5  # after an interrupt, how long the others get once a rank left the request
 RELEASE_S = 10.0  # long enough for seven ranks to return from an abort on a busy 2-core machine
 SECOND_INTERRUPT_S = 1.0  # a second interrupt this long after the first ends ranks that are not back
 REBUILD_S = 60.0
@@ -159,12 +162,30 @@ class PoolAgent:
                 if self.pool.ended:
                     return
                 wait = self.police(request)
-                late = request.first_finished and time.monotonic() - request.first_finished > (stall or 0)
-                if stall and late and not stalled and on_stall is not None and not request.failed:
+                if (
+                    stall
+                    and not stalled
+                    and on_stall is not None
+                    and not request.failed
+                    and self._stalled(request, stall)
+                ):
                     stalled = True
                     on_stall(request)
             except KeyboardInterrupt:
                 self.interrupted(request)
+
+    def _stalled(self, request: Request, stall: float) -> bool:
+        """A rank finished ``stall`` seconds ago and others did not; or, with none finished,
+        ``stall`` seconds into the request a rank waits in a collective another has not
+        entered (asked of the ranks' flight recorders once per ``stall`` seconds: a long cell
+        that makes no collective is no stall)."""
+        now = time.monotonic()
+        if request.first_finished is not None:
+            return now - request.first_finished > stall
+        if now - request.began < stall or now < request.next_stall_look:
+            return False
+        request.next_stall_look = now + stall
+        return collective_hang(request.pending, self.pool.ask_collectives(request.pending))
 
     def interrupted(self, request: Request) -> None:
         """The kernel's interrupt: the ranks still busy are interrupted; a second one, once the
@@ -192,6 +213,8 @@ class PoolAgent:
         if request.interrupted is not None and request.aborted is None:
             others_gone = request.first_finished is not None or set(self.pool.live()) - set(request.ranks)
             due = request.interrupted + (grace if others_gone else max(grace, ALL_BLOCKED_S))
+            if request.first_finished is not None:  # a collective of the whole world can no longer complete
+                due = min(due, max(request.interrupted, request.first_finished) + LEFT_GRACE_S)
             if now < due:
                 return min(PUMP_S, due - now)
             request.aborted = now

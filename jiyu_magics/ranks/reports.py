@@ -103,17 +103,30 @@ def cell_line(entry: dict[str, Any]) -> str | None:
     return None
 
 
+def waiting_in(ranks: Sequence[int], states: dict[int, Message]) -> dict[int, dict[str, Any]]:
+    """The ranks whose newest collective has not completed (they wait in it), with that entry."""
+    waiting = {}
+    for rank in ranks:
+        entries = (states[rank].fields if rank in states else {}).get("entries") or []
+        if entries and not entries[-1].get("done"):
+            waiting[rank] = entries[-1]
+    return waiting
+
+
+def collective_hang(pending: Sequence[int], states: dict[int, Message]) -> bool:
+    """Whether a rank waits in a collective that another of ``pending`` has not entered (it
+    runs elsewhere, or waits in another one)."""
+    waiting = waiting_in(pending, states)
+    seqs = {entry.get("seq") for entry in waiting.values()}
+    return bool(waiting) and (len(waiting) < len(pending) or len(seqs) > 1)
+
+
 def stall_lines(pending: Sequence[int], finished: dict[int, int | None], states: dict[int, Message]) -> list[str]:
     """Who waits in which collective, and who never came to it: ``pending`` ranks are still in
     the cell, ``finished`` ranks left it (with their collective count); ``states`` are the
     ranks' flight records."""
     lines = []
-    waiting: dict[int, dict[str, Any]] = {}
-    for rank in pending:
-        state = states[rank].fields if rank in states else {}
-        entries = state.get("entries") or []
-        if entries and not entries[-1].get("done"):
-            waiting[rank] = entries[-1]  # its newest collective has not completed: it waits in it
+    waiting = waiting_in(pending, states)
     for rank, entry in sorted(waiting.items()):
         where = cell_line(entry)
         lines.append(f"rank {rank} waits in {collective_at(entry)}" + (f" from {where}" if where else ""))

@@ -30,6 +30,7 @@ class Request:
     interrupted: float | None = None  # when the ranks still busy were interrupted
     aborted: float | None = None  # when the process group was aborted under it
     killed: list[int] = field(default_factory=list)  # ranks ended because they never came back
+    next_stall_look: float = 0.0  # when the agent may next ask the ranks whether they hang
     shared: list[str] = field(default_factory=list)  # its buffers' files in shared memory
 
     @property

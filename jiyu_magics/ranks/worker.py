@@ -306,6 +306,7 @@ class Worker:
                 notebook=train.get("notebook"),
                 visible_devices=self.context.visible_devices,
                 text_ui=self.context.text_ui,
+                pool_address=self.context.pool_address,
             )
         try:
             result = self.shell.run_cell(message["code"], store_history=True)

@@ -155,7 +155,7 @@ class Trainer(TrainerReports, TrainerCheckpoints, TrainerEnd):
             self._open_run()
             try:
                 with (
-                    signals_request_stop(self.stop, self.context.launched),
+                    signals_request_stop(self.stop, self.context.launched, escalate=self.context.pool_rank),
                     stacks_on_signal(self.dist.rank, self.context.run_id),
                 ):
                     result = self._execute()
@@ -330,6 +330,7 @@ class Trainer(TrainerReports, TrainerCheckpoints, TrainerEnd):
     def _after_step(self) -> bool:
         """Logs, validates, checkpoints and polls the dashboard when due; True when training ends."""
         step, cadence = self.position.step, self.cadence
+        self.stop.passed_step(step, time.perf_counter())
         if cadence.log_due(step):
             self._log()
         if cadence.validation_due(step):

@@ -29,12 +29,30 @@ TIME_LIMIT = "the scheduler's time limit (SIGUSR1): requeued, resuming from this
 BUTTON = "the Stop button"
 
 
+ESCALATE_MIN_S = 0.5  # a pool rank that has not reached a step this long after an interrupt is stuck...
+ESCALATE_STEPS = 3.0  # ...or this many of its recent steps' time, when its steps are slower
+
+
 class StopSignal:
     """A flag the training loop polls; a plain attribute read costs nothing per step."""
 
     def __init__(self) -> None:
         self.requested = False
         self.reason: str | None = None
+        self.reached = False  # the loop came to a step boundary after the request (it acts on it)
+        self.pace = 0.0  # seconds a step took lately, as the loop last measured it
+        self._paced: tuple[int, float] | None = None
+
+    def passed_step(self, step: int, now: float) -> None:
+        """The loop is at a step boundary (called when something is due, not every step)."""
+        if self.requested:
+            self.reached = True
+        if self._paced is not None and step > self._paced[0]:
+            self.pace = (now - self._paced[1]) / (step - self._paced[0])
+        self._paced = (step, now)
+
+    def escalation_delay(self) -> float:
+        return max(ESCALATE_MIN_S, ESCALATE_STEPS * self.pace)
 
     def request(self, reason: str = BUTTON) -> None:
         """The first reason stands, except that the time limit's overrides a SIGTERM: when the
@@ -45,7 +63,7 @@ class StopSignal:
             self.requested = True
 
     def clear(self) -> None:
-        self.requested, self.reason = False, None
+        self.requested, self.reason, self.reached = False, None, False
 
 
 def stop_signals(launched: bool) -> list[signal.Signals]:
@@ -65,17 +83,30 @@ def leave_for_requeue(stop: StopSignal) -> None:
 
 
 @contextmanager
-def signals_request_stop(stop: StopSignal, launched: bool) -> Iterator[None]:
+def signals_request_stop(stop: StopSignal, launched: bool, escalate: bool = False) -> Iterator[None]:
+    """``escalate`` (a pool's rank, whose stop comes as one interrupt): a rank that has not come
+    to a step boundary ``stop.escalation_delay()`` after the interrupt is stuck inside a step (a
+    hung data loader, a sleep), and gets the second interrupt itself. Its cell then ends
+    interrupted, the pool aborts the collective its peers wait in, and no rank is killed."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     previous = {sig: signal.getsignal(sig) for sig in stop_signals(launched)}
+    main = threading.main_thread().ident or 0
+
+    def escalate_if_stuck() -> None:
+        if stop.requested and stop.reason == INTERRUPT and not stop.reached:
+            signal.pthread_kill(main, signal.SIGINT)
 
     def handler(signum, frame):
         if signum == signal.SIGINT:
             if stop.requested and stop.reason == INTERRUPT:
                 raise KeyboardInterrupt
             stop.request(INTERRUPT)
+            if escalate:
+                timer = threading.Timer(stop.escalation_delay(), escalate_if_stuck)
+                timer.daemon = True
+                timer.start()
         elif signum == signal.SIGUSR1:
             stop.request(TIME_LIMIT)
         else:

@@ -92,6 +92,11 @@ class LaunchContext:
         return self.rank is not None or self.run_id is not None
 
     @property
+    def pool_rank(self) -> bool:
+        """A rank of a ranks pool (its stop comes as one interrupt, never a SIGTERM)."""
+        return self.pool_address is not None
+
+    @property
     def torchrun_world(self) -> tuple[int, int, int] | None:
         """(rank, world size, local rank) when started by torchrun, else None."""
         if self.rank is None or self.world_size is None:
